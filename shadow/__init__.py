@@ -1,0 +1,1 @@
+"""Placeholder package: implemented by later issues (DESIGN.md §5)."""

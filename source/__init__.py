@@ -1,0 +1,1 @@
+"""shadowtopic foundation: core types, metadata, ledgers, source broker, client and CLI."""

@@ -1,0 +1,97 @@
+"""Producer.Produce: a stream of batches in, a stream of receipts out, in request order.
+
+Requests are read ahead while earlier batches wait for their fsync, so one stream keeps
+several batches in the group commit; receipts still leave in request order. A rejected batch
+(bad topic, message too big, storage full, ...) gets a receipt with `error` and nothing of
+it is stored; the stream goes on.
+"""
+from __future__ import annotations
+
+import asyncio
+
+from source.broker.rpc import error_status
+from source.broker.topics import TopicManager
+from source.core import errors
+from source.core.names import TopicName
+from source.ledger.wal import HAS_KEY, TOMBSTONE
+from source.pb.v1 import producer_pb2, producer_pb2_grpc
+
+MAX_INFLIGHT = 64
+
+
+class ProducerService(producer_pb2_grpc.ProducerServicer):
+    def __init__(self, topics: TopicManager):
+        self.topics = topics
+        self._names: dict[str, TopicName] = {}
+
+    def _name(self, text: str) -> TopicName:
+        name = self._names.get(text)
+        if name is None:
+            name = TopicName.parse(text)
+            if len(self._names) > 100_000:
+                self._names.clear()
+            self._names[text] = name
+        return name
+
+    async def _append(self, req: producer_pb2.ProduceRequest) -> tuple[int, int, int]:
+        topic = self._name(req.topic)
+        ml = self.topics.loaded(topic)
+        if ml is None:
+            ml = await self.topics.ledger(topic)
+        limit = self.topics.max_message_size.get(topic, 1 << 20)
+        msgs = req.messages
+        if not msgs:
+            raise errors.InvalidArgument("a produce request needs at least one message")
+        raws, keys, flags = [], [], []
+        size = 0
+        for m in msgs:
+            raw = m.SerializeToString()
+            n = len(raw)
+            if n > limit:
+                raise errors.MessageTooBig(
+                    f"message of {n} bytes exceeds max_message_size {limit} of {topic}")
+            size += n
+            raws.append(raw)
+            if m.HasField("key"):
+                keys.append(m.key)
+                flags.append(HAS_KEY if m.payload else HAS_KEY | TOMBSTONE)
+            else:
+                keys.append(None)
+                flags.append(0 if m.payload else TOMBSTONE)
+        lid, first = await ml.append(raws, keys, flags, size)
+        self.topics.counters_for(topic).add_in(len(raws), size)
+        return lid, first, len(raws)
+
+    async def Produce(self, request_iterator, context):
+        queue: asyncio.Queue = asyncio.Queue()
+        window = asyncio.Semaphore(MAX_INFLIGHT)
+
+        async def read_ahead() -> None:
+            try:
+                async for req in request_iterator:
+                    await window.acquire()
+                    task = asyncio.ensure_future(self._append(req))
+                    queue.put_nowait((req.request_id, task))
+            finally:
+                queue.put_nowait(None)
+
+        reader = asyncio.create_task(read_ahead())
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    break
+                request_id, task = item
+                try:
+                    lid, first, count = await task
+                    receipt = producer_pb2.ProduceReceipt(
+                        request_id=request_id, ledger_id=lid, first_entry_id=first, count=count)
+                except Exception as exc:  # noqa: BLE001 - reported in-band, stream continues
+                    receipt = producer_pb2.ProduceReceipt(request_id=request_id,
+                                                          error=error_status(exc))
+                finally:
+                    window.release()
+                yield receipt
+            await reader
+        finally:
+            reader.cancel()

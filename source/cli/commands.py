@@ -1,0 +1,192 @@
+"""What each CLI command does, through the client library (source.client)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from source.cli.output import emit, fail, message_line
+from source.client import Client, Policies
+from source.core import errors
+
+_POLICY_FLAGS = {
+    "retention_time": "retention_time_seconds", "retention_size": "retention_size_bytes",
+    "max_message_size": "max_message_size", "compaction_threshold": "compaction_threshold_bytes",
+    "retain_null_key": "retain_null_key",
+    "replicator_auto_reset_backlog_entries": "replicator_auto_reset_backlog_entries",
+    "ledger_max_entries": "ledger_max_entries", "ledger_max_bytes": "ledger_max_bytes",
+    "ledger_max_age": "ledger_max_age_seconds",
+}
+
+
+def _policies(args: argparse.Namespace) -> Policies:
+    return Policies(**{field: getattr(args, flag) for flag, field in _POLICY_FLAGS.items()
+                       if getattr(args, flag, None) is not None})
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(args.url)
+
+
+def standalone(args) -> int:
+    from source import standalone as sa
+    return sa.run(args.data_dir, args.wipe_data, args.port, args.etcd_port)
+
+
+def broker(args) -> int:
+    from source.broker import server
+    server.main(args.args)
+    return 0
+
+
+def topics_create(args) -> int:
+    with _client(args) as c:
+        meta = c.admin.create_topic(args.topic, args.partitions, _policies(args),
+                                    dict(args.property))
+    emit(meta.to_dict(), args.output)
+    return 0
+
+
+def topics_delete(args) -> int:
+    with _client(args) as c:
+        c.admin.delete_topic(args.topic, args.force)
+    print(f"deleted {args.topic}")
+    return 0
+
+
+def topics_list(args) -> int:
+    with _client(args) as c:
+        topics = c.admin.list_topics(args.namespace)
+    rows = [{"topic": t.topic, "kind": t.kind, "partitions": t.partitions, "source": t.source}
+            for t in topics]
+    if args.output == "json":
+        emit(rows, "json")
+    else:
+        emit(rows, "table", ["topic", "kind", "partitions", "source"])
+    return 0
+
+
+def topics_stats(args) -> int:
+    with _client(args) as c:
+        emit(c.admin.stats(args.topic), args.output)
+    return 0
+
+
+def topics_stats_internal(args) -> int:
+    with _client(args) as c:
+        meta = c.admin.get_topic(args.topic)
+        if meta.partitions:
+            data = {f"{meta.topic}-partition-{i}":
+                    c.admin.internal_stats(f"{meta.topic}-partition-{i}")
+                    for i in range(meta.partitions)}
+        else:
+            data = c.admin.internal_stats(args.topic)
+    if args.output == "table" and not meta.partitions:
+        ledgers = data.pop("ledgers", [])
+        emit(data, "table")
+        if ledgers:
+            emit(ledgers, "table", ["ledgerId", "state", "entries", "size", "path"])
+    else:
+        emit(data, args.output)
+    return 0
+
+
+def topics_truncate(args) -> int:
+    with _client(args) as c:
+        emit(c.admin.truncate(args.topic), args.output)
+    return 0
+
+
+def topics_get_policies(args) -> int:
+    with _client(args) as c:
+        emit(c.admin.get_policies(args.topic).as_dict(), args.output)
+    return 0
+
+
+def topics_set_policies(args) -> int:
+    update = _policies(args)
+    if not update.as_dict():
+        fail("set-policies needs at least one policy flag (see --help)")
+    with _client(args) as c:
+        emit(c.admin.set_policies(args.topic, update).as_dict(), args.output)
+    return 0
+
+
+def topics_lookup(args) -> int:
+    with _client(args) as c:
+        emit(c.admin.lookup(args.topic), args.output)
+    return 0
+
+
+def topics_last_message_id(args) -> int:
+    with _client(args) as c:
+        meta = c.admin.get_topic(args.topic)
+        names = ([f"{meta.topic}-partition-{i}" for i in range(meta.partitions)]
+                 if meta.partitions else [meta.topic])
+        data = {n: (str(m) if (m := c.admin.last_message_id(n)) else None) for n in names}
+    emit(data if meta.partitions else {"message_id": data[meta.topic]}, args.output)
+    return 0
+
+
+def topics_roll_ledger(args) -> int:
+    with _client(args) as c:
+        emit(c.admin.roll_ledger(args.topic), args.output)
+    return 0
+
+
+def produce(args) -> int:
+    if args.num_produce < 1:
+        fail("-n must be >= 1")
+    props = dict(args.property)
+    payloads = [m.encode() for m in args.message]
+    sent = 0
+    first = last = None
+    failure: list[Exception] = []
+
+    def done(mid, exc):
+        nonlocal first, last
+        if exc is not None:
+            failure.append(exc)
+        else:
+            first = first or mid
+            last = mid
+
+    with _client(args) as c:
+        with c.create_producer(args.topic, producer_name="cli") as p:
+            for _ in range(args.num_produce):
+                for payload in payloads:
+                    p.send_async(payload, key=args.key, properties=props, callback=done)
+                    sent += 1
+                p.flush() if sent % 100_000 == 0 else None
+            p.flush()
+    if failure:
+        raise failure[0]
+    result = {"produced": sent, "first_message_id": str(first), "last_message_id": str(last)}
+    if args.output == "json":
+        emit(result, "json")
+    else:
+        print(f"{sent} messages produced to {args.topic} ({first} .. {last})")
+    return 0
+
+
+def read(args) -> int:
+    limit = args.num_messages
+    if limit is None:
+        limit = 0 if args.until_end else 1
+    count = 0
+    with _client(args) as c:
+        with c.create_reader(args.topic, start=args.start, inclusive=args.inclusive) as r:
+            while limit == 0 or count < limit:
+                if args.until_end and not r.has_message_available():
+                    break
+                try:
+                    msg = r.read_next(timeout=args.timeout)
+                except errors.Timeout:
+                    if args.until_end:
+                        break
+                    raise
+                message_line(msg.to_dict(), args.output)
+                count += 1
+    sys.stdout.flush()
+    if args.output == "table":
+        print(f"# {count} messages", file=sys.stderr)
+    return 0

@@ -1,0 +1,55 @@
+"""CLI output: `-o table` (rich tables, human units) or `-o json` (one JSON document, or one
+JSON object per line for message streams), and one-line errors."""
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console(soft_wrap=True)
+
+
+def emit(data, fmt: str, columns: list[str] | None = None) -> None:
+    """Print a dict or a list of dicts."""
+    if fmt == "json":
+        print(json.dumps(data, indent=2, sort_keys=False, default=str))
+        return
+    if isinstance(data, dict):
+        table = Table(show_header=True, header_style="bold")
+        table.add_column("field")
+        table.add_column("value")
+        for k, v in data.items():
+            table.add_row(str(k), _cell(v))
+        console.print(table)
+        return
+    rows = list(data)
+    cols = columns or (list(rows[0].keys()) if rows else [])
+    table = Table(show_header=True, header_style="bold")
+    for c in cols:
+        table.add_column(c)
+    for r in rows:
+        table.add_row(*[_cell(r.get(c)) for c in cols])
+    console.print(table)
+
+
+def _cell(v) -> str:
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, default=str) if v else ""
+    return "" if v is None else str(v)
+
+
+def message_line(msg: dict, fmt: str) -> None:
+    if fmt == "json":
+        sys.stdout.write(json.dumps(msg) + "\n")
+    else:
+        props = " ".join(f"{k}={v}" for k, v in msg["properties"].items())
+        key = msg["key"] if msg["key"] is not None else "-"
+        sys.stdout.write(f"{msg['message_id']}\t{key}\t{msg['payload']}"
+                         + (f"\t{props}" if props else "") + "\n")
+
+
+def fail(message: str, code: int = 1) -> None:
+    sys.stderr.write(f"error: {message}\n")
+    sys.exit(code)

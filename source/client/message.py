@@ -1,0 +1,54 @@
+"""Messages as the client hands them to users (domain type, decoded from `raw`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from source.core.message_id import MessageId
+from source.pb.v1 import common_pb2
+
+
+@dataclass(frozen=True)
+class Message:
+    message_id: MessageId
+    topic: str
+    payload: bytes
+    key: bytes | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+    event_time: int = 0
+    publish_time: int = 0
+    producer_name: str = ""
+    sequence_id: int = 0
+    redelivery_count: int = 0
+
+    @property
+    def is_tombstone(self) -> bool:
+        return not self.payload
+
+    def value(self) -> str:
+        return self.payload.decode("utf-8", "replace")
+
+    @classmethod
+    def from_entry(cls, topic: str, partition: int, e: common_pb2.EncodedEntry) -> "Message":
+        m = common_pb2.Message.FromString(e.raw)
+        return cls(message_id=MessageId(e.ledger_id, e.entry_id, partition), topic=topic,
+                   payload=m.payload, key=m.key if m.HasField("key") else None,
+                   properties=dict(m.properties), event_time=m.event_time,
+                   publish_time=e.publish_time, producer_name=m.producer_name,
+                   sequence_id=m.sequence_id, redelivery_count=e.redelivery_count)
+
+    def to_dict(self) -> dict:
+        return {"message_id": str(self.message_id), "topic": self.topic,
+                "key": self.key.decode("utf-8", "replace") if self.key is not None else None,
+                "payload": self.value(), "properties": self.properties,
+                "event_time": self.event_time, "publish_time": self.publish_time,
+                "producer_name": self.producer_name, "sequence_id": self.sequence_id,
+                "redelivery_count": self.redelivery_count}
+
+
+def to_pb(payload: bytes, key: bytes | str | None, properties: dict[str, str] | None,
+          event_time: int, producer_name: str, sequence_id: int) -> common_pb2.Message:
+    m = common_pb2.Message(payload=payload, properties=properties, event_time=event_time,
+                           producer_name=producer_name, sequence_id=sequence_id)
+    if key is not None:
+        m.key = key.encode() if isinstance(key, str) else key
+    return m

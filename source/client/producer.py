@@ -1,0 +1,239 @@
+"""Sync producer: batches messages per partition and streams them on one Produce stream.
+
+`send_async` adds a message to its partition's open batch; a batch goes out when it holds
+`batch_max_messages` messages or `batch_max_bytes` bytes, or `linger_ms` after its first
+message. At most `max_inflight` batches wait for receipts (then `send_async` blocks: the
+backpressure). A receipt arrives after the broker's fsync and resolves every message of its
+batch with its MessageId, in send order; `send` is `send_async` + flush + wait.
+Partitioned topics route by crc32c(key) % partitions, keyless messages round-robin.
+"""
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections import deque
+from typing import Callable
+
+import google_crc32c
+import grpc
+
+from source.client.connection import Connection
+from source.client.message import to_pb
+from source.core import errors
+from source.core.message_id import MessageId
+from source.pb.v1 import producer_pb2
+
+Callback = Callable[[MessageId | None, Exception | None], None]
+
+
+class _Batch:
+    __slots__ = ("topic", "partition", "msgs", "callbacks", "size", "created")
+
+    def __init__(self, topic: str, partition: int):
+        self.topic = topic
+        self.partition = partition
+        self.msgs: list = []
+        self.callbacks: list[Callback | None] = []
+        self.size = 0
+        self.created = time.monotonic()
+
+
+class Producer:
+    def __init__(self, conn: Connection, topic: str, partitions: int = 0,
+                 producer_name: str = "", batch_max_messages: int = 1000,
+                 batch_max_bytes: int = 1 << 20, linger_ms: float = 5.0,
+                 max_inflight: int = 16):
+        self.topic = topic
+        self.partitions = partitions
+        self.producer_name = producer_name
+        self._conn = conn
+        self._max_msgs = batch_max_messages
+        self._max_bytes = batch_max_bytes
+        self._linger = linger_ms / 1000.0
+        self._lock = threading.Lock()           # open batches, sequence ids
+        self._send_lock = threading.Lock()      # in-flight order == stream order
+        self._idle = threading.Condition(self._send_lock)
+        self._batches: dict[int, _Batch] = {}
+        self._inflight: deque[tuple[int, _Batch]] = deque()
+        self._window = threading.Semaphore(max_inflight)
+        self._request_ids = itertools.count(1)
+        self._rr = itertools.count()
+        self._seq = 0
+        self._requests: queue.SimpleQueue | None = None
+        self._receiver: threading.Thread | None = None
+        self._closed = False
+        self._flusher = threading.Thread(target=self._linger_loop, daemon=True,
+                                         name="producer-linger")
+        self._flusher.start()
+
+    # ---- public API ------------------------------------------------------------------------
+
+    def send_async(self, payload: bytes | str, key: bytes | str | None = None,
+                   properties: dict[str, str] | None = None, event_time: int = 0,
+                   callback: Callback | None = None) -> None:
+        if self._closed:
+            raise errors.AlreadyClosed("producer is closed")
+        if isinstance(payload, str):
+            payload = payload.encode()
+        part = self._route(key)
+        full = None
+        with self._lock:
+            self._seq += 1
+            msg = to_pb(payload, key, properties, event_time, self.producer_name, self._seq)
+            b = self._batches.get(part)
+            if b is None:
+                topic = self.topic if self.partitions == 0 else f"{self.topic}-partition-{part}"
+                b = self._batches[part] = _Batch(topic, part)
+            b.msgs.append(msg)
+            b.callbacks.append(callback)
+            b.size += len(payload) + 16
+            if len(b.msgs) >= self._max_msgs or b.size >= self._max_bytes:
+                full = self._batches.pop(part)
+        if full is not None:
+            self._dispatch(full)
+
+    def send(self, payload: bytes | str, key: bytes | str | None = None,
+             properties: dict[str, str] | None = None, event_time: int = 0,
+             timeout: float | None = None) -> MessageId:
+        done = threading.Event()
+        out: list = []
+
+        def cb(mid, exc):
+            out.append((mid, exc))
+            done.set()
+
+        self.send_async(payload, key, properties, event_time, callback=cb)
+        self._flush_open()
+        if not done.wait(timeout or self._conn.timeout):
+            raise errors.Timeout("no receipt from the broker in time")
+        mid, exc = out[0]
+        if exc is not None:
+            raise exc
+        return mid
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send every open batch and wait for all receipts."""
+        self._flush_open()
+        deadline = time.monotonic() + (timeout or self._conn.timeout)
+        with self._idle:
+            while self._inflight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise errors.Timeout("flush timed out waiting for receipts")
+                self._idle.wait(left)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self.flush()
+        finally:
+            self._closed = True
+            with self._send_lock:
+                if self._requests is not None:
+                    self._requests.put(None)
+            if self._receiver is not None:
+                self._receiver.join(10)
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- internals -------------------------------------------------------------------------
+
+    def _route(self, key) -> int:
+        if self.partitions == 0:
+            return -1
+        if key is None:
+            return next(self._rr) % self.partitions
+        k = key.encode() if isinstance(key, str) else key
+        return google_crc32c.value(k) % self.partitions
+
+    def _flush_open(self) -> None:
+        with self._lock:
+            batches, self._batches = list(self._batches.values()), {}
+        for b in batches:
+            self._dispatch(b)
+
+    def _linger_loop(self) -> None:
+        while not self._closed:
+            time.sleep(self._linger)
+            now = time.monotonic()
+            with self._lock:
+                due = [p for p, b in self._batches.items() if now - b.created >= self._linger]
+                batches = [self._batches.pop(p) for p in due]
+            for b in batches:
+                self._dispatch(b)
+
+    def _dispatch(self, batch: _Batch) -> None:
+        self._window.acquire()
+        with self._send_lock:
+            if self._requests is None:
+                self._open_stream()
+            rid = next(self._request_ids)
+            self._inflight.append((rid, batch))
+            self._requests.put(producer_pb2.ProduceRequest(
+                topic=batch.topic, producer_name=self.producer_name, request_id=rid,
+                messages=batch.msgs))
+
+    def _open_stream(self) -> None:
+        requests: queue.SimpleQueue = queue.SimpleQueue()
+
+        def gen():
+            while True:
+                item = requests.get()
+                if item is None:
+                    return
+                yield item
+
+        responses = self._conn.producer.Produce(gen())
+        self._requests = requests
+        self._receiver = threading.Thread(target=self._receive, args=(responses, requests),
+                                          daemon=True, name="producer-receipts")
+        self._receiver.start()
+
+    def _receive(self, responses, requests) -> None:
+        try:
+            for receipt in responses:
+                with self._send_lock:
+                    rid, batch = self._inflight.popleft()
+                self._resolve(batch, receipt)
+                self._window.release()
+                with self._idle:
+                    if not self._inflight:
+                        self._idle.notify_all()
+        except grpc.RpcError as exc:
+            self._fail_inflight(errors.from_rpc_error(exc), requests)
+            return
+        self._fail_inflight(errors.ConnectError("produce stream ended"), requests)
+
+    def _fail_inflight(self, err: Exception, requests) -> None:
+        with self._send_lock:
+            if self._requests is requests:
+                self._requests = None
+            failed = list(self._inflight)
+            self._inflight.clear()
+            self._idle.notify_all()
+        requests.put(None)
+        for _, batch in failed:
+            for cb in batch.callbacks:
+                if cb is not None:
+                    cb(None, err)
+            self._window.release()
+
+    def _resolve(self, batch: _Batch, receipt: producer_pb2.ProduceReceipt) -> None:
+        if receipt.HasField("error"):
+            e = receipt.error
+            err = errors.from_reason(e.reason, e.message, e.code)
+            for cb in batch.callbacks:
+                if cb is not None:
+                    cb(None, err)
+            return
+        lid, first, part = receipt.ledger_id, receipt.first_entry_id, batch.partition
+        for i, cb in enumerate(batch.callbacks):
+            if cb is not None:
+                cb(MessageId(lid, first + i, part), None)

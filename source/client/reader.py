@@ -1,0 +1,227 @@
+"""Sync reader: a non-durable cursor over a topic (all partitions of a partitioned topic).
+
+All readers and consumers of one Client share one Consumer.Connect stream (`Multiplexer`);
+each partition gets a handle. The broker sends entries as flow permits allow
+(`receiver_queue_size`, topped up when half is consumed); `read_next` decodes them one at a
+time. `has_message_available` compares what was read with the broker's last message id, so a
+read loop ends at the end of the topic (`while r.has_message_available(): r.read_next()`).
+"""
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections import deque
+
+import grpc
+
+from source.client.admin import Admin
+from source.client.connection import Connection
+from source.client.message import Message
+from source.core import errors
+from source.core.message_id import MessageId
+from source.pb.v1 import common_pb2, consumer_pb2
+
+CONNECT = "/shadowtopic.v1.Consumer/Connect"
+
+
+class Multiplexer:
+    """One Connect stream; frames are routed to the queue registered for their handle."""
+
+    def __init__(self, conn: Connection):
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._sinks: dict[int, queue.Queue] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._dead: Exception | None = None
+        call = conn.channel.stream_stream(
+            CONNECT, request_serializer=consumer_pb2.ClientCommand.SerializeToString,
+            response_deserializer=consumer_pb2.ServerFrame.FromString)
+
+        def gen():
+            while True:
+                item = self._requests.get()
+                if item is None:
+                    return
+                yield item
+
+        self._responses = call(gen())
+        self._thread = threading.Thread(target=self._receive, daemon=True, name="consumer-rx")
+        self._thread.start()
+
+    def register(self, sink: queue.Queue) -> int:
+        with self._lock:
+            if self._dead is not None:
+                raise self._dead
+            handle = next(self._ids)
+            self._sinks[handle] = sink
+            return handle
+
+    def unregister(self, handle: int) -> None:
+        with self._lock:
+            self._sinks.pop(handle, None)
+
+    def send(self, cmd: consumer_pb2.ClientCommand) -> None:
+        if self._dead is not None:
+            raise self._dead
+        self._requests.put(cmd)
+
+    def _receive(self) -> None:
+        err: Exception = errors.ConnectError("consumer stream ended")
+        try:
+            for frame in self._responses:
+                sink = self._sinks.get(frame.handle)
+                if sink is not None:
+                    sink.put((frame.handle, frame))
+        except grpc.RpcError as exc:
+            err = errors.from_rpc_error(exc)
+        with self._lock:
+            self._dead = err
+            sinks = list(self._sinks.items())
+        for handle, sink in sinks:
+            sink.put((handle, err))
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self._responses.cancel()
+
+
+def start_position(start: str | MessageId) -> common_pb2.StartPosition:
+    if isinstance(start, MessageId):
+        return common_pb2.StartPosition(message_id=start.to_pb())
+    if start == "earliest":
+        return common_pb2.StartPosition(earliest=True)
+    if start == "latest":
+        return common_pb2.StartPosition(latest=True)
+    return common_pb2.StartPosition(message_id=MessageId.parse(start).to_pb())
+
+
+class _Partition:
+    def __init__(self, topic: str, index: int, handle: int):
+        self.topic = topic
+        self.index = index
+        self.handle = handle
+        self.consumed = 0
+        self.last: MessageId | None = None      # last message returned to the user
+        self.threshold: MessageId | None = None  # an entry beyond this is unread
+        self.inclusive = False
+
+
+class Reader:
+    def __init__(self, conn: Connection, mux: Multiplexer, topic: str, partitions: int,
+                 start: str | MessageId = "earliest", inclusive: bool = False,
+                 receiver_queue_size: int = 1000, subscribe_timeout: float = 30.0):
+        self.topic = topic
+        self._conn = conn
+        self._mux = mux
+        self._queue: queue.Queue = queue.Queue()
+        self._buffer: deque[Message] = deque()
+        self._permits = receiver_queue_size
+        self._closed = False
+        names = [topic] if partitions == 0 else [f"{topic}-partition-{i}"
+                                                   for i in range(partitions)]
+        self._parts: dict[int, _Partition] = {}
+        pos = start_position(start)
+        for i, name in enumerate(names):
+            handle = mux.register(self._queue)
+            p = _Partition(name, i if partitions else -1, handle)
+            self._parts[handle] = p
+            mux.send(consumer_pb2.ClientCommand(handle=handle, subscribe=consumer_pb2.Subscribe(
+                topic=name, start=pos, start_inclusive=inclusive)))
+        self._parts_by_index = {p.index: p for p in self._parts.values()}
+        pending = set(self._parts)
+        while pending:
+            try:
+                handle, item = self._queue.get(timeout=subscribe_timeout)
+            except queue.Empty:
+                self.close()
+                raise errors.Timeout(f"subscribing to {topic} timed out") from None
+            if isinstance(item, Exception):
+                self.close()
+                raise item
+            ev = item.event
+            if ev.HasField("error"):
+                self.close()
+                raise errors.from_reason(ev.error.reason, ev.error.message, ev.error.code)
+            if ev.HasField("subscribed"):
+                p = self._parts[handle]
+                last = ev.subscribed.last_message_id
+                if isinstance(start, MessageId) or start not in ("earliest", "latest"):
+                    mid = start if isinstance(start, MessageId) else MessageId.parse(start)
+                    p.threshold, p.inclusive = MessageId(mid.ledger_id, mid.entry_id), inclusive
+                elif start == "latest":
+                    p.threshold = MessageId(last.ledger_id, last.entry_id) if last.ledger_id else None
+                    p.inclusive = inclusive
+                pending.discard(handle)
+                mux.send(consumer_pb2.ClientCommand(handle=handle, flow=consumer_pb2.Flow(
+                    permits=self._permits)))
+
+    def read_next(self, timeout: float | None = None) -> Message:
+        """The next message; raises `Timeout` when none arrives within `timeout` seconds."""
+        while not self._buffer:
+            if self._closed:
+                raise errors.AlreadyClosed("reader is closed")
+            try:
+                handle, item = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                raise errors.Timeout("no message available in time") from None
+            self._take(handle, item)
+        msg = self._buffer.popleft()
+        part = self._parts_by_index[msg.message_id.partition]
+        part.last = MessageId(msg.message_id.ledger_id, msg.message_id.entry_id)
+        part.consumed += 1
+        if part.consumed >= self._permits // 2:
+            self._mux.send(consumer_pb2.ClientCommand(handle=part.handle, flow=consumer_pb2.Flow(
+                permits=part.consumed)))
+            part.consumed = 0
+        return msg
+
+    def _take(self, handle: int, item) -> None:
+        if isinstance(item, Exception):
+            raise item
+        p = self._parts.get(handle)
+        if p is None:
+            return
+        if item.HasField("event") and item.event.HasField("error"):
+            e = item.event.error
+            raise errors.from_reason(e.reason, e.message, e.code)
+        for e in item.entries:
+            self._buffer.append(Message.from_entry(p.topic, p.index, e))
+
+    def has_message_available(self) -> bool:
+        if self._buffer or not self._queue.empty():
+            return True
+        admin = Admin(self._conn)
+        for p in self._parts.values():
+            last = admin.last_message_id(p.topic)
+            if last is None:
+                continue
+            last = MessageId(last.ledger_id, last.entry_id)
+            if p.last is not None:
+                if last > p.last:
+                    return True
+            elif p.threshold is None or last > p.threshold or (p.inclusive and last == p.threshold):
+                return True
+        return False
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for handle in self._parts:
+            try:
+                self._mux.send(consumer_pb2.ClientCommand(handle=handle,
+                                                          close=consumer_pb2.CloseHandle()))
+            except errors.ShadowTopicError:
+                pass
+            self._mux.unregister(handle)
+
+    def __iter__(self):
+        while self.has_message_available():
+            yield self.read_next(timeout=self._conn.timeout)
+
+    def __enter__(self) -> "Reader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,118 @@
+"""One error hierarchy for server and client, and the one table that maps it to gRPC.
+
+Every error carries a gRPC status code, a stable `reason` (sent in trailing metadata under
+`REASON_KEY`, and inside streams as `ErrorStatus.reason`) and a `retriable` flag. The server
+turns an exception into a status with `to_status`; the client turns a status back into the
+same class with `from_status`, so users catch `TopicNotFound`, not `grpc.RpcError`.
+"""
+from __future__ import annotations
+
+import grpc
+
+REASON_KEY = "x-shadowtopic-reason"
+
+
+class ShadowTopicError(Exception):
+    """Base of every error the service or client raises."""
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    reason: str = "Internal"
+    retriable: bool = False
+
+    def __init__(self, message: str = ""):
+        super().__init__(message or self.reason)
+        self.message = message or self.reason
+
+
+def _error(name: str, code: grpc.StatusCode, retriable: bool = False,
+           base: type[ShadowTopicError] = ShadowTopicError) -> type[ShadowTopicError]:
+    cls = type(name, (base,), {"code": code, "reason": name, "retriable": retriable,
+                               "__doc__": f"{code.name}, reason `{name}`."})
+    cls.__module__ = __name__
+    return cls
+
+
+S = grpc.StatusCode
+InvalidArgument = _error("InvalidArgument", S.INVALID_ARGUMENT)
+InvalidTopicName = _error("InvalidTopicName", S.INVALID_ARGUMENT, base=InvalidArgument)
+InvalidMessageId = _error("InvalidMessageId", S.INVALID_ARGUMENT, base=InvalidArgument)
+InvalidPolicies = _error("InvalidPolicies", S.INVALID_ARGUMENT, base=InvalidArgument)
+MessageTooBig = _error("MessageTooBig", S.RESOURCE_EXHAUSTED)
+BatchTooBig = _error("BatchTooBig", S.RESOURCE_EXHAUSTED)
+TooManyProducers = _error("TooManyProducers", S.RESOURCE_EXHAUSTED)
+StorageFull = _error("StorageFull", S.RESOURCE_EXHAUSTED, retriable=True)
+TopicNotFound = _error("TopicNotFound", S.NOT_FOUND)
+SubscriptionNotFound = _error("SubscriptionNotFound", S.NOT_FOUND)
+LedgerNotFound = _error("LedgerNotFound", S.NOT_FOUND)
+TopicAlreadyExists = _error("TopicAlreadyExists", S.ALREADY_EXISTS)
+SubscriptionAlreadyExists = _error("SubscriptionAlreadyExists", S.ALREADY_EXISTS)
+NotAllowed = _error("NotAllowed", S.FAILED_PRECONDITION)
+HasShadowTopics = _error("HasShadowTopics", S.FAILED_PRECONDITION)
+ConsumerBusy = _error("ConsumerBusy", S.FAILED_PRECONDITION)
+ProducerBusy = _error("ProducerBusy", S.FAILED_PRECONDITION)
+CompactionInProgress = _error("CompactionInProgress", S.FAILED_PRECONDITION)
+Fenced = _error("Fenced", S.ABORTED, retriable=True)
+TopicNotOwned = _error("TopicNotOwned", S.UNAVAILABLE, retriable=True)
+ServiceUnavailable = _error("ServiceUnavailable", S.UNAVAILABLE, retriable=True)
+MetadataUnavailable = _error("MetadataUnavailable", S.UNAVAILABLE, retriable=True,
+                             base=ServiceUnavailable)
+ConnectError = _error("ConnectError", S.UNAVAILABLE, retriable=True, base=ServiceUnavailable)
+Timeout = _error("Timeout", S.DEADLINE_EXCEEDED, retriable=True)
+ChecksumError = _error("ChecksumError", S.DATA_LOSS)
+DataLoss = _error("DataLoss", S.DATA_LOSS)
+Unimplemented = _error("Unimplemented", S.UNIMPLEMENTED)
+Unauthenticated = _error("Unauthenticated", S.UNAUTHENTICATED)
+PermissionDenied = _error("PermissionDenied", S.PERMISSION_DENIED)
+Cancelled = _error("Cancelled", S.CANCELLED)
+AlreadyClosed = _error("AlreadyClosed", S.FAILED_PRECONDITION)
+Internal = _error("Internal", S.INTERNAL)
+
+#: reason -> class: the registry both directions go through.
+REGISTRY: dict[str, type[ShadowTopicError]] = {
+    cls.reason: cls for cls in list(globals().values())
+    if isinstance(cls, type) and issubclass(cls, ShadowTopicError) and cls is not ShadowTopicError
+}
+
+#: status code -> class, for statuses that arrive without a reason (e.g. from grpc itself).
+_BY_CODE: dict[grpc.StatusCode, type[ShadowTopicError]] = {
+    S.INVALID_ARGUMENT: InvalidArgument, S.NOT_FOUND: TopicNotFound,
+    S.ALREADY_EXISTS: TopicAlreadyExists, S.FAILED_PRECONDITION: NotAllowed,
+    S.RESOURCE_EXHAUSTED: MessageTooBig, S.UNAVAILABLE: ServiceUnavailable,
+    S.DEADLINE_EXCEEDED: Timeout, S.DATA_LOSS: DataLoss, S.UNIMPLEMENTED: Unimplemented,
+    S.UNAUTHENTICATED: Unauthenticated, S.PERMISSION_DENIED: PermissionDenied,
+    S.CANCELLED: Cancelled, S.ABORTED: Fenced,
+}
+
+
+def to_status(err: ShadowTopicError) -> tuple[grpc.StatusCode, str, tuple[tuple[str, str], ...]]:
+    """(code, details, trailing metadata) for a server to abort a call with."""
+    return err.code, err.message, ((REASON_KEY, err.reason),)
+
+
+def from_status(code: grpc.StatusCode, details: str | None, reason: str | None) -> ShadowTopicError:
+    """The typed error for a status the client received."""
+    cls = REGISTRY.get(reason or "")
+    if cls is None:
+        cls = _BY_CODE.get(code, Internal)
+    return cls(details or (code.name if code else "unknown error"))
+
+
+def from_rpc_error(exc: grpc.RpcError) -> ShadowTopicError:
+    reason = None
+    try:
+        for key, value in exc.trailing_metadata() or ():
+            if key == REASON_KEY:
+                reason = value
+    except Exception:  # noqa: BLE001 - some RpcErrors carry no call metadata
+        pass
+    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    if code == S.UNAVAILABLE and reason is None:
+        return ConnectError(details or "cannot reach the broker")
+    return from_status(code, details, reason)
+
+
+def from_reason(reason: str, message: str, code_name: str = "") -> ShadowTopicError:
+    """The typed error for an in-stream `ErrorStatus`."""
+    code = getattr(grpc.StatusCode, code_name, grpc.StatusCode.INTERNAL) if code_name else None
+    return from_status(code, message, reason)

@@ -1,0 +1,69 @@
+"""MessageId = (ledger_id, entry_id[, partition]); text form `L:E` or `L:E:P`.
+
+Ids order by (ledger_id, entry_id, partition). Ledger ids start at 1, so `EARLIEST` (0:0)
+sorts before every stored entry and `LATEST` after every one. `serialize()` gives the bytes
+of a `MessageIdData` protobuf, stable across versions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from source.core.errors import InvalidMessageId
+from source.pb.v1 import common_pb2
+
+_MAX = (1 << 63) - 1
+
+
+@dataclass(frozen=True, order=True)
+class MessageId:
+    ledger_id: int
+    entry_id: int
+    partition: int = -1
+
+    def __post_init__(self):
+        if not (0 <= self.ledger_id <= _MAX and 0 <= self.entry_id <= _MAX):
+            raise InvalidMessageId(f"message id out of range: {self.ledger_id}:{self.entry_id}")
+        if self.partition < -1:
+            raise InvalidMessageId(f"invalid partition {self.partition}")
+
+    def __str__(self) -> str:
+        base = f"{self.ledger_id}:{self.entry_id}"
+        return base if self.partition < 0 else f"{base}:{self.partition}"
+
+    @classmethod
+    def parse(cls, text: str) -> "MessageId":
+        parts = text.strip().split(":") if isinstance(text, str) else []
+        if len(parts) not in (2, 3):
+            raise InvalidMessageId(f"'{text}' is not a message id (expected L:E or L:E:P)")
+        try:
+            nums = [int(p) for p in parts]
+        except ValueError:
+            raise InvalidMessageId(f"'{text}' is not a message id (expected integers)") from None
+        return cls(*nums)
+
+    def serialize(self) -> bytes:
+        return common_pb2.MessageIdData(ledger_id=self.ledger_id, entry_id=self.entry_id,
+                                        partition=self.partition).SerializeToString()
+
+    @classmethod
+    def deserialize(cls, data: bytes) -> "MessageId":
+        try:
+            pb = common_pb2.MessageIdData.FromString(bytes(data))
+        except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError and friends
+            raise InvalidMessageId(f"cannot decode message id bytes: {exc}") from None
+        return cls.from_pb(pb)
+
+    @classmethod
+    def from_pb(cls, pb: common_pb2.MessageIdData) -> "MessageId":
+        return cls(pb.ledger_id, pb.entry_id, pb.partition if pb.partition >= 0 else -1)
+
+    def to_pb(self) -> common_pb2.MessageIdData:
+        return common_pb2.MessageIdData(ledger_id=self.ledger_id, entry_id=self.entry_id,
+                                        partition=self.partition)
+
+    def with_partition(self, partition: int) -> "MessageId":
+        return MessageId(self.ledger_id, self.entry_id, partition)
+
+
+EARLIEST = MessageId(0, 0)
+LATEST = MessageId(_MAX, _MAX)

@@ -1,0 +1,485 @@
+"""ManagedLedger: a source topic's ledgers, written by the one broker that owns the topic.
+
+- append: batches queue on the open ledger; one writer task per open ledger takes everything
+  queued, assigns entry ids, writes one buffer and fdatasyncs it (group commit), then makes
+  the entries visible and resolves every waiting append. Nothing is acknowledged before its
+  fsync; a failed write acknowledges nothing and cuts the WAL back.
+- rollover (by entries, bytes or age): a new ledger is registered OPEN in etcd before it takes
+  writes, the old one drains and is sealed to Parquet in the background, then marked SEALED.
+- every change of the ledger list is one etcd transaction that compares the list's revision
+  and this broker's ownership record, so a broker that lost the topic cannot change it
+  (it is fenced and stops acknowledging).
+- open: every OPEN ledger left by a previous owner is recovered from its WAL (torn tail cut)
+  and sealed before this owner starts a new ledger.
+- reads by MessageId come from memory for unsealed ledgers and from Parquet otherwise.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import time
+from collections import OrderedDict
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Callable
+
+from source.core import errors
+from source.core.message_id import MessageId
+from source.core.names import TopicName
+from source.ledger import wal as walmod
+from source.ledger.sealed import SealedLedger, write_sealed
+from source.ledger.storage import Storage
+from source.ledger.view import ReadEntry
+from source.metadata import keys
+from source.metadata.base import Compare, MetadataStore, MetadataUnavailable, Put
+from source.pb.storage.v1 import metadata_pb2 as mpb
+
+log = logging.getLogger(__name__)
+OPEN, SEALED = mpb.LedgerState.OPEN, mpb.LedgerState.SEALED
+
+
+@dataclass
+class LedgerConfig:
+    max_entries: int = 200_000
+    max_bytes: int = 64 << 20
+    max_age_s: float = 4 * 3600
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _OpenLedger:
+    """A ledger taking appends: its WAL, its confirmed entries and its queue."""
+
+    def __init__(self, ledger_id: int, wal: walmod.WalFile, wal_rel: str,
+                 entries: walmod.Entries | None = None):
+        self.ledger_id = ledger_id
+        self.wal = wal
+        self.wal_rel = wal_rel
+        self.entries = entries or walmod.Entries()
+        self.queued_entries = 0
+        self.queued_bytes = 0
+        self.created = time.monotonic()
+        self.pending: list[tuple] = []
+        self.wake = asyncio.Event()
+        self.closing = False
+        self.writer: asyncio.Task | None = None
+
+    def full(self, cfg: LedgerConfig) -> bool:
+        return (self.queued_entries >= cfg.max_entries or self.queued_bytes >= cfg.max_bytes
+                or (self.queued_entries > 0 and time.monotonic() - self.created >= cfg.max_age_s))
+
+
+class ManagedLedger:
+    def __init__(self, topic: TopicName, store: MetadataStore, storage: Storage,
+                 ownership_key: str, ownership_value: bytes, epoch: int,
+                 executor: Executor, config: LedgerConfig | None = None):
+        self.topic = topic
+        self.store = store
+        self.storage = storage
+        self.epoch = epoch
+        self.config = config or LedgerConfig()
+        self._own_key = ownership_key
+        self._own_value = ownership_value
+        self._executor = executor
+        self._list_key = keys.ledgers(topic)
+        self._list = mpb.LedgerList()
+        self._list_rev = 0
+        self._list_lock = asyncio.Lock()
+        self._mem: dict[int, walmod.Entries] = {}       # unsealed ledgers, by id
+        self._sealed: OrderedDict[int, SealedLedger] = OrderedDict()
+        self._current: _OpenLedger | None = None
+        self._roll_task: asyncio.Task | None = None
+        self._seal_tasks: set[asyncio.Task] = set()
+        self._fenced: errors.ShadowTopicError | None = None
+        self._waiter: asyncio.Future | None = None
+        self.on_sealed: Callable[[mpb.LedgerInfo], None] | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    @classmethod
+    async def open(cls, *args, **kwargs) -> "ManagedLedger":
+        ml = cls(*args, **kwargs)
+        await ml._load()
+        return ml
+
+    async def _load(self) -> None:
+        kv = await self.store.get(self._list_key)
+        if kv is not None:
+            self._list.ParseFromString(kv.value)
+            self._list_rev = kv.mod_revision
+        for info in [i for i in self._list.ledgers if i.state == OPEN]:
+            await self._recover(info)
+        self._current = await self._create_ledger()
+
+    async def _recover(self, info: mpb.LedgerInfo) -> None:
+        """Seal an OPEN ledger left by a previous owner from its WAL (cutting a torn tail)."""
+        path = self.storage.wal_path(info.wal_path)
+        loop = asyncio.get_running_loop()
+        try:
+            rec = await loop.run_in_executor(self._executor, walmod.recover, path)
+        except FileNotFoundError:
+            if self.storage.shared_wal:  # the WAL was never created or already removed
+                await self._update_list(lambda lst: _remove(lst, {info.ledger_id}))
+            else:
+                log.warning("%s: WAL of open ledger %d is on another broker's disk",
+                            self.topic, info.ledger_id)
+            return
+        if rec.truncated_bytes:
+            log.warning("%s: ledger %d: cut %d bytes of torn WAL tail", self.topic,
+                        info.ledger_id, rec.truncated_bytes)
+        await self._seal_entries(info.ledger_id, info.wal_path, rec.entries)
+
+    async def close(self) -> None:
+        """Stop taking appends, finish every queued write and seal; the WAL stays for the
+        next owner (who seals the open ledger)."""
+        if self._fenced is None:
+            self._fenced = errors.TopicNotOwned(f"{self.topic} is closing on this broker")
+        cur = self._current
+        if cur is not None:
+            cur.closing = True
+            cur.wake.set()
+            if cur.writer is not None:
+                await asyncio.gather(cur.writer, return_exceptions=True)
+            cur.wal.close()
+        tasks = [t for t in [self._roll_task, *self._seal_tasks] if t is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=30)
+
+    def fence(self, err: errors.ShadowTopicError) -> None:
+        """Refuse further appends (ownership lost)."""
+        if self._fenced is None:
+            self._fenced = err
+            log.warning("%s fenced: %s", self.topic, err)
+
+    # ---- metadata --------------------------------------------------------------------------
+
+    async def _update_list(self, mutate: Callable[[mpb.LedgerList], None]) -> None:
+        async with self._list_lock:
+            new = mpb.LedgerList()
+            new.CopyFrom(self._list)
+            mutate(new)
+            new.writer_epoch = self.epoch
+            try:
+                res = await self.store.txn(
+                    [Compare(self._list_key, "mod_revision", "==", self._list_rev),
+                     Compare(self._own_key, "value", "==", self._own_value)],
+                    [Put(self._list_key, new.SerializeToString())])
+            except MetadataUnavailable as exc:
+                raise errors.MetadataUnavailable(str(exc)) from None
+            if not res.succeeded:
+                err = errors.Fenced(f"{self.topic}: ownership lost (epoch {self.epoch})")
+                self.fence(err)
+                raise err
+            self._list = new
+            self._list_rev = res.revision
+
+    async def _create_ledger(self) -> _OpenLedger:
+        lid = await self.store.next_id(keys.LEDGER_ID_COUNTER)
+        rel = self.storage.wal_rel(self.topic, lid)
+        loop = asyncio.get_running_loop()
+        wal = await loop.run_in_executor(self._executor, walmod.WalFile.create,
+                                         self.storage.wal_path(rel), lid)
+        info = mpb.LedgerInfo(ledger_id=lid, state=OPEN, wal_path=rel, created_ms=now_ms())
+        try:
+            await self._update_list(lambda lst: lst.ledgers.append(info))
+        except errors.ShadowTopicError:
+            wal.close()
+            self.storage.delete_wal(rel)
+            raise
+        led = _OpenLedger(lid, wal, rel)
+        self._mem[lid] = led.entries
+        led.writer = asyncio.create_task(self._write_loop(led), name=f"wal-{lid}")
+        return led
+
+    # ---- append ----------------------------------------------------------------------------
+
+    async def append(self, raws: list[bytes], keys_: list[bytes | None], flags: list[int],
+                     size: int) -> tuple[int, int]:
+        """Append a batch durably; return (ledger_id, first_entry_id) after the fsync."""
+        if self._fenced is not None:
+            raise self._fenced
+        cur = self._current
+        if self._roll_task is None and cur.full(self.config):
+            self._roll_task = asyncio.create_task(self._roll())
+        fut = asyncio.get_running_loop().create_future()
+        cur.pending.append((raws, keys_, flags, size, fut))
+        cur.queued_entries += len(raws)
+        cur.queued_bytes += size
+        cur.wake.set()
+        return await fut
+
+    async def _write_loop(self, led: _OpenLedger) -> None:
+        loop = asyncio.get_running_loop()
+        encode = walmod.encode_batch
+        while True:
+            await led.wake.wait()
+            led.wake.clear()
+            while led.pending:
+                group, led.pending = led.pending, []
+                publish_ms = now_ms()
+                next_id = len(led.entries)
+                firsts, frames = [], []
+                for raws, keys_, flags, _size, _fut in group:
+                    firsts.append(next_id)
+                    frames.append(encode(next_id, publish_ms, raws, keys_, flags))
+                    next_id += len(raws)
+                try:
+                    await loop.run_in_executor(self._executor, led.wal.write_sync,
+                                               b"".join(frames))
+                except OSError as exc:
+                    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+                    cls = errors.StorageFull if full else errors.Internal
+                    err = cls(f"{self.topic}: WAL write failed: {exc.strerror or exc}")
+                    for raws, _k, _f, size, fut in group:
+                        led.queued_entries -= len(raws)
+                        led.queued_bytes -= size
+                        if not fut.done():
+                            fut.set_exception(err)
+                    continue
+                ents = led.entries
+                for (raws, keys_, flags, size, fut), first in zip(group, firsts):
+                    ents.extend(publish_ms, raws, keys_, flags, size)
+                    if not fut.done():
+                        fut.set_result((led.ledger_id, first))
+                self._notify()
+            if led.closing and not led.pending:
+                return
+
+    def _notify(self) -> None:
+        w = self._waiter
+        if w is not None:
+            self._waiter = None
+            if not w.done():
+                w.set_result(None)
+
+    # ---- rollover and sealing --------------------------------------------------------------
+
+    async def _roll(self) -> mpb.LedgerInfo | None:
+        try:
+            new = await self._create_ledger()
+            old, self._current = self._current, new
+            old.closing = True
+            old.wake.set()
+            await asyncio.gather(old.writer, return_exceptions=True)
+            old.wal.close()
+            return await self._seal_entries(old.ledger_id, old.wal_rel, old.entries)
+        except errors.ShadowTopicError as exc:
+            log.warning("%s: rollover failed: %s", self.topic, exc)
+            raise
+        finally:
+            self._roll_task = None
+
+    async def roll(self) -> mpb.LedgerInfo | None:
+        """Seal the current ledger now (RollLedger); returns the sealed ledger's info, or the
+        newest sealed ledger when the current one is empty."""
+        if self._fenced is not None:
+            raise self._fenced
+        if self._roll_task is not None:
+            await asyncio.gather(self._roll_task, return_exceptions=True)
+        if self._current.queued_entries == 0:
+            sealed = [i for i in self._list.ledgers if i.state == SEALED]
+            return sealed[-1] if sealed else None
+        self._roll_task = task = asyncio.create_task(self._roll())
+        return await task
+
+    async def _seal_entries(self, lid: int, wal_rel: str, entries: walmod.Entries
+                            ) -> mpb.LedgerInfo | None:
+        if len(entries) == 0:
+            await self._update_list(lambda lst: _remove(lst, {lid}))
+            self._mem.pop(lid, None)
+            self.storage.delete_wal(wal_rel)
+            return None
+        rel = self.storage.sealed_rel(self.topic, lid)
+        loop = asyncio.get_running_loop()
+        size, crc = await loop.run_in_executor(self._executor, write_sealed, self.storage.fs,
+                                               self.storage.full(rel), entries)
+        sealed: list[mpb.LedgerInfo] = []
+
+        def mark(lst: mpb.LedgerList) -> None:
+            for info in lst.ledgers:
+                if info.ledger_id == lid:
+                    info.state = SEALED
+                    info.path = rel
+                    info.wal_path = ""
+                    info.entries = len(entries)
+                    info.size_bytes = entries.size
+                    info.crc32c = crc
+                    info.sealed_ms = now_ms()
+                    info.first_publish_ms = entries.publish_ms[0]
+                    info.last_publish_ms = entries.publish_ms[-1]
+                    sealed.append(info)
+            lst.entries_added += len(entries)
+
+        await self._update_list(mark)
+        self._mem.pop(lid, None)
+        self.storage.delete_wal(wal_rel)
+        info = next(i for i in self._list.ledgers if i.ledger_id == lid)
+        if self.on_sealed is not None:
+            self.on_sealed(info)
+        return info
+
+    # ---- retention and truncation ----------------------------------------------------------
+
+    async def apply_retention(self, time_s: int, size_bytes: int) -> tuple[int, int]:
+        """Delete the oldest sealed ledgers beyond the time / size limits (-1 = no limit)."""
+        total = self.storage_size()
+        cutoff = now_ms() - time_s * 1000 if time_s >= 0 else None
+        victims = []
+        for info in self._list.ledgers:
+            if info.state != SEALED:
+                break
+            old = cutoff is not None and info.last_publish_ms < cutoff
+            big = size_bytes >= 0 and total > size_bytes
+            if not (old or big):
+                break
+            victims.append(info)
+            total -= info.size_bytes
+        return await self._delete_ledgers(victims)
+
+    async def truncate(self) -> tuple[int, int]:
+        """Seal the current ledger and delete every sealed ledger (cursors move to the end)."""
+        await self.roll()
+        return await self._delete_ledgers([i for i in self._list.ledgers if i.state == SEALED])
+
+    async def _delete_ledgers(self, victims: list[mpb.LedgerInfo]) -> tuple[int, int]:
+        if not victims:
+            return 0, 0
+        ids = {i.ledger_id for i in victims}
+        paths = [i.path for i in victims]
+        count = sum(i.entries for i in victims)
+
+        def drop(lst: mpb.LedgerList) -> None:
+            _remove(lst, ids)
+            lst.entries_deleted += count
+
+        await self._update_list(drop)
+        for lid in ids:
+            self._sealed.pop(lid, None)
+        for p in paths:
+            self.storage.delete(p)
+        return len(ids), count
+
+    async def delete_all(self) -> None:
+        """Remove every file of this topic (the caller deletes the metadata keys)."""
+        await self.close()
+        for info in self._list.ledgers:
+            if info.path:
+                self.storage.delete(info.path)
+            if info.wal_path:
+                self.storage.delete_wal(info.wal_path)
+
+    # ---- reads (LedgerView) ----------------------------------------------------------------
+
+    def ledgers(self) -> list[mpb.LedgerInfo]:
+        """The ledger list, with the live entry counts of unsealed ledgers filled in."""
+        out = []
+        for info in self._list.ledgers:
+            mem = self._mem.get(info.ledger_id)
+            if mem is not None:
+                info = mpb.LedgerInfo(ledger_id=info.ledger_id, state=OPEN,
+                                      wal_path=info.wal_path, created_ms=info.created_ms,
+                                      entries=len(mem), size_bytes=mem.size)
+            out.append(info)
+        return out
+
+    def _count(self, info: mpb.LedgerInfo) -> int:
+        mem = self._mem.get(info.ledger_id)
+        return len(mem) if mem is not None else (info.entries if info.state == SEALED else 0)
+
+    def first_position(self) -> MessageId | None:
+        for info in self._list.ledgers:
+            if self._count(info):
+                return MessageId(info.ledger_id, 0)
+        return None
+
+    def last_confirmed(self) -> MessageId | None:
+        for info in reversed(self._list.ledgers):
+            n = self._count(info)
+            if n:
+                return MessageId(info.ledger_id, n - 1)
+        return None
+
+    def next_position(self) -> MessageId:
+        cur = self._current
+        return MessageId(cur.ledger_id, len(cur.entries))
+
+    def storage_size(self) -> int:
+        return sum(i.size_bytes for i in self.ledgers())
+
+    def number_of_entries(self) -> int:
+        return sum(self._count(i) for i in self._list.ledgers)
+
+    @property
+    def entries_deleted(self) -> int:
+        return self._list.entries_deleted
+
+    @property
+    def current_ledger(self) -> tuple[int, int, int]:
+        cur = self._current
+        return cur.ledger_id, len(cur.entries), cur.entries.size
+
+    async def read(self, start: MessageId, max_entries: int, max_bytes: int) -> list[ReadEntry]:
+        out: list[ReadEntry] = []
+        size = 0
+        for info in list(self._list.ledgers):
+            lid = info.ledger_id
+            if lid < start.ledger_id:
+                continue
+            first = start.entry_id if lid == start.ledger_id else 0
+            want = max_entries - len(out)
+            mem = self._mem.get(lid)
+            if mem is not None:
+                stop = min(len(mem), first + want)
+                for i in range(first, stop):
+                    raw = mem.raws[i]
+                    out.append(ReadEntry(lid, i, mem.publish_ms[i], raw))
+                    size += len(raw)
+                    if size >= max_bytes:
+                        break
+            elif info.state == SEALED and first < info.entries:
+                reader = await self._open_sealed(info)
+                loop = asyncio.get_running_loop()
+                pubs, raws = await loop.run_in_executor(self._executor, reader.read, first,
+                                                        want, max_bytes - size)
+                for i, (p, r) in enumerate(zip(pubs, raws)):
+                    out.append(ReadEntry(lid, first + i, p, r))
+                    size += len(r)
+            if len(out) >= max_entries or size >= max_bytes:
+                break
+        return out
+
+    async def _open_sealed(self, info: mpb.LedgerInfo) -> SealedLedger:
+        reader = self._sealed.get(info.ledger_id)
+        if reader is None:
+            loop = asyncio.get_running_loop()
+            reader = await loop.run_in_executor(self._executor, SealedLedger, self.storage.fs,
+                                                self.storage.full(info.path), info.crc32c)
+            self._sealed[info.ledger_id] = reader
+            while len(self._sealed) > 4:
+                self._sealed.popitem(last=False)
+        else:
+            self._sealed.move_to_end(info.ledger_id)
+        return reader
+
+    async def wait_for_entries(self, position: MessageId, timeout: float) -> bool:
+        def ready() -> bool:
+            last = self.last_confirmed()
+            return last is not None and last >= position
+        if ready():
+            return True
+        if self._waiter is None or self._waiter.done():
+            self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._waiter), timeout)
+        except asyncio.TimeoutError:
+            pass
+        return ready()
+
+
+def _remove(lst: mpb.LedgerList, ids: set[int]) -> None:
+    keep = [i for i in lst.ledgers if i.ledger_id not in ids]
+    del lst.ledgers[:]
+    lst.ledgers.extend(keep)

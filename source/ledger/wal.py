@@ -1,0 +1,187 @@
+"""Write-ahead log of an open ledger: format, append with fsync, and recovery.
+
+File layout (little-endian):
+
+    header  = b"STWAL001" u64 ledger_id                                   (16 bytes)
+    frame   = u32 length, u32 crc32c(body), body[length]
+    body    = u64 first_entry_id, u32 count, i64 publish_time_ms, record * count
+    record  = u32 raw_len, u16 key_len, u8 flags, key[key_len], raw[raw_len]
+    flags   = 1: has key, 2: tombstone (empty payload)
+
+One frame holds one produce batch (as a Kafka record batch does): the batch is appended and
+fsynced as a unit and acknowledged only after the fsync, so one CRC per batch is enough to
+find a torn tail. Entries are numbered contiguously from 0 within a ledger; `recover` stops
+at the first frame that is short, fails its CRC or breaks the numbering, truncates the file
+there and returns every entry before it.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+
+import google_crc32c
+
+MAGIC = b"STWAL001"
+HEADER = struct.Struct("<8sQ")
+FRAME = struct.Struct("<II")
+BATCH = struct.Struct("<QIq")
+RECORD = struct.Struct("<IHB")
+HAS_KEY = 1
+TOMBSTONE = 2
+MAX_FRAME = 256 << 20
+
+
+def encode_header(ledger_id: int) -> bytes:
+    return HEADER.pack(MAGIC, ledger_id)
+
+
+def encode_batch(first_entry_id: int, publish_ms: int, raws: list[bytes],
+                 keys: list[bytes | None], flags: list[int]) -> bytes:
+    """One frame for a batch of entries (pure; the hot path of produce)."""
+    pack = RECORD.pack
+    parts = [BATCH.pack(first_entry_id, len(raws), publish_ms)]
+    append = parts.append
+    for raw, key, flag in zip(raws, keys, flags):
+        k = key or b""
+        append(pack(len(raw), len(k), flag))
+        if k:
+            append(k)
+        append(raw)
+    body = b"".join(parts)
+    return FRAME.pack(len(body), google_crc32c.value(body)) + body
+
+
+@dataclass
+class Entries:
+    """Entries of one ledger in column form (what the WAL holds and Parquet gets)."""
+
+    raws: list[bytes] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    flags: list[int] = field(default_factory=list)
+    publish_ms: list[int] = field(default_factory=list)
+    size: int = 0
+
+    def __len__(self) -> int:
+        return len(self.raws)
+
+    def extend(self, publish_ms: int, raws: list[bytes], keys: list[bytes | None],
+               flags: list[int], size: int) -> None:
+        self.raws.extend(raws)
+        self.keys.extend(keys)
+        self.flags.extend(flags)
+        self.publish_ms.extend([publish_ms] * len(raws))
+        self.size += size
+
+
+def decode_body(body: bytes, entries: Entries) -> tuple[int, int]:
+    """Append a frame body's records to `entries`; return (first_entry_id, count)."""
+    first, count, publish_ms = BATCH.unpack_from(body, 0)
+    pos = BATCH.size
+    raws, keys, flags = [], [], []
+    size = 0
+    for _ in range(count):
+        raw_len, key_len, flag = RECORD.unpack_from(body, pos)
+        pos += RECORD.size
+        key = body[pos:pos + key_len] if flag & HAS_KEY else None
+        pos += key_len
+        raws.append(body[pos:pos + raw_len])
+        pos += raw_len
+        keys.append(key)
+        flags.append(flag)
+        size += raw_len
+    if pos != len(body):
+        raise ValueError("frame body length does not match its records")
+    entries.extend(publish_ms, raws, keys, flags, size)
+    return first, count
+
+
+@dataclass
+class Recovered:
+    ledger_id: int
+    entries: Entries
+    valid_bytes: int     # file length after truncation
+    truncated_bytes: int  # bytes cut off the torn tail
+
+
+def recover(path: str, truncate: bool = True) -> Recovered:
+    """Read every valid frame; cut the file at the first invalid one (torn tail)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < HEADER.size or data[:8] != MAGIC:
+        raise ValueError(f"{path}: not a shadowtopic WAL (bad header)")
+    _, ledger_id = HEADER.unpack_from(data, 0)
+    entries = Entries()
+    pos = HEADER.size
+    while pos + FRAME.size <= len(data):
+        length, crc = FRAME.unpack_from(data, pos)
+        end = pos + FRAME.size + length
+        if length < BATCH.size or length > MAX_FRAME or end > len(data):
+            break
+        body = data[pos + FRAME.size:end]
+        if google_crc32c.value(body) != crc:
+            break
+        first = BATCH.unpack_from(body, 0)[0]
+        if first != len(entries):
+            break
+        try:
+            decode_body(body, entries)
+        except (ValueError, struct.error):
+            break
+        pos = end
+    cut = len(data) - pos
+    if cut and truncate:
+        with open(path, "r+b") as f:
+            f.truncate(pos)
+            f.flush()
+            os.fsync(f.fileno())
+    return Recovered(ledger_id, entries, pos, cut)
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class WalFile:
+    """An open WAL file: `create` writes and fsyncs the header (and the directory entry);
+    `write_sync` appends frames and fdatasyncs (call it from a worker thread)."""
+
+    def __init__(self, path: str, fd: int, size: int):
+        self.path = path
+        self._fd = fd
+        self._size = size  # bytes known durable; a failed write is cut back to this
+
+    @classmethod
+    def create(cls, path: str, ledger_id: int) -> "WalFile":
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        os.write(fd, encode_header(ledger_id))
+        os.fsync(fd)
+        fsync_dir(os.path.dirname(path))
+        return cls(path, fd, HEADER.size)
+
+    def write_sync(self, data: bytes) -> None:
+        """Append and fdatasync. On failure (e.g. ENOSPC) the partial frame is cut off so
+        later frames never sit behind garbage, and the OSError propagates (nothing acked)."""
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+            os.fdatasync(self._fd)
+        except OSError:
+            try:
+                os.ftruncate(self._fd, self._size)
+            except OSError:
+                pass
+            raise
+        self._size += len(data)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

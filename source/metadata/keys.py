@@ -1,0 +1,84 @@
+"""The etcd key schema (DESIGN.md §4), in one place. Values are `source.pb.storage.v1`
+messages (see proto/source/pb/storage/v1/metadata.proto) unless noted.
+
+    /shadowtopic/clusters/<c>/brokers/<id>            BrokerInfo, under the broker's lease
+    /shadowtopic/clusters/<c>/ownership/<topic-path>  Ownership, under the owner's lease
+    /shadowtopic/topics/<topic-path>/info             TopicInfo
+    /shadowtopic/topics/<topic-path>/ledgers          LedgerList
+    /shadowtopic/topics/<topic-path>/epoch            counter (ascii int): ownership epochs
+    /shadowtopic/topics/<topic-path>/shadows          ShadowList
+    /shadowtopic/topics/<topic-path>/compaction       CompactionPointer
+    /shadowtopic/topics/<topic-path>/compaction/jobs/<id>
+    /shadowtopic/topics/<topic-path>/subscriptions/<sub>
+    /shadowtopic/counters/ledger-id                   counter (ascii int): cluster-unique ledger ids
+
+<topic-path> is `persistent/<tenant>/<namespace>/<topic>` (TopicName.path), so a namespace's
+topics list under one prefix and no topic name is a prefix of another's keys.
+"""
+from __future__ import annotations
+
+from source.core.names import TopicName
+
+ROOT = "/shadowtopic"
+LEDGER_ID_COUNTER = f"{ROOT}/counters/ledger-id"
+
+
+def _t(topic: TopicName) -> str:
+    return f"{ROOT}/topics/{topic.path}"
+
+
+def topics_prefix(namespace: str | None = None) -> str:
+    return f"{ROOT}/topics/persistent/{namespace}/" if namespace else f"{ROOT}/topics/"
+
+
+def topic_prefix(topic: TopicName) -> str:
+    return _t(topic) + "/"
+
+
+def topic_info(topic: TopicName) -> str:
+    return _t(topic) + "/info"
+
+
+def ledgers(topic: TopicName) -> str:
+    return _t(topic) + "/ledgers"
+
+
+def epoch_counter(topic: TopicName) -> str:
+    return _t(topic) + "/epoch"
+
+
+def shadows(topic: TopicName) -> str:
+    return _t(topic) + "/shadows"
+
+
+def compaction(topic: TopicName) -> str:
+    return _t(topic) + "/compaction"
+
+
+def compaction_job(topic: TopicName, job_id: str) -> str:
+    return _t(topic) + f"/compaction/jobs/{job_id}"
+
+
+def subscription(topic: TopicName, sub: str) -> str:
+    return _t(topic) + f"/subscriptions/{sub}"
+
+
+def brokers_prefix(cluster: str) -> str:
+    return f"{ROOT}/clusters/{cluster}/brokers/"
+
+
+def broker(cluster: str, broker_id: str) -> str:
+    return brokers_prefix(cluster) + broker_id
+
+
+def ownership(cluster: str, topic: TopicName) -> str:
+    return f"{ROOT}/clusters/{cluster}/ownership/{topic.path}"
+
+
+def topic_from_info_key(key: str) -> TopicName | None:
+    """Inverse of `topic_info` (for listing topics by prefix)."""
+    prefix = f"{ROOT}/topics/persistent/"
+    if not key.startswith(prefix) or not key.endswith("/info"):
+        return None
+    parts = key[len(prefix):-len("/info")].split("/")
+    return TopicName(*parts) if len(parts) == 3 else None

@@ -1,0 +1,144 @@
+from source.pb.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class TopicKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SOURCE: _ClassVar[TopicKind]
+    SHADOW: _ClassVar[TopicKind]
+
+class LedgerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OPEN: _ClassVar[LedgerState]
+    SEALED: _ClassVar[LedgerState]
+SOURCE: TopicKind
+SHADOW: TopicKind
+OPEN: LedgerState
+SEALED: LedgerState
+
+class TopicInfo(_message.Message):
+    __slots__ = ("name", "kind", "source", "properties", "policies", "partitions", "partition_of", "partition_index", "created_ms")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_OF_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: TopicKind
+    source: str
+    properties: _containers.ScalarMap[str, str]
+    policies: _common_pb2.Policies
+    partitions: int
+    partition_of: str
+    partition_index: int
+    created_ms: int
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[TopicKind, str]] = ..., source: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., policies: _Optional[_Union[_common_pb2.Policies, _Mapping]] = ..., partitions: _Optional[int] = ..., partition_of: _Optional[str] = ..., partition_index: _Optional[int] = ..., created_ms: _Optional[int] = ...) -> None: ...
+
+class LedgerInfo(_message.Message):
+    __slots__ = ("ledger_id", "state", "entries", "size_bytes", "path", "wal_path", "created_ms", "sealed_ms", "crc32c", "first_publish_ms", "last_publish_ms")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    WAL_PATH_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    SEALED_MS_FIELD_NUMBER: _ClassVar[int]
+    CRC32C_FIELD_NUMBER: _ClassVar[int]
+    FIRST_PUBLISH_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_PUBLISH_MS_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    state: LedgerState
+    entries: int
+    size_bytes: int
+    path: str
+    wal_path: str
+    created_ms: int
+    sealed_ms: int
+    crc32c: int
+    first_publish_ms: int
+    last_publish_ms: int
+    def __init__(self, ledger_id: _Optional[int] = ..., state: _Optional[_Union[LedgerState, str]] = ..., entries: _Optional[int] = ..., size_bytes: _Optional[int] = ..., path: _Optional[str] = ..., wal_path: _Optional[str] = ..., created_ms: _Optional[int] = ..., sealed_ms: _Optional[int] = ..., crc32c: _Optional[int] = ..., first_publish_ms: _Optional[int] = ..., last_publish_ms: _Optional[int] = ...) -> None: ...
+
+class LedgerList(_message.Message):
+    __slots__ = ("ledgers", "writer_epoch", "entries_added", "entries_deleted")
+    LEDGERS_FIELD_NUMBER: _ClassVar[int]
+    WRITER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_ADDED_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_DELETED_FIELD_NUMBER: _ClassVar[int]
+    ledgers: _containers.RepeatedCompositeFieldContainer[LedgerInfo]
+    writer_epoch: int
+    entries_added: int
+    entries_deleted: int
+    def __init__(self, ledgers: _Optional[_Iterable[_Union[LedgerInfo, _Mapping]]] = ..., writer_epoch: _Optional[int] = ..., entries_added: _Optional[int] = ..., entries_deleted: _Optional[int] = ...) -> None: ...
+
+class Ownership(_message.Message):
+    __slots__ = ("broker_id", "broker_url", "epoch", "acquired_ms")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_URL_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ACQUIRED_MS_FIELD_NUMBER: _ClassVar[int]
+    broker_id: str
+    broker_url: str
+    epoch: int
+    acquired_ms: int
+    def __init__(self, broker_id: _Optional[str] = ..., broker_url: _Optional[str] = ..., epoch: _Optional[int] = ..., acquired_ms: _Optional[int] = ...) -> None: ...
+
+class BrokerInfo(_message.Message):
+    __slots__ = ("broker_id", "url", "roles", "started_ms")
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    broker_id: str
+    url: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    started_ms: int
+    def __init__(self, broker_id: _Optional[str] = ..., url: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., started_ms: _Optional[int] = ...) -> None: ...
+
+class ShadowList(_message.Message):
+    __slots__ = ("shadows",)
+    SHADOWS_FIELD_NUMBER: _ClassVar[int]
+    shadows: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, shadows: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CompactionPointer(_message.Message):
+    __slots__ = ("manifest_path", "horizon", "job_id", "published_ms")
+    MANIFEST_PATH_FIELD_NUMBER: _ClassVar[int]
+    HORIZON_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    manifest_path: str
+    horizon: _common_pb2.MessageIdData
+    job_id: str
+    published_ms: int
+    def __init__(self, manifest_path: _Optional[str] = ..., horizon: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., job_id: _Optional[str] = ..., published_ms: _Optional[int] = ...) -> None: ...
+
+class SubscriptionMeta(_message.Message):
+    __slots__ = ("name", "type", "created_ms", "initial_position")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    type: int
+    created_ms: int
+    initial_position: _common_pb2.MessageIdData
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[int] = ..., created_ms: _Optional[int] = ..., initial_position: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,51 @@
+"""Wire encoding done by hand where it pays: pure functions over bytes, no I/O.
+
+A `ServerFrame` carrying entries is built by concatenating already-encoded `EncodedEntry`
+records (a repeated message field is just length-delimited records one after another), so
+an entry's `raw` bytes go from storage to the socket without being decoded or re-encoded.
+Field numbers follow proto/source/pb/v1/common.proto and consumer.proto; a unit test checks
+that protobuf parses what these functions write.
+"""
+from __future__ import annotations
+
+# EncodedEntry: 1 ledger_id, 2 entry_id, 3 publish_time, 4 redelivery_count, 5 raw
+# ServerFrame:  1 handle, 2 entries (repeated EncodedEntry), 3 event
+
+
+def varint(n: int) -> bytes:
+    if n < 0:
+        n += 1 << 64
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def encode_entry(ledger_id: int, entry_id: int, publish_ms: int, raw: bytes,
+                 redelivery_count: int = 0) -> bytes:
+    """The bytes of one `EncodedEntry` message."""
+    parts = [b"\x08", varint(ledger_id), b"\x10", varint(entry_id), b"\x18", varint(publish_ms)]
+    if redelivery_count:
+        parts += [b"\x20", varint(redelivery_count)]
+    parts += [b"\x2a", varint(len(raw)), raw]
+    return b"".join(parts)
+
+
+def entries_field(encoded: list[bytes], field: int = 2) -> bytes:
+    """A repeated EncodedEntry field from encoded entries (ServerFrame.entries is field 2,
+    ReadEntriesResponse.entries and PeekMessagesResponse.entries are field 1)."""
+    tag = bytes(((field << 3) | 2,))
+    parts = []
+    for e in encoded:
+        parts += [tag, varint(len(e)), e]
+    return b"".join(parts)
+
+
+def entries_frame(handle: int, encoded: list[bytes]) -> bytes:
+    """A whole `ServerFrame{handle, entries}`."""
+    head = b"\x08" + varint(handle) if handle else b""
+    return head + entries_field(encoded)

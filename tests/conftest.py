@@ -1,0 +1,31 @@
+"""Shared fixtures. There is no pytest-asyncio: tests run coroutines with `arun(...)`
+(asyncio.run with a time bound) inside plain test functions."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable, Coroutine
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def etcd_server():
+    """One real etcd for the whole run (temp data dir, free loopback ports)."""
+    from source.metadata.etcd_server import EtcdServer
+
+    server = EtcdServer()
+    server.start(timeout=30)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def arun() -> Callable[..., Any]:
+    """`arun(coro, timeout=30)`: run a coroutine on a fresh event loop, bounded in time."""
+
+    def run(coro: Coroutine, timeout: float = 30.0) -> Any:
+        return asyncio.run(asyncio.wait_for(coro, timeout))
+
+    return run
