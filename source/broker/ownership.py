@@ -105,8 +105,9 @@ class BrokerSession:
         kv = await self.store.get(key)
         if kv is not None:
             owner = mpb.Ownership.FromString(kv.value)
-            if owner.broker_id == self.broker_id and kv.lease == self.lease:
-                # ours already (a topic reloaded after close): take a fresh epoch
+            if owner.broker_id == self.broker_id:
+                # ours: reloaded after close, or held by a dead incarnation of this broker
+                # (same id = same data dir; that process is gone). Take it with a new epoch.
                 res = await self.store.txn([Compare(key, "mod_revision", "==", kv.mod_revision)],
                                            [Put(key, value, lease=self.lease)])
                 if res.succeeded:

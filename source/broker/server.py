@@ -15,7 +15,7 @@ import os
 import signal
 import socket
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -43,7 +43,7 @@ class BrokerConfig:
     host: str = "127.0.0.1"
     port: int = 6650
     cluster: str = "standalone"
-    broker_id: str = field(default_factory=lambda: f"broker-{uuid.uuid4().hex[:8]}")
+    broker_id: str = ""                  # default: kept in <data_dir>/broker.id
     lease_ttl: int = 10
     roles: tuple[str, ...] = ("source",)
 
@@ -51,10 +51,26 @@ class BrokerConfig:
     def url(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def resolve_broker_id(self) -> str:
+        """A broker's id survives restarts on the same data dir, so a restarted broker takes
+        back the topics its previous (dead) incarnation owned without waiting for the lease."""
+        if not self.broker_id:
+            path = os.path.join(self.data_dir, "broker.id")
+            try:
+                with open(path) as f:
+                    self.broker_id = f.read().strip()
+            except FileNotFoundError:
+                os.makedirs(self.data_dir, exist_ok=True)
+                self.broker_id = f"broker-{uuid.uuid4().hex[:12]}"
+                with open(path, "w") as f:
+                    f.write(self.broker_id + "\n")
+        return self.broker_id
+
 
 class Broker:
     def __init__(self, config: BrokerConfig):
         self.config = config
+        config.resolve_broker_id()
         self.store = EtcdStore(config.etcd)
         root = config.storage_root or os.path.join(os.path.abspath(config.data_dir), "storage")
         if "://" not in root:

@@ -1,9 +1,11 @@
 """Sync producer: batches messages per partition and streams them on one Produce stream.
 
-`send_async` adds a message to its partition's open batch; a batch goes out when it holds
+`send_async` adds a message to its partition's open batch; a batch closes when it holds
 `batch_max_messages` messages or `batch_max_bytes` bytes, or `linger_ms` after its first
-message. At most `max_inflight` batches wait for receipts (then `send_async` blocks: the
-backpressure). A receipt arrives after the broker's fsync and resolves every message of its
+message. Closed batches enter one ordered outbox (under the same lock that fills them, so
+send order is batch order) and one sender thread streams them. At most `max_inflight`
+batches wait for receipts and as many more wait in the outbox; then `send_async` blocks
+(the backpressure). A receipt arrives after the broker's fsync and resolves every message of its
 batch with its MessageId, in send order; `send` is `send_async` + flush + wait.
 Partitioned topics route by crc32c(key) % partitions, keyless messages round-robin.
 """
@@ -56,6 +58,8 @@ class Producer:
         self._send_lock = threading.Lock()      # in-flight order == stream order
         self._idle = threading.Condition(self._send_lock)
         self._batches: dict[int, _Batch] = {}
+        self._outbox: queue.Queue = queue.Queue(maxsize=max_inflight)
+        self._unacked = 0                        # closed batches without a receipt yet
         self._inflight: deque[tuple[int, _Batch]] = deque()
         self._window = threading.Semaphore(max_inflight)
         self._request_ids = itertools.count(1)
@@ -67,6 +71,9 @@ class Producer:
         self._flusher = threading.Thread(target=self._linger_loop, daemon=True,
                                          name="producer-linger")
         self._flusher.start()
+        self._sender = threading.Thread(target=self._send_loop, daemon=True,
+                                        name="producer-send")
+        self._sender.start()
 
     # ---- public API ------------------------------------------------------------------------
 
@@ -78,7 +85,6 @@ class Producer:
         if isinstance(payload, str):
             payload = payload.encode()
         part = self._route(key)
-        full = None
         with self._lock:
             self._seq += 1
             msg = to_pb(payload, key, properties, event_time, self.producer_name, self._seq)
@@ -90,9 +96,7 @@ class Producer:
             b.callbacks.append(callback)
             b.size += len(payload) + 16
             if len(b.msgs) >= self._max_msgs or b.size >= self._max_bytes:
-                full = self._batches.pop(part)
-        if full is not None:
-            self._dispatch(full)
+                self._close_batch(part)
 
     def send(self, payload: bytes | str, key: bytes | str | None = None,
              properties: dict[str, str] | None = None, event_time: int = 0,
@@ -118,7 +122,7 @@ class Producer:
         self._flush_open()
         deadline = time.monotonic() + (timeout or self._conn.timeout)
         with self._idle:
-            while self._inflight:
+            while self._unacked:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise errors.Timeout("flush timed out waiting for receipts")
@@ -131,6 +135,8 @@ class Producer:
             self.flush()
         finally:
             self._closed = True
+            self._outbox.put(None)
+            self._sender.join(10)
             with self._send_lock:
                 if self._requests is not None:
                     self._requests.put(None)
@@ -153,32 +159,41 @@ class Producer:
         k = key.encode() if isinstance(key, str) else key
         return google_crc32c.value(k) % self.partitions
 
+    def _close_batch(self, part: int) -> None:
+        """Move a partition's open batch to the outbox (caller holds self._lock)."""
+        b = self._batches.pop(part)
+        with self._idle:
+            self._unacked += 1
+        self._outbox.put(b)
+
     def _flush_open(self) -> None:
         with self._lock:
-            batches, self._batches = list(self._batches.values()), {}
-        for b in batches:
-            self._dispatch(b)
+            for part in list(self._batches):
+                self._close_batch(part)
 
     def _linger_loop(self) -> None:
         while not self._closed:
             time.sleep(self._linger)
             now = time.monotonic()
             with self._lock:
-                due = [p for p, b in self._batches.items() if now - b.created >= self._linger]
-                batches = [self._batches.pop(p) for p in due]
-            for b in batches:
-                self._dispatch(b)
+                for part in [p for p, b in self._batches.items()
+                             if now - b.created >= self._linger]:
+                    self._close_batch(part)
 
-    def _dispatch(self, batch: _Batch) -> None:
-        self._window.acquire()
-        with self._send_lock:
-            if self._requests is None:
-                self._open_stream()
-            rid = next(self._request_ids)
-            self._inflight.append((rid, batch))
-            self._requests.put(producer_pb2.ProduceRequest(
-                topic=batch.topic, producer_name=self.producer_name, request_id=rid,
-                messages=batch.msgs))
+    def _send_loop(self) -> None:
+        while True:
+            batch = self._outbox.get()
+            if batch is None:
+                return
+            self._window.acquire()
+            with self._send_lock:
+                if self._requests is None:
+                    self._open_stream()
+                rid = next(self._request_ids)
+                self._inflight.append((rid, batch))
+                self._requests.put(producer_pb2.ProduceRequest(
+                    topic=batch.topic, producer_name=self.producer_name, request_id=rid,
+                    messages=batch.msgs))
 
     def _open_stream(self) -> None:
         requests: queue.SimpleQueue = queue.SimpleQueue()
@@ -204,7 +219,8 @@ class Producer:
                 self._resolve(batch, receipt)
                 self._window.release()
                 with self._idle:
-                    if not self._inflight:
+                    self._unacked -= 1
+                    if not self._unacked:
                         self._idle.notify_all()
         except grpc.RpcError as exc:
             self._fail_inflight(errors.from_rpc_error(exc), requests)
@@ -217,6 +233,7 @@ class Producer:
                 self._requests = None
             failed = list(self._inflight)
             self._inflight.clear()
+            self._unacked -= len(failed)
             self._idle.notify_all()
         requests.put(None)
         for _, batch in failed:

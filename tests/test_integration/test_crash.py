@@ -1,0 +1,176 @@
+"""Durability under kill -9, torn WAL tails and corrupt sealed ledgers (SCENARIOS F1-F3)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from source.client import Client
+from source.core import errors
+from source.core.message_id import MessageId
+
+PRODUCER_SCRIPT = textwrap.dedent("""
+    import json, sys
+    from source.client import Client
+    url, topic, pid, count, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    acked, failed = [], []
+    def cb(seq):
+        def done(mid, exc):
+            if exc is None:
+                acked.append((seq, str(mid)))
+            else:
+                failed.append(seq)
+        return done
+    client = Client(url, timeout=10)
+    p = client.create_producer(topic, producer_name=f"p{pid}", batch_max_messages=500)
+    for seq in range(count):
+        if failed:
+            break
+        p.send_async(f"{pid}:{seq}".encode(), key=f"p{pid}", callback=cb(seq))
+    try:
+        p.flush(timeout=15)
+    except Exception:
+        pass
+    with open(out, "w") as f:
+        json.dump({"acked": acked, "failed": len(failed)}, f)
+    import os; os._exit(0)
+""")
+
+
+def read_all(url: str, topic: str, timeout: float = 60) -> list:
+    out = []
+    deadline = time.monotonic() + timeout
+    with Client(url, timeout=20) as c:
+        with c.create_reader(topic, start="earliest") as r:
+            while r.has_message_available() and time.monotonic() < deadline:
+                out.append(r.read_next(timeout=20))
+    return out
+
+
+@pytest.mark.slow
+def test_kill9_during_produce_loses_no_acknowledged_message(broker, client, topic, tmp_path):
+    """F1: 4 producer processes, 200,000 messages, kill -9 the broker mid-way, restart."""
+    client.admin.create_topic(topic)
+    script = tmp_path / "producer.py"
+    script.write_text(PRODUCER_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    procs, outs = [], []
+    for pid in range(4):
+        out = tmp_path / f"acked-{pid}.json"
+        outs.append(out)
+        procs.append(subprocess.Popen([sys.executable, str(script), broker.url, topic, str(pid),
+                                       "50000", str(out)], env=env))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if int(client.admin.stats(topic).get("msgInCounter", 0)) >= 40_000:
+            break
+        time.sleep(0.05)
+    broker.kill()
+    for p in procs:
+        assert p.wait(90) == 0
+    acked = {}
+    for pid, out in enumerate(outs):
+        data = json.loads(out.read_text())
+        acked[pid] = {seq: mid for seq, mid in data["acked"]}
+    total_acked = sum(len(a) for a in acked.values())
+    assert total_acked >= 40_000, "the kill came before enough messages were acknowledged"
+    assert total_acked < 200_000, "the kill came after everything was acknowledged"
+
+    broker.start(timeout=60)
+    messages = read_all(broker.url, topic)
+    seen: dict[int, list[int]] = {pid: [] for pid in range(4)}
+    for m in messages:
+        pid, seq = map(int, m.payload.decode().split(":"))
+        assert m.key == f"p{pid}".encode()
+        seen[pid].append(seq)
+        if seq in acked[pid]:
+            assert str(m.message_id) == acked[pid][seq], "an acknowledged id changed"
+    for pid in range(4):
+        got = seen[pid]
+        assert got == sorted(got) and len(set(got)) == len(got), f"producer {pid}: order broken"
+        missing = set(acked[pid]) - set(got)
+        assert not missing, f"producer {pid}: {len(missing)} acknowledged messages lost"
+    # the topic keeps working after recovery
+    with Client(broker.url) as c, c.create_producer(topic) as p:
+        mid = p.send(b"after-restart")
+    assert mid > max(m.message_id for m in messages)
+
+
+def _open_wal(client: Client, broker, topic: str) -> str:
+    st = client.admin.internal_stats(topic)
+    open_ledgers = [l for l in st["ledgers"] if l["state"] == "OPEN"]
+    assert len(open_ledgers) == 1
+    return os.path.join(broker.data_dir, "storage", open_ledgers[0]["path"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tail", ["partial-frame", "garbage", "cut-last-frame"])
+def test_torn_wal_tail_is_truncated_on_recovery(broker, client, topic, tail):
+    """F2: recovery cuts the WAL at the last valid frame and serves nothing past it."""
+    client.admin.create_topic(topic)
+    with client.create_producer(topic) as p:
+        ids = [p.send(f"m{i}".encode(), key="k") for i in range(20)]
+    wal = _open_wal(client, broker, topic)
+    broker.kill()
+    size = os.path.getsize(wal)
+    expected = 20
+    with open(wal, "r+b") as f:
+        if tail == "partial-frame":   # a frame header promising more bytes than were written
+            f.seek(0, 2)
+            f.write((4096).to_bytes(4, "little") + b"\x01\x02\x03\x04" + b"\x00" * 50)
+        elif tail == "garbage":
+            f.seek(0, 2)
+            f.write(os.urandom(333))
+        else:                         # the last frame (one send = one frame) torn in half
+            f.truncate(size - 7)
+            expected = 19
+    broker.start(timeout=60)
+    messages = read_all(broker.url, topic)
+    assert [m.payload for m in messages] == [f"m{i}".encode() for i in range(expected)]
+    assert [m.message_id for m in messages] == ids[:expected]
+    with Client(broker.url) as c:
+        st = c.admin.internal_stats(topic)
+        sealed = [l for l in st["ledgers"] if l["state"] == "SEALED"]
+        assert [int(l["entries"]) for l in sealed] == [expected]
+        with c.create_producer(topic) as p:
+            new_id = p.send(b"next")
+    assert new_id.ledger_id > ids[-1].ledger_id
+    assert [m.payload for m in read_all(broker.url, topic)][-1] == b"next"
+
+
+@pytest.mark.slow
+def test_flipped_byte_in_sealed_ledger_is_data_loss_and_others_keep_working(
+        broker, client, topic):
+    """F3: a corrupt sealed ledger gives DATA_LOSS ChecksumError; other topics are unaffected."""
+    other = topic + "-other"
+    client.admin.create_topic(topic)
+    client.admin.create_topic(other)
+    with client.create_producer(topic) as p:
+        for i in range(3000):
+            p.send_async(b"x" * 100, key=f"k{i}")
+        p.flush()
+    with client.create_producer(other) as p:
+        p.send(b"fine")
+    sealed = client.admin.roll_ledger(topic)
+    path = os.path.join(broker.data_dir, "storage", sealed["path"])
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0xFF]))
+    with pytest.raises(errors.ChecksumError) as info:
+        read_all(broker.url, topic)
+    assert info.value.code.name == "DATA_LOSS"
+    # the broker keeps serving: other topics read and write, the same topic still takes writes
+    assert [m.payload for m in read_all(broker.url, other)] == [b"fine"]
+    with Client(broker.url) as c:
+        with c.create_producer(other) as p:
+            assert p.send(b"still-fine") > MessageId(0, 0)
+        with c.create_producer(topic) as p:
+            assert p.send(b"new-data").ledger_id > int(sealed["ledgerId"])
+        assert broker.proc.poll() is None
