@@ -92,6 +92,7 @@ class ManagedLedger:
         self._sealed: OrderedDict[int, SealedLedger] = OrderedDict()
         self._current: _OpenLedger | None = None
         self._roll_task: asyncio.Task | None = None
+        self._switched: asyncio.Future | None = None  # resolved when a roll switches ledgers
         self._seal_tasks: set[asyncio.Task] = set()
         self._fenced: errors.ShadowTopicError | None = None
         self._waiter: asyncio.Future | None = None
@@ -202,8 +203,16 @@ class ManagedLedger:
         if self._fenced is not None:
             raise self._fenced
         cur = self._current
-        if self._roll_task is None and cur.full(self.config):
-            self._roll_task = asyncio.create_task(self._roll())
+        while cur.full(self.config):
+            # a full ledger takes no more entries: wait for the switch (a few ms)
+            if self._roll_task is None:
+                self._roll_task = asyncio.create_task(self._roll())
+                self._roll_task.add_done_callback(_consume)
+            self._switched = self._switched or asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._switched)
+            if self._fenced is not None:
+                raise self._fenced
+            cur = self._current
         fut = asyncio.get_running_loop().create_future()
         cur.pending.append((raws, keys_, flags, size, fut))
         cur.queued_entries += len(raws)
@@ -257,20 +266,47 @@ class ManagedLedger:
 
     # ---- rollover and sealing --------------------------------------------------------------
 
-    async def _roll(self) -> mpb.LedgerInfo | None:
+    async def _roll(self) -> asyncio.Task:
+        """Switch to a new ledger; the old one drains and seals in its own task (returned)."""
         try:
-            new = await self._create_ledger()
+            try:
+                new = await self._create_ledger()
+            except BaseException as exc:
+                self._resolve_switch(exc)
+                raise
             old, self._current = self._current, new
-            old.closing = True
-            old.wake.set()
-            await asyncio.gather(old.writer, return_exceptions=True)
-            old.wal.close()
-            return await self._seal_entries(old.ledger_id, old.wal_rel, old.entries)
+            self._resolve_switch(None)
+            seal = asyncio.create_task(self._drain_and_seal(old), name=f"seal-{old.ledger_id}")
+            self._seal_tasks.add(seal)
+            seal.add_done_callback(self._seal_done)
+            return seal
         except errors.ShadowTopicError as exc:
             log.warning("%s: rollover failed: %s", self.topic, exc)
             raise
         finally:
             self._roll_task = None
+
+    async def _drain_and_seal(self, old: _OpenLedger) -> mpb.LedgerInfo | None:
+        old.closing = True
+        old.wake.set()
+        await asyncio.gather(old.writer, return_exceptions=True)
+        old.wal.close()
+        return await self._seal_entries(old.ledger_id, old.wal_rel, old.entries)
+
+    def _seal_done(self, task: asyncio.Task) -> None:
+        self._seal_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("%s: sealing failed (the next owner seals it): %s", self.topic,
+                        task.exception())
+
+    def _resolve_switch(self, exc: BaseException | None) -> None:
+        fut, self._switched = self._switched, None
+        if fut is not None and not fut.done():
+            if exc is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(exc)
+                fut.exception()  # retrieved by the waiting appends, if any
 
     async def roll(self) -> mpb.LedgerInfo | None:
         """Seal the current ledger now (RollLedger); returns the sealed ledger's info, or the
@@ -280,10 +316,12 @@ class ManagedLedger:
         if self._roll_task is not None:
             await asyncio.gather(self._roll_task, return_exceptions=True)
         if self._current.queued_entries == 0:
+            if self._seal_tasks:
+                await asyncio.gather(*self._seal_tasks, return_exceptions=True)
             sealed = [i for i in self._list.ledgers if i.state == SEALED]
             return sealed[-1] if sealed else None
         self._roll_task = task = asyncio.create_task(self._roll())
-        return await task
+        return await (await task)
 
     async def _seal_entries(self, lid: int, wal_rel: str, entries: walmod.Entries
                             ) -> mpb.LedgerInfo | None:
@@ -477,6 +515,12 @@ class ManagedLedger:
         except asyncio.TimeoutError:
             pass
         return ready()
+
+
+def _consume(task: asyncio.Task) -> None:
+    """Retrieve a background task's exception (it is reported where it matters)."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _remove(lst: mpb.LedgerList, ids: set[int]) -> None:

@@ -78,7 +78,7 @@ def test_kill9_during_produce_loses_no_acknowledged_message(broker, client, topi
         data = json.loads(out.read_text())
         acked[pid] = {seq: mid for seq, mid in data["acked"]}
     total_acked = sum(len(a) for a in acked.values())
-    assert total_acked >= 40_000, "the kill came before enough messages were acknowledged"
+    assert total_acked >= 20_000, "the kill came before enough messages were acknowledged"
     assert total_acked < 200_000, "the kill came after everything was acknowledged"
 
     broker.start(timeout=60)

@@ -1,0 +1,310 @@
+"""Ledger engine: WAL format and recovery, sealed Parquet ledgers, the managed ledger."""
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from source.core import errors
+from source.core.message_id import MessageId
+from source.core.names import TopicName
+from source.ledger import wal
+from source.ledger.managed import LedgerConfig, ManagedLedger
+from source.ledger.sealed import SealedLedger, write_sealed
+from source.ledger.storage import Storage
+from source.metadata import keys
+from source.metadata.memory import MemoryStore
+from source.pb.storage.v1 import metadata_pb2 as mpb
+
+TOPIC = TopicName.parse("persistent://t/ns/ledger")
+
+
+def _batch(n: int, start: int = 0):
+    raws = [f"m{start + i}".encode() for i in range(n)]
+    keys_ = [f"k{i % 3}".encode() if i % 4 else None for i in range(n)]
+    flags = [wal.HAS_KEY if k else 0 for k in keys_]
+    return raws, keys_, flags, sum(map(len, raws))
+
+
+def _write_wal(path: str, batches: list[int]) -> None:
+    f = wal.WalFile.create(path, 9)
+    first = 0
+    for n in batches:
+        raws, keys_, flags, _ = _batch(n, first)
+        f.write_sync(wal.encode_batch(first, 1000 + first, raws, keys_, flags))
+        first += n
+    f.close()
+
+
+# ---- WAL ---------------------------------------------------------------------------------
+
+def test_wal_round_trip(tmp_path):
+    path = str(tmp_path / "w" / "9.wal")
+    _write_wal(path, [3, 5])
+    rec = wal.recover(path)
+    assert rec.ledger_id == 9 and rec.truncated_bytes == 0
+    assert rec.entries.raws == [f"m{i}".encode() for i in range(8)]
+    assert rec.entries.keys[0] is None and rec.entries.keys[1] == b"k1"
+    assert rec.entries.publish_ms == [1000] * 3 + [1003] * 5
+
+
+@pytest.mark.parametrize("damage", ["append-garbage", "cut-frame", "flip-crc", "zero-tail"])
+def test_wal_recovery_cuts_at_last_valid_frame(tmp_path, damage):
+    path = str(tmp_path / "9.wal")
+    _write_wal(path, [4, 4])
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        if damage == "append-garbage":
+            f.seek(0, 2)
+            f.write(b"\x10\x00\x00\x00garbage-garbage-garbage")
+        elif damage == "cut-frame":
+            f.truncate(size - 3)
+        elif damage == "flip-crc":
+            f.seek(size - 1)
+            last = f.read(1)
+            f.seek(size - 1)
+            f.write(bytes([last[0] ^ 1]))
+        else:
+            f.seek(0, 2)
+            f.write(b"\x00" * 64)
+    rec = wal.recover(path)
+    expected = 8 if damage in ("append-garbage", "zero-tail") else 4
+    assert len(rec.entries) == expected
+    assert os.path.getsize(path) == rec.valid_bytes
+    assert wal.recover(path).truncated_bytes == 0  # the cut is durable and idempotent
+
+
+def test_wal_rejects_foreign_file(tmp_path):
+    path = tmp_path / "x.wal"
+    path.write_bytes(b"not a wal at all")
+    with pytest.raises(ValueError):
+        wal.recover(str(path))
+
+
+def test_failed_write_is_cut_back(tmp_path, monkeypatch):
+    path = str(tmp_path / "9.wal")
+    f = wal.WalFile.create(path, 9)
+    raws, keys_, flags, _ = _batch(2)
+    f.write_sync(wal.encode_batch(0, 1, raws, keys_, flags))
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fdatasync", full)
+    with pytest.raises(OSError):
+        f.write_sync(wal.encode_batch(2, 1, raws, keys_, flags))
+    monkeypatch.undo()
+    f.write_sync(wal.encode_batch(2, 1, raws, keys_, flags))
+    f.close()
+    assert len(wal.recover(path).entries) == 4
+
+
+# ---- sealed ledgers ------------------------------------------------------------------------
+
+def _entries(n: int) -> wal.Entries:
+    e = wal.Entries()
+    raws, keys_, flags, size = _batch(n)
+    flags[1] |= wal.TOMBSTONE
+    e.extend(555, raws, keys_, flags, size)
+    return e
+
+
+def test_sealed_round_trip_reads_by_entry_id(tmp_path):
+    st = Storage(str(tmp_path))
+    size, crc = write_sealed(st.fs, st.full("l/1.parquet"), _entries(3000))
+    led = SealedLedger(st.fs, st.full("l/1.parquet"), crc)
+    assert led.num_entries == 3000 and size > 0
+    pubs, raws = led.read(2040, 10, 1 << 20)
+    assert raws == [f"m{i}".encode() for i in range(2040, 2050)] and pubs == [555] * 10
+    _, raws = led.read(2990, 100, 1 << 20)
+    assert len(raws) == 10
+    import pyarrow.parquet as pq
+    t = pq.read_table(st.full("l/1.parquet"), columns=["entry_id", "key", "is_tombstone"])
+    assert t.column("entry_id").to_pylist()[:3] == [0, 1, 2]
+    assert t.column("key").to_pylist()[0] is None and t.column("is_tombstone").to_pylist()[1]
+
+
+def test_sealed_corruption_and_absence_are_typed(tmp_path):
+    st = Storage(str(tmp_path))
+    path = st.full("l/2.parquet")
+    _, crc = write_sealed(st.fs, path, _entries(100))
+    with open(path, "r+b") as f:
+        f.seek(200)
+        b = f.read(1)
+        f.seek(200)
+        f.write(bytes([b[0] ^ 0x55]))
+    with pytest.raises(errors.ChecksumError):
+        SealedLedger(st.fs, path, crc)
+    with pytest.raises(errors.DataLoss):
+        SealedLedger(st.fs, st.full("l/missing.parquet"), crc)
+
+
+# ---- managed ledger ------------------------------------------------------------------------
+
+class Env:
+    def __init__(self, tmp_path):
+        self.store = MemoryStore()
+        self.storage = Storage(str(tmp_path / "storage"))
+        self.executor = ThreadPoolExecutor(4)
+        self.epoch = 0
+
+    async def open(self, **cfg) -> ManagedLedger:
+        self.epoch += 1
+        own_key = keys.ownership("c", TOPIC)
+        value = mpb.Ownership(broker_id="b", epoch=self.epoch).SerializeToString()
+        await self.store.put(own_key, value)
+        return await ManagedLedger.open(TOPIC, self.store, self.storage, own_key, value,
+                                        self.epoch, self.executor, LedgerConfig(**cfg))
+
+
+async def _append(ml, n, start=0):
+    raws, keys_, flags, size = _batch(n, start)
+    return await ml.append(raws, keys_, flags, size)
+
+
+async def _read_all(ml):
+    out, pos = [], MessageId(0, 0)
+    while True:
+        got = await ml.read(pos, 1000, 1 << 30)
+        if not got:
+            return out
+        out += got
+        pos = MessageId(got[-1].ledger_id, got[-1].entry_id + 1)
+
+
+def test_appends_group_commit_and_ids_are_contiguous(tmp_path, arun, monkeypatch):
+    calls = []
+    real = wal.WalFile.write_sync
+
+    def counting(self, data):
+        calls.append(len(data))
+        return real(self, data)
+
+    monkeypatch.setattr(wal.WalFile, "write_sync", counting)
+
+    async def main():
+        env = Env(tmp_path)
+        ml = await env.open()
+        results = await asyncio.gather(*[_append(ml, 10, i * 10) for i in range(50)])
+        firsts = sorted(r[1] for r in results)
+        assert firsts == list(range(0, 500, 10))
+        assert len({r[0] for r in results}) == 1
+        assert len(calls) < 50, "appends were not grouped into fewer fsyncs"
+        entries = await _read_all(ml)
+        assert [e.entry_id for e in entries] == list(range(500))
+        assert ml.last_confirmed() == MessageId(results[0][0], 499)
+        await ml.close()
+
+    arun(main())
+
+
+def test_rollover_seals_to_parquet_and_reads_span_ledgers(tmp_path, arun):
+    async def main():
+        env = Env(tmp_path)
+        ml = await env.open(max_entries=100)
+        for i in range(10):
+            await _append(ml, 50, i * 50)
+        for _ in range(100):
+            if len([i for i in ml.ledgers() if i.state == mpb.SEALED]) >= 4:
+                break
+            await asyncio.sleep(0.05)
+        sealed = [i for i in ml.ledgers() if i.state == mpb.SEALED]
+        assert len(sealed) >= 4 and all(i.path.endswith(".parquet") for i in sealed)
+        assert all(os.path.exists(env.storage.full(i.path)) for i in sealed)
+        entries = await _read_all(ml)
+        assert [e.raw for e in entries] == [f"m{i}".encode() for i in range(500)]
+        ids = [(e.ledger_id, e.entry_id) for e in entries]
+        assert ids == sorted(ids)
+        stored = mpb.LedgerList.FromString((await env.store.get(keys.ledgers(TOPIC))).value)
+        assert [i.ledger_id for i in stored.ledgers] == [i.ledger_id for i in ml.ledgers()]
+        await ml.close()
+
+    arun(main())
+
+
+def test_new_owner_seals_the_dead_owners_open_ledger(tmp_path, arun):
+    async def main():
+        env = Env(tmp_path)
+        ml = await env.open()
+        lid, _ = await _append(ml, 30)
+        # the owner dies without closing; a new owner (new epoch) opens the topic
+        ml2 = await env.open()
+        infos = ml2.ledgers()
+        assert infos[0].ledger_id == lid and infos[0].state == mpb.SEALED
+        assert infos[0].entries == 30 and infos[-1].state == mpb.OPEN
+        assert not os.path.exists(env.storage.wal_path(env.storage.wal_rel(TOPIC, lid)))
+        assert [e.raw for e in await _read_all(ml2)] == [f"m{i}".encode() for i in range(30)]
+        # the old owner is fenced at its next ledger-list write
+        with pytest.raises(errors.Fenced):
+            await ml.roll()
+        with pytest.raises(errors.Fenced):
+            await _append(ml, 1)
+        await ml2.close()
+
+    arun(main())
+
+
+def test_storage_full_acknowledges_nothing_then_recovers(tmp_path, arun, monkeypatch):
+    async def main():
+        env = Env(tmp_path)
+        ml = await env.open()
+        await _append(ml, 5)
+        real = wal.WalFile.write_sync
+
+        def full(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(wal.WalFile, "write_sync", full)
+        with pytest.raises(errors.StorageFull):
+            await _append(ml, 5, 5)
+        monkeypatch.setattr(wal.WalFile, "write_sync", real)
+        lid, first = await _append(ml, 5, 100)
+        assert first == 5
+        entries = await _read_all(ml)
+        assert [e.raw for e in entries] == [f"m{i}".encode() for i in [0, 1, 2, 3, 4,
+                                                                      100, 101, 102, 103, 104]]
+        await ml.close()
+
+    arun(main())
+
+
+def test_retention_and_truncate_delete_sealed_ledgers(tmp_path, arun):
+    async def main():
+        env = Env(tmp_path)
+        ml = await env.open()
+        for i in range(4):
+            await _append(ml, 20, i * 20)
+            await ml.roll()
+        sealed = [i for i in ml.ledgers() if i.state == mpb.SEALED]
+        assert len(sealed) == 4
+        n, entries = await ml.apply_retention(-1, sealed[2].size_bytes + sealed[3].size_bytes)
+        assert (n, entries) == (2, 40)
+        assert not os.path.exists(env.storage.full(sealed[0].path))
+        got = await _read_all(ml)
+        assert got[0].ledger_id == sealed[2].ledger_id and len(got) == 40
+        await _append(ml, 3, 500)
+        n, entries = await ml.truncate()
+        assert (n, entries) == (3, 43)
+        assert await _read_all(ml) == [] and ml.last_confirmed() is None
+        assert ml.entries_deleted == 83
+        await ml.close()
+
+    arun(main())
+
+
+def test_wait_for_entries_wakes_on_append(tmp_path, arun):
+    async def main():
+        env = Env(tmp_path)
+        ml = await env.open()
+        pos = ml.next_position()
+        assert not await ml.wait_for_entries(pos, 0.05)
+        waiter = asyncio.create_task(ml.wait_for_entries(pos, 5))
+        await asyncio.sleep(0.01)
+        await _append(ml, 1)
+        assert await asyncio.wait_for(waiter, 2)
+        await ml.close()
+
+    arun(main())
