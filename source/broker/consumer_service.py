@@ -66,10 +66,21 @@ def resolve_start(ml: ManagedLedger, start: common_pb2.StartPosition, inclusive:
 class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
     def __init__(self, topics: TopicManager):
         self.topics = topics
+        self._streams: set[asyncio.Queue] = set()
+
+    def shutdown(self) -> None:
+        """End every Connect stream (graceful broker stop)."""
+        for out in list(self._streams):
+            try:
+                out.put_nowait(None)
+            except asyncio.QueueFull:
+                out.get_nowait()
+                out.put_nowait(None)
 
     async def Connect(self, request_iterator, context):
         out: asyncio.Queue = asyncio.Queue(maxsize=32)
         readers: dict[int, _Reader] = {}
+        self._streams.add(out)
 
         async def pump(r: _Reader) -> None:
             counters = self.topics.counters_for(r.topic)
@@ -157,6 +168,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                     break
                 yield frame
         finally:
+            self._streams.discard(out)
             commands.cancel()
             for r in readers.values():
                 if r.task:

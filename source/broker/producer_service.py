@@ -1,7 +1,11 @@
 """Producer.Produce: a stream of batches in, a stream of receipts out, in request order.
 
-Requests are read ahead while earlier batches wait for their fsync, so one stream keeps
-several batches in the group commit; receipts still leave in request order. A rejected batch
+Requests arrive as bytes and are read through `RawProduceRequest`, a wire-compatible view in
+which each message is the bytes the producer serialized: those bytes are stored as the
+entries' `raw` and the request goes to the WAL as it came, so the broker never decodes or
+re-encodes a message on the produce path. Requests are read ahead while earlier batches wait
+for their fsync, so one stream keeps several batches in the group commit; receipts still
+leave in request order. A rejected batch
 (bad topic, message too big, storage full, ...) gets a receipt with `error` and nothing of
 it is stored; the stream goes on.
 """
@@ -13,10 +17,17 @@ from source.broker.rpc import error_status
 from source.broker.topics import TopicManager
 from source.core import errors
 from source.core.names import TopicName
-from source.ledger.wal import HAS_KEY, TOMBSTONE
+from source.pb.storage.v1 import views_pb2
 from source.pb.v1 import producer_pb2, producer_pb2_grpc
 
 MAX_INFLIGHT = 64
+
+
+def _parse(data: bytes) -> views_pb2.RawProduceRequest | None:
+    try:
+        return views_pb2.RawProduceRequest.FromString(data)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError: the receipt says so
+        return None
 
 
 class ProducerService(producer_pb2_grpc.ProducerServicer):
@@ -33,32 +44,24 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
             self._names[text] = name
         return name
 
-    async def _append(self, req: producer_pb2.ProduceRequest) -> tuple[int, int, int]:
+    async def _append(self, req: views_pb2.RawProduceRequest | None,
+                      data: bytes) -> tuple[int, int, int]:
+        if req is None:
+            raise errors.InvalidArgument("malformed produce request")
         topic = self._name(req.topic)
         ml = self.topics.loaded(topic)
         if ml is None:
             ml = await self.topics.ledger(topic)
-        limit = self.topics.max_message_size.get(topic, 1 << 20)
-        msgs = req.messages
-        if not msgs:
+        raws = list(req.messages)
+        if not raws:
             raise errors.InvalidArgument("a produce request needs at least one message")
-        raws, keys, flags = [], [], []
-        size = 0
-        for m in msgs:
-            raw = m.SerializeToString()
-            n = len(raw)
-            if n > limit:
-                raise errors.MessageTooBig(
-                    f"message of {n} bytes exceeds max_message_size {limit} of {topic}")
-            size += n
-            raws.append(raw)
-            if m.HasField("key"):
-                keys.append(m.key)
-                flags.append(HAS_KEY if m.payload else HAS_KEY | TOMBSTONE)
-            else:
-                keys.append(None)
-                flags.append(0 if m.payload else TOMBSTONE)
-        lid, first = await ml.append(raws, keys, flags, size)
+        limit = self.topics.max_message_size.get(topic, 1 << 20)
+        biggest = max(map(len, raws))
+        if biggest > limit:
+            raise errors.MessageTooBig(
+                f"message of {biggest} bytes exceeds max_message_size {limit} of {topic}")
+        size = sum(map(len, raws))
+        lid, first = await ml.append(raws, data, size)
         self.topics.counters_for(topic).add_in(len(raws), size)
         return lid, first, len(raws)
 
@@ -68,10 +71,11 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
 
         async def read_ahead() -> None:
             try:
-                async for req in request_iterator:
+                async for data in request_iterator:
                     await window.acquire()
-                    task = asyncio.ensure_future(self._append(req))
-                    queue.put_nowait((req.request_id, task))
+                    req = _parse(data)
+                    task = asyncio.ensure_future(self._append(req, data))
+                    queue.put_nowait((req.request_id if req else 0, task))
             finally:
                 queue.put_nowait(None)
 

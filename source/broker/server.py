@@ -28,7 +28,7 @@ from source.broker.producer_service import ProducerService
 from source.broker.topics import TopicManager
 from source.ledger.storage import Storage
 from source.metadata.etcd import EtcdStore
-from source.pb.v1 import admin_pb2, admin_pb2_grpc, consumer_pb2, producer_pb2, producer_pb2_grpc
+from source.pb.v1 import admin_pb2_grpc, consumer_pb2, producer_pb2
 
 log = logging.getLogger("shadowtopic.broker")
 MAX_MESSAGE = 64 << 20
@@ -91,14 +91,20 @@ class Broker:
         self.server = grpc.aio.server(options=opts)
         admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.topics, self.session),
                                                    self.server)
-        producer_pb2_grpc.add_ProducerServicer_to_server(ProducerService(self.topics),
-                                                         self.server)
-        consumer = ConsumerService(self.topics)
-        # frames down are pre-encoded bytes: register Connect with an identity serializer
-        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-            "shadowtopic.v1.Consumer", {"Connect": grpc.stream_stream_rpc_method_handler(
-                consumer.Connect, request_deserializer=consumer_pb2.ClientCommand.FromString,
-                response_serializer=bytes)}),))
+        # Produce takes request bytes (stored as they came) and Connect sends pre-encoded
+        # frames: both are registered with identity (de)serializers on those sides.
+        producer = ProducerService(self.topics)
+        self.consumer = ConsumerService(self.topics)
+        self.server.add_generic_rpc_handlers((
+            grpc.method_handlers_generic_handler("shadowtopic.v1.Producer", {
+                "Produce": grpc.stream_stream_rpc_method_handler(
+                    producer.Produce, request_deserializer=None,
+                    response_serializer=producer_pb2.ProduceReceipt.SerializeToString)}),
+            grpc.method_handlers_generic_handler("shadowtopic.v1.Consumer", {
+                "Connect": grpc.stream_stream_rpc_method_handler(
+                    self.consumer.Connect,
+                    request_deserializer=consumer_pb2.ClientCommand.FromString,
+                    response_serializer=None)}),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             [*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server)
@@ -134,7 +140,10 @@ class Broker:
             self._health_task.cancel()
         await self._set_health(False)
         if self.server is not None:
-            await self.server.stop(grace)
+            stopping = asyncio.create_task(self.server.stop(grace))
+            await asyncio.sleep(0)  # new calls are refused from here on
+            self.consumer.shutdown()
+            await stopping
         await self.topics.close()
         await self.session.stop(revoke=True)
         await self.store.close()
@@ -175,7 +184,14 @@ def main(argv: list[str] | None = None) -> None:
                        host=a.host, port=a.port, cluster=a.cluster, lease_ttl=a.lease_ttl)
     if a.broker_id:
         cfg.broker_id = a.broker_id
-    asyncio.run(serve(cfg))
+    profile = os.environ.get("SHADOWTOPIC_PROFILE")  # write cProfile stats here on exit
+    if profile:
+        import cProfile
+        with cProfile.Profile() as prof:
+            asyncio.run(serve(cfg))
+        prof.dump_stats(profile)
+    else:
+        asyncio.run(serve(cfg))
 
 
 if __name__ == "__main__":

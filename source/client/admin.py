@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.json_format import MessageToDict
 
 from source.client.connection import Connection
@@ -35,8 +36,37 @@ class TopicMetadata:
                 "policies": self.policies.as_dict()}
 
 
+_INT64 = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
+          FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64}
+
+
 def to_dict(msg) -> dict:
-    return MessageToDict(msg, always_print_fields_with_no_presence=True)
+    """protobuf's JSON mapping, except that 64-bit counters stay numbers (as Pulsar prints
+    them) instead of strings."""
+    return _numbers(msg.DESCRIPTOR, MessageToDict(msg, always_print_fields_with_no_presence=True))
+
+
+def _numbers(desc, data: dict) -> dict:
+    for f in desc.fields:
+        if f.json_name not in data:
+            continue
+        v = data[f.json_name]
+        if f.type in _INT64:
+            data[f.json_name] = [int(x) for x in v] if isinstance(v, list) else int(v)
+        elif f.message_type is not None:
+            if f.message_type.GetOptions().map_entry:
+                vf = f.message_type.fields_by_name["value"]
+                if vf.message_type is not None:
+                    for k in v:
+                        _numbers(vf.message_type, v[k])
+                elif vf.type in _INT64:
+                    data[f.json_name] = {k: int(x) for k, x in v.items()}
+            elif isinstance(v, list):
+                for x in v:
+                    _numbers(f.message_type, x)
+            elif isinstance(v, dict):
+                _numbers(f.message_type, v)
+    return data
 
 
 class Admin:

@@ -45,7 +45,7 @@ class Client:
         topic = canonical(topic)
         partitions = self._partitions(topic)
         with self._lock:
-            if self._mux is None:
+            if self._mux is None or self._mux.dead:  # a broken stream is replaced
                 self._mux = Multiplexer(self._conn)
             mux = self._mux
         r = Reader(self._conn, mux, topic, partitions, start, inclusive, receiver_queue_size)

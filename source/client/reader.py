@@ -20,6 +20,7 @@ from source.client.connection import Connection
 from source.client.message import Message
 from source.core import errors
 from source.core.message_id import MessageId
+from source.core.names import TopicName
 from source.pb.v1 import common_pb2, consumer_pb2
 
 CONNECT = "/shadowtopic.v1.Consumer/Connect"
@@ -48,6 +49,10 @@ class Multiplexer:
         self._responses = call(gen())
         self._thread = threading.Thread(target=self._receive, daemon=True, name="consumer-rx")
         self._thread.start()
+
+    @property
+    def dead(self) -> bool:
+        return self._dead is not None
 
     def register(self, sink: queue.Queue) -> int:
         with self._lock:
@@ -124,7 +129,8 @@ class Reader:
         pos = start_position(start)
         for i, name in enumerate(names):
             handle = mux.register(self._queue)
-            p = _Partition(name, i if partitions else -1, handle)
+            p = _Partition(name, i if partitions else TopicName.parse(name).partition_index,
+                           handle)
             self._parts[handle] = p
             mux.send(consumer_pb2.ClientCommand(handle=handle, subscribe=consumer_pb2.Subscribe(
                 topic=name, start=pos, start_inclusive=inclusive)))

@@ -3,10 +3,14 @@
 Ids order by (ledger_id, entry_id, partition). Ledger ids start at 1, so `EARLIEST` (0:0)
 sorts before every stored entry and `LATEST` after every one. `serialize()` gives the bytes
 of a `MessageIdData` protobuf, stable across versions.
+
+A MessageId is a NamedTuple (cheap: producers make one per acknowledged message); ids that
+come from outside (text, bytes, user arguments) go through `parse` / `deserialize` /
+`checked`, which reject junk with `InvalidMessageId`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from source.core.errors import InvalidMessageId
 from source.pb.v1 import common_pb2
@@ -14,17 +18,21 @@ from source.pb.v1 import common_pb2
 _MAX = (1 << 63) - 1
 
 
-@dataclass(frozen=True, order=True)
-class MessageId:
+class MessageId(NamedTuple):
     ledger_id: int
     entry_id: int
     partition: int = -1
 
-    def __post_init__(self):
-        if not (0 <= self.ledger_id <= _MAX and 0 <= self.entry_id <= _MAX):
-            raise InvalidMessageId(f"message id out of range: {self.ledger_id}:{self.entry_id}")
-        if self.partition < -1:
-            raise InvalidMessageId(f"invalid partition {self.partition}")
+    @classmethod
+    def checked(cls, ledger_id: int, entry_id: int, partition: int = -1) -> "MessageId":
+        for v in (ledger_id, entry_id, partition):
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise InvalidMessageId(f"message id parts must be integers, got {v!r}")
+        if not (0 <= ledger_id <= _MAX and 0 <= entry_id <= _MAX):
+            raise InvalidMessageId(f"message id out of range: {ledger_id}:{entry_id}")
+        if partition < -1:
+            raise InvalidMessageId(f"invalid partition {partition}")
+        return cls(ledger_id, entry_id, partition)
 
     def __str__(self) -> str:
         base = f"{self.ledger_id}:{self.entry_id}"
@@ -39,7 +47,7 @@ class MessageId:
             nums = [int(p) for p in parts]
         except ValueError:
             raise InvalidMessageId(f"'{text}' is not a message id (expected integers)") from None
-        return cls(*nums)
+        return cls.checked(*nums)
 
     def serialize(self) -> bytes:
         return common_pb2.MessageIdData(ledger_id=self.ledger_id, entry_id=self.entry_id,
@@ -55,7 +63,7 @@ class MessageId:
 
     @classmethod
     def from_pb(cls, pb: common_pb2.MessageIdData) -> "MessageId":
-        return cls(pb.ledger_id, pb.entry_id, pb.partition if pb.partition >= 0 else -1)
+        return cls.checked(pb.ledger_id, pb.entry_id, pb.partition if pb.partition >= 0 else -1)
 
     def to_pb(self) -> common_pb2.MessageIdData:
         return common_pb2.MessageIdData(ledger_id=self.ledger_id, entry_id=self.entry_id,

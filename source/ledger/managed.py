@@ -19,7 +19,7 @@ import asyncio
 import errno
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Callable
@@ -92,7 +92,7 @@ class ManagedLedger:
         self._sealed: OrderedDict[int, SealedLedger] = OrderedDict()
         self._current: _OpenLedger | None = None
         self._roll_task: asyncio.Task | None = None
-        self._switched: asyncio.Future | None = None  # resolved when a roll switches ledgers
+        self._blocked: deque[tuple] = deque()  # appends waiting for a ledger switch, in order
         self._seal_tasks: set[asyncio.Task] = set()
         self._fenced: errors.ShadowTopicError | None = None
         self._waiter: asyncio.Future | None = None
@@ -197,28 +197,49 @@ class ManagedLedger:
 
     # ---- append ----------------------------------------------------------------------------
 
-    async def append(self, raws: list[bytes], keys_: list[bytes | None], flags: list[int],
-                     size: int) -> tuple[int, int]:
-        """Append a batch durably; return (ledger_id, first_entry_id) after the fsync."""
+    async def append(self, raws: list[bytes], request: bytes, size: int) -> tuple[int, int]:
+        """Append a batch durably; return (ledger_id, first_entry_id) after the fsync.
+        `request` is the ProduceRequest the raws came in (written to the WAL as it is).
+        Order is kept across ledger switches: while the current ledger is full, batches wait
+        in `_blocked` and move to the new ledger in arrival order."""
         if self._fenced is not None:
             raise self._fenced
-        cur = self._current
-        while cur.full(self.config):
-            # a full ledger takes no more entries: wait for the switch (a few ms)
-            if self._roll_task is None:
-                self._roll_task = asyncio.create_task(self._roll())
-                self._roll_task.add_done_callback(_consume)
-            self._switched = self._switched or asyncio.get_running_loop().create_future()
-            await asyncio.shield(self._switched)
-            if self._fenced is not None:
-                raise self._fenced
-            cur = self._current
         fut = asyncio.get_running_loop().create_future()
-        cur.pending.append((raws, keys_, flags, size, fut))
-        cur.queued_entries += len(raws)
-        cur.queued_bytes += size
-        cur.wake.set()
+        item = (raws, request, size, fut)
+        if self._blocked or self._current.full(self.config):
+            self._blocked.append(item)
+            self._ensure_roll()
+        else:
+            self._enqueue(self._current, item)
         return await fut
+
+    @staticmethod
+    def _enqueue(led: _OpenLedger, item: tuple) -> None:
+        led.pending.append(item)
+        led.queued_entries += len(item[0])
+        led.queued_bytes += item[2]
+        led.wake.set()
+
+    def _ensure_roll(self) -> None:
+        if self._roll_task is None:
+            self._roll_task = asyncio.create_task(self._roll())
+            self._roll_task.add_done_callback(_consume)
+
+    def _drain_blocked(self) -> None:
+        while self._blocked and not self._current.full(self.config):
+            self._enqueue(self._current, self._blocked.popleft())
+        if self._blocked:
+            self._ensure_roll()
+
+    def _fail_blocked(self, exc: BaseException) -> None:
+        if isinstance(exc, MetadataUnavailable):
+            exc = errors.MetadataUnavailable(f"cannot start a new ledger: {exc}")
+        elif not isinstance(exc, errors.ShadowTopicError):
+            exc = errors.Internal(f"cannot start a new ledger: {exc}")
+        while self._blocked:
+            fut = self._blocked.popleft()[3]
+            if not fut.done():
+                fut.set_exception(exc)
 
     async def _write_loop(self, led: _OpenLedger) -> None:
         loop = asyncio.get_running_loop()
@@ -231,9 +252,9 @@ class ManagedLedger:
                 publish_ms = now_ms()
                 next_id = len(led.entries)
                 firsts, frames = [], []
-                for raws, keys_, flags, _size, _fut in group:
+                for raws, request, _size, _fut in group:
                     firsts.append(next_id)
-                    frames.append(encode(next_id, publish_ms, raws, keys_, flags))
+                    frames.append(encode(next_id, publish_ms, request, len(raws)))
                     next_id += len(raws)
                 try:
                     await loop.run_in_executor(self._executor, led.wal.write_sync,
@@ -242,15 +263,15 @@ class ManagedLedger:
                     full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
                     cls = errors.StorageFull if full else errors.Internal
                     err = cls(f"{self.topic}: WAL write failed: {exc.strerror or exc}")
-                    for raws, _k, _f, size, fut in group:
+                    for raws, _request, size, fut in group:
                         led.queued_entries -= len(raws)
                         led.queued_bytes -= size
                         if not fut.done():
                             fut.set_exception(err)
                     continue
                 ents = led.entries
-                for (raws, keys_, flags, size, fut), first in zip(group, firsts):
-                    ents.extend(publish_ms, raws, keys_, flags, size)
+                for (raws, _request, size, fut), first in zip(group, firsts):
+                    ents.extend(publish_ms, raws, size)
                     if not fut.done():
                         fut.set_result((led.ledger_id, first))
                 self._notify()
@@ -269,22 +290,19 @@ class ManagedLedger:
     async def _roll(self) -> asyncio.Task:
         """Switch to a new ledger; the old one drains and seals in its own task (returned)."""
         try:
-            try:
-                new = await self._create_ledger()
-            except BaseException as exc:
-                self._resolve_switch(exc)
-                raise
-            old, self._current = self._current, new
-            self._resolve_switch(None)
-            seal = asyncio.create_task(self._drain_and_seal(old), name=f"seal-{old.ledger_id}")
-            self._seal_tasks.add(seal)
-            seal.add_done_callback(self._seal_done)
-            return seal
-        except errors.ShadowTopicError as exc:
-            log.warning("%s: rollover failed: %s", self.topic, exc)
-            raise
-        finally:
+            new = await self._create_ledger()
+        except BaseException as exc:
             self._roll_task = None
+            log.warning("%s: rollover failed: %s", self.topic, exc)
+            self._fail_blocked(exc)
+            raise
+        old, self._current = self._current, new
+        seal = asyncio.create_task(self._drain_and_seal(old), name=f"seal-{old.ledger_id}")
+        self._seal_tasks.add(seal)
+        seal.add_done_callback(self._seal_done)
+        self._roll_task = None
+        self._drain_blocked()
+        return seal
 
     async def _drain_and_seal(self, old: _OpenLedger) -> mpb.LedgerInfo | None:
         old.closing = True
@@ -298,15 +316,6 @@ class ManagedLedger:
         if not task.cancelled() and task.exception() is not None:
             log.warning("%s: sealing failed (the next owner seals it): %s", self.topic,
                         task.exception())
-
-    def _resolve_switch(self, exc: BaseException | None) -> None:
-        fut, self._switched = self._switched, None
-        if fut is not None and not fut.done():
-            if exc is None:
-                fut.set_result(None)
-            else:
-                fut.set_exception(exc)
-                fut.exception()  # retrieved by the waiting appends, if any
 
     async def roll(self) -> mpb.LedgerInfo | None:
         """Seal the current ledger now (RollLedger); returns the sealed ledger's info, or the
@@ -363,42 +372,52 @@ class ManagedLedger:
 
     async def apply_retention(self, time_s: int, size_bytes: int) -> tuple[int, int]:
         """Delete the oldest sealed ledgers beyond the time / size limits (-1 = no limit)."""
-        total = self.storage_size()
         cutoff = now_ms() - time_s * 1000 if time_s >= 0 else None
-        victims = []
-        for info in self._list.ledgers:
-            if info.state != SEALED:
-                break
-            old = cutoff is not None and info.last_publish_ms < cutoff
-            big = size_bytes >= 0 and total > size_bytes
-            if not (old or big):
-                break
-            victims.append(info)
-            total -= info.size_bytes
-        return await self._delete_ledgers(victims)
+
+        def select(lst: mpb.LedgerList) -> list[mpb.LedgerInfo]:
+            total = sum(self._size(i) for i in lst.ledgers)
+            victims = []
+            for info in lst.ledgers:
+                if info.state != SEALED:
+                    break
+                old = cutoff is not None and info.last_publish_ms < cutoff
+                big = size_bytes >= 0 and total > size_bytes
+                if not (old or big):
+                    break
+                victims.append(info)
+                total -= info.size_bytes
+            return victims
+
+        return await self._delete_ledgers(select)
 
     async def truncate(self) -> tuple[int, int]:
         """Seal the current ledger and delete every sealed ledger (cursors move to the end)."""
         await self.roll()
-        return await self._delete_ledgers([i for i in self._list.ledgers if i.state == SEALED])
+        return await self._delete_ledgers(
+            lambda lst: [i for i in lst.ledgers if i.state == SEALED])
 
-    async def _delete_ledgers(self, victims: list[mpb.LedgerInfo]) -> tuple[int, int]:
-        if not victims:
-            return 0, 0
-        ids = {i.ledger_id for i in victims}
-        paths = [i.path for i in victims]
-        count = sum(i.entries for i in victims)
+    async def _delete_ledgers(self, select: Callable[[mpb.LedgerList], list]) -> tuple[int, int]:
+        """Delete the ledgers `select` picks from the list as it is inside the list lock, so
+        concurrent retention and truncate never count a ledger twice."""
+        victims: list[mpb.LedgerInfo] = []
 
         def drop(lst: mpb.LedgerList) -> None:
-            _remove(lst, ids)
-            lst.entries_deleted += count
+            victims.extend(mpb.LedgerInfo.FromString(i.SerializeToString())
+                           for i in select(lst))
+            _remove(lst, {i.ledger_id for i in victims})
+            lst.entries_deleted += sum(i.entries for i in victims)
 
+        if not select(self._list):
+            return 0, 0
         await self._update_list(drop)
-        for lid in ids:
-            self._sealed.pop(lid, None)
-        for p in paths:
-            self.storage.delete(p)
-        return len(ids), count
+        for info in victims:
+            self._sealed.pop(info.ledger_id, None)
+            self.storage.delete(info.path)
+        return len(victims), sum(i.entries for i in victims)
+
+    def _size(self, info: mpb.LedgerInfo) -> int:
+        mem = self._mem.get(info.ledger_id)
+        return mem.size if mem is not None else info.size_bytes
 
     async def delete_all(self) -> None:
         """Remove every file of this topic (the caller deletes the metadata keys)."""

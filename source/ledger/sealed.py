@@ -19,7 +19,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from source.core.errors import ChecksumError, DataLoss
-from source.ledger.wal import HAS_KEY, TOMBSTONE, Entries
+from source.ledger.wal import Entries
+from source.pb.storage.v1 import views_pb2
 
 ROWS_PER_GROUP = 1024
 SCHEMA = pa.schema([
@@ -31,13 +32,30 @@ SCHEMA = pa.schema([
 ])
 
 
+def key_columns(raws: list[bytes]) -> tuple[list[bytes | None], list[bool]]:
+    """(key or None, is_tombstone) of each raw Message. Derived here, when a ledger seals,
+    not on the produce path. A raw that is not a Message counts as keyless data."""
+    view = views_pb2.MessageKeyView
+    keys, tombs = [], []
+    for raw in raws:
+        try:
+            m = view.FromString(raw)
+        except Exception:  # noqa: BLE001 - opaque bytes: keep them, keyless
+            keys.append(None)
+            tombs.append(False)
+            continue
+        keys.append(m.key if m.HasField("key") else None)
+        tombs.append(not m.payload)
+    return keys, tombs
+
+
 def to_table(entries: Entries) -> pa.Table:
     n = len(entries)
+    keys, tombs = key_columns(entries.raws)
     return pa.table({
         "entry_id": pa.array(range(n), pa.uint64()),
-        "key": pa.array([k if f & HAS_KEY else None for k, f in zip(entries.keys, entries.flags)],
-                        pa.binary()),
-        "is_tombstone": pa.array([bool(f & TOMBSTONE) for f in entries.flags], pa.bool_()),
+        "key": pa.array(keys, pa.binary()),
+        "is_tombstone": pa.array(tombs, pa.bool_()),
         "publish_time": pa.array(entries.publish_ms, pa.int64()),
         "raw": pa.array(entries.raws, pa.binary()),
     }, schema=SCHEMA)

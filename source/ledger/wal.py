@@ -2,17 +2,18 @@
 
 File layout (little-endian):
 
-    header  = b"STWAL001" u64 ledger_id                                   (16 bytes)
+    header  = b"STWAL002" u64 ledger_id                                   (16 bytes)
     frame   = u32 length, u32 crc32c(body), body[length]
-    body    = u64 first_entry_id, u32 count, i64 publish_time_ms, record * count
-    record  = u32 raw_len, u16 key_len, u8 flags, key[key_len], raw[raw_len]
-    flags   = 1: has key, 2: tombstone (empty payload)
+    body    = u64 first_entry_id, u32 count, i64 publish_time_ms, request
+    request = the producer's ProduceRequest exactly as it arrived; its `messages` (read
+              through storage.v1.RawProduceRequest) are the entries' `raw` bytes, in order
 
 One frame holds one produce batch (as a Kafka record batch does): the batch is appended and
-fsynced as a unit and acknowledged only after the fsync, so one CRC per batch is enough to
-find a torn tail. Entries are numbered contiguously from 0 within a ledger; `recover` stops
-at the first frame that is short, fails its CRC or breaks the numbering, truncates the file
-there and returns every entry before it.
+fsynced as a unit and acknowledged only after the fsync, so one CRC per batch finds a torn
+tail, and the broker writes the request bytes it received instead of re-encoding messages.
+Entries are numbered contiguously from 0 within a ledger; `recover` stops at the first frame
+that is short, fails its CRC or breaks the numbering, truncates the file there and returns
+every entry before it.
 """
 from __future__ import annotations
 
@@ -22,13 +23,12 @@ from dataclasses import dataclass, field
 
 import google_crc32c
 
-MAGIC = b"STWAL001"
+from source.pb.storage.v1 import views_pb2
+
+MAGIC = b"STWAL002"
 HEADER = struct.Struct("<8sQ")
 FRAME = struct.Struct("<II")
 BATCH = struct.Struct("<QIq")
-RECORD = struct.Struct("<IHB")
-HAS_KEY = 1
-TOMBSTONE = 2
 MAX_FRAME = 256 << 20
 
 
@@ -36,20 +36,17 @@ def encode_header(ledger_id: int) -> bytes:
     return HEADER.pack(MAGIC, ledger_id)
 
 
-def encode_batch(first_entry_id: int, publish_ms: int, raws: list[bytes],
-                 keys: list[bytes | None], flags: list[int]) -> bytes:
-    """One frame for a batch of entries (pure; the hot path of produce)."""
-    pack = RECORD.pack
-    parts = [BATCH.pack(first_entry_id, len(raws), publish_ms)]
-    append = parts.append
-    for raw, key, flag in zip(raws, keys, flags):
-        k = key or b""
-        append(pack(len(raw), len(k), flag))
-        if k:
-            append(k)
-        append(raw)
-    body = b"".join(parts)
-    return FRAME.pack(len(body), google_crc32c.value(body)) + body
+def encode_batch(first_entry_id: int, publish_ms: int, request: bytes, count: int) -> bytes:
+    """One frame for a batch: the request bytes behind a batch header (pure, no copies of
+    individual messages)."""
+    head = BATCH.pack(first_entry_id, count, publish_ms)
+    crc = google_crc32c.extend(google_crc32c.value(head), request)
+    return b"".join((FRAME.pack(len(head) + len(request), crc), head, request))
+
+
+def request_bytes(raws: list[bytes]) -> bytes:
+    """A minimal request carrying `raws` (for callers that have messages, not a request)."""
+    return views_pb2.RawProduceRequest(messages=raws).SerializeToString()
 
 
 @dataclass
@@ -57,42 +54,25 @@ class Entries:
     """Entries of one ledger in column form (what the WAL holds and Parquet gets)."""
 
     raws: list[bytes] = field(default_factory=list)
-    keys: list[bytes | None] = field(default_factory=list)
-    flags: list[int] = field(default_factory=list)
     publish_ms: list[int] = field(default_factory=list)
     size: int = 0
 
     def __len__(self) -> int:
         return len(self.raws)
 
-    def extend(self, publish_ms: int, raws: list[bytes], keys: list[bytes | None],
-               flags: list[int], size: int) -> None:
+    def extend(self, publish_ms: int, raws: list[bytes], size: int) -> None:
         self.raws.extend(raws)
-        self.keys.extend(keys)
-        self.flags.extend(flags)
         self.publish_ms.extend([publish_ms] * len(raws))
         self.size += size
 
 
 def decode_body(body: bytes, entries: Entries) -> tuple[int, int]:
-    """Append a frame body's records to `entries`; return (first_entry_id, count)."""
+    """Append a frame body's entries to `entries`; return (first_entry_id, count)."""
     first, count, publish_ms = BATCH.unpack_from(body, 0)
-    pos = BATCH.size
-    raws, keys, flags = [], [], []
-    size = 0
-    for _ in range(count):
-        raw_len, key_len, flag = RECORD.unpack_from(body, pos)
-        pos += RECORD.size
-        key = body[pos:pos + key_len] if flag & HAS_KEY else None
-        pos += key_len
-        raws.append(body[pos:pos + raw_len])
-        pos += raw_len
-        keys.append(key)
-        flags.append(flag)
-        size += raw_len
-    if pos != len(body):
-        raise ValueError("frame body length does not match its records")
-    entries.extend(publish_ms, raws, keys, flags, size)
+    raws = list(views_pb2.RawProduceRequest.FromString(body[BATCH.size:]).messages)
+    if len(raws) != count:
+        raise ValueError("frame count does not match its messages")
+    entries.extend(publish_ms, raws, sum(map(len, raws)))
     return first, count
 
 
@@ -126,7 +106,7 @@ def recover(path: str, truncate: bool = True) -> Recovered:
             break
         try:
             decode_body(body, entries)
-        except (ValueError, struct.error):
+        except Exception:  # noqa: BLE001 - a body that does not parse ends the valid log
             break
         pos = end
     cut = len(data) - pos

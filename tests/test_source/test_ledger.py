@@ -24,17 +24,15 @@ TOPIC = TopicName.parse("persistent://t/ns/ledger")
 
 def _batch(n: int, start: int = 0):
     raws = [f"m{start + i}".encode() for i in range(n)]
-    keys_ = [f"k{i % 3}".encode() if i % 4 else None for i in range(n)]
-    flags = [wal.HAS_KEY if k else 0 for k in keys_]
-    return raws, keys_, flags, sum(map(len, raws))
+    return raws, wal.request_bytes(raws), sum(map(len, raws))
 
 
 def _write_wal(path: str, batches: list[int]) -> None:
     f = wal.WalFile.create(path, 9)
     first = 0
     for n in batches:
-        raws, keys_, flags, _ = _batch(n, first)
-        f.write_sync(wal.encode_batch(first, 1000 + first, raws, keys_, flags))
+        raws, request, _ = _batch(n, first)
+        f.write_sync(wal.encode_batch(first, 1000 + first, request, n))
         first += n
     f.close()
 
@@ -47,7 +45,6 @@ def test_wal_round_trip(tmp_path):
     rec = wal.recover(path)
     assert rec.ledger_id == 9 and rec.truncated_bytes == 0
     assert rec.entries.raws == [f"m{i}".encode() for i in range(8)]
-    assert rec.entries.keys[0] is None and rec.entries.keys[1] == b"k1"
     assert rec.entries.publish_ms == [1000] * 3 + [1003] * 5
 
 
@@ -87,17 +84,17 @@ def test_wal_rejects_foreign_file(tmp_path):
 def test_failed_write_is_cut_back(tmp_path, monkeypatch):
     path = str(tmp_path / "9.wal")
     f = wal.WalFile.create(path, 9)
-    raws, keys_, flags, _ = _batch(2)
-    f.write_sync(wal.encode_batch(0, 1, raws, keys_, flags))
+    raws, request, _ = _batch(2)
+    f.write_sync(wal.encode_batch(0, 1, request, 2))
 
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "fdatasync", full)
     with pytest.raises(OSError):
-        f.write_sync(wal.encode_batch(2, 1, raws, keys_, flags))
+        f.write_sync(wal.encode_batch(2, 1, request, 2))
     monkeypatch.undo()
-    f.write_sync(wal.encode_batch(2, 1, raws, keys_, flags))
+    f.write_sync(wal.encode_batch(2, 1, request, 2))
     f.close()
     assert len(wal.recover(path).entries) == 4
 
@@ -105,10 +102,16 @@ def test_failed_write_is_cut_back(tmp_path, monkeypatch):
 # ---- sealed ledgers ------------------------------------------------------------------------
 
 def _entries(n: int) -> wal.Entries:
+    """Real Messages: entry 0 keyless, 1 a tombstone of k1, the rest keyed values."""
+    from source.pb.v1 import common_pb2
+    raws = []
+    for i in range(n):
+        m = common_pb2.Message(payload=b"" if i == 1 else f"m{i}".encode())
+        if i:
+            m.key = f"k{i % 3}".encode()
+        raws.append(m.SerializeToString())
     e = wal.Entries()
-    raws, keys_, flags, size = _batch(n)
-    flags[1] |= wal.TOMBSTONE
-    e.extend(555, raws, keys_, flags, size)
+    e.extend(555, raws, sum(map(len, raws)))
     return e
 
 
@@ -118,13 +121,14 @@ def test_sealed_round_trip_reads_by_entry_id(tmp_path):
     led = SealedLedger(st.fs, st.full("l/1.parquet"), crc)
     assert led.num_entries == 3000 and size > 0
     pubs, raws = led.read(2040, 10, 1 << 20)
-    assert raws == [f"m{i}".encode() for i in range(2040, 2050)] and pubs == [555] * 10
+    assert raws == _entries(3000).raws[2040:2050] and pubs == [555] * 10
     _, raws = led.read(2990, 100, 1 << 20)
     assert len(raws) == 10
     import pyarrow.parquet as pq
     t = pq.read_table(st.full("l/1.parquet"), columns=["entry_id", "key", "is_tombstone"])
     assert t.column("entry_id").to_pylist()[:3] == [0, 1, 2]
-    assert t.column("key").to_pylist()[0] is None and t.column("is_tombstone").to_pylist()[1]
+    assert t.column("key").to_pylist()[:3] == [None, b"k1", b"k2"]
+    assert t.column("is_tombstone").to_pylist()[:3] == [False, True, False]
 
 
 def test_sealed_corruption_and_absence_are_typed(tmp_path):
@@ -161,8 +165,8 @@ class Env:
 
 
 async def _append(ml, n, start=0):
-    raws, keys_, flags, size = _batch(n, start)
-    return await ml.append(raws, keys_, flags, size)
+    raws, request, size = _batch(n, start)
+    return await ml.append(raws, request, size)
 
 
 async def _read_all(ml):
@@ -290,6 +294,38 @@ def test_retention_and_truncate_delete_sealed_ledgers(tmp_path, arun):
         assert (n, entries) == (3, 43)
         assert await _read_all(ml) == [] and ml.last_confirmed() is None
         assert ml.entries_deleted == 83
+        await ml.close()
+
+    arun(main())
+
+
+def test_order_is_kept_across_ledger_switches(tmp_path, arun):
+    async def main():
+        env = Env(tmp_path)
+        ml = await env.open(max_entries=100)
+        tasks = [asyncio.ensure_future(_append(ml, 7, i * 7)) for i in range(300)]
+        results = await asyncio.gather(*tasks)
+        assert results == sorted(results), "a later batch got an earlier id"
+        entries = await _read_all(ml)
+        assert [e.raw for e in entries] == [f"m{i}".encode() for i in range(2100)]
+        sizes = [i.entries for i in ml.ledgers()]
+        assert max(sizes) <= 106 and len(sizes) >= 20
+        await ml.close()
+
+    arun(main())
+
+
+def test_concurrent_retention_and_truncate_count_each_ledger_once(tmp_path, arun):
+    async def main():
+        env = Env(tmp_path)
+        ml = await env.open()
+        for i in range(5):
+            await _append(ml, 10, i * 10)
+            await ml.roll()
+        await asyncio.gather(ml.apply_retention(-1, 0), ml.apply_retention(-1, 0),
+                             ml.truncate())
+        assert ml.entries_deleted == 50
+        assert ml.number_of_entries() == 0
         await ml.close()
 
     arun(main())

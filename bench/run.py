@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""`make bench`: acked produce throughput and ack latency through the public client, measured
+in one run next to the machine's ceilings (../shared/peers/limits.py) and NATS JetStream
+(../shared/peers/nats_jetstream.py). Writes bench/RESULTS.md and bench/out/<stamp>.json.
+
+    .venv/bin/python bench/run.py --shared ../shared [--messages 400000] [--rounds 3]
+
+Produce: a real etcd and a real broker process; `--producers` client processes each send
+messages/producers messages (`--payload` bytes, keys k0..k999) with `send_async`; a message's
+latency is its receipt time minus its send_async time (the broker acks after fsync). Each
+round's throughput is acked messages / (last ack - first send) over all processes; the
+report gives the median round and every round.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def _producer(url: str, topic: str, count: int, payload: int, start_at: float, out) -> None:
+    from source.client import Client
+
+    sends: list[float] = []
+    acks: list[float] = []
+    errors: list[Exception] = []
+    now = time.perf_counter
+
+    def done(mid, exc):
+        acks.append(now())
+        if exc is not None:
+            errors.append(exc)
+
+    data = b"x" * payload
+    keys = [f"k{i}" for i in range(1000)]
+    with Client(url, timeout=60) as client:
+        producer = client.create_producer(topic, producer_name=f"bench-{os.getpid()}")
+        while time.time() < start_at:
+            time.sleep(0.001)
+        t0 = now()
+        for i in range(count):
+            sends.append(now())
+            producer.send_async(data, key=keys[i % 1000], callback=done)
+        producer.flush(timeout=120)
+        t1 = now()
+        producer.close()
+    lat = [a - s for s, a in zip(sends, acks)]
+    out.put({"acked": len(acks) - len(errors), "errors": len(errors), "t0": t0 + _offset(),
+             "t1": t1 + _offset(), "lat_sample": lat[::10]})
+
+
+def _offset() -> float:
+    """perf_counter -> wall clock, so rounds from several processes line up."""
+    return time.time() - time.perf_counter()
+
+
+def produce_round(url: str, topic: str, messages: int, producers: int, payload: int) -> dict:
+    q = mp.Queue()
+    start_at = time.time() + 1.5
+    per = messages // producers
+    procs = [mp.Process(target=_producer, args=(url, topic, per, payload, start_at, q))
+             for _ in range(producers)]
+    for p in procs:
+        p.start()
+    results = [q.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(30)
+    acked = sum(r["acked"] for r in results)
+    dt = max(r["t1"] for r in results) - min(r["t0"] for r in results)
+    lat = sorted(x for r in results for x in r["lat_sample"])
+    return {"acked": acked, "errors": sum(r["errors"] for r in results),
+            "msgs_per_s": round(acked / dt), "seconds": round(dt, 3),
+            "p50_ms": round(lat[len(lat) // 2] * 1000, 2),
+            "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 2)}
+
+
+def run_produce(args, data_dir: str) -> list[dict]:
+    from source.broker.server import free_port
+    from source.client import Client
+    from source.metadata.etcd_server import EtcdServer
+    from source.standalone import BrokerProcess
+
+    with EtcdServer(os.path.join(data_dir, "etcd")) as etcd:
+        etcd.start()
+        broker = BrokerProcess(etcd.endpoint, os.path.join(data_dir, "broker"), free_port())
+        broker.start(timeout=60)
+        try:
+            rounds = []
+            with Client(broker.url) as c:
+                for r in range(args.rounds):
+                    topic = f"persistent://bench/produce/t{r}"
+                    c.admin.create_topic(topic)
+                    rounds.append(produce_round(broker.url, topic, args.messages,
+                                                args.producers, args.payload))
+                    print(f"  round {r + 1}: {rounds[-1]}", flush=True)
+            return rounds
+        finally:
+            broker.terminate()
+
+
+def run_peer(cmd: list[str], label: str) -> dict | None:
+    print(f"running {label}: {' '.join(cmd)}", flush=True)
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired:
+        print(f"  {label} timed out", flush=True)
+        return None
+    if res.returncode != 0:
+        print(f"  {label} failed: {res.stderr.strip()[-400:]}", flush=True)
+        return None
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def machine() -> str:
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, {platform.platform()}, Python {platform.python_version()}"
+
+
+def write_results(path: str, args, rounds: list[dict], limits: dict | None,
+                  nats: dict | None) -> None:
+    med = sorted(rounds, key=lambda r: r["msgs_per_s"])[len(rounds) // 2]
+    ceiling = (limits or {}).get("produce_hot_path_msgs_per_s")
+    nats_rate = (nats or {}).get("produce_acked_msgs_per_s")
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}.",
+        "A shared, noisy machine: figures are medians of the rounds of one run, and the peers",
+        "ran in the same run. Reproduce with `make bench` (= `.venv/bin/python bench/run.py",
+        f"--shared ../shared`); this run: `--messages {args.messages} --producers "
+        f"{args.producers} --payload {args.payload} --rounds {args.rounds}`.",
+        "",
+        "## Produce (acked after fsync, through the public client)",
+        "",
+        f"{args.producers} producer processes, {args.payload}-byte payloads with keys, "
+        f"{args.messages:,} messages a round, real etcd + broker process.",
+        "",
+        "| what | msgs/s | p50 ack ms | p99 ack ms |",
+        "|---|---:|---:|---:|",
+        f"| shadowtopic produce (median of {len(rounds)}) | {med['msgs_per_s']:,} | "
+        f"{med['p50_ms']} | {med['p99_ms']} |",
+    ]
+    if ceiling:
+        lines.append(f"| limits.py produce_hot_path (bare parse-frame-fsync-ack) | {ceiling:,} | | |")
+    if nats_rate:
+        lines.append(f"| NATS JetStream acked publish (nats_jetstream.py) | {nats_rate:,} | | |")
+    lines.append("")
+    if ceiling:
+        lines.append(f"- ratio to the hot-path ceiling: **{med['msgs_per_s'] / ceiling:.0%}** "
+                     "(target 70%)")
+    if nats_rate:
+        lines.append(f"- ratio to NATS JetStream: **{med['msgs_per_s'] / nats_rate:.1f}x**")
+    lines += ["- rounds: " + "; ".join(f"{r['msgs_per_s']:,}/s p50 {r['p50_ms']} ms "
+                                      f"p99 {r['p99_ms']} ms" for r in rounds), ""]
+    if limits:
+        lines += ["## Machine ceilings (limits.py, same run)", "", "```",
+                  json.dumps(limits, indent=1), "```", ""]
+    if nats:
+        lines += ["## NATS JetStream (nats_jetstream.py, same run)", "", "```",
+                  json.dumps(nats, indent=1), "```", ""]
+    notes = os.path.join(os.path.dirname(path), "NOTES.md")
+    if os.path.exists(notes):
+        with open(notes) as f:
+            lines += [f.read()]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
+    p.add_argument("--messages", type=int, default=400_000)
+    p.add_argument("--producers", type=int, default=4)
+    p.add_argument("--payload", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--no-peers", action="store_true", help="skip limits.py and NATS")
+    p.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
+    args = p.parse_args()
+    peers = os.path.join(args.shared, "peers")
+    if not args.no_peers and not os.path.isdir(peers):
+        sys.exit(f"bench: {peers} not found (../shared sits beside a developer's clone); "
+                 "pass --shared DIR or --no-peers")
+    base = os.path.join(ROOT, "data", "bench")
+    os.makedirs(base, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=base) as data_dir:
+        limits = nats = None
+        if not args.no_peers:
+            limits = run_peer([sys.executable, os.path.join(peers, "limits.py"), "--dir",
+                               data_dir], "limits.py")
+            nats = run_peer([sys.executable, os.path.join(peers, "nats_jetstream.py")],
+                            "nats_jetstream.py")
+        print("running shadowtopic produce rounds", flush=True)
+        rounds = run_produce(args, data_dir)
+    write_results(args.out, args, rounds, limits, nats)
+    os.makedirs(os.path.join(ROOT, "bench", "out"), exist_ok=True)
+    with open(os.path.join(ROOT, "bench", "out", time.strftime("%Y%m%d-%H%M%S") + ".json"),
+              "w") as f:
+        json.dump({"rounds": rounds, "limits": limits, "nats": nats}, f, indent=1)
+    print(open(args.out).read())
+
+
+if __name__ == "__main__":
+    main()
