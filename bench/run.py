@@ -65,14 +65,20 @@ def _offset() -> float:
 
 
 def produce_round(url: str, topic: str, messages: int, producers: int, payload: int) -> dict:
-    q = mp.Queue()
-    start_at = time.time() + 1.5
+    ctx = mp.get_context("spawn")  # gRPC channels do not survive fork
+    q = ctx.Queue()
+    start_at = time.time() + 3.0
     per = messages // producers
-    procs = [mp.Process(target=_producer, args=(url, topic, per, payload, start_at, q))
+    procs = [ctx.Process(target=_producer, args=(url, topic, per, payload, start_at, q))
              for _ in range(producers)]
     for p in procs:
         p.start()
-    results = [q.get(timeout=300) for _ in procs]
+    results = []
+    for _ in procs:
+        try:
+            results.append(q.get(timeout=300))
+        except Exception:  # noqa: BLE001 - a producer died: say so, not "queue.Empty"
+            raise SystemExit("bench: a producer process failed (see its traceback above)")
     for p in procs:
         p.join(30)
     acked = sum(r["acked"] for r in results)

@@ -31,12 +31,14 @@ Callback = Callable[[MessageId | None, Exception | None], None]
 
 
 class _Batch:
-    __slots__ = ("topic", "partition", "msgs", "callbacks", "size", "created")
+    """Messages are built in place inside the request that will carry them (no copies)."""
 
-    def __init__(self, topic: str, partition: int):
-        self.topic = topic
+    __slots__ = ("request", "add", "partition", "callbacks", "size", "created")
+
+    def __init__(self, topic: str, partition: int, producer_name: str):
+        self.request = producer_pb2.ProduceRequest(topic=topic, producer_name=producer_name)
+        self.add = self.request.messages.add
         self.partition = partition
-        self.msgs: list = []
         self.callbacks: list[Callback | None] = []
         self.size = 0
         self.created = time.monotonic()
@@ -46,7 +48,7 @@ class Producer:
     def __init__(self, conn: Connection, topic: str, partitions: int = 0,
                  producer_name: str = "", batch_max_messages: int = 1000,
                  batch_max_bytes: int = 1 << 20, linger_ms: float = 5.0,
-                 max_inflight: int = 16):
+                 max_inflight: int = 8):
         self.topic = topic
         self.partitions = partitions
         self.producer_name = producer_name
@@ -80,23 +82,37 @@ class Producer:
     def send_async(self, payload: bytes | str, key: bytes | str | None = None,
                    properties: dict[str, str] | None = None, event_time: int = 0,
                    callback: Callback | None = None) -> None:
+        """Queue a message; `callback(message_id, None)` after the broker's fsync, or
+        `callback(None, error)`. Blocks only when `max_inflight` batches are waiting."""
         if self._closed:
             raise errors.AlreadyClosed("producer is closed")
-        if isinstance(payload, str):
+        if payload.__class__ is str:
             payload = payload.encode()
-        part = self._route(key)
+        if key is not None and key.__class__ is str:
+            key = key.encode()
+        part = self._route(key) if self.partitions else -1
         with self._lock:
-            self._seq += 1
-            msg = to_pb(payload, key, properties, event_time, self.producer_name, self._seq)
             b = self._batches.get(part)
             if b is None:
-                topic = self.topic if self.partitions == 0 else f"{self.topic}-partition-{part}"
-                b = self._batches[part] = _Batch(topic, part)
-            b.msgs.append(msg)
-            b.callbacks.append(callback)
-            b.size += len(payload) + 16
-            if len(b.msgs) >= self._max_msgs or b.size >= self._max_bytes:
+                b = self._new_batch(part)
+            self._seq += 1
+            m = b.add(payload=payload, producer_name=self.producer_name, sequence_id=self._seq)
+            if key is not None:
+                m.key = key
+            if properties:
+                m.properties.update(properties)
+            if event_time:
+                m.event_time = event_time
+            cbs = b.callbacks
+            cbs.append(callback)
+            b.size += len(payload) + 24
+            if len(cbs) >= self._max_msgs or b.size >= self._max_bytes:
                 self._close_batch(part)
+
+    def _new_batch(self, part: int) -> _Batch:
+        topic = self.topic if self.partitions == 0 else f"{self.topic}-partition-{part}"
+        b = self._batches[part] = _Batch(topic, part, self.producer_name)
+        return b
 
     def send(self, payload: bytes | str, key: bytes | str | None = None,
              properties: dict[str, str] | None = None, event_time: int = 0,
@@ -151,13 +167,10 @@ class Producer:
 
     # ---- internals -------------------------------------------------------------------------
 
-    def _route(self, key) -> int:
-        if self.partitions == 0:
-            return -1
+    def _route(self, key: bytes | None) -> int:
         if key is None:
             return next(self._rr) % self.partitions
-        k = key.encode() if isinstance(key, str) else key
-        return google_crc32c.value(k) % self.partitions
+        return google_crc32c.value(key) % self.partitions
 
     def _close_batch(self, part: int) -> None:
         """Move a partition's open batch to the outbox (caller holds self._lock)."""
@@ -190,10 +203,9 @@ class Producer:
                 if self._requests is None:
                     self._open_stream()
                 rid = next(self._request_ids)
+                batch.request.request_id = rid
                 self._inflight.append((rid, batch))
-                self._requests.put(producer_pb2.ProduceRequest(
-                    topic=batch.topic, producer_name=self.producer_name, request_id=rid,
-                    messages=batch.msgs))
+                self._requests.put(batch.request)
 
     def _open_stream(self) -> None:
         requests: queue.SimpleQueue = queue.SimpleQueue()
@@ -250,7 +262,10 @@ class Producer:
                 if cb is not None:
                     cb(None, err)
             return
-        lid, first, part = receipt.ledger_id, receipt.first_entry_id, batch.partition
-        for i, cb in enumerate(batch.callbacks):
+        lid, part = receipt.ledger_id, batch.partition
+        new = tuple.__new__
+        entry = receipt.first_entry_id
+        for cb in batch.callbacks:
             if cb is not None:
-                cb(MessageId(lid, first + i, part), None)
+                cb(new(MessageId, (lid, entry, part)), None)
+            entry += 1
