@@ -48,14 +48,17 @@ def _producer(url: str, topic: str, count: int, payload: int, start_at: float, o
         while time.time() < start_at:
             time.sleep(0.001)
         t0 = now()
+        c0 = time.process_time()
         for i in range(count):
             sends.append(now())
             producer.send_async(data, key=keys[i % 1000], callback=done)
         producer.flush(timeout=120)
         t1 = now()
+        cpu = time.process_time() - c0
         producer.close()
     lat = [a - s for s, a in zip(sends, acks)]
-    out.put({"acked": len(acks) - len(errors), "errors": len(errors), "t0": t0 + _offset(),
+    out.put({"acked": len(acks) - len(errors), "errors": len(errors), "cpu_s": cpu,
+             "t0": t0 + _offset(),
              "t1": t1 + _offset(), "lat_sample": lat[::10]})
 
 
@@ -86,6 +89,7 @@ def produce_round(url: str, topic: str, messages: int, producers: int, payload: 
     lat = sorted(x for r in results for x in r["lat_sample"])
     return {"acked": acked, "errors": sum(r["errors"] for r in results),
             "msgs_per_s": round(acked / dt), "seconds": round(dt, 3),
+            "client_cpu_us_per_msg": round(sum(r["cpu_s"] for r in results) / acked * 1e6, 2),
             "p50_ms": round(lat[len(lat) // 2] * 1000, 2),
             "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 2)}
 

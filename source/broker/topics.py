@@ -266,9 +266,14 @@ class TopicManager:
             log.warning("%s: retention skipped: %s", topic, exc)
 
     async def _retention_loop(self) -> None:
+        """Once a `retention_interval`: roll quiet ledgers past their age, apply retention."""
         while True:
             await asyncio.sleep(self._retention_interval)
-            for topic in list(self._loaded):
+            for topic, ml in list(self._loaded.items()):
+                try:
+                    await ml.roll_if_aged()
+                except errors.ShadowTopicError as exc:
+                    log.warning("%s: age rollover failed: %s", topic, exc)
                 await self._retain(topic)
 
 

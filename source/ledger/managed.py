@@ -332,6 +332,16 @@ class ManagedLedger:
         self._roll_task = task = asyncio.create_task(self._roll())
         return await (await task)
 
+    async def roll_if_aged(self) -> bool:
+        """Roll a quiet topic's open ledger once it is older than `max_age_s` (appends check
+        age themselves; this catches a topic nobody writes to)."""
+        cur = self._current
+        if (self._fenced is None and self._roll_task is None and cur.queued_entries
+                and time.monotonic() - cur.created >= self.config.max_age_s):
+            await self.roll()
+            return True
+        return False
+
     async def _seal_entries(self, lid: int, wal_rel: str, entries: walmod.Entries
                             ) -> mpb.LedgerInfo | None:
         if len(entries) == 0:

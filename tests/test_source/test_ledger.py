@@ -331,6 +331,23 @@ def test_concurrent_retention_and_truncate_count_each_ledger_once(tmp_path, arun
     arun(main())
 
 
+def test_quiet_ledger_rolls_by_age(tmp_path, arun):
+    async def main():
+        env = Env(tmp_path)
+        ml = await env.open(max_age_s=0.2)
+        assert not await ml.roll_if_aged()          # empty: nothing to roll
+        lid, _ = await _append(ml, 3)
+        assert not await ml.roll_if_aged()          # too young
+        await asyncio.sleep(0.25)
+        assert await ml.roll_if_aged()
+        infos = ml.ledgers()
+        assert infos[0].ledger_id == lid and infos[0].state == mpb.SEALED
+        assert infos[-1].state == mpb.OPEN and infos[-1].entries == 0
+        await ml.close()
+
+    arun(main())
+
+
 def test_wait_for_entries_wakes_on_append(tmp_path, arun):
     async def main():
         env = Env(tmp_path)
