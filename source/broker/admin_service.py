@@ -117,6 +117,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             stats.bytes_out_counter += c.bytes_out
             stats.storage_size += ml.storage_size()
             stats.topic_epoch = max(stats.topic_epoch, ml.epoch)
+            for pub in self.topics.publishers.get(part, ()):
+                prin, ptin, _, _ = pub.counters.rates()
+                stats.publishers.add(producer_name=pub.producer_name, msg_rate_in=prin,
+                                     msg_throughput_in=ptin, address=pub.address,
+                                     connected_since=pub.connected_since)
         stats.owner_broker = self.session.url
         if stats.msg_in_counter:
             stats.average_msg_size = stats.bytes_in_counter / stats.msg_in_counter

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 
+from source.broker.rates import Publisher
 from source.broker.rpc import error_status
 from source.broker.topics import TopicManager
 from source.core import errors
@@ -44,18 +45,23 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
             self._names[text] = name
         return name
 
-    async def _append(self, req: views_pb2.RawProduceRequest | None,
-                      data: bytes) -> tuple[int, int, int]:
+    async def _append(self, req: views_pb2.RawProduceRequest | None, data: bytes,
+                      attached: dict[TopicName, Publisher], peer: str) -> tuple[int, int, int]:
         if req is None:
             raise errors.InvalidArgument("malformed produce request")
         topic = self._name(req.topic)
         ml = self.topics.loaded(topic)
         if ml is None:
             ml = await self.topics.ledger(topic)
+        pub = attached.get(topic)
+        if pub is None:
+            pub = Publisher(req.producer_name, peer)
+            self.topics.attach_producer(topic, pub)
+            attached[topic] = pub
         raws = list(req.messages)
         if not raws:
             raise errors.InvalidArgument("a produce request needs at least one message")
-        limit = self.topics.max_message_size.get(topic, 1 << 20)
+        limit = self.topics.effective[topic].max_message_size
         biggest = max(map(len, raws))
         if biggest > limit:
             raise errors.MessageTooBig(
@@ -63,18 +69,21 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
         size = sum(map(len, raws))
         lid, first = await ml.append(raws, data, size)
         self.topics.counters_for(topic).add_in(len(raws), size)
+        pub.counters.add_in(len(raws), size)
         return lid, first, len(raws)
 
     async def Produce(self, request_iterator, context):
         queue: asyncio.Queue = asyncio.Queue()
         window = asyncio.Semaphore(MAX_INFLIGHT)
+        attached: dict[TopicName, Publisher] = {}
+        peer = context.peer()
 
         async def read_ahead() -> None:
             try:
                 async for data in request_iterator:
                     await window.acquire()
                     req = _parse(data)
-                    task = asyncio.ensure_future(self._append(req, data))
+                    task = asyncio.ensure_future(self._append(req, data, attached, peer))
                     queue.put_nowait((req.request_id if req else 0, task))
             finally:
                 queue.put_nowait(None)
@@ -99,3 +108,5 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
             await reader
         finally:
             reader.cancel()
+            for topic, pub in attached.items():
+                self.topics.detach_producer(topic, pub)

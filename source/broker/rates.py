@@ -40,3 +40,16 @@ class TopicCounters:
             return 0.0, 0.0, 0.0, 0.0
         return ((self.msg_in - mi) / dt, (self.bytes_in - bi) / dt,
                 (self.msg_out - mo) / dt, (self.bytes_out - bo) / dt)
+
+
+class Publisher:
+    """One producer on one topic (a Produce stream that wrote to the topic)."""
+
+    __slots__ = ("producer_name", "address", "connected_since", "counters")
+
+    def __init__(self, producer_name: str, address: str):
+        import datetime
+        self.producer_name = producer_name
+        self.address = address
+        self.connected_since = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        self.counters = TopicCounters()

@@ -21,7 +21,7 @@ from source.metadata import keys
 from source.metadata.base import Compare, Delete, MetadataStore, MetadataUnavailable, Put
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.broker.ownership import BrokerSession
-from source.broker.rates import TopicCounters
+from source.broker.rates import Publisher, TopicCounters
 
 log = logging.getLogger(__name__)
 SOURCE, SHADOW = mpb.TopicKind.SOURCE, mpb.TopicKind.SHADOW
@@ -50,7 +50,8 @@ class TopicManager:
         self._loading: dict[TopicName, asyncio.Future] = {}
         self._owned: dict[TopicName, tuple[str, bytes]] = {}
         self.counters: dict[TopicName, TopicCounters] = {}
-        self.max_message_size: dict[TopicName, int] = {}  # of loaded topics, for produce
+        self.effective: dict[TopicName, Policies] = {}  # of loaded topics (produce limits)
+        self.publishers: dict[TopicName, set[Publisher]] = {}
         self._retention_interval = retention_interval
         self._retention_task: asyncio.Task | None = None
 
@@ -151,7 +152,7 @@ class TopicManager:
             ml = self._loaded.get(t)
             if ml is not None:
                 ml.config = _ledger_config(merged.effective())
-                self.max_message_size[t] = merged.effective().max_message_size
+                self.effective[t] = merged.effective()
         return merged.effective()
 
     # ---- loaded ledgers --------------------------------------------------------------------
@@ -197,10 +198,22 @@ class TopicManager:
             raise
         ml.on_sealed = lambda _info, t=topic: self._schedule_retention(t)
         self._owned[topic] = (key, value)
-        self.max_message_size[topic] = policies.max_message_size
+        self.effective[topic] = policies
         self.counters.setdefault(topic, TopicCounters())
         log.info("loaded %s (epoch %d, %d ledgers)", topic, epoch, len(ml.ledgers()))
         return ml
+
+    def attach_producer(self, topic: TopicName, pub: Publisher) -> None:
+        """Register a producer on a loaded topic, within the `max_producers` policy."""
+        pubs = self.publishers.setdefault(topic, set())
+        limit = self.effective[topic].max_producers if topic in self.effective else 0
+        if limit and len(pubs) >= limit:
+            raise errors.TooManyProducers(
+                f"{topic} already has {len(pubs)} producers (max_producers {limit})")
+        pubs.add(pub)
+
+    def detach_producer(self, topic: TopicName, pub: Publisher) -> None:
+        self.publishers.get(topic, set()).discard(pub)
 
     def loaded(self, topic: TopicName) -> ManagedLedger | None:
         return self._loaded.get(topic)
@@ -231,6 +244,8 @@ class TopicManager:
         if owned:
             await self.session.release(*owned)
         self.counters.pop(topic, None)
+        self.publishers.pop(topic, None)
+        self.effective.pop(topic, None)
 
     def fence_all(self) -> None:
         """The broker lease is gone: nothing may be acknowledged any more."""
