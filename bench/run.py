@@ -18,7 +18,6 @@ import json
 import multiprocessing as mp
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile

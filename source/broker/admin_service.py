@@ -6,7 +6,7 @@ Shadow topics, durable subscriptions, compaction and permissions are part of the
 from __future__ import annotations
 
 from source.broker.ownership import BrokerSession
-from source.broker.rpc import unary
+from source.broker.rpc import abort_stream, unary
 from source.broker.topics import TopicManager
 from source.core import errors
 from source.core.names import TopicName
@@ -197,5 +197,4 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     GetPermissions = _not_yet("GetPermissions")
 
     async def WatchCompaction(self, request, context):
-        from source.broker.rpc import abort_stream
         await abort_stream(context, errors.Unimplemented("WatchCompaction is not implemented yet"))

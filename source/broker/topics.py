@@ -18,7 +18,7 @@ from source.core.policies import Policies
 from source.ledger.managed import LedgerConfig, ManagedLedger
 from source.ledger.storage import Storage
 from source.metadata import keys
-from source.metadata.base import Compare, Delete, MetadataStore, MetadataUnavailable, Put
+from source.metadata.base import Compare, MetadataStore, MetadataUnavailable, Put
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.broker.ownership import BrokerSession
 from source.broker.rates import Publisher, TopicCounters

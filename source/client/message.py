@@ -44,11 +44,3 @@ class Message:
                 "producer_name": self.producer_name, "sequence_id": self.sequence_id,
                 "redelivery_count": self.redelivery_count}
 
-
-def to_pb(payload: bytes, key: bytes | str | None, properties: dict[str, str] | None,
-          event_time: int, producer_name: str, sequence_id: int) -> common_pb2.Message:
-    m = common_pb2.Message(payload=payload, properties=properties, event_time=event_time,
-                           producer_name=producer_name, sequence_id=sequence_id)
-    if key is not None:
-        m.key = key.encode() if isinstance(key, str) else key
-    return m

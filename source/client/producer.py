@@ -22,7 +22,6 @@ import google_crc32c
 import grpc
 
 from source.client.connection import Connection
-from source.client.message import to_pb
 from source.core import errors
 from source.core.message_id import MessageId
 from source.pb.v1 import producer_pb2
