@@ -35,6 +35,13 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
     def __init__(self, topics: TopicManager):
         self.topics = topics
         self._names: dict[str, TopicName] = {}
+        self._readers: set[asyncio.Task] = set()
+
+    def shutdown(self) -> None:
+        """Graceful stop: read no more batches; what was read is still fsynced and acked,
+        then each stream ends (the client sees the stream close, nothing acked is lost)."""
+        for task in list(self._readers):
+            task.cancel()
 
     def _name(self, text: str) -> TopicName:
         name = self._names.get(text)
@@ -89,6 +96,7 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
                 queue.put_nowait(None)
 
         reader = asyncio.create_task(read_ahead())
+        self._readers.add(reader)
         try:
             while True:
                 item = await queue.get()
@@ -105,8 +113,9 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
                 finally:
                     window.release()
                 yield receipt
-            await reader
+            await asyncio.gather(reader, return_exceptions=True)
         finally:
             reader.cancel()
+            self._readers.discard(reader)
             for topic, pub in attached.items():
                 self.topics.detach_producer(topic, pub)

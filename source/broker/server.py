@@ -93,7 +93,7 @@ class Broker:
                                                    self.server)
         # Produce takes request bytes (stored as they came) and Connect sends pre-encoded
         # frames: both are registered with identity (de)serializers on those sides.
-        producer = ProducerService(self.topics)
+        self.producer = producer = ProducerService(self.topics)
         self.consumer = ConsumerService(self.topics)
         self.server.add_generic_rpc_handlers((
             grpc.method_handlers_generic_handler("shadowtopic.v1.Producer", {
@@ -142,6 +142,7 @@ class Broker:
         if self.server is not None:
             stopping = asyncio.create_task(self.server.stop(grace))
             await asyncio.sleep(0)  # new calls are refused from here on
+            self.producer.shutdown()
             self.consumer.shutdown()
             await stopping
         await self.topics.close()

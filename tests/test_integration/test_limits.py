@@ -31,3 +31,30 @@ def test_max_producers_refuses_the_extra_producer_and_stats_list_publishers(brok
         second.close()
     with client.create_reader(topic) as r:
         assert [r.read_next(5).payload for _ in range(2)] == [b"a", b"c"]
+
+
+def test_same_producer_recovers_after_broker_restart(broker, client, topic):
+    client.admin.create_topic(topic)
+    with Client(broker.url, timeout=10) as c:
+        p = c.create_producer(topic)
+        first = p.send(b"before")
+        broker.terminate()
+        with pytest.raises(errors.ShadowTopicError) as info:
+            p.send(b"while-down", timeout=5)
+        assert info.value.retriable
+        broker.start(timeout=60)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                after = p.send(b"after", timeout=5)
+                break
+            except errors.ShadowTopicError as exc:
+                assert exc.retriable, exc
+                assert time.monotonic() < deadline, "producer did not reconnect"
+                time.sleep(0.2)
+        assert after.ledger_id > first.ledger_id
+        p.close()
+    with Client(broker.url) as c, c.create_reader(topic) as r:
+        got = [r.read_next(5).payload for _ in range(2)]
+        assert got == [b"before", b"after"]
+        assert not r.has_message_available()
