@@ -526,7 +526,7 @@ class ManagedLedger:
                                                 self.storage.full(info.path), info.crc32c)
             self._sealed[info.ledger_id] = reader
             while len(self._sealed) > 4:
-                self._sealed.popitem(last=False)
+                self._sealed.popitem(last=False)  # its file closes when no read holds it
         else:
             self._sealed.move_to_end(info.ledger_id)
         return reader

@@ -5,7 +5,9 @@ Columns: `entry_id` uint64, `key` binary (null for keyless), `is_tombstone` bool
 producer sent it). Row groups hold `ROWS_PER_GROUP` entries, so entry e lives in row group
 e // ROWS_PER_GROUP and a read by id touches one row group; Spark reads only the columns it
 needs. Integrity: Parquet page checksums, plus the crc32c of the whole file recorded in the
-ledger list (checked when a broker first opens the file; a mismatch is `ChecksumError`).
+ledger list (streamed through when a broker first opens the file; a mismatch is
+`ChecksumError`); row groups are then read from the file on demand, so an open reader holds
+a file handle, not the file.
 """
 from __future__ import annotations
 
@@ -89,19 +91,29 @@ def write_sealed(fs: pafs.FileSystem, path: str, entries: Entries) -> tuple[int,
     return len(data), google_crc32c.value(data)
 
 
+def _file_crc(fs: pafs.FileSystem, path: str, chunk: int = 1 << 20) -> int:
+    """crc32c of a whole file, streamed (a sealed ledger is not held in memory)."""
+    crc = 0
+    with fs.open_input_stream(path) as f:
+        while True:
+            data = f.read(chunk)
+            if not data:
+                return crc
+            crc = google_crc32c.extend(crc, data)
+
+
 class SealedLedger:
     """Reads of one sealed ledger; verified against its crc32c when opened."""
 
     def __init__(self, fs: pafs.FileSystem, path: str, crc32c: int | None):
         try:
-            with fs.open_input_file(path) as f:
-                data = f.read()
+            if crc32c is not None and _file_crc(fs, path) != crc32c:
+                raise ChecksumError(f"checksum mismatch in sealed ledger {path}")
+            self._source = fs.open_input_file(path)
         except (FileNotFoundError, OSError) as exc:
             raise DataLoss(f"sealed ledger file missing: {path} ({exc})") from None
-        if crc32c is not None and google_crc32c.value(data) != crc32c:
-            raise ChecksumError(f"checksum mismatch in sealed ledger {path}")
         try:
-            self._file = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
+            self._file = pq.ParquetFile(self._source, page_checksum_verification=True)
         except Exception as exc:  # noqa: BLE001 - a corrupt footer raises assorted errors
             raise ChecksumError(f"corrupt sealed ledger {path}: {exc}") from None
         self.path = path
@@ -110,6 +122,7 @@ class SealedLedger:
         self._lock = threading.Lock()
 
     def _group(self, index: int) -> pa.Table:
+        """One row group (publish_time, raw), from a small per-ledger cache."""
         with self._lock:
             table = self._groups.get(index)
             if table is not None:
