@@ -66,6 +66,8 @@ class Producer:
         self._request_ids = itertools.count(1)
         self._rr = itertools.count()
         self._seq = 0
+        self._acked = 0
+        self._failed = 0
         self._requests: queue.SimpleQueue | None = None
         self._receiver: threading.Thread | None = None
         self._closed = False
@@ -131,6 +133,13 @@ class Producer:
         if exc is not None:
             raise exc
         return mid
+
+    def stats(self) -> dict[str, int]:
+        """Counters since creation: messages sent, acknowledged (after the broker's fsync),
+        failed (their callbacks got an error), and batches still waiting for a receipt."""
+        with self._idle:
+            return {"sent": self._seq, "acked": self._acked, "failed": self._failed,
+                    "pending_batches": self._unacked}
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every open batch and wait for all receipts."""
@@ -227,10 +236,14 @@ class Producer:
             for receipt in responses:
                 with self._send_lock:
                     rid, batch = self._inflight.popleft()
-                self._resolve(batch, receipt)
+                ok = self._resolve(batch, receipt)
                 self._window.release()
                 with self._idle:
                     self._unacked -= 1
+                    if ok:
+                        self._acked += len(batch.callbacks)
+                    else:
+                        self._failed += len(batch.callbacks)
                     if not self._unacked:
                         self._idle.notify_all()
         except grpc.RpcError as exc:
@@ -245,6 +258,7 @@ class Producer:
             failed = list(self._inflight)
             self._inflight.clear()
             self._unacked -= len(failed)
+            self._failed += sum(len(b.callbacks) for _, b in failed)
             self._idle.notify_all()
         requests.put(None)
         for _, batch in failed:
@@ -253,14 +267,14 @@ class Producer:
                     cb(None, err)
             self._window.release()
 
-    def _resolve(self, batch: _Batch, receipt: producer_pb2.ProduceReceipt) -> None:
+    def _resolve(self, batch: _Batch, receipt: producer_pb2.ProduceReceipt) -> bool:
         if receipt.HasField("error"):
             e = receipt.error
             err = errors.from_reason(e.reason, e.message, e.code)
             for cb in batch.callbacks:
                 if cb is not None:
                     cb(None, err)
-            return
+            return False
         lid, part = receipt.ledger_id, batch.partition
         new = tuple.__new__
         entry = receipt.first_entry_id
@@ -268,3 +282,4 @@ class Producer:
             if cb is not None:
                 cb(new(MessageId, (lid, entry, part)), None)
             entry += 1
+        return True

@@ -58,3 +58,16 @@ def test_same_producer_recovers_after_broker_restart(broker, client, topic):
         got = [r.read_next(5).payload for _ in range(2)]
         assert got == [b"before", b"after"]
         assert not r.has_message_available()
+
+
+def test_producer_stats_count_acked_and_failed(client, topic):
+    client.admin.create_topic(topic, policies=Policies(max_message_size=1000))
+    with client.create_producer(topic, batch_max_messages=10) as p:
+        for _ in range(25):
+            p.send_async(b"ok")
+        p.flush()
+        assert p.stats() == {"sent": 25, "acked": 25, "failed": 0, "pending_batches": 0}
+        for i in range(10):  # one batch of 10 with one oversized message: all 10 refused
+            p.send_async(b"x" * (2000 if i == 5 else 10))
+        p.flush()
+        assert p.stats() == {"sent": 35, "acked": 25, "failed": 10, "pending_batches": 0}

@@ -18,6 +18,6 @@ def test_client_methods_are_pinned():
     public = {n for n, _ in inspect.getmembers(client.Client) if not n.startswith("_")}
     assert public == {"close", "create_producer", "create_reader"}
     producer = {n for n, _ in inspect.getmembers(client.Producer) if not n.startswith("_")}
-    assert producer == {"close", "flush", "send", "send_async"}
+    assert producer == {"close", "flush", "send", "send_async", "stats"}
     reader = {n for n, _ in inspect.getmembers(client.Reader) if not n.startswith("_")}
     assert reader == {"close", "has_message_available", "read_next"}
