@@ -43,6 +43,7 @@ class _Reader:
         self.ml = ml
         self.position = position
         self.permits = 0
+        self.generation = 0  # bumped by seek: a read begun before a seek is dropped
         self.permit_event = asyncio.Event()
         self.task: asyncio.Task | None = None
 
@@ -86,12 +87,20 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
             counters = self.topics.counters_for(r.topic)
             try:
                 while True:
+                    if r.ml.fenced is not None:
+                        # this broker closed or lost the ledger: follow its reload (or
+                        # report why not) instead of waiting on a dead object forever
+                        r.ml = await self.topics.ledger(r.topic)
+                        continue
                     if r.permits <= 0:
                         r.permit_event.clear()
                         await r.permit_event.wait()
                         continue
+                    generation = r.generation
                     entries = await r.ml.read(r.position, min(r.permits, MAX_FRAME_ENTRIES),
                                               MAX_FRAME_BYTES)
+                    if generation != r.generation:
+                        continue
                     if not entries:
                         await r.ml.wait_for_entries(r.position, IDLE_WAIT_S)
                         continue
@@ -100,6 +109,8 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                                                               e.publish_ms, e.raw)
                                                           for e in entries])
                     await out.put(frame)
+                    if generation != r.generation:
+                        continue
                     last = entries[-1]
                     r.position = MessageId(last.ledger_id, last.entry_id + 1)
                     r.permits -= len(entries)
@@ -149,6 +160,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                                 raise errors.InvalidArgument(f"unknown handle {cmd.handle}")
                             if kind == "seek":
                                 r = readers[cmd.handle]
+                                r.generation += 1
                                 r.position = resolve_start(r.ml, cmd.seek.position, True)
                                 await out.put(event_frame(cmd.handle, seek_done=consumer_pb2.SeekDone(
                                     position=r.position.to_pb())))

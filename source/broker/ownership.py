@@ -1,7 +1,10 @@
 """Broker registration and topic ownership through one etcd lease plus a fencing epoch.
 
 The broker holds one lease (kept alive every ttl/3) under which it registers itself and
-every topic it owns. Taking a topic = creating its ownership key under that lease, only if
+every topic it owns. It trusts that lease only until `sent + 0.8 * ttl` of the last
+successful keepalive (its own monotonic clock, not etcd's word): past that it fences every
+topic itself, so a broker cut off from etcd stops acknowledging before etcd can hand its
+topics to another broker. Taking a topic = creating its ownership key under that lease, only if
 absent, with a fresh epoch from the topic's epoch counter. Every ledger-list write compares
 the ownership value, so when the lease lapses (a paused or partitioned broker) and another
 broker takes the topic, the old owner's writes fail and it fences itself (etcd locks alone
@@ -36,6 +39,7 @@ class BrokerSession:
         self.roles = roles
         self.ttl = ttl
         self.lease = 0
+        self.valid_until = 0.0          # monotonic deadline of trust in the lease
         self.on_lost: Callable[[], None] | None = None
         self._task: asyncio.Task | None = None
         self.healthy = asyncio.Event()
@@ -44,8 +48,21 @@ class BrokerSession:
         """Grant the lease and register; retries until etcd answers (no crash loop)."""
         self._task = asyncio.create_task(self._keepalive(), name="broker-lease")
 
+    def lease_ok(self) -> bool:
+        return self.lease != 0 and time.monotonic() < self.valid_until
+
+    def _lost(self, why: str) -> None:
+        log.warning("broker lease %s: every owned topic is fenced", why)
+        self.lease = 0
+        self.valid_until = 0.0
+        self.healthy.clear()
+        if self.on_lost:
+            self.on_lost()
+
     async def _register(self) -> None:
+        sent = time.monotonic()
         self.lease = await self.store.grant_lease(self.ttl)
+        self.valid_until = sent + self.ttl * 0.8
         info = mpb.BrokerInfo(broker_id=self.broker_id, url=self.url, roles=self.roles,
                               started_ms=int(time.time() * 1000))
         await self.store.put(keys.broker(self.cluster, self.broker_id),
@@ -59,21 +76,22 @@ class BrokerSession:
                     self.healthy.set()
                     log.info("broker %s registered (lease %x)", self.broker_id, self.lease)
                 else:
+                    sent = time.monotonic()
                     await self.store.refresh_lease(self.lease)
+                    self.valid_until = sent + self.ttl * 0.8
                     self.healthy.set()
             except LeaseNotFound:
-                log.warning("broker lease lost: every owned topic is fenced")
-                self.lease = 0
-                self.healthy.clear()
-                if self.on_lost:
-                    self.on_lost()
+                self._lost("lost")
                 continue
             except MetadataUnavailable:
                 self.healthy.clear()
+                if self.lease and not self.lease_ok():
+                    self._lost("unconfirmed past its deadline")
             except Exception:  # noqa: BLE001 - keep the keepalive alive whatever happens
                 log.exception("lease keepalive failed")
                 self.healthy.clear()
-            await asyncio.sleep(self.ttl / 3)
+            await asyncio.sleep(min(self.ttl / 4, max(0.05, self.valid_until - time.monotonic()))
+                                if self.lease else self.ttl / 4)
 
     async def wait_ready(self, timeout: float | None = None) -> None:
         await asyncio.wait_for(self.healthy.wait(), timeout)

@@ -90,6 +90,15 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
                 async for data in request_iterator:
                     await window.acquire()
                     req = _parse(data)
+                    if req is not None:
+                        # load a topic before queueing its first batch, so a later batch of
+                        # this stream cannot overtake one that waits for the load
+                        try:
+                            topic = self._name(req.topic)
+                            if self.topics.loaded(topic) is None:
+                                await self.topics.ledger(topic)
+                        except Exception:  # noqa: BLE001 - _append reports it in the receipt
+                            pass
                     task = asyncio.ensure_future(self._append(req, data, attached, peer))
                     queue.put_nowait((req.request_id if req else 0, task))
             finally:

@@ -48,7 +48,7 @@ class TopicManager:
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ledger-io")
         self._loaded: dict[TopicName, ManagedLedger] = {}
         self._loading: dict[TopicName, asyncio.Future] = {}
-        self._owned: dict[TopicName, tuple[str, bytes]] = {}
+        self._closing: dict[TopicName, asyncio.Task] = {}
         self.counters: dict[TopicName, TopicCounters] = {}
         self.effective: dict[TopicName, Policies] = {}  # of loaded topics (produce limits)
         self.publishers: dict[TopicName, set[Publisher]] = {}
@@ -115,10 +115,21 @@ class TopicManager:
             if shadows:
                 raise errors.HasShadowTopics(
                     f"{topic} has shadow topics: {', '.join(shadows)}; delete them first")
-        for t in [topic] + [topic.partition(i) for i in range(info.partitions)]:
-            await self.unload(t, delete_data=True)
+        names = [topic] + [topic.partition(i) for i in range(info.partitions)]
+        lists = {t: await self.store.get(keys.ledgers(t)) for t in names}
+        # metadata first: a loaded ledger's next list write then fails and fences it, and
+        # nothing can load the topic again; then close, then files (a crash in between
+        # leaves orphan files, never metadata pointing at missing files)
+        for t in names:
             await self.store.delete(keys.topic_prefix(t), prefix=True)
-        await self.store.delete(keys.topic_info(topic))
+        for t in names:
+            await self.unload(t)
+            kv = lists[t]
+            for led in (mpb.LedgerList.FromString(kv.value).ledgers if kv else ()):
+                if led.path:
+                    self.storage.delete(led.path)
+                if led.wal_path:
+                    self.storage.delete_wal(led.wal_path)
 
     @_meta
     async def list(self, namespace: str | None) -> list[mpb.TopicInfo]:
@@ -162,6 +173,11 @@ class TopicManager:
         ml = self._loaded.get(topic)
         if ml is not None:
             return ml
+        while topic in self._closing:  # a close of this topic is finishing: wait for it
+            await asyncio.gather(self._closing[topic], return_exceptions=True)
+            ml = self._loaded.get(topic)
+            if ml is not None:
+                return ml
         fut = self._loading.get(topic)
         if fut is None:
             fut = asyncio.get_running_loop().create_future()
@@ -192,12 +208,13 @@ class TopicManager:
         key, value, epoch = await self.session.acquire(topic)
         try:
             ml = await ManagedLedger.open(topic, self.store, self.storage, key, value, epoch,
-                                          self.executor, _ledger_config(policies))
+                                          self.executor, _ledger_config(policies),
+                                          lease_ok=self.session.lease_ok)
         except BaseException:
             await self.session.release(key, value)
             raise
         ml.on_sealed = lambda _info, t=topic: self._schedule_retention(t)
-        self._owned[topic] = (key, value)
+        ml.on_fenced = self._on_fenced
         self.effective[topic] = policies
         self.counters.setdefault(topic, TopicCounters())
         log.info("loaded %s (epoch %d, %d ledgers)", topic, epoch, len(ml.ledgers()))
@@ -224,35 +241,39 @@ class TopicManager:
             c = self.counters[topic] = TopicCounters()
         return c
 
-    async def unload(self, topic: TopicName, delete_data: bool = False) -> None:
+    async def unload(self, topic: TopicName) -> None:
+        """Close this broker's ledger of `topic` and give up ownership. A load of the same
+        topic meanwhile waits for the close to finish (`ledger()`)."""
         ml = self._loaded.pop(topic, None)
-        if ml is None and delete_data:
-            # not loaded here: delete its files from the ledger list
-            kv = await self.store.get(keys.ledgers(topic))
-            if kv is not None:
-                for info in mpb.LedgerList.FromString(kv.value).ledgers:
-                    if info.path:
-                        self.storage.delete(info.path)
-                    if info.wal_path:
-                        self.storage.delete_wal(info.wal_path)
         if ml is not None:
-            if delete_data:
-                await ml.delete_all()
-            else:
+            self._start_close(topic, ml)
+        task = self._closing.get(topic)
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+
+    def _start_close(self, topic: TopicName, ml: ManagedLedger) -> None:
+        async def close() -> None:
+            try:
                 await ml.close()
-        owned = self._owned.pop(topic, None)
-        if owned:
-            await self.session.release(*owned)
-        self.counters.pop(topic, None)
-        self.publishers.pop(topic, None)
-        self.effective.pop(topic, None)
+                await self.session.release(*ml.ownership)
+            finally:
+                self.counters.pop(topic, None)
+                self.publishers.pop(topic, None)
+                self.effective.pop(topic, None)
+                self._closing.pop(topic, None)
+        self._closing[topic] = asyncio.get_running_loop().create_task(close())
+
+    def _on_fenced(self, ml: ManagedLedger) -> None:
+        """A fenced ledger (lease lost, ownership taken) is dropped; the next request for
+        the topic loads it afresh (taking ownership again if it can)."""
+        if self._loaded.get(ml.topic) is ml:
+            del self._loaded[ml.topic]
+            self._start_close(ml.topic, ml)
 
     def fence_all(self) -> None:
         """The broker lease is gone: nothing may be acknowledged any more."""
         for topic, ml in list(self._loaded.items()):
             ml.fence(errors.Fenced(f"{topic}: broker lease lost"))
-            self._loaded.pop(topic, None)
-            self._owned.pop(topic, None)
 
     async def close(self) -> None:
         for topic in list(self._loaded):
@@ -277,7 +298,7 @@ class TopicManager:
                                                       p.retention_size_bytes)
                 if n:
                     log.info("%s: retention deleted %d ledgers (%d entries)", topic, n, entries)
-        except errors.ShadowTopicError as exc:
+        except Exception as exc:  # noqa: BLE001 - retention is retried by the loop
             log.warning("%s: retention skipped: %s", topic, exc)
 
     async def _retention_loop(self) -> None:
@@ -287,9 +308,9 @@ class TopicManager:
             for topic, ml in list(self._loaded.items()):
                 try:
                     await ml.roll_if_aged()
-                except errors.ShadowTopicError as exc:
-                    log.warning("%s: age rollover failed: %s", topic, exc)
-                await self._retain(topic)
+                    await self._retain(topic)
+                except Exception as exc:  # noqa: BLE001 - one topic never stops the loop
+                    log.warning("%s: maintenance failed: %s", topic, exc)
 
 
 def _ledger_config(p: Policies) -> LedgerConfig:

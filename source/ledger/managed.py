@@ -11,7 +11,8 @@
   (it is fenced and stops acknowledging).
 - open: every OPEN ledger left by a previous owner is recovered from its WAL (torn tail cut)
   and sealed before this owner starts a new ledger.
-- reads by MessageId come from memory for unsealed ledgers and from Parquet otherwise.
+- reads by MessageId (source/ledger/reads.py) come from memory for unsealed ledgers and
+  from Parquet otherwise.
 """
 from __future__ import annotations
 
@@ -25,12 +26,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from source.core import errors
-from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.ledger import wal as walmod
+from source.ledger.reads import LedgerReads
 from source.ledger.sealed import SealedLedger, write_sealed
 from source.ledger.storage import Storage
-from source.ledger.view import ReadEntry
 from source.metadata import keys
 from source.metadata.base import Compare, MetadataStore, MetadataUnavailable, Put
 from source.pb.storage.v1 import metadata_pb2 as mpb
@@ -64,6 +64,7 @@ class _OpenLedger:
         self.created = time.monotonic()
         self.pending: list[tuple] = []
         self.wake = asyncio.Event()
+        self.after: asyncio.Task | None = None  # the previous ledger's writer
         self.closing = False
         self.writer: asyncio.Task | None = None
 
@@ -72,11 +73,13 @@ class _OpenLedger:
                 or (self.queued_entries > 0 and time.monotonic() - self.created >= cfg.max_age_s))
 
 
-class ManagedLedger:
+class ManagedLedger(LedgerReads):
     def __init__(self, topic: TopicName, store: MetadataStore, storage: Storage,
                  ownership_key: str, ownership_value: bytes, epoch: int,
-                 executor: Executor, config: LedgerConfig | None = None):
+                 executor: Executor, config: LedgerConfig | None = None,
+                 lease_ok: Callable[[], bool] = lambda: True):
         self.topic = topic
+        self._lease_ok = lease_ok  # False once this broker's lease may have expired
         self.store = store
         self.storage = storage
         self.epoch = epoch
@@ -97,6 +100,7 @@ class ManagedLedger:
         self._fenced: errors.ShadowTopicError | None = None
         self._waiter: asyncio.Future | None = None
         self.on_sealed: Callable[[mpb.LedgerInfo], None] | None = None
+        self.on_fenced: Callable[["ManagedLedger"], None] | None = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -138,6 +142,9 @@ class ManagedLedger:
         next owner (who seals the open ledger)."""
         if self._fenced is None:
             self._fenced = errors.TopicNotOwned(f"{self.topic} is closing on this broker")
+        while self._roll_task is not None:
+            await asyncio.gather(self._roll_task, return_exceptions=True)
+        self._fail_blocked(self._fenced)
         cur = self._current
         if cur is not None:
             cur.closing = True
@@ -145,15 +152,28 @@ class ManagedLedger:
             if cur.writer is not None:
                 await asyncio.gather(cur.writer, return_exceptions=True)
             cur.wal.close()
-        tasks = [t for t in [self._roll_task, *self._seal_tasks] if t is not None]
-        if tasks:
-            await asyncio.wait(tasks, timeout=30)
+        if self._seal_tasks:
+            await asyncio.wait(list(self._seal_tasks), timeout=30)
+        self._notify()  # readers waiting on this ledger look again (and see it closed)
+
+    @property
+    def fenced(self) -> errors.ShadowTopicError | None:
+        """Why this ledger takes no more appends (closed, or ownership lost), or None."""
+        return self._fenced
 
     def fence(self, err: errors.ShadowTopicError) -> None:
-        """Refuse further appends (ownership lost)."""
+        """Refuse further appends (ownership lost); the owner of this object drops it."""
         if self._fenced is None:
             self._fenced = err
             log.warning("%s fenced: %s", self.topic, err)
+            self._notify()
+            if self.on_fenced is not None:
+                self.on_fenced(self)
+
+    @property
+    def ownership(self) -> tuple[str, bytes]:
+        """(ownership key, value) this ledger writes under."""
+        return self._own_key, self._own_value
 
     # ---- metadata --------------------------------------------------------------------------
 
@@ -163,22 +183,39 @@ class ManagedLedger:
             new.CopyFrom(self._list)
             mutate(new)
             new.writer_epoch = self.epoch
-            try:
-                res = await self.store.txn(
-                    [Compare(self._list_key, "mod_revision", "==", self._list_rev),
-                     Compare(self._own_key, "value", "==", self._own_value)],
-                    [Put(self._list_key, new.SerializeToString())])
-            except MetadataUnavailable as exc:
-                raise errors.MetadataUnavailable(str(exc)) from None
-            if not res.succeeded:
-                err = errors.Fenced(f"{self.topic}: ownership lost (epoch {self.epoch})")
-                self.fence(err)
-                raise err
-            self._list = new
-            self._list_rev = res.revision
+            for _attempt in range(3):
+                try:
+                    res = await self.store.txn(
+                        [Compare(self._list_key, "mod_revision", "==", self._list_rev),
+                         Compare(self._own_key, "value", "==", self._own_value)],
+                        [Put(self._list_key, new.SerializeToString())])
+                    if res.succeeded:
+                        self._list = new
+                        self._list_rev = res.revision
+                        return
+                    # the list moved under us (e.g. a write whose reply was lost) or we
+                    # lost the topic: re-read both and retry only if we still own it
+                    own = await self.store.get(self._own_key)
+                    if own is None or own.value != self._own_value:
+                        break
+                    kv = await self.store.get(self._list_key)
+                except MetadataUnavailable as exc:
+                    raise errors.MetadataUnavailable(str(exc)) from None
+                self._list = mpb.LedgerList.FromString(kv.value) if kv else mpb.LedgerList()
+                self._list_rev = kv.mod_revision if kv else 0
+                new = mpb.LedgerList()
+                new.CopyFrom(self._list)
+                mutate(new)
+                new.writer_epoch = self.epoch
+            err = errors.Fenced(f"{self.topic}: ownership lost (epoch {self.epoch})")
+            self.fence(err)
+            raise err
 
     async def _create_ledger(self) -> _OpenLedger:
-        lid = await self.store.next_id(keys.LEDGER_ID_COUNTER)
+        try:
+            lid = await self.store.next_id(keys.LEDGER_ID_COUNTER)
+        except MetadataUnavailable as exc:
+            raise errors.MetadataUnavailable(f"cannot start a new ledger: {exc}") from None
         rel = self.storage.wal_rel(self.topic, lid)
         loop = asyncio.get_running_loop()
         wal = await loop.run_in_executor(self._executor, walmod.WalFile.create,
@@ -203,6 +240,9 @@ class ManagedLedger:
         Order is kept across ledger switches: while the current ledger is full, batches wait
         in `_blocked` and move to the new ledger in arrival order."""
         if self._fenced is not None:
+            raise self._fenced
+        if not self._lease_ok():
+            self.fence(errors.Fenced(f"{self.topic}: this broker's lease may have expired"))
             raise self._fenced
         fut = asyncio.get_running_loop().create_future()
         item = (raws, request, size, fut)
@@ -247,6 +287,11 @@ class ManagedLedger:
         while True:
             await led.wake.wait()
             led.wake.clear()
+            if led.after is not None:
+                # the previous ledger's last batches are durable before any of this one's,
+                # so a crash never keeps a later batch of a stream without an earlier one
+                await asyncio.gather(led.after, return_exceptions=True)
+                led.after = None
             while led.pending:
                 group, led.pending = led.pending, []
                 publish_ms = now_ms()
@@ -263,11 +308,21 @@ class ManagedLedger:
                     full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
                     cls = errors.StorageFull if full else errors.Internal
                     err = cls(f"{self.topic}: WAL write failed: {exc.strerror or exc}")
+                    if led.wal.broken:  # could not cut the failed frame off: stop here
+                        self.fence(errors.Internal(f"{self.topic}: WAL unusable: {exc}"))
                     for raws, _request, size, fut in group:
                         led.queued_entries -= len(raws)
                         led.queued_bytes -= size
                         if not fut.done():
                             fut.set_exception(err)
+                    continue
+                if not self._lease_ok():
+                    # durable, but this broker may no longer own the topic: acknowledge
+                    # nothing (the next owner's recovery decides what the log holds)
+                    self.fence(errors.Fenced(f"{self.topic}: lease may have expired"))
+                    for *_rest, fut in group:
+                        if not fut.done():
+                            fut.set_exception(self._fenced)
                     continue
                 ents = led.entries
                 for (raws, _request, size, fut), first in zip(group, firsts):
@@ -297,6 +352,7 @@ class ManagedLedger:
             self._fail_blocked(exc)
             raise
         old, self._current = self._current, new
+        new.after = old.writer
         seal = asyncio.create_task(self._drain_and_seal(old), name=f"seal-{old.ledger_id}")
         self._seal_tasks.add(seal)
         seal.add_done_callback(self._seal_done)
@@ -322,8 +378,10 @@ class ManagedLedger:
         newest sealed ledger when the current one is empty."""
         if self._fenced is not None:
             raise self._fenced
-        if self._roll_task is not None:
+        while self._roll_task is not None:  # a roll may start another (blocked appends)
             await asyncio.gather(self._roll_task, return_exceptions=True)
+        if self._fenced is not None:
+            raise self._fenced
         if self._current.queued_entries == 0:
             if self._seal_tasks:
                 await asyncio.gather(*self._seal_tasks, return_exceptions=True)
@@ -428,123 +486,6 @@ class ManagedLedger:
     def _size(self, info: mpb.LedgerInfo) -> int:
         mem = self._mem.get(info.ledger_id)
         return mem.size if mem is not None else info.size_bytes
-
-    async def delete_all(self) -> None:
-        """Remove every file of this topic (the caller deletes the metadata keys)."""
-        await self.close()
-        for info in self._list.ledgers:
-            if info.path:
-                self.storage.delete(info.path)
-            if info.wal_path:
-                self.storage.delete_wal(info.wal_path)
-
-    # ---- reads (LedgerView) ----------------------------------------------------------------
-
-    def ledgers(self) -> list[mpb.LedgerInfo]:
-        """The ledger list, with the live entry counts of unsealed ledgers filled in."""
-        out = []
-        for info in self._list.ledgers:
-            mem = self._mem.get(info.ledger_id)
-            if mem is not None:
-                info = mpb.LedgerInfo(ledger_id=info.ledger_id, state=OPEN,
-                                      wal_path=info.wal_path, created_ms=info.created_ms,
-                                      entries=len(mem), size_bytes=mem.size)
-            out.append(info)
-        return out
-
-    def _count(self, info: mpb.LedgerInfo) -> int:
-        mem = self._mem.get(info.ledger_id)
-        return len(mem) if mem is not None else (info.entries if info.state == SEALED else 0)
-
-    def first_position(self) -> MessageId | None:
-        for info in self._list.ledgers:
-            if self._count(info):
-                return MessageId(info.ledger_id, 0)
-        return None
-
-    def last_confirmed(self) -> MessageId | None:
-        for info in reversed(self._list.ledgers):
-            n = self._count(info)
-            if n:
-                return MessageId(info.ledger_id, n - 1)
-        return None
-
-    def next_position(self) -> MessageId:
-        cur = self._current
-        return MessageId(cur.ledger_id, len(cur.entries))
-
-    def storage_size(self) -> int:
-        return sum(i.size_bytes for i in self.ledgers())
-
-    def number_of_entries(self) -> int:
-        return sum(self._count(i) for i in self._list.ledgers)
-
-    @property
-    def entries_deleted(self) -> int:
-        return self._list.entries_deleted
-
-    @property
-    def current_ledger(self) -> tuple[int, int, int]:
-        cur = self._current
-        return cur.ledger_id, len(cur.entries), cur.entries.size
-
-    async def read(self, start: MessageId, max_entries: int, max_bytes: int) -> list[ReadEntry]:
-        out: list[ReadEntry] = []
-        size = 0
-        for info in list(self._list.ledgers):
-            lid = info.ledger_id
-            if lid < start.ledger_id:
-                continue
-            first = start.entry_id if lid == start.ledger_id else 0
-            want = max_entries - len(out)
-            mem = self._mem.get(lid)
-            if mem is not None:
-                stop = min(len(mem), first + want)
-                for i in range(first, stop):
-                    raw = mem.raws[i]
-                    out.append(ReadEntry(lid, i, mem.publish_ms[i], raw))
-                    size += len(raw)
-                    if size >= max_bytes:
-                        break
-            elif info.state == SEALED and first < info.entries:
-                reader = await self._open_sealed(info)
-                loop = asyncio.get_running_loop()
-                pubs, raws = await loop.run_in_executor(self._executor, reader.read, first,
-                                                        want, max_bytes - size)
-                for i, (p, r) in enumerate(zip(pubs, raws)):
-                    out.append(ReadEntry(lid, first + i, p, r))
-                    size += len(r)
-            if len(out) >= max_entries or size >= max_bytes:
-                break
-        return out
-
-    async def _open_sealed(self, info: mpb.LedgerInfo) -> SealedLedger:
-        reader = self._sealed.get(info.ledger_id)
-        if reader is None:
-            loop = asyncio.get_running_loop()
-            reader = await loop.run_in_executor(self._executor, SealedLedger, self.storage.fs,
-                                                self.storage.full(info.path), info.crc32c)
-            self._sealed[info.ledger_id] = reader
-            while len(self._sealed) > 4:
-                self._sealed.popitem(last=False)  # its file closes when no read holds it
-        else:
-            self._sealed.move_to_end(info.ledger_id)
-        return reader
-
-    async def wait_for_entries(self, position: MessageId, timeout: float) -> bool:
-        def ready() -> bool:
-            last = self.last_confirmed()
-            return last is not None and last >= position
-        if ready():
-            return True
-        if self._waiter is None or self._waiter.done():
-            self._waiter = asyncio.get_running_loop().create_future()
-        try:
-            await asyncio.wait_for(asyncio.shield(self._waiter), timeout)
-        except asyncio.TimeoutError:
-            pass
-        return ready()
-
 
 def _consume(task: asyncio.Task) -> None:
     """Retrieve a background task's exception (it is reported where it matters)."""

@@ -134,6 +134,7 @@ class WalFile:
         self.path = path
         self._fd = fd
         self._size = size  # bytes known durable; a failed write is cut back to this
+        self.broken = False  # a failed write could not be cut off: append nothing more
 
     @classmethod
     def create(cls, path: str, ledger_id: int) -> "WalFile":
@@ -145,8 +146,10 @@ class WalFile:
         return cls(path, fd, HEADER.size)
 
     def write_sync(self, data: bytes) -> None:
-        """Append and fdatasync. On failure (e.g. ENOSPC) the partial frame is cut off so
+        """Append and fdatasync (refused once `broken`). On failure (e.g. ENOSPC) the partial frame is cut off so
         later frames never sit behind garbage, and the OSError propagates (nothing acked)."""
+        if self.broken:
+            raise OSError(5, "WAL is broken after a failed write")
         try:
             view = memoryview(data)
             while view:
@@ -157,7 +160,7 @@ class WalFile:
             try:
                 os.ftruncate(self._fd, self._size)
             except OSError:
-                pass
+                self.broken = True
             raise
         self._size += len(data)
 
