@@ -5,7 +5,7 @@
 message. Closed batches enter one ordered outbox (under the same lock that fills them, so
 send order is batch order) and one sender thread streams them. At most `max_inflight`
 batches wait for receipts and as many more wait in the outbox; then `send_async` blocks
-(the backpressure). A receipt arrives after the broker's fsync and resolves every message of its
+(the backpressure), except on the receipt thread: a callback may produce without deadlock. A receipt arrives after the broker's fsync and resolves every message of its
 batch with its MessageId, in send order; `send` is `send_async` + flush + wait.
 Partitioned topics route by crc32c(key) % partitions, keyless messages round-robin.
 """
@@ -59,7 +59,10 @@ class Producer:
         self._send_lock = threading.Lock()      # in-flight order == stream order
         self._idle = threading.Condition(self._send_lock)
         self._batches: dict[int, _Batch] = {}
-        self._outbox: queue.Queue = queue.Queue(maxsize=max_inflight)
+        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._max_queued = max_inflight
+        self._queued = 0                         # closed batches not yet on the stream
+        self._room = threading.Condition()       # signalled when _queued drops
         self._unacked = 0                        # closed batches without a receipt yet
         self._inflight: deque[tuple[int, _Batch]] = deque()
         self._window = threading.Semaphore(max_inflight)
@@ -92,6 +95,8 @@ class Producer:
         if key is not None and key.__class__ is str:
             key = key.encode()
         part = self._route(key) if self.partitions else -1
+        if self._queued >= self._max_queued:
+            self._wait_for_room()
         with self._lock:
             b = self._batches.get(part)
             if b is None:
@@ -109,6 +114,13 @@ class Producer:
             b.size += len(payload) + 24
             if len(cbs) >= self._max_msgs or b.size >= self._max_bytes:
                 self._close_batch(part)
+
+    def _wait_for_room(self) -> None:
+        if threading.current_thread() is self._receiver:
+            return  # a callback producing: never block the thread that frees room
+        with self._room:
+            while self._queued >= self._max_queued and not self._closed:
+                self._room.wait(0.5)
 
     def _new_batch(self, part: int) -> _Batch:
         topic = self.topic if self.partitions == 0 else f"{self.topic}-partition-{part}"
@@ -159,6 +171,8 @@ class Producer:
             self.flush()
         finally:
             self._closed = True
+            with self._room:
+                self._room.notify_all()
             self._outbox.put(None)
             self._sender.join(10)
             with self._send_lock:
@@ -185,6 +199,7 @@ class Producer:
         b = self._batches.pop(part)
         with self._idle:
             self._unacked += 1
+            self._queued += 1
         self._outbox.put(b)
 
     def _flush_open(self) -> None:
@@ -207,6 +222,9 @@ class Producer:
             if batch is None:
                 return
             self._window.acquire()
+            with self._room:
+                self._queued -= 1
+                self._room.notify_all()
             with self._send_lock:
                 if self._requests is None:
                     self._open_stream()
@@ -236,8 +254,8 @@ class Producer:
             for receipt in responses:
                 with self._send_lock:
                     rid, batch = self._inflight.popleft()
+                self._window.release()  # before callbacks, which may produce
                 ok = self._resolve(batch, receipt)
-                self._window.release()
                 with self._idle:
                     self._unacked -= 1
                     if ok:

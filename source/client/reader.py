@@ -123,6 +123,7 @@ class Reader:
         self._buffer: deque[Message] = deque()
         self._permits = receiver_queue_size
         self._closed = False
+        self._error: Exception | None = None  # once failed, every read raises it
         names = [topic] if partitions == 0 else [f"{topic}-partition-{i}"
                                                    for i in range(partitions)]
         self._parts: dict[int, _Partition] = {}
@@ -167,6 +168,8 @@ class Reader:
         while not self._buffer:
             if self._closed:
                 raise errors.AlreadyClosed("reader is closed")
+            if self._error is not None:
+                raise self._error
             try:
                 handle, item = self._queue.get(timeout=timeout)
             except queue.Empty:
@@ -184,13 +187,15 @@ class Reader:
 
     def _take(self, handle: int, item) -> None:
         if isinstance(item, Exception):
+            self._error = item
             raise item
         p = self._parts.get(handle)
         if p is None:
             return
         if item.HasField("event") and item.event.HasField("error"):
             e = item.event.error
-            raise errors.from_reason(e.reason, e.message, e.code)
+            self._error = errors.from_reason(e.reason, e.message, e.code)
+            raise self._error
         for e in item.entries:
             self._buffer.append(Message.from_entry(p.topic, p.index, e))
 

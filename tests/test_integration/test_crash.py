@@ -28,6 +28,7 @@ PRODUCER_SCRIPT = textwrap.dedent("""
         return done
     client = Client(url, timeout=10)
     p = client.create_producer(topic, producer_name=f"p{pid}", batch_max_messages=500)
+    open(out + ".started", "w").close()
     for seq in range(count):
         if failed:
             break
@@ -40,6 +41,14 @@ PRODUCER_SCRIPT = textwrap.dedent("""
         json.dump({"acked": acked, "failed": len(failed)}, f)
     import os; os._exit(0)
 """)
+
+
+def wait_started(outs, timeout: float = 60) -> None:
+    """Every producer process connected (so the kill lands on all of them mid-load)."""
+    deadline = time.monotonic() + timeout
+    while not all(os.path.exists(f"{o}.started") for o in outs):
+        assert time.monotonic() < deadline, "producer processes did not start"
+        time.sleep(0.02)
 
 
 def read_all(url: str, topic: str, timeout: float = 60) -> list:
@@ -65,6 +74,7 @@ def test_kill9_during_produce_loses_no_acknowledged_message(broker, client, topi
         outs.append(out)
         procs.append(subprocess.Popen([sys.executable, str(script), broker.url, topic, str(pid),
                                        "50000", str(out)], env=env))
+    wait_started(outs)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if int(client.admin.stats(topic).get("msgInCounter", 0)) >= 40_000:
@@ -188,6 +198,7 @@ def test_sigterm_under_load_exits_promptly_and_loses_nothing_acknowledged(
     outs = [tmp_path / f"acked-{pid}.json" for pid in range(4)]
     procs = [subprocess.Popen([sys.executable, str(script), broker.url, topic, str(pid),
                                "50000", str(out)], env=env) for pid, out in enumerate(outs)]
+    wait_started(outs)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if int(client.admin.stats(topic).get("msgInCounter", 0)) >= 40_000:

@@ -155,13 +155,14 @@ class Env:
         self.executor = ThreadPoolExecutor(4)
         self.epoch = 0
 
-    async def open(self, **cfg) -> ManagedLedger:
+    async def open(self, lease_ok=lambda: True, **cfg) -> ManagedLedger:
         self.epoch += 1
         own_key = keys.ownership("c", TOPIC)
         value = mpb.Ownership(broker_id="b", epoch=self.epoch).SerializeToString()
         await self.store.put(own_key, value)
         return await ManagedLedger.open(TOPIC, self.store, self.storage, own_key, value,
-                                        self.epoch, self.executor, LedgerConfig(**cfg))
+                                        self.epoch, self.executor, LedgerConfig(**cfg),
+                                        lease_ok=lease_ok)
 
 
 async def _append(ml, n, start=0):
@@ -247,6 +248,32 @@ def test_new_owner_seals_the_dead_owners_open_ledger(tmp_path, arun):
         with pytest.raises(errors.Fenced):
             await _append(ml, 1)
         await ml2.close()
+
+    arun(main())
+
+
+def test_expired_lease_acknowledges_nothing(tmp_path, arun, monkeypatch):
+    """A broker whose lease may have lapsed stops acking, even for a batch already fsynced."""
+    async def main():
+        env = Env(tmp_path)
+        valid = [True]
+        ml = await env.open(lease_ok=lambda: valid[0])
+        fenced = []
+        ml.on_fenced = fenced.append
+        await _append(ml, 2)
+        real = wal.WalFile.write_sync
+
+        def slow_write(self, data):
+            real(self, data)
+            valid[0] = False  # the lease deadline passes during the fsync
+
+        monkeypatch.setattr(wal.WalFile, "write_sync", slow_write)
+        with pytest.raises(errors.Fenced):
+            await _append(ml, 2, 2)
+        with pytest.raises(errors.Fenced):
+            await _append(ml, 2, 4)
+        assert fenced == [ml] and ml.fenced is not None
+        await ml.close()
 
     arun(main())
 
