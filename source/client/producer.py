@@ -102,7 +102,10 @@ class Producer:
             if b is None:
                 b = self._new_batch(part)
             self._seq += 1
-            m = b.add(payload=payload, producer_name=self.producer_name, sequence_id=self._seq)
+            m = b.add()  # attribute sets are cheaper than constructor kwargs in upb
+            m.payload = payload
+            m.producer_name = self.producer_name
+            m.sequence_id = self._seq
             if key is not None:
                 m.key = key
             if properties:
