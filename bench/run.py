@@ -178,7 +178,7 @@ def write_results(path: str, args, rounds: list[dict], limits: dict | None,
         lines.append(f"| NATS JetStream acked publish (nats_jetstream.py) | {nats_rate:,} | | |")
     lines.append("")
     if ceiling:
-        lines.append(f"- ratio to the hot-path ceiling: **{med['msgs_per_s'] / ceiling:.0%}** "
+        lines.append(f"- ratio to the hot-path ceiling: **{med['msgs_per_s'] / ceiling:.1%}** "
                      "(target 70%)")
     if nats_rate:
         lines.append(f"- ratio to NATS JetStream: **{med['msgs_per_s'] / nats_rate:.1f}x**")
