@@ -43,12 +43,32 @@ PRODUCER_SCRIPT = textwrap.dedent("""
 """)
 
 
-def wait_started(outs, timeout: float = 60) -> None:
-    """Every producer process connected (so the kill lands on all of them mid-load)."""
-    deadline = time.monotonic() + timeout
+def start_load(broker, client, topic: str, tmp_path) -> tuple[list, list]:
+    """4 producer processes, 50,000 messages each; returns once all are connected and the
+    broker has taken 40,000 messages (so a kill lands on all of them mid-load)."""
+    script = tmp_path / "producer.py"
+    script.write_text(PRODUCER_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    outs = [tmp_path / f"acked-{pid}.json" for pid in range(4)]
+    procs = [subprocess.Popen([sys.executable, str(script), broker.url, topic, str(pid),
+                               "50000", str(out)], env=env) for pid, out in enumerate(outs)]
+    deadline = time.monotonic() + 60
     while not all(os.path.exists(f"{o}.started") for o in outs):
         assert time.monotonic() < deadline, "producer processes did not start"
         time.sleep(0.02)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if int(client.admin.stats(topic).get("msgInCounter", 0)) >= 40_000:
+            break
+        time.sleep(0.05)
+    return procs, outs
+
+
+def acked_by_producer(procs, outs) -> dict[int, dict[int, str]]:
+    """Wait for the producer processes; {producer: {seq: acknowledged message id}}."""
+    for p in procs:
+        assert p.wait(90) == 0
+    return {pid: dict(json.loads(out.read_text())["acked"]) for pid, out in enumerate(outs)}
 
 
 def read_all(url: str, topic: str, timeout: float = 60) -> list:
@@ -65,28 +85,9 @@ def read_all(url: str, topic: str, timeout: float = 60) -> list:
 def test_kill9_during_produce_loses_no_acknowledged_message(broker, client, topic, tmp_path):
     """F1: 4 producer processes, 200,000 messages, kill -9 the broker mid-way, restart."""
     client.admin.create_topic(topic)
-    script = tmp_path / "producer.py"
-    script.write_text(PRODUCER_SCRIPT)
-    env = dict(os.environ, PYTHONPATH=os.getcwd())
-    procs, outs = [], []
-    for pid in range(4):
-        out = tmp_path / f"acked-{pid}.json"
-        outs.append(out)
-        procs.append(subprocess.Popen([sys.executable, str(script), broker.url, topic, str(pid),
-                                       "50000", str(out)], env=env))
-    wait_started(outs)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if int(client.admin.stats(topic).get("msgInCounter", 0)) >= 40_000:
-            break
-        time.sleep(0.05)
+    procs, outs = start_load(broker, client, topic, tmp_path)
     broker.kill()
-    for p in procs:
-        assert p.wait(90) == 0
-    acked = {}
-    for pid, out in enumerate(outs):
-        data = json.loads(out.read_text())
-        acked[pid] = {seq: mid for seq, mid in data["acked"]}
+    acked = acked_by_producer(procs, outs)
     total_acked = sum(len(a) for a in acked.values())
     assert total_acked >= 20_000, "the kill came before enough messages were acknowledged"
     assert total_acked < 200_000, "the kill came after everything was acknowledged"
@@ -192,24 +193,11 @@ def test_sigterm_under_load_exits_promptly_and_loses_nothing_acknowledged(
     """F9: graceful stop under produce load: in-flight writes are fsynced and acked or not
     acked at all; the broker exits within its bound; a restart serves every ack."""
     client.admin.create_topic(topic)
-    script = tmp_path / "producer.py"
-    script.write_text(PRODUCER_SCRIPT)
-    env = dict(os.environ, PYTHONPATH=os.getcwd())
-    outs = [tmp_path / f"acked-{pid}.json" for pid in range(4)]
-    procs = [subprocess.Popen([sys.executable, str(script), broker.url, topic, str(pid),
-                               "50000", str(out)], env=env) for pid, out in enumerate(outs)]
-    wait_started(outs)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if int(client.admin.stats(topic).get("msgInCounter", 0)) >= 40_000:
-            break
-        time.sleep(0.05)
+    procs, outs = start_load(broker, client, topic, tmp_path)
     t = time.monotonic()
     assert broker.terminate(timeout=30) == 0
     assert time.monotonic() - t < 12, "graceful shutdown took too long"
-    for p in procs:
-        assert p.wait(90) == 0
-    acked = {pid: dict(json.loads(out.read_text())["acked"]) for pid, out in enumerate(outs)}
+    acked = acked_by_producer(procs, outs)
     assert sum(map(len, acked.values())) >= 20_000
     broker.start(timeout=60)
     got: dict[int, dict[int, str]] = {pid: {} for pid in range(4)}
