@@ -117,7 +117,23 @@ class ManagedLedger(LedgerReads):
             self._list_rev = kv.mod_revision
         for info in [i for i in self._list.ledgers if i.state == OPEN]:
             await self._recover(info)
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._sweep)
         self._current = await self._create_ledger()
+
+    def _sweep(self) -> None:
+        """Delete this topic's files that the ledger list does not name: a WAL left after
+        its ledger's SEALED CAS, a Parquet file after a retention CAS, a `.tmp` of a seal
+        cut short. Safe here: the new owner runs it before it creates any file itself."""
+        keep = {i.path for i in self._list.ledgers if i.path}
+        keep |= {i.wal_path for i in self._list.ledgers if i.wal_path}
+        for rel_dir in (f"ledgers/{self.topic.path}", f"wal/{self.topic.path}"):
+            for rel in self.storage.list_dir(rel_dir):
+                if rel not in keep:
+                    log.info("%s: removing orphan file %s", self.topic, rel)
+                    if rel.startswith("wal/"):
+                        self.storage.delete_wal(rel)
+                    else:
+                        self.storage.delete(rel)
 
     async def _recover(self, info: mpb.LedgerInfo) -> None:
         """Seal an OPEN ledger left by a previous owner from its WAL (cutting a torn tail)."""

@@ -59,6 +59,18 @@ class Storage:
         except FileNotFoundError:
             pass
 
+    def list_dir(self, rel_dir: str) -> list[str]:
+        """Relative paths of the files directly under `rel_dir` (WAL dirs on the WAL root)."""
+        if rel_dir.startswith("wal/"):
+            try:
+                names = os.listdir(self.wal_path(rel_dir))
+            except FileNotFoundError:
+                return []
+            return [f"{rel_dir}/{n}" for n in names]
+        sel = pafs.FileSelector(self.full(rel_dir), allow_not_found=True)
+        return [f"{rel_dir}/{info.base_name}" for info in self.fs.get_file_info(sel)
+                if info.type == pafs.FileType.File]
+
     def free_bytes(self) -> int | None:
         """Free space of the WAL disk (None when unknown)."""
         try:

@@ -375,6 +375,29 @@ def test_quiet_ledger_rolls_by_age(tmp_path, arun):
     arun(main())
 
 
+def test_new_owner_sweeps_orphan_files(tmp_path, arun):
+    async def main():
+        env = Env(tmp_path)
+        ml = await env.open()
+        await _append(ml, 4)
+        sealed = await ml.roll()
+        await ml.close()
+        ldir = os.path.dirname(env.storage.full(sealed.path))
+        wdir = os.path.dirname(env.storage.wal_path(env.storage.wal_rel(TOPIC, 1)))
+        orphans = [os.path.join(ldir, "999.parquet"), os.path.join(ldir, "5.parquet.tmp"),
+                   os.path.join(wdir, "998.wal")]
+        for path in orphans:
+            with open(path, "wb") as f:
+                f.write(b"left by a crash")
+        ml2 = await env.open()
+        assert not any(os.path.exists(p) for p in orphans)
+        assert os.path.exists(env.storage.full(sealed.path))
+        assert [e.raw for e in await _read_all(ml2)] == [f"m{i}".encode() for i in range(4)]
+        await ml2.close()
+
+    arun(main())
+
+
 def test_wait_for_entries_wakes_on_append(tmp_path, arun):
     async def main():
         env = Env(tmp_path)
