@@ -5,6 +5,7 @@ taken at most once a second when someone reads them or bumps them.
 """
 from __future__ import annotations
 
+import datetime
 import time
 from collections import deque
 
@@ -48,7 +49,6 @@ class Publisher:
     __slots__ = ("producer_name", "address", "connected_since", "counters")
 
     def __init__(self, producer_name: str, address: str):
-        import datetime
         self.producer_name = producer_name
         self.address = address
         self.connected_since = datetime.datetime.now(datetime.timezone.utc).isoformat()

@@ -38,7 +38,6 @@ InvalidTopicName = _error("InvalidTopicName", S.INVALID_ARGUMENT, base=InvalidAr
 InvalidMessageId = _error("InvalidMessageId", S.INVALID_ARGUMENT, base=InvalidArgument)
 InvalidPolicies = _error("InvalidPolicies", S.INVALID_ARGUMENT, base=InvalidArgument)
 MessageTooBig = _error("MessageTooBig", S.RESOURCE_EXHAUSTED)
-BatchTooBig = _error("BatchTooBig", S.RESOURCE_EXHAUSTED)
 TooManyProducers = _error("TooManyProducers", S.RESOURCE_EXHAUSTED)
 StorageFull = _error("StorageFull", S.RESOURCE_EXHAUSTED, retriable=True)
 TopicNotFound = _error("TopicNotFound", S.NOT_FOUND)

@@ -70,11 +70,3 @@ class Storage:
         sel = pafs.FileSelector(self.full(rel_dir), allow_not_found=True)
         return [f"{rel_dir}/{info.base_name}" for info in self.fs.get_file_info(sel)
                 if info.type == pafs.FileType.File]
-
-    def free_bytes(self) -> int | None:
-        """Free space of the WAL disk (None when unknown)."""
-        try:
-            st = os.statvfs(self.wal_base)
-        except OSError:
-            return None
-        return st.f_bavail * st.f_frsize
