@@ -77,9 +77,7 @@ class TopicManager:
     @_meta
     async def create(self, topic: TopicName, partitions: int, policies: Policies,
                      properties: dict[str, str]) -> mpb.TopicInfo:
-        if topic.partitioned_parent is not None:
-            raise errors.InvalidTopicName(
-                f"{topic}: names ending in -partition-<n> are reserved for partitions")
+        topic.check_creatable()
         if partitions < 0 or partitions > 1024:
             raise errors.InvalidArgument(f"partitions must be in 0..1024, got {partitions}")
         policies.validate()

@@ -126,7 +126,8 @@ class ManagedLedger(LedgerReads):
         cut short. Safe here: the new owner runs it before it creates any file itself."""
         keep = {i.path for i in self._list.ledgers if i.path}
         keep |= {i.wal_path for i in self._list.ledgers if i.wal_path}
-        for rel_dir in (f"ledgers/{self.topic.path}", f"wal/{self.topic.path}"):
+        for rel_dir in (self.storage.topic_sealed_dir(self.topic),
+                        self.storage.topic_wal_dir(self.topic)):
             for rel in self.storage.list_dir(rel_dir):
                 if rel not in keep:
                     log.info("%s: removing orphan file %s", self.topic, rel)

@@ -1,21 +1,60 @@
 """Where ledgers live: a pyarrow filesystem root shared by every broker and by Spark.
 
-    <root>/ledgers/<topic-path>/<ledger_id>.parquet   sealed ledgers
-    <wal_root>/wal/<topic-path>/<ledger_id>.wal       open ledgers' WALs
+    <root>/ledgers/<topic-dir>/<ledger_id>.parquet   sealed ledgers
+    <wal_root>/wal/<topic-dir>/<ledger_id>.wal       open ledgers' WALs
 
 `root` is a URI pyarrow.fs understands (`file:///data`, `s3://bucket/prefix`, ...); a plain path
 means the local filesystem. The WAL lives under the root when the root is a local (POSIX)
 filesystem, so a new owner can seal a dead owner's open ledger; with an object-store root it
 stays on the broker's local disk (`wal_dir`) and unsealed entries wait for that broker.
 Paths stored in etcd are relative to these roots.
+
+<topic-dir> is `persistent/<tenant>/<namespace>/<topic>` with every segment escaped by
+`path_segment`, which is injective and total (it does not trust name validation):
+
+- bytes outside `[A-Za-z0-9_.-]` become `~XX` (two upper-case hex digits of each UTF-8
+  byte), and so does a leading `.`: no segment is `.`/`..`/hidden, none holds `/`, NUL,
+  `=` (Spark reads `k=v` folders as partitions) or `:` (Hadoop refuses it); `~` itself is
+  escaped, so decoding is unique;
+- the empty segment is `~` (a lone `~` never comes out of the escaping above);
+- an escaped segment longer than 200 bytes is cut to its first 100 bytes (never inside an
+  escape) + `~~` + the SHA-256 of the name in hex (`~~` never comes out of the escaping
+  above), so every segment stays under 255 bytes.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 
 import pyarrow.fs as pafs
 
 from source.core.names import TopicName
+
+
+_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+MAX_SEGMENT = 200
+
+
+def path_segment(name: str) -> str:
+    """One name as one safe path segment (module docstring); injective."""
+    raw = name.encode("utf-8", "surrogatepass")
+    if not raw:
+        return "~"
+    out = "".join(chr(b) if b in _SAFE and (i or b != 0x2E) else f"~{b:02X}"
+                  for i, b in enumerate(raw))
+    if len(out) <= MAX_SEGMENT:
+        return out
+    cut = 100
+    tilde = out.rfind("~", cut - 2, cut)
+    if tilde >= 0:
+        cut = tilde
+    return out[:cut] + "~~" + hashlib.sha256(raw).hexdigest()
+
+
+def topic_dir(topic: TopicName) -> str:
+    """`persistent/<tenant>/<namespace>/<topic>`, every segment escaped."""
+    return "persistent/" + "/".join(
+        path_segment(s) for s in (topic.tenant, topic.namespace, topic.local))
 
 
 class Storage:
@@ -34,12 +73,20 @@ class Storage:
         self.shared_wal = local and self.wal_base == self.base
 
     @staticmethod
-    def sealed_rel(topic: TopicName, ledger_id: int) -> str:
-        return f"ledgers/{topic.path}/{ledger_id}.parquet"
+    def topic_sealed_dir(topic: TopicName) -> str:
+        return f"ledgers/{topic_dir(topic)}"
 
     @staticmethod
-    def wal_rel(topic: TopicName, ledger_id: int) -> str:
-        return f"wal/{topic.path}/{ledger_id}.wal"
+    def topic_wal_dir(topic: TopicName) -> str:
+        return f"wal/{topic_dir(topic)}"
+
+    @classmethod
+    def sealed_rel(cls, topic: TopicName, ledger_id: int) -> str:
+        return f"{cls.topic_sealed_dir(topic)}/{ledger_id}.parquet"
+
+    @classmethod
+    def wal_rel(cls, topic: TopicName, ledger_id: int) -> str:
+        return f"{cls.topic_wal_dir(topic)}/{ledger_id}.wal"
 
     def full(self, rel: str) -> str:
         return f"{self.base}/{rel}"

@@ -1,0 +1,39 @@
+"""Topic names at the service boundary: names that could reach outside the storage root or
+share a folder are refused with InvalidTopicName over raw gRPC, and nothing is created."""
+from __future__ import annotations
+
+import os
+
+import grpc
+import pytest
+
+from source.core import errors
+from source.pb.v1 import admin_pb2 as apb
+from source.pb.v1 import admin_pb2_grpc
+
+BAD = ["../../etc", "public/default/..", "public/default/.", "./default/x",
+       "persistent://../../..", "persistent://a/../x", "persistent://b/../x", "a/b/x\x00",
+       "a/b/" + "x" * 300]
+
+
+def _reason(exc: grpc.RpcError) -> str | None:
+    return dict(exc.trailing_metadata() or ()).get(errors.REASON_KEY)
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_bad_names_are_refused_and_nothing_is_created(broker, client, etcd_server, name):
+    with grpc.insecure_channel(broker.url) as channel:
+        stub = admin_pb2_grpc.AdminStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.CreateTopic(apb.CreateTopicRequest(topic=name), timeout=10)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert _reason(info.value) == "InvalidTopicName"
+        assert "\n" not in info.value.details()
+        for call in (stub.GetTopicStats, stub.Lookup, stub.GetLastMessageId):
+            with pytest.raises(grpc.RpcError) as info:
+                call(apb.TopicRequest(topic=name), timeout=10)
+            assert _reason(info.value) == "InvalidTopicName"
+    with pytest.raises(errors.InvalidTopicName):
+        client.admin.create_topic(name)
+    written = [os.path.join(d, f) for d, _, files in os.walk(broker.data_dir) for f in files]
+    assert all(os.path.basename(p) == "broker.id" or "/logs/" in p for p in written), written
