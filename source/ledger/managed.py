@@ -23,7 +23,7 @@ import time
 from collections import OrderedDict, deque
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeVar
 
 from source.core import errors
 from source.core.names import TopicName
@@ -36,6 +36,7 @@ from source.metadata.base import Compare, MetadataStore, MetadataUnavailable, Pu
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 OPEN, SEALED = mpb.LedgerState.OPEN, mpb.LedgerState.SEALED
 
 
@@ -194,11 +195,15 @@ class ManagedLedger(LedgerReads):
 
     # ---- metadata --------------------------------------------------------------------------
 
-    async def _update_list(self, mutate: Callable[[mpb.LedgerList], None]) -> None:
+    async def _update_list(self, mutate: Callable[[mpb.LedgerList], T]) -> T:
+        """Apply `mutate` to a copy of the ledger list and write it with one CAS; returns what
+        the mutation that was written returned. On a CAS failure the list is re-read and
+        `mutate` runs again on the fresh copy, so a mutator must be a pure function of the
+        list it is given (no side effects outside it)."""
         async with self._list_lock:
             new = mpb.LedgerList()
             new.CopyFrom(self._list)
-            mutate(new)
+            result = mutate(new)
             new.writer_epoch = self.epoch
             for _attempt in range(3):
                 try:
@@ -209,7 +214,7 @@ class ManagedLedger(LedgerReads):
                     if res.succeeded:
                         self._list = new
                         self._list_rev = res.revision
-                        return
+                        return result
                     # the list moved under us (e.g. a write whose reply was lost) or we
                     # lost the topic: re-read both and retry only if we still own it
                     own = await self.store.get(self._own_key)
@@ -222,7 +227,7 @@ class ManagedLedger(LedgerReads):
                 self._list_rev = kv.mod_revision if kv else 0
                 new = mpb.LedgerList()
                 new.CopyFrom(self._list)
-                mutate(new)
+                result = mutate(new)
                 new.writer_epoch = self.epoch
             err = errors.Fenced(f"{self.topic}: ownership lost (epoch {self.epoch})")
             self.fence(err)
@@ -428,8 +433,6 @@ class ManagedLedger(LedgerReads):
         loop = asyncio.get_running_loop()
         size, crc = await loop.run_in_executor(self._executor, write_sealed, self.storage.fs,
                                                self.storage.full(rel), entries)
-        sealed: list[mpb.LedgerInfo] = []
-
         def mark(lst: mpb.LedgerList) -> None:
             for info in lst.ledgers:
                 if info.ledger_id == lid:
@@ -442,7 +445,6 @@ class ManagedLedger(LedgerReads):
                     info.sealed_ms = now_ms()
                     info.first_publish_ms = entries.publish_ms[0]
                     info.last_publish_ms = entries.publish_ms[-1]
-                    sealed.append(info)
             lst.entries_added += len(entries)
 
         await self._update_list(mark)
@@ -484,17 +486,15 @@ class ManagedLedger(LedgerReads):
     async def _delete_ledgers(self, select: Callable[[mpb.LedgerList], list]) -> tuple[int, int]:
         """Delete the ledgers `select` picks from the list as it is inside the list lock, so
         concurrent retention and truncate never count a ledger twice."""
-        victims: list[mpb.LedgerInfo] = []
-
-        def drop(lst: mpb.LedgerList) -> None:
-            victims.extend(mpb.LedgerInfo.FromString(i.SerializeToString())
-                           for i in select(lst))
+        def drop(lst: mpb.LedgerList) -> list[mpb.LedgerInfo]:
+            victims = [mpb.LedgerInfo.FromString(i.SerializeToString()) for i in select(lst)]
             _remove(lst, {i.ledger_id for i in victims})
             lst.entries_deleted += sum(i.entries for i in victims)
+            return victims
 
         if not select(self._list):
             return 0, 0
-        await self._update_list(drop)
+        victims = await self._update_list(drop)
         for info in victims:
             self._sealed.pop(info.ledger_id, None)
             self.storage.delete(info.path)

@@ -411,3 +411,54 @@ def test_wait_for_entries_wakes_on_append(tmp_path, arun):
         await ml.close()
 
     arun(main())
+
+
+@pytest.mark.parametrize("backend", ["memory", "etcd"])
+def test_ledger_list_cas_retry_counts_each_ledger_once(tmp_path, request, backend):
+    """A ledger-list write that loses its CAS (the list moved: e.g. a write whose reply was
+    lost) re-reads the list and runs the mutation again; truncate of 3 ledgers still reports
+    3 ledgers and their entries, and the stored counters count them once."""
+    import uuid
+
+    from source.metadata.etcd import EtcdStore
+
+    topic = TopicName.parse(f"persistent://t/ns-{uuid.uuid4().hex[:8]}/cas")
+
+    async def main():
+        if backend == "memory":
+            store = MemoryStore()
+        else:
+            store = EtcdStore(request.getfixturevalue("etcd_server").endpoint, timeout=5.0)
+        executor = ThreadPoolExecutor(4)
+        try:
+            own_key = keys.ownership("c", topic)
+            value = mpb.Ownership(broker_id="b", epoch=1).SerializeToString()
+            await store.put(own_key, value)
+            ml = await ManagedLedger.open(topic, store, Storage(str(tmp_path / "s")), own_key,
+                                          value, 1, executor, LedgerConfig())
+            for i in range(3):
+                await _append(ml, 10, i * 10)
+                await ml.roll()
+            list_key = keys.ledgers(topic)
+            moved = [False]
+            real_txn = store.txn
+
+            async def txn_after_a_concurrent_rewrite(compares, ops):
+                if not moved[0] and any(getattr(op, "key", None) == list_key for op in ops):
+                    moved[0] = True  # the list changes between our read and our write
+                    kv = await store.get(list_key)
+                    await store.put(list_key, kv.value)
+                return await real_txn(compares, ops)
+
+            store.txn = txn_after_a_concurrent_rewrite
+            assert await ml.truncate() == (3, 30)
+            assert moved[0]
+            stored = mpb.LedgerList.FromString((await store.get(list_key)).value)
+            assert stored.entries_deleted == 30
+            assert [i.state for i in stored.ledgers] == [mpb.OPEN]
+            await ml.close()
+        finally:
+            await store.close()
+            executor.shutdown(wait=True)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
