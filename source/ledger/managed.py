@@ -11,8 +11,9 @@
   (it is fenced and stops acknowledging).
 - open: every OPEN ledger left by a previous owner is recovered from its WAL (torn tail cut)
   and sealed before this owner starts a new ledger.
-- reads by MessageId (source/ledger/reads.py) come from memory for unsealed ledgers and
-  from Parquet otherwise.
+- it is the source's `LedgerView` (source/ledger/view.py): reads by MessageId go through a
+  `LedgerListReader` over this ledger list and the in-memory entries of unsealed ledgers;
+  listeners hear of new entries (once per group commit), trimmed ledgers and closing.
 """
 from __future__ import annotations
 
@@ -20,17 +21,19 @@ import asyncio
 import errno
 import logging
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from source.core import errors
+from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.ledger import wal as walmod
-from source.ledger.reads import LedgerReads
-from source.ledger.sealed import SealedLedger, write_sealed
+from source.ledger.ledger_reader import LedgerListReader
+from source.ledger.sealed import write_sealed
 from source.ledger.storage import Storage
+from source.ledger.view import LedgerRange, ReadEntry, Trimmed, ViewListener
 from source.metadata import keys
 from source.metadata.base import Compare, MetadataStore, MetadataUnavailable, Put
 from source.pb.storage.v1 import metadata_pb2 as mpb
@@ -74,7 +77,7 @@ class _OpenLedger:
                 or (self.queued_entries > 0 and time.monotonic() - self.created >= cfg.max_age_s))
 
 
-class ManagedLedger(LedgerReads):
+class ManagedLedger:
     def __init__(self, topic: TopicName, store: MetadataStore, storage: Storage,
                  ownership_key: str, ownership_value: bytes, epoch: int,
                  executor: Executor, config: LedgerConfig | None = None,
@@ -93,13 +96,14 @@ class ManagedLedger(LedgerReads):
         self._list_rev = 0
         self._list_lock = asyncio.Lock()
         self._mem: dict[int, walmod.Entries] = {}       # unsealed ledgers, by id
-        self._sealed: OrderedDict[int, SealedLedger] = OrderedDict()
+        self.reader = LedgerListReader(storage, executor, lambda: self._list.ledgers,
+                                       self._mem.get)
+        self._listeners: list[ViewListener] = []
         self._current: _OpenLedger | None = None
         self._roll_task: asyncio.Task | None = None
         self._blocked: deque[tuple] = deque()  # appends waiting for a ledger switch, in order
         self._seal_tasks: set[asyncio.Task] = set()
         self._fenced: errors.ShadowTopicError | None = None
-        self._waiter: asyncio.Future | None = None
         self.on_sealed: Callable[[mpb.LedgerInfo], None] | None = None
         self.on_fenced: Callable[["ManagedLedger"], None] | None = None
 
@@ -172,7 +176,7 @@ class ManagedLedger(LedgerReads):
             cur.wal.close()
         if self._seal_tasks:
             await asyncio.wait(list(self._seal_tasks), timeout=30)
-        self._notify()  # readers waiting on this ledger look again (and see it closed)
+        self._notify_closed()
 
     @property
     def fenced(self) -> errors.ShadowTopicError | None:
@@ -184,7 +188,7 @@ class ManagedLedger(LedgerReads):
         if self._fenced is None:
             self._fenced = err
             log.warning("%s fenced: %s", self.topic, err)
-            self._notify()
+            self._notify_closed()
             if self.on_fenced is not None:
                 self.on_fenced(self)
 
@@ -192,6 +196,91 @@ class ManagedLedger(LedgerReads):
     def ownership(self) -> tuple[str, bytes]:
         """(ownership key, value) this ledger writes under."""
         return self._own_key, self._own_value
+
+    # ---- LedgerView ------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> errors.ShadowTopicError | None:
+        return self._fenced
+
+    def add_listener(self, listener: ViewListener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: ViewListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def ranges(self) -> list[LedgerRange]:
+        return self.reader.ranges()
+
+    def first_position(self) -> MessageId | None:
+        return self.reader.first_position()
+
+    def last_confirmed(self) -> MessageId | None:
+        return self.reader.last_confirmed()
+
+    def next_position(self) -> MessageId:
+        cur = self._current
+        return MessageId(cur.ledger_id, len(cur.entries))
+
+    def valid_position(self, position: MessageId) -> MessageId:
+        return self.reader.valid_position(position, self.next_position())
+
+    def entries_between(self, start: MessageId, end: MessageId) -> int:
+        return self.reader.entries_between(start, end)
+
+    async def position_at_time(self, publish_ms: int) -> MessageId:
+        return await self.reader.position_at_time(publish_ms) or self.next_position()
+
+    async def read(self, start: MessageId, max_entries: int, max_bytes: int) -> list[ReadEntry]:
+        return await self.reader.read(start, max_entries, max_bytes)
+
+    async def wait_for_entries(self, position: MessageId, timeout: float) -> bool:
+        """Wait until an entry with id >= `position` exists (True) or `timeout` passes."""
+        def ready() -> bool:
+            last = self.last_confirmed()
+            return last is not None and last >= position
+        if ready() or self._fenced is not None:
+            return ready()
+        woke = asyncio.Event()
+        listener = _Wake(woke)
+        self.add_listener(listener)
+        try:
+            await asyncio.wait_for(woke.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self.remove_listener(listener)
+        return ready()
+
+    # ---- stats -----------------------------------------------------------------------------
+
+    def ledgers(self) -> list[mpb.LedgerInfo]:
+        """The ledger list, with the live entry counts of unsealed ledgers filled in."""
+        out = []
+        for info in self._list.ledgers:
+            mem = self._mem.get(info.ledger_id)
+            if mem is not None:
+                info = mpb.LedgerInfo(ledger_id=info.ledger_id, state=OPEN,
+                                      wal_path=info.wal_path, created_ms=info.created_ms,
+                                      entries=len(mem), size_bytes=mem.size)
+            out.append(info)
+        return out
+
+    def storage_size(self) -> int:
+        return sum(r.size_bytes for r in self.reader.ranges())
+
+    def number_of_entries(self) -> int:
+        return sum(r.entries for r in self.reader.ranges())
+
+    @property
+    def entries_deleted(self) -> int:
+        return self._list.entries_deleted
+
+    @property
+    def current_ledger(self) -> tuple[int, int, int]:
+        cur = self._current
+        return cur.ledger_id, len(cur.entries), cur.entries.size
 
     # ---- metadata --------------------------------------------------------------------------
 
@@ -356,11 +445,12 @@ class ManagedLedger(LedgerReads):
                 return
 
     def _notify(self) -> None:
-        w = self._waiter
-        if w is not None:
-            self._waiter = None
-            if not w.done():
-                w.set_result(None)
+        for listener in list(self._listeners):
+            listener.on_entries()
+
+    def _notify_closed(self) -> None:
+        for listener in list(self._listeners):
+            listener.on_closed(self._fenced)
 
     # ---- rollover and sealing --------------------------------------------------------------
 
@@ -496,13 +586,34 @@ class ManagedLedger(LedgerReads):
             return 0, 0
         victims = await self._update_list(drop)
         for info in victims:
-            self._sealed.pop(info.ledger_id, None)
+            self.reader.forget(info.ledger_id)
             self.storage.delete(info.path)
+        if victims:
+            trimmed = Trimmed(tuple(LedgerRange(i.ledger_id, i.entries, True, i.size_bytes)
+                                    for i in victims))
+            for listener in list(self._listeners):
+                listener.on_trimmed(trimmed)
         return len(victims), sum(i.entries for i in victims)
 
     def _size(self, info: mpb.LedgerInfo) -> int:
         mem = self._mem.get(info.ledger_id)
         return mem.size if mem is not None else info.size_bytes
+
+class _Wake:
+    """A listener that sets an event on any change."""
+
+    def __init__(self, event: asyncio.Event):
+        self.event = event
+
+    def on_entries(self) -> None:
+        self.event.set()
+
+    def on_trimmed(self, trimmed: Trimmed) -> None:
+        self.event.set()
+
+    def on_closed(self, reason) -> None:
+        self.event.set()
+
 
 def _consume(task: asyncio.Task) -> None:
     """Retrieve a background task's exception (it is reported where it matters)."""

@@ -138,6 +138,13 @@ class SealedLedger:
                 self._groups.popitem(last=False)
         return table
 
+    def publish_times(self) -> list[int]:
+        """Every entry's publish time, in entry order (for seeks by time)."""
+        try:
+            return self._file.read(columns=["publish_time"]).column(0).to_pylist()
+        except Exception as exc:  # noqa: BLE001
+            raise ChecksumError(f"corrupt sealed ledger {self.path}: {exc}") from None
+
     def read(self, from_entry: int, max_entries: int, max_bytes: int
              ) -> tuple[list[int], list[bytes]]:
         """(publish_ms, raws) for entries from `from_entry` on, within the limits."""

@@ -1,0 +1,1 @@
+"""The broker process: gRPC services over the topic manager."""

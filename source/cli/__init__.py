@@ -1,0 +1,1 @@
+"""The `shadowtopic` command line."""

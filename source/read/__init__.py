@@ -1,0 +1,1 @@
+"""The read engine and start positions (beside the transport)."""

@@ -1,0 +1,270 @@
+"""The read engine: the non-durable readers of every topic a broker serves, beside the
+transport (the Consumer service only adapts the wire to it).
+
+A reader is a plain state object (handle, outbox, position, permits): no task, thread,
+timer or poll loop of its own. The readers of one topic live in one `TopicReaders`, grouped
+by position. Any change of the topic (entries became readable, ledgers were trimmed, a
+flow, an outbox drained, a seek) wakes the topic's one dispatch task, which reads the
+entries at each group's position once and hands them to every ready reader of the group:
+one frame per outbox, carrying the entries once with all its handles. The group then moves
+on together. A reader whose outbox is full is skipped (its memory is bounded by the outbox)
+and the outbox wakes the topic when it drains, so a slow client never holds up the others.
+
+When the view closes (the broker closed, lost or reloaded the topic), the readers follow:
+the engine resolves the topic again and moves them, at their positions, to the new view,
+or reports the error on each of their handles.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Awaitable, Callable, Protocol
+
+from source import wire
+from source.core import errors
+from source.core.message_id import MessageId
+from source.core.names import TopicName
+from source.ledger.view import LedgerView, Trimmed
+from source.read.positions import Start, resolve
+
+log = logging.getLogger(__name__)
+MAX_FRAME_ENTRIES = 500
+MAX_FRAME_BYTES = 2 << 20
+
+
+class Outbox(Protocol):
+    """One client stream as the engine sees it."""
+
+    def has_room(self) -> bool:
+        """False while the stream's buffer is full (its readers are skipped)."""
+
+    def call_when_room(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once, when the buffer has room again."""
+
+    def send_entries(self, handles: list[int], encoded: list[bytes], size: int) -> None:
+        """Queue one frame: `encoded` entries (EncodedEntry bytes) for every handle."""
+
+    def send_error(self, handle: int, error: errors.ShadowTopicError) -> None:
+        """Queue an error event for `handle`; the engine has dropped that reader."""
+
+
+class Counters(Protocol):
+    def add_out(self, msgs: int, size: int) -> None: ...
+
+
+class Reader:
+    __slots__ = ("handle", "outbox", "position", "permits", "topic", "closed")
+
+    def __init__(self, handle: int, outbox: Outbox, position: MessageId):
+        self.handle = handle
+        self.outbox = outbox
+        self.position = position
+        self.permits = 0
+        self.topic: TopicReaders | None = None  # None while closed or following a reload
+        self.closed = False
+
+
+class TopicReaders:
+    """Every reader of one topic, and the topic's dispatch task (a `ViewListener`)."""
+
+    def __init__(self, engine: "ReadEngine", topic: TopicName, view: LedgerView):
+        self.engine = engine
+        self.topic = topic
+        self.view = view
+        self.groups: dict[MessageId, set[Reader]] = {}
+        self.count = 0
+        self._dirty = False
+        self._task: asyncio.Task | None = None
+        view.add_listener(self)
+
+    # ---- ViewListener ----------------------------------------------------------------------
+
+    def on_entries(self) -> None:
+        self.wake()
+
+    def on_trimmed(self, trimmed: Trimmed) -> None:
+        self.wake()  # groups inside deleted ledgers move on at their next dispatch
+
+    def on_closed(self, reason: errors.ShadowTopicError) -> None:
+        self.engine._rehome(self)
+
+    # ---- readers ---------------------------------------------------------------------------
+
+    def add(self, reader: Reader) -> None:
+        reader.topic = self
+        self.groups.setdefault(reader.position, set()).add(reader)
+        self.count += 1
+        self.wake()
+
+    def remove(self, reader: Reader) -> None:
+        group = self.groups.get(reader.position)
+        if group is not None and reader in group:
+            group.discard(reader)
+            if not group:
+                del self.groups[reader.position]
+            self.count -= 1
+        reader.topic = None
+
+    def move(self, reader: Reader, position: MessageId) -> None:
+        group = self.groups.get(reader.position)
+        if group is not None:
+            group.discard(reader)
+            if not group:
+                del self.groups[reader.position]
+        reader.position = position
+        self.groups.setdefault(position, set()).add(reader)
+
+    def readers(self) -> list[Reader]:
+        return [r for group in self.groups.values() for r in group]
+
+    # ---- dispatch --------------------------------------------------------------------------
+
+    def wake(self) -> None:
+        self._dirty = True
+        if self._task is None and self.view.closed is None:
+            self._task = asyncio.get_running_loop().create_task(self._dispatch())
+
+    async def _dispatch(self) -> None:
+        try:
+            while self._dirty and self.view.closed is None:
+                self._dirty = False
+                for pos in list(self.groups):
+                    if pos in self.groups and self.view.closed is None:
+                        await self._serve(pos)
+        except Exception:  # noqa: BLE001 - a bug here must not stop the loop for good
+            log.exception("%s: dispatch failed", self.topic)
+        finally:
+            self._task = None
+
+    async def _serve(self, pos: MessageId) -> None:
+        valid = self.view.valid_position(pos)
+        if valid != pos:  # end of a ledger, or a deleted ledger: the group moves on
+            for r in list(self.groups[pos]):
+                self.move(r, valid)
+            pos = valid
+        ready = []
+        for r in self.groups[pos]:
+            if r.permits <= 0:
+                continue
+            if r.outbox.has_room():
+                ready.append(r)
+            else:
+                r.outbox.call_when_room(self.wake)
+        if not ready:
+            return
+        want = min(MAX_FRAME_ENTRIES, min(r.permits for r in ready))
+        try:
+            entries = await self.view.read(pos, want, MAX_FRAME_BYTES)
+        except errors.ShadowTopicError as exc:
+            if self.view.closed is None:  # a broken ledger (checksum, data loss)
+                for r in list(self.groups.get(pos, ())):
+                    self.engine.fail(r, exc)
+            return
+        if not entries:
+            return
+        enc = wire.encode_entry
+        encoded = [enc(e.ledger_id, e.entry_id, e.publish_ms, e.raw) for e in entries]
+        size = sum(len(e.raw) for e in entries)
+        last = entries[-1]
+        after = MessageId(last.ledger_id, last.entry_id + 1)
+        by_outbox: dict[Outbox, list[int]] = {}
+        for r in ready:
+            if r.topic is not self or r.position != pos:
+                continue  # closed or seeked while the read ran
+            by_outbox.setdefault(r.outbox, []).append(r.handle)
+            r.permits -= len(entries)
+            self.move(r, after)
+        for outbox, handles in by_outbox.items():
+            outbox.send_entries(handles, encoded, size)
+        delivered = sum(map(len, by_outbox.values()))
+        self.engine.counters(self.topic).add_out(len(entries) * delivered, size * delivered)
+        self._dirty = True
+        await asyncio.sleep(0)  # let commands and other topics in between frames
+
+
+class ReadEngine:
+    """All readers of a broker, by topic. `resolve` gives a topic's current view (loading
+    it when needed); `counters` the topic's delivery counters."""
+
+    def __init__(self, resolve: Callable[[TopicName], Awaitable[LedgerView]],
+                 counters: Callable[[TopicName], Counters]):
+        self._resolve = resolve
+        self.counters = counters
+        self._topics: dict[TopicName, TopicReaders] = {}
+        self._rehoming: set[asyncio.Task] = set()
+
+    def _readers_of(self, topic: TopicName, view: LedgerView) -> TopicReaders:
+        tr = self._topics.get(topic)
+        if tr is None or tr.view is not view:
+            if tr is not None:
+                self._rehome(tr)
+            tr = self._topics[topic] = TopicReaders(self, topic, view)
+        return tr
+
+    async def open(self, outbox: Outbox, handle: int, topic: TopicName, start: Start
+                   ) -> tuple[Reader, MessageId | None]:
+        """A new reader at `start`; returns it and the topic's last message id."""
+        view = await self._resolve(topic)
+        reader = Reader(handle, outbox, await resolve(view, start))
+        self._readers_of(topic, view).add(reader)
+        return reader, view.last_confirmed()
+
+    def flow(self, reader: Reader, permits: int) -> None:
+        reader.permits += permits
+        if reader.topic is not None:
+            reader.topic.wake()
+
+    async def seek(self, reader: Reader, start: Start) -> MessageId:
+        """Move `reader` to `start`; entries read for the old position are not sent."""
+        tr = reader.topic
+        if tr is None:
+            if reader.closed:
+                raise errors.AlreadyClosed("reader is closed")
+            raise errors.TopicNotOwned("the topic is being reloaded; seek again")
+        position = await resolve(tr.view, start)
+        if reader.topic is tr:
+            tr.move(reader, position)
+            tr.wake()
+        return position
+
+    def close(self, reader: Reader) -> None:
+        reader.closed = True
+        tr = reader.topic
+        if tr is not None:
+            tr.remove(reader)
+            if not tr.count and self._topics.get(tr.topic) is tr:
+                del self._topics[tr.topic]
+                tr.view.remove_listener(tr)
+
+    def fail(self, reader: Reader, error: errors.ShadowTopicError) -> None:
+        self.close(reader)
+        reader.outbox.send_error(reader.handle, error)
+
+    def _rehome(self, tr: TopicReaders) -> None:
+        """`tr`'s view closed: move its readers to the topic's next view."""
+        tr.view.remove_listener(tr)
+        if self._topics.get(tr.topic) is tr:
+            del self._topics[tr.topic]
+        readers = tr.readers()
+        for r in readers:
+            tr.remove(r)
+        if not readers:
+            return
+
+        async def follow() -> None:
+            try:
+                view = await self._resolve(tr.topic)
+            except errors.ShadowTopicError as exc:
+                for r in readers:
+                    if not r.closed:
+                        r.closed = True
+                        r.outbox.send_error(r.handle, exc)
+                return
+            new = self._readers_of(tr.topic, view)
+            for r in readers:
+                if not r.closed:
+                    new.add(r)
+
+        task = asyncio.get_running_loop().create_task(follow())
+        self._rehoming.add(task)
+        task.add_done_callback(self._rehoming.discard)

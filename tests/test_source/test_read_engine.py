@@ -1,0 +1,437 @@
+"""The read engine over the LedgerView seam, in-process: the same tests run on the source's
+ManagedLedger (metadata memory twin, real files) and on an in-memory LedgerView written here,
+and must see the same reads."""
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from source.core import errors
+from source.core.message_id import MessageId
+from source.core.names import TopicName
+from source.ledger import wal
+from source.ledger.managed import LedgerConfig, ManagedLedger
+from source.ledger.storage import Storage
+from source.ledger.view import LedgerRange, ReadEntry, Trimmed, ViewListener
+from source.metadata import keys
+from source.metadata.memory import MemoryStore
+from source.pb.storage.v1 import metadata_pb2 as mpb
+from source.pb.v1 import common_pb2
+from source.read.engine import ReadEngine
+from source.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
+
+TOPIC = TopicName.parse("persistent://t/ns/engine")
+
+
+# ---- a second LedgerView: everything in memory -------------------------------------------
+
+class MemoryView:
+    """A LedgerView over lists in memory: ledgers of (publish_ms, raw); the last is open."""
+
+    def __init__(self):
+        self._ledgers: list[tuple[int, list[tuple[int, bytes]], bool]] = []
+        self._next_id = 1
+        self._listeners: list[ViewListener] = []
+        self._closed = None
+        self.roll()
+
+    # driving it
+    def append(self, raws: list[bytes]) -> None:
+        now = int(time.time() * 1000)
+        self._ledgers[-1][1].extend((now, r) for r in raws)
+        for listener in list(self._listeners):
+            listener.on_entries()
+
+    def roll(self) -> None:
+        if self._ledgers:
+            lid, entries, _ = self._ledgers[-1]
+            self._ledgers[-1] = (lid, entries, True)
+        self._ledgers.append((self._next_id, [], False))
+        self._next_id += 1
+
+    def trim(self, n: int) -> None:
+        gone, self._ledgers = self._ledgers[:n], self._ledgers[n:]
+        trimmed = Trimmed(tuple(LedgerRange(lid, len(e), True) for lid, e, _ in gone))
+        for listener in list(self._listeners):
+            listener.on_trimmed(trimmed)
+
+    def close(self) -> None:
+        self._closed = errors.TopicNotOwned("closed")
+        for listener in list(self._listeners):
+            listener.on_closed(self._closed)
+
+    # LedgerView
+    def ranges(self):
+        return [LedgerRange(lid, len(e), sealed) for lid, e, sealed in self._ledgers]
+
+    def first_position(self):
+        return next((MessageId(lid, 0) for lid, e, _ in self._ledgers if e), None)
+
+    def last_confirmed(self):
+        return next((MessageId(lid, len(e) - 1) for lid, e, _ in reversed(self._ledgers) if e),
+                    None)
+
+    def next_position(self):
+        lid, e, _ = self._ledgers[-1]
+        return MessageId(lid, len(e))
+
+    def valid_position(self, position):
+        for lid, e, _ in self._ledgers:
+            first = position.entry_id if lid == position.ledger_id else 0
+            if lid >= position.ledger_id and first < len(e):
+                return MessageId(lid, first)
+        return max(MessageId(position.ledger_id, position.entry_id), self.next_position())
+
+    def entries_between(self, start, end):
+        return sum(1 for lid, e, _ in self._ledgers for i in range(len(e))
+                   if start <= MessageId(lid, i) < end)
+
+    async def position_at_time(self, publish_ms):
+        for lid, e, _ in self._ledgers:
+            for i, (p, _raw) in enumerate(e):
+                if p >= publish_ms:
+                    return MessageId(lid, i)
+        return self.next_position()
+
+    async def read(self, start, max_entries, max_bytes):
+        out, size = [], 0
+        for lid, e, _ in self._ledgers:
+            if lid < start.ledger_id:
+                continue
+            for i in range(start.entry_id if lid == start.ledger_id else 0, len(e)):
+                if len(out) >= max_entries or size >= max_bytes:
+                    return out
+                out.append(ReadEntry(lid, i, e[i][0], e[i][1]))
+                size += len(e[i][1])
+        return out
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def add_listener(self, listener):
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener):
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+
+class ManagedDriver:
+    """The same driving calls on a real ManagedLedger."""
+
+    def __init__(self, tmp_path):
+        self.store = MemoryStore()
+        self.storage = Storage(str(tmp_path / "storage"))
+        self.executor = ThreadPoolExecutor(4)
+        self.epoch = 0
+
+    async def open(self) -> ManagedLedger:
+        self.epoch += 1
+        own_key = keys.ownership("c", TOPIC)
+        value = mpb.Ownership(broker_id="b", epoch=self.epoch).SerializeToString()
+        await self.store.put(own_key, value)
+        return await ManagedLedger.open(TOPIC, self.store, self.storage, own_key, value,
+                                        self.epoch, self.executor, LedgerConfig())
+
+
+# ---- an outbox that records frames --------------------------------------------------------
+
+class RecordingOutbox:
+    def __init__(self, room: bool = True):
+        self.room = room
+        self.frames: list[tuple[list[int], list[common_pb2.EncodedEntry]]] = []
+        self.errors: list[tuple[int, errors.ShadowTopicError]] = []
+        self._waiting: list = []
+
+    def has_room(self) -> bool:
+        return self.room
+
+    def call_when_room(self, callback) -> None:
+        self._waiting.append(callback)
+
+    def drain(self) -> None:
+        self.room = True
+        waiting, self._waiting = self._waiting, []
+        for cb in waiting:
+            cb()
+
+    def send_entries(self, handles, encoded, size):
+        self.frames.append((list(handles), [common_pb2.EncodedEntry.FromString(e)
+                                             for e in encoded]))
+
+    def send_error(self, handle, error):
+        self.errors.append((handle, error))
+
+    def got(self, handle: int) -> list[bytes]:
+        return [e.raw for handles, entries in self.frames if handle in handles for e in entries]
+
+
+class Count:
+    def __init__(self):
+        self.msgs = 0
+
+    def add_out(self, msgs, size):
+        self.msgs += msgs
+
+
+# ---- harness ------------------------------------------------------------------------------
+
+@pytest.fixture(params=["managed", "memory"])
+def kind(request):
+    return request.param
+
+
+class Harness:
+    """A view of either kind plus `append` / `roll` / `trim_first` / `reload` on it."""
+
+    def __init__(self, kind, tmp_path):
+        self.kind = kind
+        self.driver = ManagedDriver(tmp_path) if kind == "managed" else None
+        self.view = None
+        self.reads = 0
+        self.counters = Count()
+
+    async def start(self):
+        self.view = await self.driver.open() if self.driver else MemoryView()
+        real_read = self.view.read
+
+        async def counted(*args):
+            self.reads += 1
+            return await real_read(*args)
+
+        self.view.read = counted
+        self.engine = ReadEngine(self.resolve, lambda topic: self.counters)
+        return self
+
+    async def resolve(self, topic):
+        if self.view.closed is not None:  # a reload: a new view of the same entries
+            old = self.view
+            if self.driver:
+                self.view = await self.driver.open()
+            else:
+                self.view = MemoryView()
+                self.view._ledgers = old._ledgers
+                self.view._next_id = old._next_id
+        return self.view
+
+    async def append(self, raws):
+        if self.driver:
+            await self.view.append(raws, wal.request_bytes(raws), sum(map(len, raws)))
+        else:
+            self.view.append(raws)
+
+    async def roll(self):
+        if self.driver:
+            await self.view.roll()
+        else:
+            self.view.roll()
+
+    async def trim_first(self):
+        """Delete every sealed ledger."""
+        if self.driver:
+            await self.view.truncate()
+        else:
+            self.view.roll()
+            self.view.trim(len(self.view._ledgers) - 1)
+
+    async def reload(self):
+        if self.driver:
+            await self.view.close()
+        else:
+            self.view.close()
+
+    async def close(self):
+        if self.driver:
+            if self.view.closed is None:
+                await self.view.close()
+            self.driver.executor.shutdown(wait=True)
+
+
+async def until(check, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+def run(kind, tmp_path, body, timeout=30):
+    async def main():
+        h = await Harness(kind, tmp_path).start()
+        try:
+            await body(h)
+        finally:
+            await h.close()
+    asyncio.run(asyncio.wait_for(main(), timeout))
+
+
+def msgs(a, b):
+    return [f"m{i}".encode() for i in range(a, b)]
+
+
+# ---- tests --------------------------------------------------------------------------------
+
+def test_readers_at_one_position_share_each_read_and_frame(kind, tmp_path):
+    async def body(h):
+        await h.append(msgs(0, 300))
+        a, b = RecordingOutbox(), RecordingOutbox()
+        readers = []
+        for handle in range(1, 11):
+            r, last = await h.engine.open(a if handle <= 5 else b, handle, TOPIC, Start())
+            readers.append(r)
+        assert last.entry_id == 299
+        for r in readers:
+            h.engine.flow(r, 1000)
+        await until(lambda: all(len(o.got(r.handle)) == 300
+                                for o, r in [(a, readers[0]), (b, readers[9])]))
+        for r in readers:
+            out = a if r.handle <= 5 else b
+            assert out.got(r.handle) == msgs(0, 300)
+        assert h.reads <= 3, "each entry should be read once for all ten readers"
+        assert {tuple(sorted(hs)) for hs, _ in a.frames} == {(1, 2, 3, 4, 5)}
+        assert {tuple(sorted(hs)) for hs, _ in b.frames} == {(6, 7, 8, 9, 10)}
+        assert h.counters.msgs == 3000
+
+    run(kind, tmp_path, body)
+
+
+def test_flow_permits_bound_what_is_sent(kind, tmp_path):
+    async def body(h):
+        await h.append(msgs(0, 50))
+        out = RecordingOutbox()
+        r, _ = await h.engine.open(out, 1, TOPIC, Start())
+        h.engine.flow(r, 7)
+        await until(lambda: len(out.got(1)) == 7)
+        await asyncio.sleep(0.05)
+        assert out.got(1) == msgs(0, 7)
+        h.engine.flow(r, 100)
+        await until(lambda: len(out.got(1)) == 50)
+        await h.append(msgs(50, 60))  # the tail: woken by the view, no polling
+        await until(lambda: len(out.got(1)) == 60)
+        assert out.got(1) == msgs(0, 60)
+
+    run(kind, tmp_path, body)
+
+
+def test_start_positions_and_seek(kind, tmp_path):
+    async def body(h):
+        await h.append(msgs(0, 10))
+        await h.roll()
+        t_mid = int(time.time() * 1000) + 5
+        await asyncio.sleep(0.02)
+        await h.append(msgs(10, 20))
+        ids = [(e.ledger_id, e.entry_id) for e in await h.view.read(MessageId(0, 0), 100, 1 << 20)]
+        out = RecordingOutbox()
+        fifth = MessageId(*ids[5])
+        starts = {1: Start(), 2: Start(LATEST), 3: Start.at(fifth), 4: Start.at(fifth, True),
+                  5: Start(PUBLISH_TIME, publish_ms=t_mid),
+                  6: Start.at(MessageId(*ids[9]))}  # exclusive at a ledger's end
+        readers = {}
+        for handle, start in starts.items():
+            readers[handle], _ = await h.engine.open(out, handle, TOPIC, start)
+            h.engine.flow(readers[handle], 100)
+        await h.append(msgs(20, 21))
+        await until(lambda: len(out.got(1)) == 21 and len(out.got(2)) == 1)
+        await until(lambda: len(out.got(6)) == 11)
+        assert out.got(2) == msgs(20, 21)
+        assert out.got(3) == msgs(6, 21) and out.got(4) == msgs(5, 21)
+        assert out.got(5) == msgs(10, 21) and out.got(6) == msgs(10, 21)
+        landed = await h.engine.seek(readers[1], Start.at(MessageId(*ids[15]), True))
+        assert landed == MessageId(*ids[15])
+        await h.append(msgs(21, 22))
+        await until(lambda: len(out.got(1)) == 21 + 7)
+        assert out.got(1)[21:] == msgs(15, 22)
+
+    run(kind, tmp_path, body)
+
+
+def test_a_stalled_outbox_does_not_hold_up_the_others(kind, tmp_path):
+    async def body(h):
+        stalled, live = RecordingOutbox(room=False), RecordingOutbox()
+        rs, _ = await h.engine.open(stalled, 1, TOPIC, Start())
+        rl, _ = await h.engine.open(live, 2, TOPIC, Start())
+        h.engine.flow(rs, 10_000)
+        h.engine.flow(rl, 10_000)
+        for i in range(0, 2000, 100):
+            await h.append(msgs(i, i + 100))
+        await until(lambda: len(live.got(2)) == 2000)
+        assert stalled.frames == []  # nothing was queued for it while it had no room
+        stalled.drain()
+        await until(lambda: len(stalled.got(1)) == 2000)
+        assert stalled.got(1) == live.got(2) == msgs(0, 2000)
+
+    run(kind, tmp_path, body)
+
+
+def test_trimmed_ledgers_move_readers_to_the_next_entry(kind, tmp_path):
+    async def body(h):
+        await h.append(msgs(0, 10))
+        out = RecordingOutbox()
+        r, _ = await h.engine.open(out, 1, TOPIC, Start())
+        await h.trim_first()
+        await h.append(msgs(10, 15))
+        h.engine.flow(r, 100)
+        await until(lambda: len(out.got(1)) == 5)
+        assert out.got(1) == msgs(10, 15)
+
+    run(kind, tmp_path, body)
+
+
+def test_readers_follow_a_reload_of_the_topic(kind, tmp_path):
+    async def body(h):
+        await h.append(msgs(0, 5))
+        out = RecordingOutbox()
+        r, _ = await h.engine.open(out, 1, TOPIC, Start())
+        h.engine.flow(r, 100)
+        await until(lambda: len(out.got(1)) == 5)
+        await h.reload()
+        await until(lambda: r.topic is not None and r.topic.view is h.view
+                    and h.view.closed is None)
+        await h.append(msgs(5, 8))
+        await until(lambda: len(out.got(1)) == 8)
+        assert out.got(1) == msgs(0, 8) and out.errors == []
+        h.engine.close(r)
+        with pytest.raises(errors.AlreadyClosed):
+            await h.engine.seek(r, Start())
+
+    run(kind, tmp_path, body)
+
+
+def test_a_failed_reload_reports_the_error_on_each_handle(kind, tmp_path):
+    async def body(h):
+        out = RecordingOutbox()
+        r1, _ = await h.engine.open(out, 1, TOPIC, Start())
+        r2, _ = await h.engine.open(out, 2, TOPIC, Start())
+
+        async def gone(topic):
+            raise errors.TopicNotFound(f"{topic} was deleted")
+
+        h.engine._resolve = gone
+        await h.reload()
+        await until(lambda: len(out.errors) == 2)
+        assert {handle for handle, _ in out.errors} == {1, 2}
+        assert all(isinstance(e, errors.TopicNotFound) for _, e in out.errors)
+
+    run(kind, tmp_path, body)
+
+
+def test_both_views_give_the_same_reads(tmp_path):
+    """The in-memory view and the ManagedLedger, driven alike, deliver the same entries."""
+    seen = {}
+    for kind in ("managed", "memory"):
+        async def body(h, kind=kind):
+            out = RecordingOutbox()
+            r, _ = await h.engine.open(out, 1, TOPIC, Start(EARLIEST))
+            h.engine.flow(r, 1000)
+            for i in range(5):
+                await h.append(msgs(i * 20, i * 20 + 20))
+                if i % 2:
+                    await h.roll()
+            await until(lambda: len(out.got(1)) == 100)
+            seen[kind] = [(e.entry_id, e.raw) for _, entries in out.frames for e in entries]
+        run(kind, tmp_path / kind, body)
+    assert seen["managed"] == seen["memory"]
