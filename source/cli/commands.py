@@ -29,7 +29,8 @@ def _client(args: argparse.Namespace) -> Client:
 
 def standalone(args) -> int:
     from source import standalone as sa
-    return sa.run(args.data_dir, args.wipe_data, args.port, args.etcd_port)
+    return sa.run(args.data_dir, args.wipe_data, args.port, args.etcd_port,
+                  etcd_peer_port=args.etcd_peer_port)
 
 
 def broker(args) -> int:
@@ -134,32 +135,44 @@ def topics_roll_ledger(args) -> int:
 
 
 def produce(args) -> int:
-    if args.num_produce < 1:
-        fail("-n must be >= 1")
+    """Send the messages -n times; stop at the first failure and say how many of them were
+    acknowledged before it (receipts come in send order, so: the first N)."""
     props = dict(args.property)
     payloads = [m.encode() for m in args.message]
-    sent = 0
+    total = args.num_produce * len(payloads)
+    sent = acked = 0
     first = last = None
-    failure: list[Exception] = []
+    failure: list[errors.ShadowTopicError] = []
 
-    def done(mid, exc):
-        nonlocal first, last
+    def done(mid, exc):  # on the producer's receipt thread
+        nonlocal first, last, acked
         if exc is not None:
             failure.append(exc)
-        else:
+        elif not failure:
+            acked += 1
             first = first or mid
             last = mid
 
-    with _client(args) as c:
-        with c.create_producer(args.topic, producer_name="cli") as p:
-            for _ in range(args.num_produce):
-                for payload in payloads:
-                    p.send_async(payload, key=args.key, properties=props, callback=done)
-                    sent += 1
-                p.flush() if sent % 100_000 == 0 else None
-            p.flush()
+    try:
+        with _client(args) as c:
+            with c.create_producer(args.topic, producer_name="cli") as p:
+                for _ in range(args.num_produce):
+                    if failure:
+                        break
+                    for payload in payloads:
+                        p.send_async(payload, key=args.key, properties=props, callback=done)
+                        sent += 1
+                    if sent % 100_000 == 0:
+                        p.flush()
+                p.flush()
+    except errors.ShadowTopicError as exc:
+        failure.append(exc)
     if failure:
-        raise failure[0]
+        err = failure[0]
+        if sent:
+            err = type(err)(f"{err.message} ({acked} of {total} messages acknowledged before "
+                            f"the error)")
+        raise err
     result = {"produced": sent, "first_message_id": str(first), "last_message_id": str(last)}
     if args.output == "json":
         emit(result, "json")
@@ -184,7 +197,7 @@ def read(args) -> int:
                     if args.until_end:
                         break
                     raise
-                message_line(msg.to_dict(), args.output)
+                message_line(msg, args.output)
                 count += 1
     sys.stdout.flush()
     if args.output == "table":

@@ -7,24 +7,38 @@
     shadowtopic read <topic> [--start earliest|latest|L:E] [-n N | --until-end]
 
 Every command that prints data takes `-o table` (default) or `-o json`; the broker is
-`--url` / $SHADOWTOPIC_URL (default localhost:6650). Errors print one line and exit 1.
+`--url` / $SHADOWTOPIC_URL (default localhost:6650). Both go before or after the subcommand.
+Every error, usage errors included, prints one `error:` line on stderr and exits 1.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from typing import NoReturn
 
 from source.cli import commands
 from source.cli.output import fail
-from source.cli.parse import boolean, duration, key_value, size
+from source.cli.parse import boolean, count, duration, key_value, positive, seconds, size
 from source.core import errors
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, except that a usage error is one `error:` line and exit code 1 like every
+    other CLI error (argparse prints the usage and exits 2). Subparsers are Parsers too."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
 def _common(p: argparse.ArgumentParser, output: bool = True) -> None:
-    p.add_argument("--url", default=None, help="broker URL (default $SHADOWTOPIC_URL or "
-                                               "localhost:6650)")
+    """--url and -o, on the main parser and on a subcommand: SUPPRESS keeps a subcommand's
+    unset option from overwriting the value given before the subcommand."""
+    p.add_argument("--url", default=argparse.SUPPRESS,
+                   help="broker URL (default $SHADOWTOPIC_URL or localhost:6650)")
     if output:
-        p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+        p.add_argument("-o", "--output", choices=["table", "json"], default=argparse.SUPPRESS,
+                       help="table (default) or json")
 
 
 def _policy_flags(p: argparse.ArgumentParser) -> None:
@@ -41,7 +55,8 @@ def _policy_flags(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="shadowtopic", description=__doc__.splitlines()[0])
+    parser = Parser(prog="shadowtopic", description=__doc__.splitlines()[0])
+    _common(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("standalone", help="run etcd and a broker on one data dir")
@@ -49,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wipe-data", action="store_true", help="delete the data dir first")
     p.add_argument("--port", type=int, default=6650)
     p.add_argument("--etcd-port", type=int, default=2379)
+    p.add_argument("--etcd-peer-port", type=int, default=None,
+                   help="etcd's peer port (default --etcd-port + 1)")
     p.set_defaults(func=commands.standalone)
 
     p = sub.add_parser("broker", help="run one broker process (see --help)", add_help=False)
@@ -100,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-m", "--message", action="append", required=True,
                    help="payload (repeat for several messages; '' is a tombstone)")
     p.add_argument("-k", "--key", default=None)
-    p.add_argument("-n", "--num-produce", type=int, default=1,
+    p.add_argument("-n", "--num-produce", type=positive, default=1,
                    help="send the messages N times")
     p.add_argument("-p", "--property", type=key_value, action="append", default=[])
     _common(p)
@@ -108,29 +125,51 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("read", help="read messages with a non-durable reader")
     p.add_argument("topic")
-    p.add_argument("-s", "--start", default="earliest", help="earliest | latest | L:E")
+    p.add_argument("-s", "--start", default="earliest",
+                   help="earliest | latest | L:E (the messages after L:E; see --inclusive)")
     p.add_argument("--inclusive", action="store_true", help="include the start message id")
-    p.add_argument("-n", "--num-messages", type=int, default=None,
-                   help="stop after N messages (default 1 without --until-end; 0 = follow)")
+    p.add_argument("-n", "--num-messages", type=count, default=None,
+                   help="stop after N messages (default 1 without --until-end; 0 = no limit)")
     p.add_argument("--until-end", action="store_true", help="stop at the end of the topic")
-    p.add_argument("--timeout", type=float, default=30.0,
+    p.add_argument("--timeout", type=seconds, default=30.0,
                    help="seconds to wait for the next message")
     _common(p)
     p.set_defaults(func=commands.read)
     return parser
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
+    args.url = getattr(args, "url", None)
+    args.output = getattr(args, "output", "table")
+    return args
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Run one command. Exit 0; or 1 after one `error:` line on stderr, never a traceback;
+    130 on Ctrl-C; 0 when whoever read the output stopped reading (`| head`)."""
     try:
-        code = args.func(args)
+        args = parse_args(argv)
+        code = args.func(args) or 0
+        sys.stdout.flush()  # a closed pipe raises here, not while Python exits
     except errors.ShadowTopicError as exc:
         fail(f"{exc.reason}: {exc.message}")
     except KeyboardInterrupt:
         code = 130
     except BrokenPipeError:
+        _discard_stdout()
         code = 0
-    sys.exit(code or 0)
+    except Exception as exc:  # noqa: BLE001 - the last resort: one line, not a traceback
+        fail(f"internal: {type(exc).__name__}: {exc}")
+    sys.exit(code)
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null: Python flushes it again at exit, and what is still buffered
+    would raise BrokenPipeError once more (the fix Python's documentation gives for EPIPE)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":

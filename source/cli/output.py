@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import NoReturn
 
 from rich.console import Console
 from rich.table import Table
+
+from source.client import Message
 
 console = Console(soft_wrap=True)
 
@@ -40,16 +43,13 @@ def _cell(v) -> str:
     return "" if v is None else str(v)
 
 
-def message_line(msg: dict, fmt: str) -> None:
-    if fmt == "json":
-        sys.stdout.write(json.dumps(msg) + "\n")
-    else:
-        props = " ".join(f"{k}={v}" for k, v in msg["properties"].items())
-        key = msg["key"] if msg["key"] is not None else "-"
-        sys.stdout.write(f"{msg['message_id']}\t{key}\t{msg['payload']}"
-                         + (f"\t{props}" if props else "") + "\n")
+def message_line(msg: Message, fmt: str) -> None:
+    """One message: a JSON object per line, or `id<TAB>key<TAB>payload[<TAB>k=v ...]`."""
+    sys.stdout.write((json.dumps(msg.to_dict()) if fmt == "json" else str(msg)) + "\n")
 
 
-def fail(message: str, code: int = 1) -> None:
-    sys.stderr.write(f"error: {message}\n")
-    sys.exit(code)
+def fail(message: str) -> NoReturn:
+    """Print `error: <message>` as one line on stderr (whitespace runs, newlines included,
+    become one space) and exit 1."""
+    sys.stderr.write(f"error: {' '.join(message.split())}\n")
+    sys.exit(1)

@@ -1,4 +1,5 @@
-"""Parsing of CLI values: sizes (10M, 1G), durations (30s, 5m, 2h, 7d), k=v pairs, booleans."""
+"""Parsing of CLI values: sizes (10M, 1G), durations (30s, 5m, 2h, 7d), k=v pairs, booleans,
+counts and seconds. A bad value raises ArgumentTypeError, which argparse reports."""
 from __future__ import annotations
 
 import argparse
@@ -38,3 +39,34 @@ def key_value(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(f"'{text}' is not key=value")
     k, _, v = text.partition("=")
     return k, v
+
+
+def count(text: str) -> int:
+    """A whole number >= 0."""
+    return _at_least(text, 0)
+
+
+def positive(text: str) -> int:
+    """A whole number >= 1."""
+    return _at_least(text, 1)
+
+
+def _at_least(text: str, low: int) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if n < low:
+        raise argparse.ArgumentTypeError(f"{n} is below {low}")
+    return n
+
+
+def seconds(text: str) -> float:
+    """A number of seconds >= 0 (fractions allowed)."""
+    try:
+        t = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds") from None
+    if not 0 <= t < float("inf"):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number of seconds >= 0")
+    return t

@@ -6,7 +6,7 @@
             p.send(b"hello", key="k1")
         with client.create_reader("my-topic", start="earliest") as r:
             for msg in r:
-                print(msg.message_id, msg.key, msg.payload)
+                print(msg)  # id, key, payload (as text), properties
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from source.client.admin import Admin
 from source.client.connection import Connection
 from source.client.producer import Producer
 from source.client.reader import Multiplexer, Reader
+from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import canonical
 
@@ -28,6 +29,7 @@ class Client:
         self._mux: Multiplexer | None = None
         self._lock = threading.Lock()
         self._children: list = []
+        self._closed = False
 
     def _partitions(self, topic: str) -> int:
         return self.admin.get_topic(topic).partitions
@@ -45,7 +47,11 @@ class Client:
         topic = canonical(topic)
         partitions = self._partitions(topic)
         with self._lock:
+            if self._closed:
+                raise errors.AlreadyClosed("client is closed")
             if self._mux is None or self._mux.dead:  # a broken stream is replaced
+                if self._mux is not None:
+                    self._mux.close()
                 self._mux = Multiplexer(self._conn)
             mux = self._mux
         r = Reader(self._conn, mux, topic, partitions, start, inclusive, receiver_queue_size)
@@ -53,14 +59,25 @@ class Client:
         return r
 
     def close(self) -> None:
-        for child in self._children:
-            try:
-                child.close()
-            except Exception:  # noqa: BLE001 - closing everything regardless
-                pass
-        if self._mux is not None:
-            self._mux.close()
-        self._conn.close()
+        """Close every producer and reader, then the consumer stream, then the channel (even
+        when something before fails). A `read_next` waiting in another thread raises
+        `AlreadyClosed`; later calls raise it too. Closing twice is a no-op."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            children, self._children = self._children, []
+            mux = self._mux
+        try:
+            for child in children:
+                try:
+                    child.close()
+                except Exception:  # noqa: BLE001 - closing everything regardless
+                    pass
+            if mux is not None:
+                mux.close()
+        finally:
+            self._conn.close()
 
     def __enter__(self) -> "Client":
         return self

@@ -1,7 +1,6 @@
 """One gRPC channel to a broker, and the mapping of gRPC failures to typed errors."""
 from __future__ import annotations
 
-import functools
 import os
 
 import grpc
@@ -29,25 +28,24 @@ class Connection:
             ("grpc.max_send_message_length", MAX_MESSAGE),
             ("grpc.max_receive_message_length", MAX_MESSAGE),
             ("grpc.enable_retries", 1)])
+        self.closed = False
         self.admin = admin_pb2_grpc.AdminStub(self.channel)
         self.producer = producer_pb2_grpc.ProducerStub(self.channel)
 
     def call(self, method, request, timeout: float | None = None):
-        """A unary call; gRPC errors come back as the typed errors the server sent."""
+        """A unary call; gRPC errors come back as the typed errors the server sent, a call
+        on a closed connection as `AlreadyClosed`."""
+        if self.closed:
+            raise errors.AlreadyClosed("client is closed")
         try:
             return method(request, timeout=timeout or self.timeout)
         except grpc.RpcError as exc:
             raise errors.from_rpc_error(exc) from None
+        except ValueError:  # gRPC's "Cannot invoke RPC on closed channel!" (a close raced)
+            if self.closed:
+                raise errors.AlreadyClosed("client is closed") from None
+            raise
 
     def close(self) -> None:
+        self.closed = True
         self.channel.close()
-
-
-def typed_errors(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except grpc.RpcError as exc:
-            raise errors.from_rpc_error(exc) from None
-    return wrapper

@@ -1,4 +1,8 @@
-"""Messages as the client hands them to users (domain type, decoded from `raw`)."""
+"""Messages as the client hands them to users (domain type, decoded from `raw`).
+
+`payload` and `key` are bytes, as produced (`key` is None for a message sent without one);
+`value()` is the payload as text, and `str(msg)` the line `shadowtopic read` prints.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -26,6 +30,13 @@ class Message:
 
     def value(self) -> str:
         return self.payload.decode("utf-8", "replace")
+
+    def __str__(self) -> str:
+        """`id<TAB>key<TAB>payload[<TAB>k=v ...]`, key and payload as UTF-8 text, `-` for
+        no key."""
+        key = self.key.decode("utf-8", "replace") if self.key is not None else "-"
+        props = " ".join(f"{k}={v}" for k, v in self.properties.items())
+        return "\t".join([str(self.message_id), key, self.value()] + ([props] if props else []))
 
     @classmethod
     def from_entry(cls, topic: str, partition: int, e: common_pb2.EncodedEntry) -> "Message":

@@ -5,6 +5,10 @@ each partition gets a handle. The broker sends entries as flow permits allow
 (`receiver_queue_size`, topped up when half is consumed); `read_next` decodes them one at a
 time. `has_message_available` compares what was read with the broker's last message id, so a
 read loop ends at the end of the topic (`while r.has_message_available(): r.read_next()`).
+
+Closing is deterministic: `Reader.close` wakes a `read_next` blocked in another thread (it
+raises `AlreadyClosed`), and `Multiplexer.close` returns only once the stream's receive thread
+has ended and gRPC has finished the call (see there why that matters at interpreter exit).
 """
 from __future__ import annotations
 
@@ -24,29 +28,32 @@ from source.core.names import TopicName
 from source.pb.v1 import common_pb2, consumer_pb2
 
 CONNECT = "/shadowtopic.v1.Consumer/Connect"
+CLOSE_TIMEOUT_S = 5.0  # the longest Multiplexer.close waits for gRPC, then for its thread
+_CLOSED = object()  # what Reader.close puts on its own queue, to wake a blocked read_next
 
 
 class Multiplexer:
     """One Connect stream; frames are routed to the queue registered for their handle."""
 
     def __init__(self, conn: Connection):
-        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._requests = requests
         self._sinks: dict[int, queue.Queue] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._dead: Exception | None = None
+        self._closed = False
+        finished = self._finished = threading.Event()  # gRPC has handled the final status
         call = conn.channel.stream_stream(
             CONNECT, request_serializer=consumer_pb2.ClientCommand.SerializeToString,
             response_deserializer=consumer_pb2.ServerFrame.FromString)
 
-        def gen():
-            while True:
-                item = self._requests.get()
-                if item is None:
-                    return
+        def gen():  # refers to the queue only: gRPC's request thread never holds the mux
+            while (item := requests.get()) is not None:
                 yield item
 
         self._responses = call(gen())
+        self._responses.add_done_callback(lambda _call: finished.set())
         self._thread = threading.Thread(target=self._receive, daemon=True, name="consumer-rx")
         self._thread.start()
 
@@ -80,15 +87,37 @@ class Multiplexer:
                     sink.put((frame.handle, frame))
         except grpc.RpcError as exc:
             err = errors.from_rpc_error(exc)
+            # gRPC raises the call object itself; its traceback's frames refer back to it, a
+            # cycle only the garbage collector would break (perhaps at exit: see close)
+            exc.__traceback__ = None
+        self._requests.put(None)  # gRPC's request thread, waiting in gen(), ends too
         with self._lock:
+            if self._closed:
+                err = errors.AlreadyClosed("client is closed")
             self._dead = err
             sinks = list(self._sinks.items())
         for handle, sink in sinks:
             sink.put((handle, err))
 
     def close(self) -> None:
+        """End the stream and wait (at most CLOSE_TIMEOUT_S seconds each) until the receive
+        thread has ended and gRPC has handled the call's final status; then drop the call.
+
+        Returning earlier, as this once did, let a process exit while the receive thread or
+        gRPC's threads were still inside the call's lock. The call object, a garbage cycle,
+        was then collected during interpreter shutdown, after daemon threads were frozen:
+        its `__del__` waited for that lock forever (a CLI that printed everything and hung
+        in a futex wait with one thread left).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         self._requests.put(None)
         self._responses.cancel()
+        self._finished.wait(CLOSE_TIMEOUT_S)
+        self._thread.join(CLOSE_TIMEOUT_S)
+        self._responses = None
 
 
 def start_position(start: str | MessageId) -> common_pb2.StartPosition:
@@ -164,10 +193,11 @@ class Reader:
                     permits=self._permits)))
 
     def read_next(self, timeout: float | None = None) -> Message:
-        """The next message; raises `Timeout` when none arrives within `timeout` seconds."""
+        """The next message; raises `Timeout` when none arrives within `timeout` seconds,
+        `AlreadyClosed` once the reader (or its client) is closed, also while waiting."""
+        if self._closed:
+            raise errors.AlreadyClosed("reader is closed")
         while not self._buffer:
-            if self._closed:
-                raise errors.AlreadyClosed("reader is closed")
             if self._error is not None:
                 raise self._error
             try:
@@ -186,6 +216,8 @@ class Reader:
         return msg
 
     def _take(self, handle: int, item) -> None:
+        if item is _CLOSED:
+            raise errors.AlreadyClosed("reader is closed")
         if isinstance(item, Exception):
             self._error = item
             raise item
@@ -200,6 +232,8 @@ class Reader:
             self._buffer.append(Message.from_entry(p.topic, p.index, e))
 
     def has_message_available(self) -> bool:
+        if self._closed:
+            raise errors.AlreadyClosed("reader is closed")
         if self._buffer or not self._queue.empty():
             return True
         admin = Admin(self._conn)
@@ -216,6 +250,8 @@ class Reader:
         return False
 
     def close(self) -> None:
+        """Close the reader's handles; a `read_next` waiting in another thread raises
+        `AlreadyClosed` at once."""
         if self._closed:
             return
         self._closed = True
@@ -223,9 +259,10 @@ class Reader:
             try:
                 self._mux.send(consumer_pb2.ClientCommand(handle=handle,
                                                           close=consumer_pb2.CloseHandle()))
-            except errors.ShadowTopicError:
+            except errors.ShadowTopicError:  # the stream is gone: nothing to close there
                 pass
             self._mux.unregister(handle)
+        self._queue.put((0, _CLOSED))
 
     def __iter__(self):
         while self.has_message_available():
