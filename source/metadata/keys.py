@@ -10,6 +10,7 @@ messages (see proto/source/pb/storage/v1/metadata.proto) unless noted.
     /shadowtopic/topics/<topic-path>/compaction       CompactionPointer
     /shadowtopic/topics/<topic-path>/compaction/jobs/<id>
     /shadowtopic/topics/<topic-path>/subscriptions/<sub>
+    /shadowtopic/topics/<topic-path>/cursors          CursorPointer (cursors.proto): durable cursors
     /shadowtopic/counters/ledger-id                   counter (ascii int): cluster-unique ledger ids
 
 <topic-path> is `persistent/<tenant>/<namespace>/<topic>` (TopicName.path), so a namespace's
@@ -82,3 +83,9 @@ def topic_from_info_key(key: str) -> TopicName | None:
         return None
     parts = key[len(prefix):-len("/info")].split("/")
     return TopicName(*parts) if len(parts) == 3 else None
+
+
+def cursors(topic: TopicName) -> str:
+    """`/shadowtopic/topics/<topic-path>/cursors`: the topic's CursorPointer (the durable
+    cursor files it names are described in proto/source/pb/storage/v1/cursors.proto)."""
+    return _t(topic) + "/cursors"

@@ -1,0 +1,124 @@
+"""`CursorFlusher`: persists a topic's changed cursors in one batch per interval.
+
+The subscription engine marks a cursor dirty after it changes (`mark`), or gone (`remove`);
+ONE asyncio task per topic saves everything marked since the last flush with one
+`CursorStore.save` every `interval` seconds (never a task or a write per subscription). A
+restart restores cursors at most one interval (plus one save) old: acknowledged messages
+of that window are redelivered, nothing unacknowledged is lost (SCENARIOS C4).
+
+A failed save keeps its cursors dirty (a newer mark wins) and is retried at the next tick.
+`errors.Fenced` stops the flusher for good (`fenced` says why; the topic's new owner
+writes its cursors from now on). `close()` stops the task and flushes what is left.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from source.core import errors
+from source.core.names import TopicName
+from source.cursors.state import CursorState
+from source.cursors.store import CursorStore, Fence
+
+log = logging.getLogger(__name__)
+
+
+class CursorFlusher:
+    def __init__(self, store: CursorStore, topic: TopicName, fence: Fence,
+                 interval: float = 1.0):
+        self.store = store
+        self.topic = topic
+        self.fence = fence
+        self.interval = interval
+        self.fenced: errors.ShadowTopicError | None = None
+        self.flushes = 0           # successful saves
+        self.cursors_flushed = 0   # cursor states written by them
+        self.failures = 0
+        self.last_flush_s = 0.0    # duration of the last successful save
+        self._dirty: dict[str, CursorState | None] = {}
+        self._lock = asyncio.Lock()
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._closed = False
+
+    def start(self) -> "CursorFlusher":
+        if self._task is None and not self._closed:
+            self._task = asyncio.create_task(self._run(), name=f"cursor-flush:{self.topic}")
+        return self
+
+    @property
+    def pending(self) -> int:
+        """Cursors changed since the last successful save."""
+        return len(self._dirty)
+
+    def mark(self, name: str, state: CursorState) -> None:
+        """`state` changed: save it with the next batch (the flusher reads it then)."""
+        self._check_open()
+        self._dirty[name] = state
+
+    def remove(self, name: str) -> None:
+        """The cursor was deleted: delete it with the next batch."""
+        self._check_open()
+        self._dirty[name] = None
+
+    def _check_open(self) -> None:
+        if self.fenced is not None:
+            raise self.fenced
+        if self._closed:
+            raise errors.AlreadyClosed(f"cursor flusher of {self.topic} is closed")
+
+    async def flush_now(self) -> int:
+        """Save every dirty cursor now; returns how many were saved."""
+        if self.fenced is not None:
+            raise self.fenced
+        async with self._lock:
+            batch, self._dirty = self._dirty, {}
+            if not batch:
+                return 0
+            started = time.perf_counter()
+            try:
+                await self.store.save(self.topic, batch, self.fence)
+            except BaseException as exc:
+                for name, state in batch.items():
+                    self._dirty.setdefault(name, state)  # marks made meanwhile are newer
+                self.failures += 1
+                if isinstance(exc, errors.Fenced):
+                    self.fenced = exc
+                raise
+            self.last_flush_s = time.perf_counter() - started
+            self.flushes += 1
+            self.cursors_flushed += len(batch)
+            return len(batch)
+
+    async def _run(self) -> None:
+        next_at = time.monotonic() + self.interval
+        while not self._stop.is_set():
+            try:
+                await asyncio.wait_for(self._stop.wait(), max(0.0, next_at - time.monotonic()))
+                return
+            except asyncio.TimeoutError:
+                pass
+            next_at = time.monotonic() + self.interval
+            try:
+                await self.flush_now()
+            except errors.Fenced as exc:
+                log.warning("%s: cursor flusher stops: %s", self.topic, exc)
+                return
+            except Exception as exc:  # noqa: BLE001 - keep flushing: the batch stays dirty
+                log.warning("%s: cursor flush failed (retrying in %.1fs): %s", self.topic,
+                            self.interval, exc,
+                            exc_info=not isinstance(exc, errors.ShadowTopicError))
+
+    async def close(self, timeout: float = 10.0) -> None:
+        """Stop the task (letting a save in flight finish) and flush what is left, bounded
+        by `timeout`; raises what the last flush raised (e.g. `errors.Fenced`)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._task is not None:
+            await asyncio.wait_for(asyncio.gather(self._task, return_exceptions=True), timeout)
+        if self.fenced is not None:
+            raise self.fenced
+        await asyncio.wait_for(self.flush_now(), timeout)

@@ -1,0 +1,95 @@
+"""Where cursors persist: the `CursorStore` interface and its in-memory twin.
+
+A store keeps every cursor of a topic and is written in batches (`save` takes the cursors
+that changed since the last save, `None` for a deleted one), never once per ack. Every write
+is fenced: it carries the owner's ownership key and value (`Fence`) and is refused with
+`errors.Fenced`, changing nothing, once that key holds another value (another broker took
+the topic), so a deposed owner cannot overwrite the new owner's cursors.
+
+Both implementations read the states they are given before their first `await`, so callers
+may keep mutating them while a save is in flight, and `load` returns fresh objects that share
+nothing with the store. `SnapshotCursorStore` (snapshot.py) is the real one;
+`MemoryCursorStore` below has the same semantics for unit tests (its `data` dict is the
+"disk": hand the same dict to a new store to model a restart).
+"""
+from __future__ import annotations
+
+import abc
+from typing import Mapping, NamedTuple
+
+from source.core import errors
+from source.core.names import TopicName
+from source.cursors.state import CursorState, Record
+from source.metadata.base import MetadataStore, MetadataUnavailable
+
+
+class Fence(NamedTuple):
+    """The owner's ownership record: the etcd key and the value this owner wrote there."""
+    key: str
+    value: bytes
+
+
+class CursorStore(abc.ABC):
+    @abc.abstractmethod
+    async def load(self, topic: TopicName) -> dict[str, CursorState]:
+        """Every cursor of `topic` (empty when none was saved). Raises `errors.DataLoss` /
+        `errors.ChecksumError` when persisted cursors cannot be read back."""
+
+    @abc.abstractmethod
+    async def save(self, topic: TopicName, changes: Mapping[str, CursorState | None],
+                   fence: Fence) -> None:
+        """Persist a batch of changed cursors (`None` = deleted) atomically: all or none.
+        Raises `errors.Fenced` when `fence` no longer holds (nothing changes)."""
+
+    @abc.abstractmethod
+    async def delete(self, topic: TopicName, fence: Fence) -> None:
+        """Remove every cursor of `topic` (the topic is deleted); fenced like `save`."""
+
+    def forget(self, topic: TopicName) -> None:
+        """Drop whatever this object caches about `topic` (it was unloaded here)."""
+
+
+def records(changes: Mapping[str, CursorState | None]) -> dict[str, Record | None]:
+    """The changes as immutable records (taken synchronously, before any await)."""
+    return {name: None if st is None else st.to_record() for name, st in changes.items()}
+
+
+async def check_fence(metadata: MetadataStore, fence: Fence) -> None:
+    """Raise `errors.Fenced` unless the ownership key still holds the fence's value."""
+    try:
+        kv = await metadata.get(fence.key)
+    except MetadataUnavailable as exc:
+        raise errors.MetadataUnavailable(str(exc)) from None
+    if kv is None or kv.value != fence.value:
+        raise errors.Fenced(f"ownership {fence.key} moved: cursors not written")
+
+
+class MemoryCursorStore(CursorStore):
+    """In-memory twin: cursors in a dict, ownership checked against a `MetadataStore`."""
+
+    def __init__(self, metadata: MetadataStore,
+                 data: dict[TopicName, dict[str, Record]] | None = None):
+        self.metadata = metadata
+        self.data = {} if data is None else data
+
+    async def load(self, topic: TopicName) -> dict[str, CursorState]:
+        return {name: CursorState.from_record(rec)
+                for name, rec in self.data.get(topic, {}).items()}
+
+    async def save(self, topic: TopicName, changes: Mapping[str, CursorState | None],
+                   fence: Fence) -> None:
+        recs = records(changes)
+        if not recs:
+            return
+        await check_fence(self.metadata, fence)
+        # no await between the check and the write: atomic on the event loop
+        cursors = self.data.setdefault(topic, {})
+        for name, rec in recs.items():
+            if rec is None:
+                cursors.pop(name, None)
+            else:
+                cursors[name] = rec
+
+    async def delete(self, topic: TopicName, fence: Fence) -> None:
+        await check_fence(self.metadata, fence)
+        self.data.pop(topic, None)

@@ -1,0 +1,527 @@
+"""Durable cursors: CursorState against a brute-force model over a small ledger layout, and
+one contract suite for every CursorStore (the in-memory twin, SnapshotCursorStore on the
+metadata twin, SnapshotCursorStore on a real etcd) plus the CursorFlusher on each."""
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+import time
+import uuid
+
+import google_crc32c
+import pytest
+
+from source.core import errors
+from source.core.message_id import MessageId
+from source.core.names import TopicName
+from source.cursors import (CursorFlusher, CursorState, CursorStore, Fence, MemoryCursorStore,
+                            SnapshotCursorStore, next_after_in)
+from source.cursors.snapshot import cursor_dir, encode
+from source.ledger.ledger_reader import LedgerListReader
+from source.ledger.storage import Storage
+from source.ledger.view import LedgerRange
+from source.metadata import EtcdStore, MemoryStore, MetadataUnavailable, keys
+from source.pb.storage.v1 import cursors_pb2 as cpb
+from source.pb.storage.v1 import metadata_pb2 as mpb
+
+pytestmark = pytest.mark.timeout(120)
+M = MessageId
+
+
+class FakeView:
+    """The position half of a LedgerView over (ledger_id, entries) pairs, through the same
+    LedgerListReader the real views use; the last ledger is the open one."""
+
+    def __init__(self, layout: list[tuple[int, int]]):
+        self.infos = [mpb.LedgerInfo(ledger_id=lid, entries=n, state=mpb.SEALED)
+                      for lid, n in layout]
+        self.reader = LedgerListReader(None, None, lambda: self.infos)
+
+    def ids(self) -> list[MessageId]:
+        return [M(i.ledger_id, e) for i in self.infos for e in range(i.entries)]
+
+    def next_position(self) -> MessageId:
+        return M(self.infos[-1].ledger_id, self.infos[-1].entries)
+
+    def valid_position(self, position: MessageId) -> MessageId:
+        return self.reader.valid_position(position, self.next_position())
+
+    def entries_between(self, start: MessageId, end: MessageId) -> int:
+        return self.reader.entries_between(start, end)
+
+    def trim_front(self, n: int) -> list[LedgerRange]:
+        gone, self.infos = self.infos[:n], self.infos[n:]
+        return [LedgerRange(i.ledger_id, i.entries, True) for i in gone]
+
+
+# ---- CursorState -----------------------------------------------------------------------------
+
+def test_individual_acks_keep_merged_ranges():
+    c = CursorState.starting_at(M(3, 0))
+    assert c.ack([M(3, 5), M(3, 2), M(3, 3)]) == 3
+    assert c.ranges == [(M(3, 2), M(3, 3)), (M(3, 5), M(3, 5))]
+    assert c.ack([M(3, 4), M(3, 5)]) == 1                     # 5 was acked already
+    assert c.ranges == [(M(3, 2), M(3, 5))] and c.holes == 1
+    assert c.is_acked(M(3, 4)) and not c.is_acked(M(3, 1)) and not c.is_acked(M(3, 6))
+    c.ack([M(3, 1), M(3, 0)])                                 # closes the hole at the front
+    assert c.mark_delete == M(3, 5) and c.ranges == [] and c.holes == 0
+
+
+def test_cumulative_ack_absorbs_ranges_and_never_moves_back():
+    c = CursorState.starting_at(M(3, 0))
+    c.ack([M(3, 4), M(3, 5), M(3, 9)])
+    assert c.ack_cumulative(M(3, 3))                           # reaches the range 4..5
+    assert c.mark_delete == M(3, 5) and c.ranges == [(M(3, 9), M(3, 9))]
+    assert not c.ack_cumulative(M(3, 1))
+    assert c.ack_cumulative(M(3, 7)) and c.ranges == [(M(3, 9), M(3, 9))]
+    assert c.ack([M(3, 2), M(3, 7)]) == 0                     # below the mark-delete
+    c.seek(M(3, 2))
+    assert c.mark_delete == M(3, 1) and c.ranges == [] and not c.is_acked(M(3, 9))
+
+
+def test_mark_delete_crosses_ledger_ends_only_with_the_layout():
+    view = FakeView([(1, 3), (2, 0), (4, 2)])                  # ledger 2 is empty
+    nxt = next_after_in(view)
+    c = CursorState.starting_at(M(1, 0))
+    assert c.mark_delete == M(1, -1) and str(c.mark_delete) == "1:-1"
+    c.ack([M(1, 1), M(1, 2), M(4, 0)])
+    assert c.ack([M(1, 0)]) == 1 and c.mark_delete == M(1, 2)  # no layout: stops at the end
+    assert c.read_position(nxt) == M(4, 1)                     # layout: over ledger 2, 4:0
+    assert c.mark_delete == M(4, 0) and c.ranges == []
+    c.ack([M(4, 1)], nxt)
+    assert c.read_position(nxt) == view.next_position() == M(4, 2)
+
+
+def test_skip_trimmed_ledgers_counts_what_was_not_acked():
+    view = FakeView([(1, 4), (2, 3), (5, 2)])
+    c = CursorState.starting_at(M(1, 0))
+    c.ack_cumulative(M(1, 0))
+    c.ack([M(1, 2), M(2, 1), M(5, 1)])
+    assert c.skip_trimmed(view.trim_front(2), next_after_in(view)) == 4  # 1:1 1:3 2:0 2:2
+    assert c.read_position(next_after_in(view)) == M(5, 0)
+    assert c.ranges == [(M(5, 1), M(5, 1))]
+    assert c.backlog(view.entries_between, view.next_position()) == 1
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_backlog_and_acks_match_a_model(seed):
+    """Random individual acks, cumulative acks, seeks, trims and restarts (record round
+    trips): is_acked, backlog and read position always equal a brute-force model."""
+    rnd = random.Random(seed)
+    layout, lid = [], 1
+    for _ in range(rnd.randint(2, 5)):
+        lid += rnd.randint(1, 3)
+        layout.append((lid, rnd.choice([0, 1, 3, 8])))
+    view = FakeView(layout)
+    nxt = next_after_in(view)
+    c, acked = CursorState.starting_at(M(0, 0)), set()
+    for _step in range(60):
+        ids = view.ids()
+        op = rnd.random()
+        if ids and op < 0.55:
+            picks = rnd.sample(ids, min(len(ids), rnd.randint(1, 3)))
+            assert c.ack(picks, nxt) == len(set(picks) - acked)
+            acked |= set(picks)
+        elif ids and op < 0.75:
+            upto = rnd.choice(ids)
+            c.ack_cumulative(upto, nxt)
+            acked |= {i for i in ids if i <= upto}
+        elif ids and op < 0.85:
+            to = rnd.choice(ids)
+            c.seek(to)
+            acked = {i for i in ids if i < to}
+        elif op < 0.9 and len(view.infos) > 1:
+            gone = view.trim_front(1)
+            lost = [M(r.ledger_id, e) for r in gone for e in range(r.entries)]
+            assert c.skip_trimmed(gone, nxt) == len(set(lost) - acked)
+            acked -= set(lost)
+        else:
+            c = CursorState.from_record(c.to_record())     # restart
+        ids = view.ids()
+        assert [i for i in ids if c.is_acked(i)] == [i for i in ids if i in acked]
+        assert c.backlog(view.entries_between, view.next_position()) == len(ids) - len(acked)
+        unacked = [i for i in ids if i not in acked]
+        assert c.read_position(nxt) == (unacked[0] if unacked else view.next_position())
+
+
+def test_records_round_trip_and_reject_junk():
+    c = CursorState.starting_at(M(7, 3))
+    c.ack([M(7, 9), M(9, 0), M(9, 1), M(12, 5)])
+    assert c.to_record() == (7, 2, (7, 9, 7, 9, 9, 0, 9, 1, 12, 5, 12, 5))
+    back = CursorState.from_record(c.to_record())
+    assert back == c and back is not c and back.ranges == c.ranges
+    assert CursorState.from_record((4, -1, ())).mark_delete == M(4, -1)
+    for junk in [(7, 2, (7, 9, 7)), (7, 2, (7, 9, 7, 9, 7, 9, 7, 9)), (7, 9, (7, 3, 7, 4))]:
+        with pytest.raises(ValueError):
+            CursorState.from_record(junk)
+    with pytest.raises(ValueError):
+        CursorState(M(1, 0), [(M(1, 5), M(1, 4))])
+
+
+def test_idle_cursor_is_small():
+    c = CursorState.starting_at(M(123456, 789))
+    assert not hasattr(c, "__dict__") and c.holes == 0
+    assert sys.getsizeof(c) + sys.getsizeof(c._md) <= 100
+
+
+# ---- the store contract ----------------------------------------------------------------------
+
+class Env:
+    """One store kind over its durable medium; `store()` is a new object (a restart)."""
+
+    def __init__(self, kind: str, metadata, tmp_path):
+        self.kind = kind
+        self.metadata = metadata
+        self.storage = Storage(str(tmp_path / "data"))
+        self.topic = TopicName.parse(f"persistent://t/ns/c-{uuid.uuid4().hex[:12]}")
+        self.fence = Fence(keys.ownership("test", self.topic), b"owner-1")
+        self.data: dict = {}
+
+    def store(self, compact_every: int = 32, metadata=None) -> CursorStore:
+        if self.kind == "memory":
+            return MemoryCursorStore(metadata or self.metadata, self.data)
+        return SnapshotCursorStore(metadata or self.metadata, self.storage,
+                                   compact_every=compact_every)
+
+    async def own(self, value: bytes) -> Fence:
+        await self.metadata.put(self.fence.key, value)
+        return Fence(self.fence.key, value)
+
+    def files(self) -> list[str]:
+        return sorted(self.storage.list_dir(cursor_dir(self.topic)))
+
+    async def pointer(self) -> cpb.CursorPointer:
+        kv = await self.metadata.get(keys.cursors(self.topic))
+        return cpb.CursorPointer.FromString(kv.value)
+
+
+def _env(request, tmp_path):
+    if request.param == "snapshot-etcd":
+        metadata = EtcdStore(request.getfixturevalue("etcd_server").endpoint, timeout=5.0)
+    else:
+        metadata = MemoryStore()
+    e = Env(request.param, metadata, tmp_path)
+    asyncio.run(e.own(b"owner-1"))
+    return e
+
+
+@pytest.fixture(params=["memory", "snapshot-memory", "snapshot-etcd"])
+def env(request, tmp_path):
+    """Every CursorStore."""
+    e = _env(request, tmp_path)
+    yield e
+    asyncio.run(e.metadata.close())
+
+
+@pytest.fixture(params=["snapshot-memory", "snapshot-etcd"])
+def snapshot_env(request, tmp_path):
+    """The stores that keep files and a pointer (SnapshotCursorStore)."""
+    e = _env(request, tmp_path)
+    yield e
+    asyncio.run(e.metadata.close())
+
+
+def sample(n: int, seed: int = 0, prefix: str = "sub") -> dict[str, CursorState]:
+    """`n` cursors; every tenth has a few holes, some across ledgers."""
+    rnd = random.Random(seed)
+    out = {}
+    for i in range(n):
+        c = CursorState.starting_at(M(5, 0))
+        c.ack_cumulative(M(5, rnd.randrange(1000)))
+        if i % 10 == 0:
+            c.ack([M(5, 1000 + rnd.randrange(50)), M(5, 1060), M(6, rnd.randrange(4)), M(8, 0)])
+        out[f"{prefix}-{i}"] = c
+    return out
+
+
+def test_round_trip_of_cursors_with_holes_and_restart(env, arun):
+    async def main():
+        saved = sample(500)
+        saved["odd name/ü"] = CursorState.starting_at(M(1, 0))
+        s = env.store()
+        assert await s.load(env.topic) == {}
+        await s.save(env.topic, saved, env.fence)
+        expected = {n: c.copy() for n, c in saved.items()}
+        saved["sub-0"].ack_cumulative(M(9, 9))               # after the save: not persisted
+        assert await s.load(env.topic) == expected
+        loaded = await env.store().load(env.topic)            # a restart
+        assert loaded == expected and loaded["sub-10"].holes == expected["sub-10"].holes > 0
+        loaded["sub-1"].ack_cumulative(M(9, 9))               # loads share nothing
+        assert await env.store().load(env.topic) == expected
+    arun(main())
+
+
+def test_batches_updates_and_deletes(env, arun):
+    async def main():
+        s = env.store(compact_every=3)
+        model: dict[str, CursorState] = {}
+        rnd = random.Random(1)
+        for round_ in range(10):
+            changes: dict[str, CursorState | None] = {}
+            for name in rnd.sample([f"s{i}" for i in range(40)], 12):
+                if name in model and rnd.random() < 0.3:
+                    changes[name] = None
+                else:
+                    c = model.get(name, CursorState.starting_at(M(2, 0))).copy()
+                    c.ack([M(2, round_ * 3 + 5)])
+                    c.ack_cumulative(M(2, round_))
+                    changes[name] = c
+            await s.save(env.topic, changes, env.fence)
+            for name, c in changes.items():
+                if c is None:
+                    model.pop(name, None)
+                else:
+                    model[name] = c.copy()
+            assert await env.store().load(env.topic) == model
+        await s.save(env.topic, {}, env.fence)                 # an empty batch writes nothing
+        await s.save(env.topic, {"never-existed": None}, env.fence)
+        assert await env.store().load(env.topic) == model
+    arun(main())
+
+
+def test_stale_owner_is_fenced_and_changes_nothing(env, arun):
+    async def main():
+        first = sample(20)
+        s = env.store()
+        await s.save(env.topic, first, env.fence)
+        files = env.files()
+        new_fence = await env.own(b"owner-2")                 # another broker took the topic
+        with pytest.raises(errors.Fenced):
+            await s.save(env.topic, sample(5, seed=9, prefix="late"), env.fence)
+        with pytest.raises(errors.Fenced):
+            await s.delete(env.topic, env.fence)
+        assert env.files() == files
+        assert await env.store().load(env.topic) == first
+        second = sample(5, seed=3, prefix="new")
+        await env.store().save(env.topic, second, new_fence)  # the new owner writes on
+        assert await env.store().load(env.topic) == {**first, **second}
+        await env.store().delete(env.topic, new_fence)
+        assert await env.store().load(env.topic) == {} and env.files() == []
+    arun(main())
+
+
+def test_a_second_writer_of_the_same_owner_loses_no_batch(env, arun):
+    async def main():
+        a, b = env.store(), env.store()
+        await a.load(env.topic)
+        await b.load(env.topic)                               # b's view is now stale
+        await a.save(env.topic, {"a": CursorState.starting_at(M(1, 1))}, env.fence)
+        await b.save(env.topic, {"b": CursorState.starting_at(M(1, 2))}, env.fence)
+        await a.save(env.topic, {"c": CursorState.starting_at(M(1, 3))}, env.fence)
+        assert sorted(await env.store().load(env.topic)) == ["a", "b", "c"]
+        a.forget(env.topic)                                    # unloaded: nothing cached
+        assert env.topic not in getattr(a, "_topics", {})
+        await a.save(env.topic, {"d": None}, env.fence)
+        assert sorted(await env.store().load(env.topic)) == ["a", "b", "c"]
+    arun(main())
+
+
+def test_a_lost_txn_reply_loses_no_batch(snapshot_env, arun):
+    env = snapshot_env
+
+    async def main():
+        s = env.store(metadata=LosesReply(env.metadata))
+        await s.save(env.topic, {"a": CursorState.starting_at(M(1, 1))}, env.fence)
+        with pytest.raises(errors.MetadataUnavailable):       # applied, but the reply is lost
+            await s.save(env.topic, {"b": CursorState.starting_at(M(1, 2))}, env.fence)
+        await s.save(env.topic, {"c": CursorState.starting_at(M(1, 3))}, env.fence)
+        assert sorted(await env.store().load(env.topic)) == ["a", "b", "c"]
+        ptr = await env.pointer()
+        assert ptr.sequence == 3 and len(ptr.deltas) == 2
+    arun(main())
+
+
+class LosesReply:
+    """A metadata store whose second txn applies but raises MetadataUnavailable."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.txns = 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def txn(self, *args, **kwargs):
+        res = await self.inner.txn(*args, **kwargs)
+        self.txns += 1
+        if self.txns == 2:
+            raise MetadataUnavailable("reply lost")
+        return res
+
+
+@pytest.mark.parametrize("damage", ["missing-full", "flipped-byte", "missing-delta",
+                                    "truncated-delta", "bad-pointer", "foreign-file",
+                                    "bad-ranges"])
+def test_missing_or_corrupt_files_raise_typed_errors(snapshot_env, arun, damage):
+    env = snapshot_env
+
+    async def main():
+        s = env.store()
+        await s.save(env.topic, sample(30), env.fence)
+        await s.save(env.topic, sample(3, seed=2, prefix="x"), env.fence)
+        ptr = await env.pointer()
+        assert len(ptr.deltas) == 1
+        full, delta = env.storage.full(ptr.full.path), env.storage.full(ptr.deltas[0].path)
+        if damage == "missing-full":
+            env.storage.delete(ptr.full.path)
+        elif damage == "missing-delta":
+            env.storage.delete(ptr.deltas[0].path)
+        elif damage == "flipped-byte":
+            data = bytearray(open(full, "rb").read())
+            data[len(data) // 2] ^= 1
+            open(full, "wb").write(bytes(data))
+        elif damage == "truncated-delta":
+            data = open(delta, "rb").read()
+            open(delta, "wb").write(data[:-1])
+        elif damage in ("foreign-file", "bad-ranges"):       # right checksum, wrong content
+            data = open(delta, "rb").read() if damage == "foreign-file" else encode(
+                env.topic, ptr.full.sequence, True, {"z": (5, 3, (5, 9, 5, 9, 5, 8, 5, 8))})
+            open(full, "wb").write(data)
+            ptr.full.crc32c, ptr.full.size_bytes = google_crc32c.value(data), len(data)
+            await env.metadata.put(keys.cursors(env.topic), ptr.SerializeToString())
+        else:
+            await env.metadata.put(keys.cursors(env.topic), b"\xff\xff not a pointer")
+        want = errors.ChecksumError if damage in ("flipped-byte", "truncated-delta") \
+            else errors.DataLoss
+        with pytest.raises(want):
+            await env.store().load(env.topic)
+        with pytest.raises(want):                              # nor is it overwritten
+            await env.store().save(env.topic, sample(1, prefix="y"), env.fence)
+    arun(main())
+
+
+def test_compaction_keeps_only_the_files_the_pointer_names(snapshot_env, arun):
+    env = snapshot_env
+
+    async def main():
+        s = env.store(compact_every=2)
+        junk = f"{cursor_dir(env.topic)}/00000000000000000001-deadbeef.delta"
+        model = {}
+        for i in range(7):
+            c = CursorState.starting_at(M(3, i))
+            await s.save(env.topic, {f"s{i}": c}, env.fence)
+            model[f"s{i}"] = c
+            if i == 0:                                         # an orphan of a failed save
+                env.storage.fs.open_output_stream(env.storage.full(junk)).close()
+            ptr = await env.pointer()
+            assert ptr.sequence == i + 1 and len(ptr.deltas) == i % 3
+            named = sorted([ptr.full.path, *[d.path for d in ptr.deltas]])
+            assert [f for f in env.files() if f != junk] == named
+        assert junk not in env.files()                         # swept by a compaction
+        assert await env.store().load(env.topic) == model
+    arun(main())
+
+
+def test_100k_cursors_save_and_load(env, arun):
+    async def main():
+        cursors = sample(100_000)
+        s = env.store()
+        t0 = time.perf_counter()
+        await s.save(env.topic, cursors, env.fence)
+        t1 = time.perf_counter()
+        loaded = await env.store().load(env.topic)
+        t2 = time.perf_counter()
+        await s.save(env.topic, {"sub-7": cursors["sub-7"]}, env.fence)
+        t3 = time.perf_counter()
+        assert loaded == cursors
+        print(f"\n{env.kind}: 100,000 cursors: save {t1 - t0:.3f}s, load {t2 - t1:.3f}s, "
+              f"one-cursor save after that {t3 - t2:.3f}s")
+    arun(main(), timeout=100)
+
+
+# ---- the flusher -----------------------------------------------------------------------------
+
+class Counting(CursorStore):
+    """Counts saves (and can fail the next few) in front of another store."""
+
+    def __init__(self, inner: CursorStore, fail: int = 0):
+        self.inner = inner
+        self.fail = fail
+        self.saves: list[int] = []
+
+    async def load(self, topic):
+        return await self.inner.load(topic)
+
+    async def save(self, topic, changes, fence):
+        if self.fail:
+            self.fail -= 1
+            raise errors.MetadataUnavailable("down for a moment")
+        await self.inner.save(topic, changes, fence)
+        self.saves.append(len(changes))
+
+    async def delete(self, topic, fence):
+        await self.inner.delete(topic, fence)
+
+
+async def until(check, timeout: float = 10.0) -> float:
+    """Await a sync `check()`; return the seconds it took, fail after `timeout`."""
+    start = time.monotonic()
+    while not check():
+        if time.monotonic() - start > timeout:
+            raise AssertionError(f"not within {timeout}s")
+        await asyncio.sleep(0.01)
+    return time.monotonic() - start
+
+
+def test_flusher_saves_one_batch_per_interval(env, arun):
+    async def main():
+        store = Counting(env.store())
+        flusher = CursorFlusher(store, env.topic, env.fence, interval=0.3).start()
+        subs = {f"s{i}": CursorState.starting_at(M(4, 0)) for i in range(2000)}
+        for entry in range(5):                                 # 10,000 acks
+            for name, c in subs.items():
+                c.ack_cumulative(M(4, entry))
+                flusher.mark(name, c)
+        took = await until(lambda: flusher.flushes == 1)
+        assert took < 0.3 + 2.0 and store.saves == [2000]
+        assert await env.store().load(env.topic) == subs
+        subs["s1"].ack([M(4, 9)])
+        flusher.mark("s1", subs["s1"])
+        flusher.remove("s2")
+        await until(lambda: flusher.flushes == 2)
+        assert store.saves == [2000, 2]
+        crashing = CursorFlusher(store, env.topic, env.fence, interval=3600).start()
+        subs["s3"].ack_cumulative(M(4, 7))                     # then a crash: no close()
+        crashing.mark("s3", subs["s3"])
+        subs.pop("s2")
+        restored = await env.store().load(env.topic)
+        assert restored["s1"] == subs["s1"] and "s2" not in restored
+        assert restored["s3"].mark_delete == M(4, 4)           # one interval old at most
+    arun(main())
+
+
+def test_flusher_retries_failures_and_close_flushes(env, arun):
+    async def main():
+        store = Counting(env.store(), fail=1)
+        flusher = CursorFlusher(store, env.topic, env.fence, interval=0.2).start()
+        c = CursorState.starting_at(M(4, 0))
+        flusher.mark("a", c)
+        await until(lambda: flusher.failures == 1)
+        assert flusher.pending == 1                            # kept for the next tick
+        await until(lambda: flusher.flushes == 1)
+        assert store.saves == [1] and flusher.flushes == 1
+        slow = CursorFlusher(store, env.topic, env.fence, interval=3600).start()
+        c.ack_cumulative(M(4, 3))
+        slow.mark("a", c)
+        await slow.close()                                     # no waiting for the interval
+        assert (await env.store().load(env.topic))["a"].mark_delete == M(4, 3)
+        with pytest.raises(errors.AlreadyClosed):
+            slow.mark("a", c)
+        await flusher.close()
+    arun(main())
+
+
+def test_flusher_stops_when_fenced(env, arun):
+    async def main():
+        flusher = CursorFlusher(env.store(), env.topic, env.fence, interval=0.1).start()
+        await env.own(b"owner-2")
+        flusher.mark("a", CursorState.starting_at(M(4, 0)))
+        await until(lambda: flusher.fenced is not None)
+        assert isinstance(flusher.fenced, errors.Fenced)
+        with pytest.raises(errors.Fenced):
+            flusher.mark("b", CursorState.starting_at(M(4, 0)))
+        with pytest.raises(errors.Fenced):
+            await flusher.close()
+        assert await env.store().load(env.topic) == {}
+    arun(main())
