@@ -9,13 +9,13 @@ from source.broker.ownership import BrokerSession
 from source.broker.rpc import abort_stream, unary
 from source.broker.topics import TopicManager
 from source.core import errors
-from source.core.names import TopicName
+from source.core.names import TopicName, parse_namespace
 from source.core.policies import Policies
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import admin_pb2 as apb
 from source.pb.v1 import admin_pb2_grpc, common_pb2
 
-PAGE_DEFAULT = 1000
+PAGE_DEFAULT = PAGE_MAX = 1000  # topics per ListTopics page (a page stays far below 64 MiB)
 
 
 def topic_metadata(info: mpb.TopicInfo, policies: Policies | None = None) -> apb.TopicMetadata:
@@ -33,6 +33,9 @@ def ledger_stats(info: mpb.LedgerInfo) -> apb.LedgerStats:
 
 
 def _page(names: list, page: common_pb2.PageRequest, key) -> tuple[list, str]:
+    if page.page_size > PAGE_MAX:
+        raise errors.InvalidArgument(f"page_size must be in 0..{PAGE_MAX} "
+                                     f"(0 = {PAGE_DEFAULT}), got {page.page_size}")
     size = page.page_size or PAGE_DEFAULT
     start = [x for x in names if key(x) > page.page_token] if page.page_token else names
     chunk = start[:size]
@@ -70,9 +73,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     @unary
     async def ListTopics(self, request, context):
-        ns = request.namespace or None
-        if ns is not None and len(ns.split("/")) != 2:
-            raise errors.InvalidArgument(f"namespace must be tenant/namespace, got '{ns}'")
+        ns = parse_namespace(request.namespace) if request.namespace else None
         infos = await self.topics.list(ns)
         chunk, token = _page(infos, request.page, key=lambda i: i.name)
         return apb.ListTopicsResponse(topics=[topic_metadata(i) for i in chunk],

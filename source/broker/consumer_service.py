@@ -7,7 +7,9 @@ subscriptions (Exclusive, Shared, Failover, Key_Shared) arrive with the subscrip
 until then such a Subscribe is answered with an in-band `Unimplemented` error.
 
 A failing handle (topic gone, checksum error) gets an `Event.error` frame and stops; the
-stream and its other handles go on.
+stream and its other handles go on. A bad command (invalid topic or message id, unknown
+handle) gets an `Event.error` frame too; only a command that does not parse ends the stream,
+with INVALID_ARGUMENT.
 """
 from __future__ import annotations
 
@@ -15,11 +17,11 @@ import asyncio
 import logging
 
 from source import wire
-from source.broker.rpc import error_status
+from source.broker.rpc import abort_stream, error_status, typed
 from source.broker.topics import TopicManager
 from source.core import errors
 from source.core.message_id import EARLIEST, MessageId
-from source.core.names import TopicName
+from source.core.names import TopicName, check_subscription
 from source.ledger.managed import ManagedLedger
 from source.pb.v1 import common_pb2, consumer_pb2, consumer_pb2_grpc
 
@@ -59,7 +61,7 @@ def resolve_start(ml: ManagedLedger, start: common_pb2.StartPosition, inclusive:
             return last
         return ml.next_position()
     if kind == "message_id":
-        mid = MessageId(start.message_id.ledger_id, start.message_id.entry_id)
+        mid = MessageId.checked(start.message_id.ledger_id, start.message_id.entry_id)
         return mid if inclusive else MessageId(mid.ledger_id, mid.entry_id + 1)
     raise errors.Unimplemented("starting a reader by publish time is not supported yet")
 
@@ -81,6 +83,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
     async def Connect(self, request_iterator, context):
         out: asyncio.Queue = asyncio.Queue(maxsize=32)
         readers: dict[int, _Reader] = {}
+        failure: list[errors.ShadowTopicError] = []  # why the command stream broke, if it did
         self._streams.add(out)
 
         async def pump(r: _Reader) -> None:
@@ -124,11 +127,12 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
         async def subscribe(handle: int, sub: consumer_pb2.Subscribe) -> None:
             if handle in readers:
                 raise errors.InvalidArgument(f"handle {handle} is already in use")
+            topic = TopicName.parse(sub.topic)
             if sub.subscription:
+                check_subscription(sub.subscription)
                 raise errors.Unimplemented(
                     "durable subscriptions are not available yet; use a reader "
                     "(empty subscription name)")
-            topic = TopicName.parse(sub.topic)
             ml = await self.topics.ledger(topic)
             r = _Reader(handle, topic, ml, resolve_start(ml, sub.start, sub.start_inclusive))
             readers[handle] = r
@@ -169,6 +173,8 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                             raise errors.InvalidArgument("empty client command")
                     except Exception as exc:  # noqa: BLE001 - in-band, per handle
                         await out.put(event_frame(cmd.handle, error=error_status(exc)))
+            except Exception as exc:  # noqa: BLE001 - reading the stream failed: it ends
+                failure.append(typed(exc, "Connect"))
             finally:
                 await out.put(None)
 
@@ -179,6 +185,8 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                 if frame is None:
                     break
                 yield frame
+            if failure:
+                await abort_stream(context, failure[0])
         finally:
             self._streams.discard(out)
             commands.cancel()

@@ -1,17 +1,53 @@
-"""Service-side error handling: every handler's ShadowTopicError becomes a gRPC status with
-its reason in trailing metadata (the table in source.core.errors); anything else becomes
-INTERNAL and is logged. Streams report per-item errors in-band with `error_status`."""
+"""Service-side error handling, so that every failure a client sees is typed.
+
+- `unary`: a handler's ShadowTopicError becomes a gRPC status with its reason in trailing
+  metadata (the one table in source.core.errors).
+- `typed`: what any other exception becomes: a request that does not parse is
+  `InvalidArgument`; anything else is `Internal`, logged with its traceback (a bug to fix).
+- `error_status`: the in-band form (`ErrorStatus`) streams report per-item errors with;
+  `abort_stream` ends a stream with a typed status.
+- Messages are cut to MAX_DETAILS characters: a status message travels in trailing metadata,
+  and one above gRPC's 16 KiB metadata limit (an error echoing a 6 MB argument) reached the
+  client as an untyped RESOURCE_EXHAUSTED instead of the error.
+- `RejectMalformed`: a server interceptor that answers a unary request whose bytes do not
+  parse with INVALID_ARGUMENT and its reason (gRPC's own answer is UNKNOWN plus a logged
+  traceback). Streamed requests are parsed while the handler reads them, which reports
+  them itself (`typed`).
+"""
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from source.core import errors
 from source.pb.v1 import common_pb2
 
 log = logging.getLogger(__name__)
+MAX_DETAILS = 1000  # characters; percent-encoded UTF-8 stays below 16 KiB
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= MAX_DETAILS else text[:MAX_DETAILS] + "..."
+
+
+def typed(exc: BaseException, where: str = "a handler") -> errors.ShadowTopicError:
+    """The typed error a client gets for an exception `where` let out."""
+    if isinstance(exc, errors.ShadowTopicError):
+        return exc
+    if isinstance(exc, DecodeError):
+        return errors.InvalidArgument(f"malformed request: {exc}")
+    log.error("%s failed", where, exc_info=exc)
+    return errors.Internal(f"internal error: {exc}")
+
+
+async def abort_stream(context: grpc.aio.ServicerContext, exc: errors.ShadowTopicError):
+    code, details, md = errors.to_status(exc)
+    context.set_trailing_metadata(md)
+    await context.abort(code, _bounded(details))
 
 
 def unary(handler):
@@ -19,27 +55,50 @@ def unary(handler):
     async def wrapper(self, request, context: grpc.aio.ServicerContext):
         try:
             return await handler(self, request, context)
-        except errors.ShadowTopicError as exc:
-            code, details, md = errors.to_status(exc)
-            context.set_trailing_metadata(md)
-            await context.abort(code, details)
+        except grpc.aio.AbortError:
+            raise
         except Exception as exc:  # noqa: BLE001 - the server keeps serving others
-            if isinstance(exc, grpc.aio.AbortError):
-                raise
-            log.exception("%s failed", handler.__name__)
-            context.set_trailing_metadata(((errors.REASON_KEY, "Internal"),))
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {exc}")
+            await abort_stream(context, typed(exc, handler.__name__))
     return wrapper
 
 
 def error_status(exc: BaseException) -> common_pb2.ErrorStatus:
-    if not isinstance(exc, errors.ShadowTopicError):
-        log.error("unexpected error", exc_info=exc)
-        exc = errors.Internal(f"internal error: {exc}")
-    return common_pb2.ErrorStatus(code=exc.code.name, reason=exc.reason, message=exc.message)
+    err = typed(exc)
+    return common_pb2.ErrorStatus(code=err.code.name, reason=err.reason,
+                                  message=_bounded(err.message))
 
 
-async def abort_stream(context: grpc.aio.ServicerContext, exc: errors.ShadowTopicError):
-    code, details, md = errors.to_status(exc)
-    context.set_trailing_metadata(md)
-    await context.abort(code, details)
+class _Malformed:
+    """What a request that does not parse is deserialized to."""
+
+    def __init__(self, exc: Exception):
+        self.error = errors.InvalidArgument(f"malformed request: {exc}")
+
+
+class RejectMalformed(grpc.aio.ServerInterceptor):
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_streaming or handler.request_deserializer is None:
+            return handler
+        parse = handler.request_deserializer
+        kind = "unary_stream" if handler.response_streaming else "unary_unary"
+        behavior = getattr(handler, kind)
+
+        def deserialize(data: bytes):
+            try:
+                return parse(data)
+            except Exception as exc:  # noqa: BLE001 - DecodeError and protobuf's kin
+                return _Malformed(exc)
+
+        if inspect.isasyncgenfunction(behavior):
+            async def checked(request, context):
+                if isinstance(request, _Malformed):
+                    await abort_stream(context, request.error)
+                async for item in behavior(request, context):
+                    yield item
+        else:
+            async def checked(request, context):
+                if isinstance(request, _Malformed):
+                    await abort_stream(context, request.error)
+                return await behavior(request, context)
+        return handler._replace(request_deserializer=deserialize, **{kind: checked})

@@ -25,6 +25,7 @@ from source.broker.admin_service import AdminService
 from source.broker.consumer_service import ConsumerService
 from source.broker.ownership import BrokerSession
 from source.broker.producer_service import ProducerService
+from source.broker.rpc import RejectMalformed
 from source.broker.topics import TopicManager
 from source.ledger.storage import Storage
 from source.metadata.etcd import EtcdStore
@@ -88,7 +89,8 @@ class Broker:
         opts = [("grpc.max_send_message_length", MAX_MESSAGE),
                 ("grpc.max_receive_message_length", MAX_MESSAGE),
                 ("grpc.so_reuseport", 0)]
-        self.server = grpc.aio.server(options=opts)
+        # a unary request that does not parse gets INVALID_ARGUMENT, not grpc's UNKNOWN
+        self.server = grpc.aio.server(options=opts, interceptors=[RejectMalformed()])
         admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.topics, self.session),
                                                    self.server)
         # Produce takes request bytes (stored as they came) and Connect sends pre-encoded

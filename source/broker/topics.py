@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from source.core import errors
 from source.core.names import TopicName
-from source.core.policies import Policies
+from source.core.policies import Policies, validate_partitions, validate_properties
 from source.ledger.managed import LedgerConfig, ManagedLedger
 from source.ledger.storage import Storage
 from source.metadata import keys
@@ -78,8 +78,8 @@ class TopicManager:
     async def create(self, topic: TopicName, partitions: int, policies: Policies,
                      properties: dict[str, str]) -> mpb.TopicInfo:
         topic.check_creatable()
-        if partitions < 0 or partitions > 1024:
-            raise errors.InvalidArgument(f"partitions must be in 0..1024, got {partitions}")
+        validate_partitions(partitions)
+        validate_properties(properties)
         policies.validate()
         now = int(time.time() * 1000)
         info = mpb.TopicInfo(name=str(topic), kind=SOURCE, properties=properties,

@@ -10,7 +10,7 @@ from google.protobuf.json_format import MessageToDict
 from source.client.connection import Connection
 from source.core.message_id import MessageId
 from source.core.names import canonical
-from source.core.policies import Policies
+from source.core.policies import Policies, validate_partitions, validate_properties
 from source.pb.v1 import admin_pb2 as apb
 from source.pb.v1 import common_pb2
 
@@ -76,9 +76,12 @@ class Admin:
 
     def create_topic(self, topic: str, partitions: int = 0, policies: Policies | None = None,
                      properties: dict[str, str] | None = None) -> TopicMetadata:
-        req = apb.CreateTopicRequest(topic=canonical(topic), partitions=partitions,
+        """Raises InvalidTopicName / InvalidArgument / InvalidPolicies before sending when an
+        argument is out of range (see source.core.policies for the ranges)."""
+        req = apb.CreateTopicRequest(topic=canonical(topic),
+                                     partitions=validate_partitions(partitions),
                                      policies=(policies or Policies()).to_pb(),
-                                     properties=properties or {})
+                                     properties=validate_properties(properties or {}))
         return TopicMetadata.from_pb(self._c.call(self._stub.CreateTopic, req))
 
     def delete_topic(self, topic: str, force: bool = False) -> None:

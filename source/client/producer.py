@@ -8,6 +8,8 @@ batches wait for receipts and as many more wait in the outbox; then `send_async`
 (the backpressure), except on the receipt thread: a callback may produce without deadlock. A receipt arrives after the broker's fsync and resolves every message of its
 batch with its MessageId, in send order; `send` is `send_async` + flush + wait.
 Partitioned topics route by crc32c(key) % partitions, keyless messages round-robin.
+Options and message fields are checked before anything is queued: a bad one raises
+`InvalidArgument` (`MessageTooBig` above MAX_MESSAGE_SIZE) in the caller.
 """
 from __future__ import annotations
 
@@ -24,9 +26,41 @@ import grpc
 from source.client.connection import Connection
 from source.core import errors
 from source.core.message_id import MessageId
+from source.core.policies import MAX_BATCH_MESSAGES, MAX_MESSAGE_SIZE
 from source.pb.v1 import producer_pb2
 
 Callback = Callable[[MessageId | None, Exception | None], None]
+#: a batch stays below gRPC's 64 MiB frame even with one more maximal message in it
+MAX_BATCH_BYTES = 32 << 20
+_INT64 = 1 << 63
+
+
+def _option(name: str, value, low: float, high: float, kinds: tuple = (int,)):
+    if not isinstance(value, kinds) or isinstance(value, bool) or not low <= value <= high:
+        raise errors.InvalidArgument(f"{name} must be a number in {low}..{high}, got {value!r}")
+    return value
+
+
+def _as_bytes(name: str, value) -> bytes:
+    if value.__class__ is bytes:
+        return value
+    if isinstance(value, str):
+        try:
+            return value.encode()
+        except UnicodeEncodeError:
+            raise errors.InvalidArgument(f"{name} is not valid unicode") from None
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    raise errors.InvalidArgument(f"{name} must be bytes or str, got {type(value).__name__}")
+
+
+def _check_extras(properties, event_time) -> None:
+    if properties is not None and not (isinstance(properties, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in properties.items())):
+        raise errors.InvalidArgument("properties must map strings to strings")
+    if event_time.__class__ is not int or not -_INT64 <= event_time < _INT64:
+        raise errors.InvalidArgument(f"event_time must be ms since the epoch (an int64), "
+                                     f"got {event_time!r}")
 
 
 class _Batch:
@@ -52,9 +86,11 @@ class Producer:
         self.partitions = partitions
         self.producer_name = producer_name
         self._conn = conn
-        self._max_msgs = batch_max_messages
-        self._max_bytes = batch_max_bytes
-        self._linger = linger_ms / 1000.0
+        self._max_msgs = _option("batch_max_messages", batch_max_messages, 1,
+                                 MAX_BATCH_MESSAGES)
+        self._max_bytes = _option("batch_max_bytes", batch_max_bytes, 1, MAX_BATCH_BYTES)
+        self._linger = _option("linger_ms", linger_ms, 0, 60_000, (int, float)) / 1000.0
+        _option("max_inflight", max_inflight, 1, 10_000)
         self._lock = threading.Lock()           # open batches, sequence ids
         self._send_lock = threading.Lock()      # in-flight order == stream order
         self._idle = threading.Condition(self._send_lock)
@@ -90,10 +126,15 @@ class Producer:
         `callback(None, error)`. Blocks only when `max_inflight` batches are waiting."""
         if self._closed:
             raise errors.AlreadyClosed("producer is closed")
-        if payload.__class__ is str:
-            payload = payload.encode()
-        if key is not None and key.__class__ is str:
-            key = key.encode()
+        if payload.__class__ is not bytes:  # the hot path makes no call for bytes
+            payload = _as_bytes("payload", payload)
+        if key is not None and key.__class__ is not bytes:
+            key = _as_bytes("key", key)
+        if len(payload) > MAX_MESSAGE_SIZE:
+            raise errors.MessageTooBig(f"payload of {len(payload)} bytes exceeds the "
+                                       f"{MAX_MESSAGE_SIZE} bytes a message may have")
+        if properties or event_time:
+            _check_extras(properties, event_time)
         part = self._route(key) if self.partitions else -1
         if self._queued >= self._max_queued:
             self._wait_for_room()
@@ -268,7 +309,12 @@ class Producer:
                     if not self._unacked:
                         self._idle.notify_all()
         except grpc.RpcError as exc:
-            self._fail_inflight(errors.from_rpc_error(exc), requests)
+            err = errors.from_rpc_error(exc)
+            # grpc raises the call object itself; drop the traceback's cycle back to it so
+            # the call is freed now, not by a garbage collection at interpreter exit (see
+            # Multiplexer.close in reader.py for the hang that caused)
+            exc.__traceback__ = None
+            self._fail_inflight(err, requests)
             return
         self._fail_inflight(errors.ConnectError("produce stream ended"), requests)
 

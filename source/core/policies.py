@@ -1,14 +1,57 @@
-"""Topic policies: the domain type, defaults, validation and protobuf conversion.
+"""Topic policies: the domain type, defaults, allowed ranges, validation and protobuf conversion;
+the limits of the other values a topic is created with (partitions, properties); and the hard
+ceilings of what one produce request carries.
 
 Stored per topic as only the fields a user set (`TopicInfo.policies`); `effective()` fills in
-the defaults. Sizes are bytes, times seconds; -1 means "no limit" for retention.
+the defaults. Sizes are bytes, times seconds. Every field has an explicit allowed range
+(`RANGES`), inclusive, which also fits its protobuf type:
+
+    retention_time_seconds                  -1 (keep forever) .. 100 years    int64
+    retention_size_bytes                    -1 (no limit) .. 2^60 (1 EiB)     int64
+    max_message_size                        1 .. MAX_MESSAGE_SIZE (5 MiB)     uint32
+    compaction_threshold_bytes              0 (off) .. 2^60                   int64
+    replicator_auto_reset_backlog_entries   0 (never) .. 2^60                 int64
+    ledger_max_entries                      1 .. 1e9                          uint64
+    ledger_max_bytes                        1 .. 4 GiB                        uint64
+    ledger_max_age_seconds                  1 .. 365 days                     uint64
+    max_producers, max_subscriptions        0 (no limit) .. 1e6               uint32
+    retain_null_key                         a bool
+
+`validate()` raises `InvalidPolicies` naming the field and its range; `to_pb()` validates
+first, so an out-of-range value never reaches protobuf's own ValueError.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from source.core.errors import InvalidPolicies
+from source.core.errors import InvalidArgument, InvalidPolicies
 from source.pb.v1 import common_pb2
+
+#: hard ceiling of one message (gRPC's frame limit is set above it)
+MAX_MESSAGE_SIZE = 5 << 20
+#: messages in one produce request (the broker appends a request in one event-loop step)
+MAX_BATCH_MESSAGES = 100_000
+_DAY = 86_400
+
+#: field -> (lowest, highest) allowed value, both inclusive
+RANGES: dict[str, tuple[int, int]] = {
+    "retention_time_seconds": (-1, 100 * 365 * _DAY),
+    "retention_size_bytes": (-1, 1 << 60),
+    "max_message_size": (1, MAX_MESSAGE_SIZE),
+    "compaction_threshold_bytes": (0, 1 << 60),
+    "replicator_auto_reset_backlog_entries": (0, 1 << 60),
+    "ledger_max_entries": (1, 1_000_000_000),
+    "ledger_max_bytes": (1, 4 << 30),
+    "ledger_max_age_seconds": (1, 365 * _DAY),
+    "max_producers": (0, 1_000_000),
+    "max_subscriptions": (0, 1_000_000),
+}
+
+#: a topic has 0 (non-partitioned) .. MAX_PARTITIONS partitions
+MAX_PARTITIONS = 1024
+#: user properties of a topic: at most this many, keys and values together this many bytes
+MAX_PROPERTIES = 128
+MAX_PROPERTIES_BYTES = 16 << 10
 
 
 @dataclass(frozen=True)
@@ -30,7 +73,8 @@ class Policies:
         return cls(**{f.name: getattr(pb, f.name) for f in fields(cls) if pb.HasField(f.name)})
 
     def to_pb(self) -> common_pb2.Policies:
-        return common_pb2.Policies(**{k: v for k, v in self.as_dict().items()})
+        """The protobuf form (validated first: `InvalidPolicies`, never a ValueError)."""
+        return common_pb2.Policies(**self.validate().as_dict())
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)
@@ -44,25 +88,20 @@ class Policies:
         return DEFAULTS.merged(self)
 
     def validate(self) -> "Policies":
-        for name in ("retention_time_seconds", "retention_size_bytes"):
-            v = getattr(self, name)
-            if v is not None and v < -1:
-                raise InvalidPolicies(f"{name} must be -1 (unlimited) or >= 0, got {v}")
-        for name in ("compaction_threshold_bytes", "replicator_auto_reset_backlog_entries"):
-            v = getattr(self, name)
-            if v is not None and v < 0:
-                raise InvalidPolicies(f"{name} must be >= 0, got {v}")
-        if self.max_message_size is not None and not 1 <= self.max_message_size <= MAX_MESSAGE_SIZE:
-            raise InvalidPolicies(f"max_message_size must be in 1..{MAX_MESSAGE_SIZE}")
-        for name in ("ledger_max_entries", "ledger_max_bytes", "ledger_max_age_seconds"):
-            v = getattr(self, name)
-            if v is not None and v < 1:
-                raise InvalidPolicies(f"{name} must be >= 1, got {v}")
+        """Self, when every set field is of its type and within `RANGES`."""
+        for name, value in self.as_dict().items():
+            if name == "retain_null_key":
+                if not isinstance(value, bool):
+                    raise InvalidPolicies(f"{name} must be true or false, got {value!r}")
+                continue
+            low, high = RANGES[name]
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise InvalidPolicies(f"{name} must be an integer in {low}..{high}, "
+                                      f"got {value!r}")
+            if not low <= value <= high:
+                raise InvalidPolicies(f"{name} must be in {low}..{high}, got {value}")
         return self
 
-
-#: hard ceiling of one message (gRPC's frame limit is set above it)
-MAX_MESSAGE_SIZE = 5 << 20
 
 DEFAULTS = Policies(
     retention_time_seconds=-1, retention_size_bytes=-1, max_message_size=1 << 20,
@@ -70,3 +109,31 @@ DEFAULTS = Policies(
     ledger_max_entries=200_000, ledger_max_bytes=64 << 20, ledger_max_age_seconds=4 * 3600,
     max_producers=0, max_subscriptions=0,
 )
+
+
+def validate_partitions(partitions: object) -> int:
+    """`partitions` when it is an integer in 0..MAX_PARTITIONS, else `InvalidArgument`."""
+    if (not isinstance(partitions, int) or isinstance(partitions, bool)
+            or not 0 <= partitions <= MAX_PARTITIONS):
+        raise InvalidArgument(f"partitions must be an integer in 0..{MAX_PARTITIONS} "
+                              f"(0 = non-partitioned), got {partitions!r}")
+    return partitions
+
+
+def validate_properties(properties: object) -> dict[str, str]:
+    """`properties` when it maps strings to strings within MAX_PROPERTIES entries and
+    MAX_PROPERTIES_BYTES bytes (UTF-8 keys and values), else `InvalidArgument`."""
+    if not isinstance(properties, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in properties.items()):
+        raise InvalidArgument("properties must map strings to strings")
+    if len(properties) > MAX_PROPERTIES:
+        raise InvalidArgument(f"properties: at most {MAX_PROPERTIES} entries, "
+                              f"got {len(properties)}")
+    try:
+        size = sum(len(k.encode()) + len(v.encode()) for k, v in properties.items())
+    except UnicodeEncodeError:
+        raise InvalidArgument("properties must be valid unicode (no lone surrogates)") from None
+    if size > MAX_PROPERTIES_BYTES:
+        raise InvalidArgument(f"properties: at most {MAX_PROPERTIES_BYTES} bytes of keys and "
+                              f"values, got {size}")
+    return properties

@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from source.core import errors
 from source.core.message_id import EARLIEST, LATEST, MessageId
 from source.core.names import TopicName, canonical
-from source.core.policies import DEFAULTS, Policies
+from source.core.policies import (DEFAULTS, MAX_MESSAGE_SIZE, MAX_PARTITIONS, MAX_PROPERTIES,
+                                  MAX_PROPERTIES_BYTES, RANGES, Policies, validate_partitions,
+                                  validate_properties)
 
 
 @pytest.mark.parametrize("text,full", [
@@ -78,3 +82,84 @@ def test_policies_merge_validate_and_round_trip():
         Policies(retention_time_seconds=-5).validate()
     with pytest.raises(errors.InvalidPolicies):
         Policies(max_message_size=0).validate()
+
+
+# ---- policy ranges -------------------------------------------------------------------------
+
+INT_FIELDS = sorted(RANGES)
+
+
+@pytest.mark.parametrize("name", INT_FIELDS)
+def test_every_policy_range_is_inclusive_and_fits_its_protobuf_field(name):
+    low, high = RANGES[name]
+    for ok in (low, high):
+        pb = Policies(**{name: ok}).to_pb()
+        assert getattr(pb, name) == ok and Policies.from_pb(pb) == Policies(**{name: ok})
+    for bad in (low - 1, high + 1):
+        with pytest.raises(errors.InvalidPolicies) as info:
+            Policies(**{name: bad}).to_pb()
+        assert name in info.value.message and f"{low}..{high}" in info.value.message
+
+
+@pytest.mark.parametrize("policies,field", [
+    (Policies(max_message_size=-5), "max_message_size"),
+    (Policies(max_message_size=100 << 30), "max_message_size"),      # the CLI's "100G"
+    (Policies(max_message_size=MAX_MESSAGE_SIZE + 1), "max_message_size"),
+    (Policies(ledger_max_entries=-5), "ledger_max_entries"),
+    (Policies(ledger_max_bytes=2**64 - 1), "ledger_max_bytes"),
+    (Policies(ledger_max_bytes=2**64), "ledger_max_bytes"),
+    (Policies(retention_size_bytes=-2**63 - 1), "retention_size_bytes"),
+    (Policies(max_producers=2**32), "max_producers"),
+    (Policies(max_message_size="100G"), "max_message_size"),
+    (Policies(ledger_max_age_seconds=1.5), "ledger_max_age_seconds"),
+    (Policies(max_subscriptions=True), "max_subscriptions"),
+    (Policies(retain_null_key="yes"), "retain_null_key"),
+    (Policies(retain_null_key=1), "retain_null_key"),
+])
+def test_bad_policies_are_typed_errors_naming_the_field_never_value_errors(policies, field):
+    with pytest.raises(errors.InvalidPolicies) as info:
+        policies.to_pb()
+    assert field in info.value.message
+    assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(name=st.sampled_from(INT_FIELDS),
+       value=st.one_of(st.integers(), st.integers(-2**65, 2**65), st.floats(), st.text(),
+                       st.booleans(), st.none()))
+def test_any_policy_value_round_trips_or_is_invalid_policies(name, value):
+    p = Policies(**{name: value})
+    try:
+        pb = p.to_pb()
+    except errors.InvalidPolicies:
+        low, high = RANGES[name]
+        assert not (type(value) is int and low <= value <= high)
+        return
+    assert Policies.from_pb(pb) == p
+
+
+def test_defaults_are_within_the_ranges():
+    assert DEFAULTS.validate() is DEFAULTS
+    assert set(RANGES) | {"retain_null_key"} == set(DEFAULTS.as_dict())
+
+
+@pytest.mark.parametrize("ok", [0, 1, MAX_PARTITIONS])
+def test_partition_counts_in_range(ok):
+    assert validate_partitions(ok) == ok
+
+
+@pytest.mark.parametrize("bad", [-2, -1, MAX_PARTITIONS + 1, 2**32, "3", 1.0, True, None])
+def test_partition_counts_out_of_range_are_invalid_argument(bad):
+    with pytest.raises(errors.InvalidArgument) as info:
+        validate_partitions(bad)
+    assert "partitions" in info.value.message and f"0..{MAX_PARTITIONS}" in info.value.message
+
+
+def test_properties_are_bounded_strings():
+    assert validate_properties({"a": "b"}) == {"a": "b"}
+    assert validate_properties({"k": "v" * (MAX_PROPERTIES_BYTES - 1)})
+    for bad in ({"k": 1}, {1: "v"}, ["a", "b"], {"k": "\ud800"},
+                {"k": "v" * MAX_PROPERTIES_BYTES},
+                {str(i): "" for i in range(MAX_PROPERTIES + 1)}):
+        with pytest.raises(errors.InvalidArgument):
+            validate_properties(bad)
