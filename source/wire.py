@@ -2,14 +2,16 @@
 
 A `ServerFrame` carrying entries is built by concatenating already-encoded `EncodedEntry`
 records (a repeated message field is just length-delimited records one after another), so
-an entry's `raw` bytes go from storage to the socket without being decoded or re-encoded.
+an entry's `raw` bytes go from storage to the socket without being decoded or re-encoded;
+a `ServerMessage` is the concatenation of its frames, each behind its tag and length.
 Field numbers follow proto/source/pb/v1/common.proto and consumer.proto; a unit test checks
 that protobuf parses what these functions write.
 """
 from __future__ import annotations
 
-# EncodedEntry: 1 ledger_id, 2 entry_id, 3 publish_time, 4 redelivery_count, 5 raw
-# ServerFrame:  1 handle, 2 entries (repeated EncodedEntry), 3 event
+# EncodedEntry:  1 ledger_id, 2 entry_id, 3 publish_time, 4 redelivery_count, 5 raw
+# ServerFrame:   1 handles (packed uint64), 2 entries (repeated EncodedEntry), 3 event
+# ServerMessage: 1 frames (repeated ServerFrame)
 
 
 def varint(n: int) -> bytes:
@@ -45,7 +47,20 @@ def entries_field(encoded: list[bytes], field: int = 2) -> bytes:
     return b"".join(parts)
 
 
-def entries_frame(handle: int, encoded: list[bytes]) -> bytes:
-    """A whole `ServerFrame{handle, entries}`."""
-    head = b"\x08" + varint(handle) if handle else b""
-    return head + entries_field(encoded)
+def handles_field(handles: list[int]) -> bytes:
+    """`ServerFrame.handles` (field 1, packed)."""
+    packed = b"".join(varint(h) for h in handles)
+    return b"\x0a" + varint(len(packed)) + packed if packed else b""
+
+
+def entries_frame(handles: list[int], encoded: list[bytes]) -> bytes:
+    """A whole `ServerFrame{handles, entries}`: the entries once, for every handle."""
+    return handles_field(handles) + entries_field(encoded)
+
+
+def server_message(frames: list[bytes]) -> bytes:
+    """A whole `ServerMessage{frames}` from encoded `ServerFrame`s."""
+    parts = []
+    for f in frames:
+        parts += [b"\x0a", varint(len(f)), f]
+    return b"".join(parts)

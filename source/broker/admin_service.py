@@ -5,11 +5,13 @@ Shadow topics, durable subscriptions, compaction and permissions are part of the
 """
 from __future__ import annotations
 
+from source.broker import stats
 from source.broker.ownership import BrokerSession
 from source.broker.rpc import abort_stream, unary
+from source.broker.topic import Topic
 from source.broker.topics import TopicManager
 from source.core import errors
-from source.core.names import TopicName, parse_namespace
+from source.core.names import TopicName, check_subscription, parse_namespace
 from source.core.policies import Policies
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import admin_pb2 as apb
@@ -20,16 +22,9 @@ PAGE_DEFAULT = PAGE_MAX = 1000  # topics per ListTopics page (a page stays far b
 
 def topic_metadata(info: mpb.TopicInfo, policies: Policies | None = None) -> apb.TopicMetadata:
     eff = policies or Policies.from_pb(info.policies).effective()
-    return apb.TopicMetadata(topic=info.name, kind=int(info.kind), partitions=info.partitions,
+    return apb.TopicMetadata(topic=info.name, kind=info.kind, partitions=info.partitions,
                              source=info.source, properties=dict(info.properties),
                              policies=eff.to_pb())
-
-
-def ledger_stats(info: mpb.LedgerInfo) -> apb.LedgerStats:
-    return apb.LedgerStats(ledger_id=info.ledger_id, entries=info.entries, size=info.size_bytes,
-                           state=mpb.LedgerState.Name(info.state),
-                           path=info.path or info.wal_path, created_time=info.created_ms,
-                           sealed_time=info.sealed_ms)
 
 
 def _page(names: list, page: common_pb2.PageRequest, key) -> tuple[list, str]:
@@ -55,6 +50,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     def __init__(self, topics: TopicManager, session: BrokerSession):
         self.topics = topics
         self.session = session
+        self.owners = stats.OwnerChannels()
 
     # ---- topics ----------------------------------------------------------------------------
 
@@ -99,48 +95,81 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             return [topic.partition(i) for i in range(info.partitions)]
         return [topic]
 
+    # ---- stats: from the owner, never loading the topic ------------------------------------
+
+    async def _where(self, topic: TopicName, context) -> tuple[Topic | None, str | None]:
+        """(the Topic, None) when this broker owns `topic`; (None, its owner's URL) when
+        another live broker does; (None, None) when nobody does (or the call was forwarded
+        here already: answer from etcd rather than forward again)."""
+        t = self.topics.loaded(topic)
+        if t is not None:
+            return t, None
+        if stats.forwarded(context):
+            return None, None
+        owner = await self.topics.owner(topic)
+        if owner is not None and owner.broker_id != self.session.broker_id:
+            return None, owner.broker_url
+        return None, None
+
+    async def _ledgers(self, topic: TopicName, t: Topic | None) -> stats.Ledgers:
+        if t is not None:
+            return stats.of_topic(t)
+        return await stats.stored(self.topics.store, self.topics.storage, self.topics.executor,
+                                  topic)
+
+    async def _partition_stats(self, part: TopicName, context) -> apb.TopicStats:
+        t, url = await self._where(part, context)
+        if url is not None:
+            remote = await self.owners.forward(url, "GetTopicStats",
+                                               apb.TopicRequest(topic=str(part)))
+            if remote is not None:
+                return remote
+        ledgers = await self._ledgers(part, t)
+        out = apb.TopicStats(storage_size=ledgers.size, topic_epoch=ledgers.epoch)
+        if t is not None:
+            c = t.counters
+            (out.msg_rate_in, out.msg_throughput_in, out.msg_rate_out,
+             out.msg_throughput_out) = c.rates()
+            out.msg_in_counter, out.bytes_in_counter = c.msg_in, c.bytes_in
+            out.msg_out_counter, out.bytes_out_counter = c.msg_out, c.bytes_out
+            out.owner_broker = self.session.url
+            for pub in t.producers:
+                prin, ptin, _, _ = pub.counters.rates()
+                out.publishers.add(producer_name=pub.producer_name, msg_rate_in=prin,
+                                   msg_throughput_in=ptin, address=pub.address,
+                                   connected_since=pub.connected_since)
+        return out
+
     @unary
     async def GetTopicStats(self, request, context):
         topic = TopicName.parse(request.topic)
         info = await self.topics.info(topic)
-        stats = apb.TopicStats(topic=str(topic), kind=int(info.kind), source=info.source)
+        out = apb.TopicStats(topic=str(topic), kind=info.kind, source=info.source)
         for part in await self._partitions(topic):
-            ml = await self.topics.ledger(part)
-            c = self.topics.counters_for(part)
-            rin, tin, rout, tout = c.rates()
-            stats.msg_rate_in += rin
-            stats.msg_throughput_in += tin
-            stats.msg_rate_out += rout
-            stats.msg_throughput_out += tout
-            stats.msg_in_counter += c.msg_in
-            stats.bytes_in_counter += c.bytes_in
-            stats.msg_out_counter += c.msg_out
-            stats.bytes_out_counter += c.bytes_out
-            stats.storage_size += ml.storage_size()
-            stats.topic_epoch = max(stats.topic_epoch, ml.epoch)
-            for pub in self.topics.publishers.get(part, ()):
-                prin, ptin, _, _ = pub.counters.rates()
-                stats.publishers.add(producer_name=pub.producer_name, msg_rate_in=prin,
-                                     msg_throughput_in=ptin, address=pub.address,
-                                     connected_since=pub.connected_since)
-        stats.owner_broker = self.session.url
-        if stats.msg_in_counter:
-            stats.average_msg_size = stats.bytes_in_counter / stats.msg_in_counter
-        return stats
+            stats.add_up(out, await self._partition_stats(part, context))
+        if out.msg_in_counter:
+            out.average_msg_size = out.bytes_in_counter / out.msg_in_counter
+        return out
 
     @unary
     async def GetInternalStats(self, request, context):
         topic = TopicName.parse(request.topic)
-        ml = await self.topics.ledger(topic)
-        ledgers = ml.ledgers()
-        last = ml.last_confirmed()
-        lid, entries, size = ml.current_ledger
-        number = ml.number_of_entries()
+        await self.topics.info(topic)
+        t, url = await self._where(topic, context)
+        if url is not None:
+            remote = await self.owners.forward(url, "GetInternalStats", request)
+            if remote is not None:
+                return remote
+        ledgers = await self._ledgers(topic, t)
+        last = ledgers.last()
+        entries, size = ledgers.current()
         return apb.InternalStats(
-            entries_added_counter=number + ml.entries_deleted, number_of_entries=number,
-            total_size=ml.storage_size(), current_ledger_entries=entries,
-            current_ledger_size=size, last_confirmed_entry=str(last) if last else "-1:-1",
-            state="LedgerOpened", ledgers=[ledger_stats(i) for i in ledgers])
+            entries_added_counter=ledgers.entries + ledgers.entries_deleted,
+            number_of_entries=ledgers.entries, total_size=ledgers.size,
+            current_ledger_entries=entries, current_ledger_size=size,
+            last_confirmed_entry=str(last) if last else "-1:-1",
+            state="LedgerOpened" if t is not None else "Unloaded",
+            ledgers=[stats.ledger_stats(i) for i in ledgers.infos])
 
     @unary
     async def Lookup(self, request, context):
@@ -155,27 +184,38 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     @unary
     async def RollLedger(self, request, context):
-        ml = await self.topics.ledger(TopicName.parse(request.topic))
-        info = await ml.roll()
-        return ledger_stats(info) if info is not None else apb.LedgerStats()
+        t = await self.topics.topic(TopicName.parse(request.topic))
+        info = await t.ledger.roll()
+        return stats.ledger_stats(info) if info is not None else apb.LedgerStats()
 
     @unary
     async def Truncate(self, request, context):
         resp = apb.TruncateResponse()
         for part in await self._partitions(TopicName.parse(request.topic)):
-            ml = await self.topics.ledger(part)
-            n, entries = await ml.truncate()
+            t = await self.topics.topic(part)
+            n, entries = await t.ledger.truncate()
             resp.ledgers_deleted += n
             resp.entries_deleted += entries
         return resp
 
     @unary
     async def GetLastMessageId(self, request, context):
+        """The newest message's id (`0:0` when there is none). With `read_compacted`, as the
+        compacted view sees it: the same id until the topic has a compacted ledger."""
         topic = TopicName.parse(request.topic)
-        ml = await self.topics.ledger(topic)
-        last = ml.last_confirmed()
+        if request.subscription:
+            check_subscription(request.subscription)
+            raise errors.Unimplemented("durable subscriptions are not available yet")
+        await self.topics.info(topic)
+        t, url = await self._where(topic, context)
+        if url is not None:
+            remote = await self.owners.forward(url, "GetLastMessageId", request)
+            if remote is not None:
+                return remote
+        last = t.ledger.last_confirmed() if t is not None else \
+            (await self._ledgers(topic, None)).last()
         if last is None:
-            return common_pb2.MessageIdData(ledger_id=0, entry_id=0, partition=-1)
+            return common_pb2.MessageIdData(ledger_id=0, entry_id=0)
         return last.with_partition(topic.partition_index).to_pb()
 
     # ---- later issues ----------------------------------------------------------------------

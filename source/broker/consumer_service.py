@@ -1,195 +1,187 @@
-"""Consumer.Connect: one stream per client, many handles on it.
+"""Consumer.Connect: the wire adapter of the read engine (source/read/engine.py).
 
-This foundation serves non-durable readers (a `Subscribe` with an empty subscription name):
-a reader starts at earliest / latest / a MessageId (inclusive or not), gets entries as flow
-permits allow, in frames of pre-encoded entries, and follows the topic's tail. Durable
-subscriptions (Exclusive, Shared, Failover, Key_Shared) arrive with the subscriptions issue;
-until then such a Subscribe is answered with an in-band `Unimplemented` error.
+One stream per client carries many handles. Up come `ClientMessage`s, each a batch of
+commands for any handles (subscribe, flow, seek, close, ...); down go `ServerMessage`s, each
+a batch of frames, where a frame carries entries once for every handle of the stream they
+are for, or an event. This module turns commands into engine calls (protobuf becomes domain
+types here) and what the engine queues into stream messages; it holds no read logic.
 
-A failing handle (topic gone, checksum error) gets an `Event.error` frame and stops; the
-stream and its other handles go on. A bad command (invalid topic or message id, unknown
-handle) gets an `Event.error` frame too; only a command that does not parse ends the stream,
-with INVALID_ARGUMENT.
+Readers are non-durable (an empty subscription name). Durable subscriptions arrive with the
+subscriptions issue and are answered with an in-band `Unimplemented` error until then. A
+failing handle (topic gone, checksum error, bad command) gets an `Event.error` frame and
+stops; the stream and its other handles go on. A message that does not parse ends the
+stream with INVALID_ARGUMENT.
 """
 from __future__ import annotations
 
 import asyncio
-import logging
+from collections import deque
+from typing import Callable
 
 from source import wire
 from source.broker.rpc import abort_stream, error_status, typed
 from source.broker.topics import TopicManager
 from source.core import errors
-from source.core.message_id import EARLIEST, MessageId
+from source.core.message_id import MessageId
 from source.core.names import TopicName, check_subscription
-from source.ledger.managed import ManagedLedger
 from source.pb.v1 import common_pb2, consumer_pb2, consumer_pb2_grpc
+from source.read.engine import ReadEngine, Reader
+from source.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
 
-log = logging.getLogger(__name__)
-MAX_FRAME_ENTRIES = 500
-MAX_FRAME_BYTES = 2 << 20
-IDLE_WAIT_S = 1.0
+OUTBOX_BYTES = 8 << 20      # a stream's queued frames; past this its readers wait
+MESSAGE_BYTES = 4 << 20     # frames per ServerMessage, at most about this many bytes
+
+
+def start_from_pb(pb: common_pb2.StartPosition, inclusive: bool) -> Start:
+    kind = pb.WhichOneof("position")
+    if kind == "latest":
+        return Start(LATEST, inclusive=inclusive)
+    if kind == "message_id":
+        return Start.at(MessageId.checked(pb.message_id.ledger_id, pb.message_id.entry_id),
+                        inclusive)
+    if kind == "publish_time":
+        return Start(PUBLISH_TIME, publish_ms=pb.publish_time)
+    return Start(EARLIEST)
 
 
 def event_frame(handle: int, **event) -> bytes:
-    return consumer_pb2.ServerFrame(handle=handle,
+    return consumer_pb2.ServerFrame(handles=[handle],
                                     event=consumer_pb2.Event(**event)).SerializeToString()
 
 
-class _Reader:
-    """One handle's state: where it reads next and how many entries it may still send."""
+class StreamOutbox:
+    """The frames waiting to go down one stream (the engine's `Outbox`), bounded in bytes."""
 
-    def __init__(self, handle: int, topic: TopicName, ml: ManagedLedger, position: MessageId):
-        self.handle = handle
-        self.topic = topic
-        self.ml = ml
-        self.position = position
-        self.permits = 0
-        self.generation = 0  # bumped by seek: a read begun before a seek is dropped
-        self.permit_event = asyncio.Event()
-        self.task: asyncio.Task | None = None
+    def __init__(self, limit: int = OUTBOX_BYTES):
+        self._frames: deque[bytes] = deque()
+        self._bytes = 0
+        self._limit = limit
+        self._ready = asyncio.Event()
+        self._room_callbacks: dict[Callable[[], None], None] = {}
+        self._closed = False
 
+    def has_room(self) -> bool:
+        return self._bytes < self._limit
 
-def resolve_start(ml: ManagedLedger, start: common_pb2.StartPosition, inclusive: bool
-                  ) -> MessageId:
-    kind = start.WhichOneof("position")
-    if kind is None or kind == "earliest":
-        return EARLIEST
-    if kind == "latest":
-        last = ml.last_confirmed()
-        if inclusive and last is not None:
-            return last
-        return ml.next_position()
-    if kind == "message_id":
-        mid = MessageId.checked(start.message_id.ledger_id, start.message_id.entry_id)
-        return mid if inclusive else MessageId(mid.ledger_id, mid.entry_id + 1)
-    raise errors.Unimplemented("starting a reader by publish time is not supported yet")
+    def call_when_room(self, callback: Callable[[], None]) -> None:
+        self._room_callbacks[callback] = None
+
+    def send_entries(self, handles: list[int], encoded: list[bytes], size: int) -> None:
+        self._put(wire.entries_frame(handles, encoded))
+
+    def send_error(self, handle: int, error: errors.ShadowTopicError) -> None:
+        self._put(event_frame(handle, error=error_status(error)))
+
+    def send_event(self, handle: int, **event) -> None:
+        self._put(event_frame(handle, **event))
+
+    def _put(self, frame: bytes) -> None:
+        self._frames.append(frame)
+        self._bytes += len(frame)
+        self._ready.set()
+
+    def close(self) -> None:
+        """No more frames will be queued: `take` ends once the queued ones are out."""
+        self._closed = True
+        self._ready.set()
+
+    async def take(self) -> bytes | None:
+        """The next ServerMessage (every queued frame, up to MESSAGE_BYTES), or None."""
+        while not self._frames:
+            if self._closed:
+                return None
+            self._ready.clear()
+            await self._ready.wait()
+        batch, size = [], 0
+        while self._frames and (not batch or size + len(self._frames[0]) <= MESSAGE_BYTES):
+            frame = self._frames.popleft()
+            batch.append(frame)
+            size += len(frame)
+        self._bytes -= size
+        if self._room_callbacks and self._bytes < self._limit // 2:
+            callbacks, self._room_callbacks = self._room_callbacks, {}
+            for callback in callbacks:
+                callback()
+        return wire.server_message(batch)
 
 
 class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
     def __init__(self, topics: TopicManager):
-        self.topics = topics
-        self._streams: set[asyncio.Queue] = set()
+        self.engine = ReadEngine(topics.view, topics.counters_for)
+        self._streams: set[StreamOutbox] = set()
 
     def shutdown(self) -> None:
         """End every Connect stream (graceful broker stop)."""
-        for out in list(self._streams):
-            try:
-                out.put_nowait(None)
-            except asyncio.QueueFull:
-                out.get_nowait()
-                out.put_nowait(None)
+        for outbox in list(self._streams):
+            outbox.close()
 
     async def Connect(self, request_iterator, context):
-        out: asyncio.Queue = asyncio.Queue(maxsize=32)
-        readers: dict[int, _Reader] = {}
+        outbox = StreamOutbox()
+        readers: dict[int, Reader] = {}
         failure: list[errors.ShadowTopicError] = []  # why the command stream broke, if it did
-        self._streams.add(out)
+        self._streams.add(outbox)
 
-        async def pump(r: _Reader) -> None:
-            counters = self.topics.counters_for(r.topic)
+        async def commands() -> None:
             try:
-                while True:
-                    if r.ml.fenced is not None:
-                        # this broker closed or lost the ledger: follow its reload (or
-                        # report why not) instead of waiting on a dead object forever
-                        r.ml = await self.topics.ledger(r.topic)
-                        continue
-                    if r.permits <= 0:
-                        r.permit_event.clear()
-                        await r.permit_event.wait()
-                        continue
-                    generation = r.generation
-                    entries = await r.ml.read(r.position, min(r.permits, MAX_FRAME_ENTRIES),
-                                              MAX_FRAME_BYTES)
-                    if generation != r.generation:
-                        continue
-                    if not entries:
-                        await r.ml.wait_for_entries(r.position, IDLE_WAIT_S)
-                        continue
-                    enc = wire.encode_entry
-                    frame = wire.entries_frame(r.handle, [enc(e.ledger_id, e.entry_id,
-                                                              e.publish_ms, e.raw)
-                                                          for e in entries])
-                    await out.put(frame)
-                    if generation != r.generation:
-                        continue
-                    last = entries[-1]
-                    r.position = MessageId(last.ledger_id, last.entry_id + 1)
-                    r.permits -= len(entries)
-                    counters.add_out(len(entries), sum(len(e.raw) for e in entries))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - reported on this handle only
-                await out.put(event_frame(r.handle, error=error_status(exc)))
-                readers.pop(r.handle, None)
-
-        async def subscribe(handle: int, sub: consumer_pb2.Subscribe) -> None:
-            if handle in readers:
-                raise errors.InvalidArgument(f"handle {handle} is already in use")
-            topic = TopicName.parse(sub.topic)
-            if sub.subscription:
-                check_subscription(sub.subscription)
-                raise errors.Unimplemented(
-                    "durable subscriptions are not available yet; use a reader "
-                    "(empty subscription name)")
-            ml = await self.topics.ledger(topic)
-            r = _Reader(handle, topic, ml, resolve_start(ml, sub.start, sub.start_inclusive))
-            readers[handle] = r
-            last = ml.last_confirmed()
-            await out.put(event_frame(handle, subscribed=consumer_pb2.Subscribed(
-                topic=str(topic), last_message_id=last.to_pb() if last else None)))
-            r.task = asyncio.create_task(pump(r))
-
-        async def handle_commands() -> None:
-            try:
-                async for cmd in request_iterator:
-                    kind = cmd.WhichOneof("command")
-                    try:
-                        if kind == "subscribe":
-                            await subscribe(cmd.handle, cmd.subscribe)
-                        elif kind == "flow":
-                            r = readers.get(cmd.handle)
-                            if r is not None:
-                                r.permits += cmd.flow.permits
-                                r.permit_event.set()
-                        elif kind == "close":
-                            r = readers.pop(cmd.handle, None)
-                            if r is not None and r.task:
-                                r.task.cancel()
-                            await out.put(event_frame(cmd.handle,
-                                                      closed=consumer_pb2.HandleClosed()))
-                        elif kind in ("ack", "nack", "redeliver", "unsubscribe", "seek"):
-                            if cmd.handle not in readers:
-                                raise errors.InvalidArgument(f"unknown handle {cmd.handle}")
-                            if kind == "seek":
-                                r = readers[cmd.handle]
-                                r.generation += 1
-                                r.position = resolve_start(r.ml, cmd.seek.position, True)
-                                await out.put(event_frame(cmd.handle, seek_done=consumer_pb2.SeekDone(
-                                    position=r.position.to_pb())))
-                            # readers keep no cursor: acks are accepted and ignored
-                        else:
-                            raise errors.InvalidArgument("empty client command")
-                    except Exception as exc:  # noqa: BLE001 - in-band, per handle
-                        await out.put(event_frame(cmd.handle, error=error_status(exc)))
+                async for message in request_iterator:
+                    for cmd in message.commands:
+                        try:
+                            await self._command(cmd, outbox, readers)
+                        except Exception as exc:  # noqa: BLE001 - in-band, per handle
+                            outbox.send_error(cmd.handle, typed(exc, "Connect"))
             except Exception as exc:  # noqa: BLE001 - reading the stream failed: it ends
                 failure.append(typed(exc, "Connect"))
             finally:
-                await out.put(None)
+                outbox.close()
 
-        commands = asyncio.create_task(handle_commands())
+        task = asyncio.create_task(commands())
         try:
-            while True:
-                frame = await out.get()
-                if frame is None:
-                    break
-                yield frame
+            while (message := await outbox.take()) is not None:
+                yield message
             if failure:
                 await abort_stream(context, failure[0])
         finally:
-            self._streams.discard(out)
-            commands.cancel()
-            for r in readers.values():
-                if r.task:
-                    r.task.cancel()
+            self._streams.discard(outbox)
+            task.cancel()
+            for reader in readers.values():
+                self.engine.close(reader)
+
+    async def _command(self, cmd: consumer_pb2.ClientCommand, outbox: StreamOutbox,
+                       readers: dict[int, Reader]) -> None:
+        kind = cmd.WhichOneof("command")
+        handle = cmd.handle
+        if kind == "flow":
+            reader = readers.get(handle)
+            if reader is not None:  # a flow may cross a close: nothing to do then
+                self.engine.flow(reader, cmd.flow.permits)
+        elif kind == "subscribe":
+            old = readers.get(handle)
+            if old is not None and not old.closed:
+                raise errors.InvalidArgument(f"handle {handle} is already in use")
+            sub = cmd.subscribe
+            topic = TopicName.parse(sub.topic)
+            if sub.subscription:
+                check_subscription(sub.subscription)
+                raise errors.Unimplemented("durable subscriptions are not available yet; use "
+                                           "a reader (empty subscription name)")
+            start = start_from_pb(sub.start, sub.start_inclusive)
+            reader, last = await self.engine.open(outbox, handle, topic, start)
+            readers[handle] = reader
+            outbox.send_event(handle, subscribed=consumer_pb2.Subscribed(
+                topic=str(topic), last_message_id=last.to_pb() if last else None))
+        elif kind == "close":
+            reader = readers.pop(handle, None)
+            if reader is not None:
+                self.engine.close(reader)
+            outbox.send_event(handle, closed=consumer_pb2.HandleClosed())
+        elif kind in ("seek", "ack", "nack", "redeliver", "unsubscribe"):
+            reader = readers.get(handle)
+            if reader is None or reader.closed:
+                raise errors.InvalidArgument(f"unknown handle {handle}")
+            if kind == "seek":
+                position = await self.engine.seek(reader, start_from_pb(cmd.seek.position, True))
+                outbox.send_event(handle, seek_done=consumer_pb2.SeekDone(
+                    position=position.to_pb()))
+            # readers keep no cursor: acks and the like are accepted and ignored
+        else:
+            raise errors.InvalidArgument("empty client command")

@@ -16,6 +16,7 @@ import asyncio
 
 from source.broker.rates import Publisher
 from source.broker.rpc import error_status
+from source.broker.topic import Topic
 from source.broker.topics import TopicManager
 from source.core import errors
 from source.core.names import TopicName
@@ -56,7 +57,7 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
         return name
 
     async def _append(self, req: views_pb2.RawProduceRequest | None, data: bytes,
-                      attached: dict[TopicName, Publisher], peer: str) -> tuple[int, int, int]:
+                      attached: dict[Topic, Publisher], peer: str) -> tuple[int, int, int]:
         if req is None:
             raise errors.InvalidArgument("malformed produce request")
         if len(req.producer_name) > MAX_PRODUCER_NAME:
@@ -65,33 +66,33 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
         if len(req.messages) > MAX_BATCH_MESSAGES:
             raise errors.InvalidArgument(f"a produce request carries at most "
                                          f"{MAX_BATCH_MESSAGES} messages, got {len(req.messages)}")
-        topic = self._name(req.topic)
-        ml = self.topics.loaded(topic)
-        if ml is None:
-            ml = await self.topics.ledger(topic)
+        name = self._name(req.topic)
+        topic = self.topics.loaded(name)
+        if topic is None:
+            topic = await self.topics.topic(name)
         pub = attached.get(topic)
         if pub is None:
             pub = Publisher(req.producer_name, peer)
-            self.topics.attach_producer(topic, pub)
+            topic.attach_producer(pub)
             attached[topic] = pub
         raws = list(req.messages)
         if not raws:
             raise errors.InvalidArgument("a produce request needs at least one message")
-        limit = self.topics.effective[topic].max_message_size
+        limit = topic.policies.max_message_size
         biggest = max(map(len, raws))
         if biggest > limit:
             raise errors.MessageTooBig(
-                f"message of {biggest} bytes exceeds max_message_size {limit} of {topic}")
+                f"message of {biggest} bytes exceeds max_message_size {limit} of {name}")
         size = sum(map(len, raws))
-        lid, first = await ml.append(raws, data, size)
-        self.topics.counters_for(topic).add_in(len(raws), size)
+        lid, first = await topic.ledger.append(raws, data, size)
+        topic.counters.add_in(len(raws), size)
         pub.counters.add_in(len(raws), size)
         return lid, first, len(raws)
 
     async def Produce(self, request_iterator, context):
         queue: asyncio.Queue = asyncio.Queue()
         window = asyncio.Semaphore(MAX_INFLIGHT)
-        attached: dict[TopicName, Publisher] = {}
+        attached: dict[Topic, Publisher] = {}  # a reloaded topic is a new Topic
         peer = context.peer()
 
         async def read_ahead() -> None:
@@ -105,7 +106,7 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
                         try:
                             topic = self._name(req.topic)
                             if self.topics.loaded(topic) is None:
-                                await self.topics.ledger(topic)
+                                await self.topics.topic(topic)
                         except Exception:  # noqa: BLE001 - _append reports it in the receipt
                             pass
                     task = asyncio.ensure_future(self._append(req, data, attached, peer))
@@ -136,4 +137,4 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
             reader.cancel()
             self._readers.discard(reader)
             for topic, pub in attached.items():
-                self.topics.detach_producer(topic, pub)
+                topic.detach_producer(pub)

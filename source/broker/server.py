@@ -91,8 +91,8 @@ class Broker:
                 ("grpc.so_reuseport", 0)]
         # a unary request that does not parse gets INVALID_ARGUMENT, not grpc's UNKNOWN
         self.server = grpc.aio.server(options=opts, interceptors=[RejectMalformed()])
-        admin_pb2_grpc.add_AdminServicer_to_server(AdminService(self.topics, self.session),
-                                                   self.server)
+        self.admin = AdminService(self.topics, self.session)
+        admin_pb2_grpc.add_AdminServicer_to_server(self.admin, self.server)
         # Produce takes request bytes (stored as they came) and Connect sends pre-encoded
         # frames: both are registered with identity (de)serializers on those sides.
         self.producer = producer = ProducerService(self.topics)
@@ -105,7 +105,7 @@ class Broker:
             grpc.method_handlers_generic_handler("shadowtopic.v1.Consumer", {
                 "Connect": grpc.stream_stream_rpc_method_handler(
                     self.consumer.Connect,
-                    request_deserializer=consumer_pb2.ClientCommand.FromString,
+                    request_deserializer=consumer_pb2.ClientMessage.FromString,
                     response_serializer=None)}),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
@@ -148,6 +148,7 @@ class Broker:
             self.consumer.shutdown()
             await stopping
         await self.topics.close()
+        await self.admin.owners.close()
         await self.session.stop(revoke=True)
         await self.store.close()
 

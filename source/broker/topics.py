@@ -1,9 +1,10 @@
-"""TopicManager: topic metadata in etcd and the managed ledgers this broker has loaded.
+"""TopicManager: topic metadata in etcd and the `Topic` objects this broker owns.
 
 A topic is `TopicInfo` under /topics/<path>/info plus its ledger list. A partitioned topic is a
 parent info (partitions = N) and N partition topics `<t>-partition-<i>`, each a topic of its
-own; the parent holds the policies every partition follows. Ledgers load lazily: the first
-produce or read of a topic takes its ownership and opens (recovering) its managed ledger.
+own; the parent holds the policies every partition follows. Topics load lazily: the first
+produce or read of a topic takes its ownership and opens (recovering) its managed ledger into
+a `Topic` (source/broker/topic.py). Asking about a topic (stats, last id) never loads it.
 """
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ from concurrent.futures import ThreadPoolExecutor
 from source.core import errors
 from source.core.names import TopicName
 from source.core.policies import Policies, validate_partitions, validate_properties
-from source.ledger.managed import LedgerConfig, ManagedLedger
+from source.ledger.managed import ManagedLedger
 from source.ledger.storage import Storage
 from source.metadata import keys
 from source.metadata.base import Compare, MetadataStore, MetadataUnavailable, Put
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.broker.ownership import BrokerSession
-from source.broker.rates import Publisher, TopicCounters
+from source.broker.rates import TopicCounters
+from source.broker.topic import Topic, ledger_config
 
 log = logging.getLogger(__name__)
 SOURCE, SHADOW = mpb.TopicKind.SOURCE, mpb.TopicKind.SHADOW
@@ -46,12 +48,9 @@ class TopicManager:
         self.storage = storage
         self.session = session
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ledger-io")
-        self._loaded: dict[TopicName, ManagedLedger] = {}
+        self._loaded: dict[TopicName, Topic] = {}
         self._loading: dict[TopicName, asyncio.Future] = {}
         self._closing: dict[TopicName, asyncio.Task] = {}
-        self.counters: dict[TopicName, TopicCounters] = {}
-        self.effective: dict[TopicName, Policies] = {}  # of loaded topics (produce limits)
-        self.publishers: dict[TopicName, set[Publisher]] = {}
         self._retention_interval = retention_interval
         self._retention_task: asyncio.Task | None = None
 
@@ -65,7 +64,15 @@ class TopicManager:
         kv = await self.store.get(keys.topic_info(topic))
         if kv is None:
             raise errors.TopicNotFound(f"topic {topic} does not exist")
-        return mpb.TopicInfo.FromString(kv.value)
+        info = mpb.TopicInfo.FromString(kv.value)
+        if info.kind == mpb.TopicKind.TOPIC_KIND_UNSPECIFIED:
+            info.kind = SOURCE  # written before TopicKind had a zero value of its own
+        return info
+
+    @_meta
+    async def owner(self, topic: TopicName) -> mpb.Ownership | None:
+        """Who owns `topic` now (from etcd), or None."""
+        return await self.session.owner_of(topic)
 
     async def policies(self, topic: TopicName) -> Policies:
         """Effective policies (a partition follows its parent)."""
@@ -158,43 +165,46 @@ class TopicManager:
                 break
         names = [topic] + [topic.partition(i) for i in range(info.partitions)]
         for t in names:
-            ml = self._loaded.get(t)
-            if ml is not None:
-                ml.config = _ledger_config(merged.effective())
-                self.effective[t] = merged.effective()
+            loaded = self._loaded.get(t)
+            if loaded is not None:
+                loaded.set_policies(merged.effective())
         return merged.effective()
 
-    # ---- loaded ledgers --------------------------------------------------------------------
+    # ---- owned topics ----------------------------------------------------------------------
 
-    async def ledger(self, topic: TopicName) -> ManagedLedger:
-        """The topic's managed ledger, taking ownership and recovering it on first use."""
-        ml = self._loaded.get(topic)
-        if ml is not None:
-            return ml
+    async def topic(self, topic: TopicName) -> Topic:
+        """The owned topic, taking ownership and recovering its ledger on first use."""
+        t = self._loaded.get(topic)
+        if t is not None:
+            return t
         while topic in self._closing:  # a close of this topic is finishing: wait for it
             await asyncio.gather(self._closing[topic], return_exceptions=True)
-            ml = self._loaded.get(topic)
-            if ml is not None:
-                return ml
+            t = self._loaded.get(topic)
+            if t is not None:
+                return t
         fut = self._loading.get(topic)
         if fut is None:
             fut = asyncio.get_running_loop().create_future()
             self._loading[topic] = fut
             try:
-                ml = await self._load(topic)
-                self._loaded[topic] = ml
-                fut.set_result(ml)
+                t = await self._load(topic)
+                self._loaded[topic] = t
+                fut.set_result(t)
             except BaseException as exc:
                 fut.set_exception(exc)
                 fut.exception()  # mark retrieved: the caller below re-raises it
                 raise
             finally:
                 self._loading.pop(topic, None)
-            return ml
+            return t
         return await asyncio.shield(fut)
 
+    async def view(self, topic: TopicName) -> ManagedLedger:
+        """The topic's `LedgerView` (what the read engine resolves a topic to)."""
+        return (await self.topic(topic)).ledger
+
     @_meta
-    async def _load(self, topic: TopicName) -> ManagedLedger:
+    async def _load(self, topic: TopicName) -> Topic:
         info = await self.info(topic)
         if info.partitions:
             raise errors.InvalidArgument(
@@ -206,72 +216,55 @@ class TopicManager:
         key, value, epoch = await self.session.acquire(topic)
         try:
             ml = await ManagedLedger.open(topic, self.store, self.storage, key, value, epoch,
-                                          self.executor, _ledger_config(policies),
+                                          self.executor, ledger_config(policies),
                                           lease_ok=self.session.lease_ok)
         except BaseException:
             await self.session.release(key, value)
             raise
-        ml.on_sealed = lambda _info, t=topic: self._schedule_retention(t)
-        ml.on_fenced = self._on_fenced
-        self.effective[topic] = policies
-        self.counters.setdefault(topic, TopicCounters())
+        t = Topic(topic, ml, policies)
+        ml.on_sealed = lambda _info, name=topic: self._schedule_retention(name)
+        ml.on_fenced = lambda _ml, owned=t: self._on_fenced(owned)
         log.info("loaded %s (epoch %d, %d ledgers)", topic, epoch, len(ml.ledgers()))
-        return ml
+        return t
 
-    def attach_producer(self, topic: TopicName, pub: Publisher) -> None:
-        """Register a producer on a loaded topic, within the `max_producers` policy."""
-        pubs = self.publishers.setdefault(topic, set())
-        limit = self.effective[topic].max_producers if topic in self.effective else 0
-        if limit and len(pubs) >= limit:
-            raise errors.TooManyProducers(
-                f"{topic} already has {len(pubs)} producers (max_producers {limit})")
-        pubs.add(pub)
-
-    def detach_producer(self, topic: TopicName, pub: Publisher) -> None:
-        self.publishers.get(topic, set()).discard(pub)
-
-    def loaded(self, topic: TopicName) -> ManagedLedger | None:
+    def loaded(self, topic: TopicName) -> Topic | None:
         return self._loaded.get(topic)
 
     def counters_for(self, topic: TopicName) -> TopicCounters:
-        c = self.counters.get(topic)
-        if c is None:
-            c = self.counters[topic] = TopicCounters()
-        return c
+        """The delivery counters of an owned topic (a throwaway set once it is unloaded)."""
+        t = self._loaded.get(topic)
+        return t.counters if t is not None else TopicCounters()
 
     async def unload(self, topic: TopicName) -> None:
         """Close this broker's ledger of `topic` and give up ownership. A load of the same
-        topic meanwhile waits for the close to finish (`ledger()`)."""
-        ml = self._loaded.pop(topic, None)
-        if ml is not None:
-            self._start_close(topic, ml)
+        topic meanwhile waits for the close to finish (`topic()`)."""
+        t = self._loaded.pop(topic, None)
+        if t is not None:
+            self._start_close(t)
         task = self._closing.get(topic)
         if task is not None:
             await asyncio.gather(task, return_exceptions=True)
 
-    def _start_close(self, topic: TopicName, ml: ManagedLedger) -> None:
+    def _start_close(self, t: Topic) -> None:
         async def close() -> None:
             try:
-                await ml.close()
-                await self.session.release(*ml.ownership)
+                await t.ledger.close()
+                await self.session.release(*t.ledger.ownership)
             finally:
-                self.counters.pop(topic, None)
-                self.publishers.pop(topic, None)
-                self.effective.pop(topic, None)
-                self._closing.pop(topic, None)
-        self._closing[topic] = asyncio.get_running_loop().create_task(close())
+                self._closing.pop(t.name, None)
+        self._closing[t.name] = asyncio.get_running_loop().create_task(close())
 
-    def _on_fenced(self, ml: ManagedLedger) -> None:
-        """A fenced ledger (lease lost, ownership taken) is dropped; the next request for
-        the topic loads it afresh (taking ownership again if it can)."""
-        if self._loaded.get(ml.topic) is ml:
-            del self._loaded[ml.topic]
-            self._start_close(ml.topic, ml)
+    def _on_fenced(self, t: Topic) -> None:
+        """A fenced topic (lease lost, ownership taken) is dropped; the next request for it
+        loads it afresh (taking ownership again if it can)."""
+        if self._loaded.get(t.name) is t:
+            del self._loaded[t.name]
+            self._start_close(t)
 
     def fence_all(self) -> None:
         """The broker lease is gone: nothing may be acknowledged any more."""
-        for topic, ml in list(self._loaded.items()):
-            ml.fence(errors.Fenced(f"{topic}: broker lease lost"))
+        for name, t in list(self._loaded.items()):
+            t.ledger.fence(errors.Fenced(f"{name}: broker lease lost"))
 
     async def close(self) -> None:
         for topic in list(self._loaded):
@@ -286,14 +279,14 @@ class TopicManager:
         asyncio.get_running_loop().create_task(self._retain(topic))
 
     async def _retain(self, topic: TopicName) -> None:
-        ml = self._loaded.get(topic)
-        if ml is None:
+        t = self._loaded.get(topic)
+        if t is None:
             return
         try:
             p = await self.policies(topic)
             if p.retention_time_seconds >= 0 or p.retention_size_bytes >= 0:
-                n, entries = await ml.apply_retention(p.retention_time_seconds,
-                                                      p.retention_size_bytes)
+                n, entries = await t.ledger.apply_retention(p.retention_time_seconds,
+                                                            p.retention_size_bytes)
                 if n:
                     log.info("%s: retention deleted %d ledgers (%d entries)", topic, n, entries)
         except Exception as exc:  # noqa: BLE001 - retention is retried by the loop
@@ -303,14 +296,10 @@ class TopicManager:
         """Once a `retention_interval`: roll quiet ledgers past their age, apply retention."""
         while True:
             await asyncio.sleep(self._retention_interval)
-            for topic, ml in list(self._loaded.items()):
+            for topic, t in list(self._loaded.items()):
                 try:
-                    await ml.roll_if_aged()
+                    await t.ledger.roll_if_aged()
                     await self._retain(topic)
                 except Exception as exc:  # noqa: BLE001 - one topic never stops the loop
                     log.warning("%s: maintenance failed: %s", topic, exc)
 
-
-def _ledger_config(p: Policies) -> LedgerConfig:
-    return LedgerConfig(max_entries=p.ledger_max_entries, max_bytes=p.ledger_max_bytes,
-                        max_age_s=p.ledger_max_age_seconds)

@@ -130,5 +130,6 @@ class Admin:
 
     def last_message_id(self, topic: str) -> MessageId | None:
         """The newest message's id, or None when the topic holds no message."""
-        pb = self._c.call(self._stub.GetLastMessageId, apb.TopicRequest(topic=canonical(topic)))
+        pb = self._c.call(self._stub.GetLastMessageId,
+                          apb.GetLastMessageIdRequest(topic=canonical(topic)))
         return MessageId.from_pb(pb) if pb.ledger_id else None

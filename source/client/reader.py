@@ -28,12 +28,15 @@ from source.core.names import TopicName
 from source.pb.v1 import common_pb2, consumer_pb2
 
 CONNECT = "/shadowtopic.v1.Consumer/Connect"
+MAX_COMMANDS = 10_000  # commands per ClientMessage
 CLOSE_TIMEOUT_S = 5.0  # the longest Multiplexer.close waits for gRPC, then for its thread
 _CLOSED = object()  # what Reader.close puts on its own queue, to wake a blocked read_next
 
 
 class Multiplexer:
-    """One Connect stream; frames are routed to the queue registered for their handle."""
+    """One Connect stream. Commands queued by `send` go up batched (one ClientMessage holds
+    every command queued meanwhile); each frame that comes down is handed to the queue of
+    every handle it names (the broker sends an entry once per stream; fan-out is here)."""
 
     def __init__(self, conn: Connection):
         requests: queue.SimpleQueue = queue.SimpleQueue()
@@ -45,12 +48,22 @@ class Multiplexer:
         self._closed = False
         finished = self._finished = threading.Event()  # gRPC has handled the final status
         call = conn.channel.stream_stream(
-            CONNECT, request_serializer=consumer_pb2.ClientCommand.SerializeToString,
-            response_deserializer=consumer_pb2.ServerFrame.FromString)
+            CONNECT, request_serializer=consumer_pb2.ClientMessage.SerializeToString,
+            response_deserializer=consumer_pb2.ServerMessage.FromString)
 
         def gen():  # refers to the queue only: gRPC's request thread never holds the mux
             while (item := requests.get()) is not None:
-                yield item
+                batch = [item]
+                while len(batch) < MAX_COMMANDS:
+                    try:
+                        item = requests.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        yield consumer_pb2.ClientMessage(commands=batch)
+                        return
+                    batch.append(item)
+                yield consumer_pb2.ClientMessage(commands=batch)
 
         self._responses = call(gen())
         self._responses.add_done_callback(lambda _call: finished.set())
@@ -81,10 +94,13 @@ class Multiplexer:
     def _receive(self) -> None:
         err: Exception = errors.ConnectError("consumer stream ended")
         try:
-            for frame in self._responses:
-                sink = self._sinks.get(frame.handle)
-                if sink is not None:
-                    sink.put((frame.handle, frame))
+            for message in self._responses:
+                for frame in message.frames:
+                    delivery = Delivery(frame)  # shared by every handle the frame names
+                    for handle in frame.handles:
+                        sink = self._sinks.get(handle)
+                        if sink is not None:
+                            sink.put((handle, delivery))
         except grpc.RpcError as exc:
             err = errors.from_rpc_error(exc)
             # gRPC raises the call object itself; its traceback's frames refer back to it, a
@@ -118,6 +134,26 @@ class Multiplexer:
         self._finished.wait(CLOSE_TIMEOUT_S)
         self._thread.join(CLOSE_TIMEOUT_S)
         self._responses = None
+
+
+class Delivery:
+    """One frame as its handles receive it: the entries become `Message`s once per topic
+    partition, and every reader of that partition the frame names shares them (they are
+    immutable), so a frame for 100 readers is decoded once, not 100 times."""
+
+    __slots__ = ("frame", "_messages")
+
+    def __init__(self, frame: consumer_pb2.ServerFrame):
+        self.frame = frame
+        self._messages: dict[tuple[str, int], list[Message]] = {}
+
+    def messages(self, topic: str, partition: int) -> list[Message]:
+        key = (topic, partition)
+        msgs = self._messages.get(key)
+        if msgs is None:
+            msgs = self._messages[key] = [Message.from_entry(topic, partition, e)
+                                          for e in self.frame.entries]
+        return msgs
 
 
 def start_position(start: str | MessageId) -> common_pb2.StartPosition:
@@ -175,7 +211,7 @@ class Reader:
             if isinstance(item, Exception):
                 self.close()
                 raise item
-            ev = item.event
+            ev = item.frame.event
             if ev.HasField("error"):
                 self.close()
                 raise errors.from_reason(ev.error.reason, ev.error.message, ev.error.code)
@@ -224,12 +260,12 @@ class Reader:
         p = self._parts.get(handle)
         if p is None:
             return
-        if item.HasField("event") and item.event.HasField("error"):
-            e = item.event.error
+        frame = item.frame
+        if frame.HasField("event") and frame.event.HasField("error"):
+            e = frame.event.error
             self._error = errors.from_reason(e.reason, e.message, e.code)
             raise self._error
-        for e in item.entries:
-            self._buffer.append(Message.from_entry(p.topic, p.index, e))
+        self._buffer.extend(item.messages(p.topic, p.index))
 
     def has_message_available(self) -> bool:
         if self._closed:

@@ -50,8 +50,7 @@ class MessageId(NamedTuple):
         return cls.checked(*nums)
 
     def serialize(self) -> bytes:
-        return common_pb2.MessageIdData(ledger_id=self.ledger_id, entry_id=self.entry_id,
-                                        partition=self.partition).SerializeToString()
+        return self.to_pb().SerializeToString()
 
     @classmethod
     def deserialize(cls, data: bytes) -> "MessageId":
@@ -63,11 +62,15 @@ class MessageId(NamedTuple):
 
     @classmethod
     def from_pb(cls, pb: common_pb2.MessageIdData) -> "MessageId":
-        return cls.checked(pb.ledger_id, pb.entry_id, pb.partition if pb.partition >= 0 else -1)
+        partition = pb.partition if pb.HasField("partition") and pb.partition >= 0 else -1
+        return cls.checked(pb.ledger_id, pb.entry_id, partition)
 
     def to_pb(self) -> common_pb2.MessageIdData:
-        return common_pb2.MessageIdData(ledger_id=self.ledger_id, entry_id=self.entry_id,
-                                        partition=self.partition)
+        """The wire form; an id without a partition leaves `partition` unset."""
+        pb = common_pb2.MessageIdData(ledger_id=self.ledger_id, entry_id=self.entry_id)
+        if self.partition >= 0:
+            pb.partition = self.partition
+        return pb
 
     def with_partition(self, partition: int) -> "MessageId":
         return MessageId(self.ledger_id, self.entry_id, partition)

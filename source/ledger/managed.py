@@ -120,6 +120,9 @@ class ManagedLedger:
         if kv is not None:
             self._list.ParseFromString(kv.value)
             self._list_rev = kv.mod_revision
+        for info in self._list.ledgers:
+            if info.state == mpb.LedgerState.LEDGER_STATE_UNSPECIFIED:
+                info.state = OPEN  # written before LedgerState had a zero value of its own
         for info in [i for i in self._list.ledgers if i.state == OPEN]:
             await self._recover(info)
         await asyncio.get_running_loop().run_in_executor(self._executor, self._sweep)
@@ -234,24 +237,6 @@ class ManagedLedger:
 
     async def read(self, start: MessageId, max_entries: int, max_bytes: int) -> list[ReadEntry]:
         return await self.reader.read(start, max_entries, max_bytes)
-
-    async def wait_for_entries(self, position: MessageId, timeout: float) -> bool:
-        """Wait until an entry with id >= `position` exists (True) or `timeout` passes."""
-        def ready() -> bool:
-            last = self.last_confirmed()
-            return last is not None and last >= position
-        if ready() or self._fenced is not None:
-            return ready()
-        woke = asyncio.Event()
-        listener = _Wake(woke)
-        self.add_listener(listener)
-        try:
-            await asyncio.wait_for(woke.wait(), timeout)
-        except asyncio.TimeoutError:
-            pass
-        finally:
-            self.remove_listener(listener)
-        return ready()
 
     # ---- stats -----------------------------------------------------------------------------
 
@@ -598,22 +583,6 @@ class ManagedLedger:
     def _size(self, info: mpb.LedgerInfo) -> int:
         mem = self._mem.get(info.ledger_id)
         return mem.size if mem is not None else info.size_bytes
-
-class _Wake:
-    """A listener that sets an event on any change."""
-
-    def __init__(self, event: asyncio.Event):
-        self.event = event
-
-    def on_entries(self) -> None:
-        self.event.set()
-
-    def on_trimmed(self, trimmed: Trimmed) -> None:
-        self.event.set()
-
-    def on_closed(self, reason) -> None:
-        self.event.set()
-
 
 def _consume(task: asyncio.Task) -> None:
     """Retrieve a background task's exception (it is reported where it matters)."""

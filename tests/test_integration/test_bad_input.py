@@ -218,7 +218,7 @@ def test_consumer_stream_bad_commands_get_typed_errors(broker, client, topic):
     with grpc.insecure_channel(broker.url) as channel:
         connect = channel.stream_stream(
             "/shadowtopic.v1.Consumer/Connect", request_serializer=None,
-            response_deserializer=consumer_pb2.ServerFrame.FromString)
+            response_deserializer=consumer_pb2.ServerMessage.FromString)
         with pytest.raises(grpc.RpcError) as info:
             list(connect(iter([b"\xff"]), timeout=10))
         assert (info.value.code(), reason(info.value)) == (grpc.StatusCode.INVALID_ARGUMENT,
@@ -233,8 +233,9 @@ def test_consumer_stream_bad_commands_get_typed_errors(broker, client, topic):
             consumer_pb2.ClientCommand(handle=3, subscribe=consumer_pb2.Subscribe(
                 topic=topic, subscription="durable")),
         ]
-        frames = list(connect(iter(c.SerializeToString() for c in commands), timeout=10))
-    errs = {f.handle: f.event.error for f in frames if f.event.HasField("error")}
+        message = consumer_pb2.ClientMessage(commands=commands).SerializeToString()
+        frames = [f for m in connect(iter([message]), timeout=10) for f in m.frames]
+    errs = {f.handles[0]: f.event.error for f in frames if f.event.HasField("error")}
     assert errs[1].reason == "InvalidMessageId"
     assert errs[2].reason == "InvalidArgument" and "subscription" in errs[2].message
     assert errs[3].reason == "Unimplemented"

@@ -29,9 +29,11 @@ def test_bad_names_are_refused_and_nothing_is_created(broker, client, etcd_serve
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert _reason(info.value) == "InvalidTopicName"
         assert "\n" not in info.value.details()
-        for call in (stub.GetTopicStats, stub.Lookup, stub.GetLastMessageId):
+        for call, request in ((stub.GetTopicStats, apb.TopicRequest),
+                              (stub.Lookup, apb.TopicRequest),
+                              (stub.GetLastMessageId, apb.GetLastMessageIdRequest)):
             with pytest.raises(grpc.RpcError) as info:
-                call(apb.TopicRequest(topic=name), timeout=10)
+                call(request(topic=name), timeout=10)
             assert _reason(info.value) == "InvalidTopicName"
     with pytest.raises(errors.InvalidTopicName):
         client.admin.create_topic(name)

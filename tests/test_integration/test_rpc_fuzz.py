@@ -222,12 +222,16 @@ def _openers() -> dict[str, list[list]]:
         topic=f"{PARTED}-partition-0", start=pos(latest=True), start_inclusive=True))
     seek = cpb.ClientCommand(handle=1, seek=cpb.Seek(position=pos(
         message_id=common_pb2.MessageIdData(ledger_id=1, entry_id=2))))
-    batch = producer_pb2.ProduceRequest(topic=SEEDED, producer_name="fuzz", request_id=1,
+    produce = producer_pb2.ProduceRequest(topic=SEEDED, producer_name="fuzz", request_id=1,
                                         messages=[common_pb2.Message(key=b"k", payload=b"v")])
+    def batch_of(*commands):
+        return cpb.ClientMessage(commands=commands)
+
     return {
-        "shadowtopic.v1.ClientCommand": [[read, flow(1, 100)], [tail, flow(2, 3)],
-                                         [read, seek, flow(1, 2)]],
-        "shadowtopic.v1.ProduceRequest": [[batch]],
+        "shadowtopic.v1.ClientMessage": [[batch_of(read, flow(1, 100))],
+                                         [batch_of(tail), batch_of(flow(2, 3))],
+                                         [batch_of(read, seek, flow(1, 2))]],
+        "shadowtopic.v1.ProduceRequest": [[produce]],
     }
 
 

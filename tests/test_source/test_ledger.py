@@ -398,17 +398,33 @@ def test_new_owner_sweeps_orphan_files(tmp_path, arun):
     arun(main())
 
 
-def test_wait_for_entries_wakes_on_append(tmp_path, arun):
+def test_listeners_hear_of_entries_trims_and_closing(tmp_path, arun):
+    class Heard:
+        def __init__(self):
+            self.calls = []
+
+        def on_entries(self):
+            self.calls.append("entries")
+
+        def on_trimmed(self, trimmed):
+            self.calls.append(("trimmed", [r.ledger_id for r in trimmed.ledgers],
+                               trimmed.entries))
+
+        def on_closed(self, reason):
+            self.calls.append(("closed", type(reason).__name__))
+
     async def main():
         env = Env(tmp_path)
         ml = await env.open()
-        pos = ml.next_position()
-        assert not await ml.wait_for_entries(pos, 0.05)
-        waiter = asyncio.create_task(ml.wait_for_entries(pos, 5))
-        await asyncio.sleep(0.01)
-        await _append(ml, 1)
-        assert await asyncio.wait_for(waiter, 2)
+        heard = Heard()
+        ml.add_listener(heard)
+        lid, _ = await _append(ml, 3)
+        assert heard.calls == ["entries"]  # one call for the group commit, not per entry
+        await ml.truncate()
+        assert heard.calls[-1] == ("trimmed", [lid], 3)
         await ml.close()
+        assert heard.calls[-1] == ("closed", "TopicNotOwned")
+        assert ml.closed is not None
 
     arun(main())
 

@@ -10,8 +10,10 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 class TopicKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
+    TOPIC_KIND_UNSPECIFIED: _ClassVar[TopicKind]
     SOURCE: _ClassVar[TopicKind]
     SHADOW: _ClassVar[TopicKind]
+TOPIC_KIND_UNSPECIFIED: TopicKind
 SOURCE: TopicKind
 SHADOW: TopicKind
 
@@ -346,14 +348,36 @@ class SubscriptionRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
 
 class DeleteSubscriptionRequest(_message.Message):
-    __slots__ = ("topic", "subscription", "force")
+    __slots__ = ("topic", "subscription", "force", "dry_run")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     FORCE_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     force: bool
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+    dry_run: bool
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., force: _Optional[bool] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class ClearBacklogRequest(_message.Message):
+    __slots__ = ("topic", "subscription", "dry_run")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    dry_run: bool
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class GetLastMessageIdRequest(_message.Message):
+    __slots__ = ("topic", "subscription", "read_compacted")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    READ_COMPACTED_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    subscription: str
+    read_compacted: bool
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., read_compacted: _Optional[bool] = ...) -> None: ...
 
 class ListSubscriptionsRequest(_message.Message):
     __slots__ = ("topic", "page")
@@ -392,14 +416,16 @@ class ResetCursorResponse(_message.Message):
     def __init__(self, position: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., clamped: _Optional[bool] = ...) -> None: ...
 
 class SkipRequest(_message.Message):
-    __slots__ = ("topic", "subscription", "count")
+    __slots__ = ("topic", "subscription", "count", "dry_run")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     topic: str
     subscription: str
     count: int
-    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., count: _Optional[int] = ...) -> None: ...
+    dry_run: bool
+    def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., count: _Optional[int] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class PeekMessagesRequest(_message.Message):
     __slots__ = ("topic", "subscription", "count")

@@ -92,7 +92,7 @@ class AdminStub:
                 _registered_method=True)
         self.GetLastMessageId = channel.unary_unary(
                 '/shadowtopic.v1.Admin/GetLastMessageId',
-                request_serializer=source_dot_pb_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+                request_serializer=source_dot_pb_dot_v1_dot_admin__pb2.GetLastMessageIdRequest.SerializeToString,
                 response_deserializer=source_dot_pb_dot_v1_dot_common__pb2.MessageIdData.FromString,
                 _registered_method=True)
         self.CreateShadowTopic = channel.unary_unary(
@@ -142,7 +142,7 @@ class AdminStub:
                 _registered_method=True)
         self.ClearBacklog = channel.unary_unary(
                 '/shadowtopic.v1.Admin/ClearBacklog',
-                request_serializer=source_dot_pb_dot_v1_dot_admin__pb2.SubscriptionRequest.SerializeToString,
+                request_serializer=source_dot_pb_dot_v1_dot_admin__pb2.ClearBacklogRequest.SerializeToString,
                 response_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.Empty.FromString,
                 _registered_method=True)
         self.PeekMessages = channel.unary_unary(
@@ -424,7 +424,7 @@ def add_AdminServicer_to_server(servicer, server):
             ),
             'GetLastMessageId': grpc.unary_unary_rpc_method_handler(
                     servicer.GetLastMessageId,
-                    request_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.TopicRequest.FromString,
+                    request_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.GetLastMessageIdRequest.FromString,
                     response_serializer=source_dot_pb_dot_v1_dot_common__pb2.MessageIdData.SerializeToString,
             ),
             'CreateShadowTopic': grpc.unary_unary_rpc_method_handler(
@@ -474,7 +474,7 @@ def add_AdminServicer_to_server(servicer, server):
             ),
             'ClearBacklog': grpc.unary_unary_rpc_method_handler(
                     servicer.ClearBacklog,
-                    request_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.SubscriptionRequest.FromString,
+                    request_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.ClearBacklogRequest.FromString,
                     response_serializer=source_dot_pb_dot_v1_dot_admin__pb2.Empty.SerializeToString,
             ),
             'PeekMessages': grpc.unary_unary_rpc_method_handler(
@@ -835,7 +835,7 @@ class Admin:
             request,
             target,
             '/shadowtopic.v1.Admin/GetLastMessageId',
-            source_dot_pb_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
+            source_dot_pb_dot_v1_dot_admin__pb2.GetLastMessageIdRequest.SerializeToString,
             source_dot_pb_dot_v1_dot_common__pb2.MessageIdData.FromString,
             options,
             channel_credentials,
@@ -1105,7 +1105,7 @@ class Admin:
             request,
             target,
             '/shadowtopic.v1.Admin/ClearBacklog',
-            source_dot_pb_dot_v1_dot_admin__pb2.SubscriptionRequest.SerializeToString,
+            source_dot_pb_dot_v1_dot_admin__pb2.ClearBacklogRequest.SerializeToString,
             source_dot_pb_dot_v1_dot_admin__pb2.Empty.FromString,
             options,
             channel_credentials,

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19source/pb/v1/common.proto\x12\x0eshadowtopic.v1\"G\n\rMessageIdData\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x04\x12\x11\n\tpartition\x18\x03 \x01(\x05\"\xe4\x01\n\x07Message\x12\x10\n\x03key\x18\x01 \x01(\x0cH\x00\x88\x01\x01\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12;\n\nproperties\x18\x03 \x03(\x0b\x32\'.shadowtopic.v1.Message.PropertiesEntry\x12\x12\n\nevent_time\x18\x04 \x01(\x03\x12\x15\n\rproducer_name\x18\x05 \x01(\t\x12\x13\n\x0bsequence_id\x18\x06 \x01(\x04\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x06\n\x04_key\"p\n\x0c\x45ncodedEntry\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x04\x12\x14\n\x0cpublish_time\x18\x03 \x01(\x03\x12\x18\n\x10redelivery_count\x18\x04 \x01(\r\x12\x0b\n\x03raw\x18\x05 \x01(\x0c\"\x8e\x01\n\rStartPosition\x12\x12\n\x08\x65\x61rliest\x18\x01 \x01(\x08H\x00\x12\x10\n\x06latest\x18\x02 \x01(\x08H\x00\x12\x33\n\nmessage_id\x18\x03 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdDataH\x00\x12\x16\n\x0cpublish_time\x18\x04 \x01(\x03H\x00\x42\n\n\x08position\"\xa2\x05\n\x08Policies\x12#\n\x16retention_time_seconds\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12!\n\x14retention_size_bytes\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x1d\n\x10max_message_size\x18\x03 \x01(\rH\x02\x88\x01\x01\x12\'\n\x1a\x63ompaction_threshold_bytes\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12\x1c\n\x0fretain_null_key\x18\x05 \x01(\x08H\x04\x88\x01\x01\x12\x32\n%replicator_auto_reset_backlog_entries\x18\x06 \x01(\x03H\x05\x88\x01\x01\x12\x1f\n\x12ledger_max_entries\x18\x07 \x01(\x04H\x06\x88\x01\x01\x12\x1d\n\x10ledger_max_bytes\x18\x08 \x01(\x04H\x07\x88\x01\x01\x12#\n\x16ledger_max_age_seconds\x18\t \x01(\x04H\x08\x88\x01\x01\x12\x1a\n\rmax_producers\x18\n \x01(\rH\t\x88\x01\x01\x12\x1e\n\x11max_subscriptions\x18\x0b \x01(\rH\n\x88\x01\x01\x42\x19\n\x17_retention_time_secondsB\x17\n\x15_retention_size_bytesB\x13\n\x11_max_message_sizeB\x1d\n\x1b_compaction_threshold_bytesB\x12\n\x10_retain_null_keyB(\n&_replicator_auto_reset_backlog_entriesB\x15\n\x13_ledger_max_entriesB\x13\n\x11_ledger_max_bytesB\x19\n\x17_ledger_max_age_secondsB\x10\n\x0e_max_producersB\x14\n\x12_max_subscriptions\"<\n\x0b\x45rrorStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"4\n\x0bPageRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19source/pb/v1/common.proto\x12\x0eshadowtopic.v1\"Z\n\rMessageIdData\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x04\x12\x16\n\tpartition\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_partition\"\xe4\x01\n\x07Message\x12\x10\n\x03key\x18\x01 \x01(\x0cH\x00\x88\x01\x01\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x12;\n\nproperties\x18\x03 \x03(\x0b\x32\'.shadowtopic.v1.Message.PropertiesEntry\x12\x12\n\nevent_time\x18\x04 \x01(\x03\x12\x15\n\rproducer_name\x18\x05 \x01(\t\x12\x13\n\x0bsequence_id\x18\x06 \x01(\x04\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x06\n\x04_key\"p\n\x0c\x45ncodedEntry\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x04\x12\x14\n\x0cpublish_time\x18\x03 \x01(\x03\x12\x18\n\x10redelivery_count\x18\x04 \x01(\r\x12\x0b\n\x03raw\x18\x05 \x01(\x0c\"\x8e\x01\n\rStartPosition\x12\x12\n\x08\x65\x61rliest\x18\x01 \x01(\x08H\x00\x12\x10\n\x06latest\x18\x02 \x01(\x08H\x00\x12\x33\n\nmessage_id\x18\x03 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdDataH\x00\x12\x16\n\x0cpublish_time\x18\x04 \x01(\x03H\x00\x42\n\n\x08position\"\xa2\x05\n\x08Policies\x12#\n\x16retention_time_seconds\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12!\n\x14retention_size_bytes\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x1d\n\x10max_message_size\x18\x03 \x01(\rH\x02\x88\x01\x01\x12\'\n\x1a\x63ompaction_threshold_bytes\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12\x1c\n\x0fretain_null_key\x18\x05 \x01(\x08H\x04\x88\x01\x01\x12\x32\n%replicator_auto_reset_backlog_entries\x18\x06 \x01(\x03H\x05\x88\x01\x01\x12\x1f\n\x12ledger_max_entries\x18\x07 \x01(\x04H\x06\x88\x01\x01\x12\x1d\n\x10ledger_max_bytes\x18\x08 \x01(\x04H\x07\x88\x01\x01\x12#\n\x16ledger_max_age_seconds\x18\t \x01(\x04H\x08\x88\x01\x01\x12\x1a\n\rmax_producers\x18\n \x01(\rH\t\x88\x01\x01\x12\x1e\n\x11max_subscriptions\x18\x0b \x01(\rH\n\x88\x01\x01\x42\x19\n\x17_retention_time_secondsB\x17\n\x15_retention_size_bytesB\x13\n\x11_max_message_sizeB\x1d\n\x1b_compaction_threshold_bytesB\x12\n\x10_retain_null_keyB(\n&_replicator_auto_reset_backlog_entriesB\x15\n\x13_ledger_max_entriesB\x13\n\x11_ledger_max_bytesB\x19\n\x17_ledger_max_age_secondsB\x10\n\x0e_max_producersB\x14\n\x12_max_subscriptions\"\xa7\x01\n\x0b\x45rrorStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x39\n\x07\x64\x65tails\x18\x04 \x03(\x0b\x32(.shadowtopic.v1.ErrorStatus.DetailsEntry\x1a.\n\x0c\x44\x65tailsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"4\n\x0bPageRequest\x12\x11\n\tpage_size\x18\x01 \x01(\r\x12\x12\n\npage_token\x18\x02 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,20 +33,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_MESSAGE_PROPERTIESENTRY']._loaded_options = None
   _globals['_MESSAGE_PROPERTIESENTRY']._serialized_options = b'8\001'
+  _globals['_ERRORSTATUS_DETAILSENTRY']._loaded_options = None
+  _globals['_ERRORSTATUS_DETAILSENTRY']._serialized_options = b'8\001'
   _globals['_MESSAGEIDDATA']._serialized_start=45
-  _globals['_MESSAGEIDDATA']._serialized_end=116
-  _globals['_MESSAGE']._serialized_start=119
-  _globals['_MESSAGE']._serialized_end=347
-  _globals['_MESSAGE_PROPERTIESENTRY']._serialized_start=290
-  _globals['_MESSAGE_PROPERTIESENTRY']._serialized_end=339
-  _globals['_ENCODEDENTRY']._serialized_start=349
-  _globals['_ENCODEDENTRY']._serialized_end=461
-  _globals['_STARTPOSITION']._serialized_start=464
-  _globals['_STARTPOSITION']._serialized_end=606
-  _globals['_POLICIES']._serialized_start=609
-  _globals['_POLICIES']._serialized_end=1283
-  _globals['_ERRORSTATUS']._serialized_start=1285
-  _globals['_ERRORSTATUS']._serialized_end=1345
-  _globals['_PAGEREQUEST']._serialized_start=1347
-  _globals['_PAGEREQUEST']._serialized_end=1399
+  _globals['_MESSAGEIDDATA']._serialized_end=135
+  _globals['_MESSAGE']._serialized_start=138
+  _globals['_MESSAGE']._serialized_end=366
+  _globals['_MESSAGE_PROPERTIESENTRY']._serialized_start=309
+  _globals['_MESSAGE_PROPERTIESENTRY']._serialized_end=358
+  _globals['_ENCODEDENTRY']._serialized_start=368
+  _globals['_ENCODEDENTRY']._serialized_end=480
+  _globals['_STARTPOSITION']._serialized_start=483
+  _globals['_STARTPOSITION']._serialized_end=625
+  _globals['_POLICIES']._serialized_start=628
+  _globals['_POLICIES']._serialized_end=1302
+  _globals['_ERRORSTATUS']._serialized_start=1305
+  _globals['_ERRORSTATUS']._serialized_end=1472
+  _globals['_ERRORSTATUS_DETAILSENTRY']._serialized_start=1426
+  _globals['_ERRORSTATUS_DETAILSENTRY']._serialized_end=1472
+  _globals['_PAGEREQUEST']._serialized_start=1474
+  _globals['_PAGEREQUEST']._serialized_end=1526
 # @@protoc_insertion_point(module_scope)

@@ -19,6 +19,18 @@ SHARED: SubscriptionType
 FAILOVER: SubscriptionType
 KEY_SHARED: SubscriptionType
 
+class ClientMessage(_message.Message):
+    __slots__ = ("commands",)
+    COMMANDS_FIELD_NUMBER: _ClassVar[int]
+    commands: _containers.RepeatedCompositeFieldContainer[ClientCommand]
+    def __init__(self, commands: _Optional[_Iterable[_Union[ClientCommand, _Mapping]]] = ...) -> None: ...
+
+class ServerMessage(_message.Message):
+    __slots__ = ("frames",)
+    FRAMES_FIELD_NUMBER: _ClassVar[int]
+    frames: _containers.RepeatedCompositeFieldContainer[ServerFrame]
+    def __init__(self, frames: _Optional[_Iterable[_Union[ServerFrame, _Mapping]]] = ...) -> None: ...
+
 class ClientCommand(_message.Message):
     __slots__ = ("handle", "subscribe", "flow", "ack", "nack", "seek", "unsubscribe", "close", "redeliver")
     HANDLE_FIELD_NUMBER: _ClassVar[int]
@@ -100,14 +112,26 @@ class RedeliverUnacknowledged(_message.Message):
     def __init__(self) -> None: ...
 
 class ServerFrame(_message.Message):
-    __slots__ = ("handle", "entries", "event")
-    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("handles", "entries", "event", "redeliveries")
+    HANDLES_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     EVENT_FIELD_NUMBER: _ClassVar[int]
-    handle: int
+    REDELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    handles: _containers.RepeatedScalarFieldContainer[int]
     entries: _containers.RepeatedCompositeFieldContainer[_common_pb2.EncodedEntry]
     event: Event
-    def __init__(self, handle: _Optional[int] = ..., entries: _Optional[_Iterable[_Union[_common_pb2.EncodedEntry, _Mapping]]] = ..., event: _Optional[_Union[Event, _Mapping]] = ...) -> None: ...
+    redeliveries: _containers.RepeatedCompositeFieldContainer[Redelivery]
+    def __init__(self, handles: _Optional[_Iterable[int]] = ..., entries: _Optional[_Iterable[_Union[_common_pb2.EncodedEntry, _Mapping]]] = ..., event: _Optional[_Union[Event, _Mapping]] = ..., redeliveries: _Optional[_Iterable[_Union[Redelivery, _Mapping]]] = ...) -> None: ...
+
+class Redelivery(_message.Message):
+    __slots__ = ("handle", "entry_index", "count")
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_INDEX_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    handle: int
+    entry_index: int
+    count: int
+    def __init__(self, handle: _Optional[int] = ..., entry_index: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
 
 class Event(_message.Message):
     __slots__ = ("subscribed", "active_consumer_changed", "end_of_topic", "error", "seek_done", "closed")

@@ -36,8 +36,8 @@ class ConsumerStub:
         """
         self.Connect = channel.stream_stream(
                 '/shadowtopic.v1.Consumer/Connect',
-                request_serializer=source_dot_pb_dot_v1_dot_consumer__pb2.ClientCommand.SerializeToString,
-                response_deserializer=source_dot_pb_dot_v1_dot_consumer__pb2.ServerFrame.FromString,
+                request_serializer=source_dot_pb_dot_v1_dot_consumer__pb2.ClientMessage.SerializeToString,
+                response_deserializer=source_dot_pb_dot_v1_dot_consumer__pb2.ServerMessage.FromString,
                 _registered_method=True)
 
 
@@ -55,8 +55,8 @@ def add_ConsumerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Connect': grpc.stream_stream_rpc_method_handler(
                     servicer.Connect,
-                    request_deserializer=source_dot_pb_dot_v1_dot_consumer__pb2.ClientCommand.FromString,
-                    response_serializer=source_dot_pb_dot_v1_dot_consumer__pb2.ServerFrame.SerializeToString,
+                    request_deserializer=source_dot_pb_dot_v1_dot_consumer__pb2.ClientMessage.FromString,
+                    response_serializer=source_dot_pb_dot_v1_dot_consumer__pb2.ServerMessage.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -84,8 +84,8 @@ class Consumer:
             request_iterator,
             target,
             '/shadowtopic.v1.Consumer/Connect',
-            source_dot_pb_dot_v1_dot_consumer__pb2.ClientCommand.SerializeToString,
-            source_dot_pb_dot_v1_dot_consumer__pb2.ServerFrame.FromString,
+            source_dot_pb_dot_v1_dot_consumer__pb2.ClientMessage.SerializeToString,
+            source_dot_pb_dot_v1_dot_consumer__pb2.ServerMessage.FromString,
             options,
             channel_credentials,
             insecure,

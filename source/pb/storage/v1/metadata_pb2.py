@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from source.pb.v1 import common_pb2 as source_dot_pb_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#source/pb/storage/v1/metadata.proto\x12\x16shadowtopic.storage.v1\x1a\x19source/pb/v1/common.proto\"\xd7\x02\n\tTopicInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x04kind\x18\x02 \x01(\x0e\x32!.shadowtopic.storage.v1.TopicKind\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x45\n\nproperties\x18\x04 \x03(\x0b\x32\x31.shadowtopic.storage.v1.TopicInfo.PropertiesEntry\x12*\n\x08policies\x18\x05 \x01(\x0b\x32\x18.shadowtopic.v1.Policies\x12\x12\n\npartitions\x18\x06 \x01(\r\x12\x14\n\x0cpartition_of\x18\x07 \x01(\t\x12\x17\n\x0fpartition_index\x18\x08 \x01(\x05\x12\x12\n\ncreated_ms\x18\t \x01(\x03\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x82\x02\n\nLedgerInfo\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x32\n\x05state\x18\x02 \x01(\x0e\x32#.shadowtopic.storage.v1.LedgerState\x12\x0f\n\x07\x65ntries\x18\x03 \x01(\x04\x12\x12\n\nsize_bytes\x18\x04 \x01(\x04\x12\x0c\n\x04path\x18\x05 \x01(\t\x12\x10\n\x08wal_path\x18\x06 \x01(\t\x12\x12\n\ncreated_ms\x18\x07 \x01(\x03\x12\x11\n\tsealed_ms\x18\x08 \x01(\x03\x12\x0e\n\x06\x63rc32c\x18\t \x01(\r\x12\x18\n\x10\x66irst_publish_ms\x18\n \x01(\x03\x12\x17\n\x0flast_publish_ms\x18\x0b \x01(\x03\"\x87\x01\n\nLedgerList\x12\x33\n\x07ledgers\x18\x01 \x03(\x0b\x32\".shadowtopic.storage.v1.LedgerInfo\x12\x14\n\x0cwriter_epoch\x18\x02 \x01(\x04\x12\x15\n\rentries_added\x18\x03 \x01(\x04\x12\x17\n\x0f\x65ntries_deleted\x18\x04 \x01(\x04\"V\n\tOwnership\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x12\n\nbroker_url\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x13\n\x0b\x61\x63quired_ms\x18\x04 \x01(\x03\"O\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\r\n\x05roles\x18\x03 \x03(\t\x12\x12\n\nstarted_ms\x18\x04 \x01(\x03\"\x1d\n\nShadowList\x12\x0f\n\x07shadows\x18\x01 \x03(\t\"\x80\x01\n\x11\x43ompactionPointer\x12\x15\n\rmanifest_path\x18\x01 \x01(\t\x12.\n\x07horizon\x18\x02 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x14\n\x0cpublished_ms\x18\x04 \x01(\x03\"{\n\x10SubscriptionMeta\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04type\x18\x02 \x01(\x05\x12\x12\n\ncreated_ms\x18\x03 \x01(\x03\x12\x37\n\x10initial_position\x18\x04 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData*#\n\tTopicKind\x12\n\n\x06SOURCE\x10\x00\x12\n\n\x06SHADOW\x10\x01*#\n\x0bLedgerState\x12\x08\n\x04OPEN\x10\x00\x12\n\n\x06SEALED\x10\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#source/pb/storage/v1/metadata.proto\x12\x16shadowtopic.storage.v1\x1a\x19source/pb/v1/common.proto\"\xd7\x02\n\tTopicInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x04kind\x18\x02 \x01(\x0e\x32!.shadowtopic.storage.v1.TopicKind\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x45\n\nproperties\x18\x04 \x03(\x0b\x32\x31.shadowtopic.storage.v1.TopicInfo.PropertiesEntry\x12*\n\x08policies\x18\x05 \x01(\x0b\x32\x18.shadowtopic.v1.Policies\x12\x12\n\npartitions\x18\x06 \x01(\r\x12\x14\n\x0cpartition_of\x18\x07 \x01(\t\x12\x17\n\x0fpartition_index\x18\x08 \x01(\x05\x12\x12\n\ncreated_ms\x18\t \x01(\x03\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x82\x02\n\nLedgerInfo\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x32\n\x05state\x18\x02 \x01(\x0e\x32#.shadowtopic.storage.v1.LedgerState\x12\x0f\n\x07\x65ntries\x18\x03 \x01(\x04\x12\x12\n\nsize_bytes\x18\x04 \x01(\x04\x12\x0c\n\x04path\x18\x05 \x01(\t\x12\x10\n\x08wal_path\x18\x06 \x01(\t\x12\x12\n\ncreated_ms\x18\x07 \x01(\x03\x12\x11\n\tsealed_ms\x18\x08 \x01(\x03\x12\x0e\n\x06\x63rc32c\x18\t \x01(\r\x12\x18\n\x10\x66irst_publish_ms\x18\n \x01(\x03\x12\x17\n\x0flast_publish_ms\x18\x0b \x01(\x03\"\x87\x01\n\nLedgerList\x12\x33\n\x07ledgers\x18\x01 \x03(\x0b\x32\".shadowtopic.storage.v1.LedgerInfo\x12\x14\n\x0cwriter_epoch\x18\x02 \x01(\x04\x12\x15\n\rentries_added\x18\x03 \x01(\x04\x12\x17\n\x0f\x65ntries_deleted\x18\x04 \x01(\x04\"V\n\tOwnership\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x12\n\nbroker_url\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x13\n\x0b\x61\x63quired_ms\x18\x04 \x01(\x03\"O\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\r\n\x05roles\x18\x03 \x03(\t\x12\x12\n\nstarted_ms\x18\x04 \x01(\x03\"\x1d\n\nShadowList\x12\x0f\n\x07shadows\x18\x01 \x03(\t\"\x80\x01\n\x11\x43ompactionPointer\x12\x15\n\rmanifest_path\x18\x01 \x01(\t\x12.\n\x07horizon\x18\x02 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x14\n\x0cpublished_ms\x18\x04 \x01(\x03\"\xa5\x01\n\x10SubscriptionMeta\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\x04type\x18\x02 \x01(\x0e\x32(.shadowtopic.storage.v1.SubscriptionType\x12\x12\n\ncreated_ms\x18\x03 \x01(\x03\x12\x37\n\x10initial_position\x18\x04 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData*?\n\tTopicKind\x12\x1a\n\x16TOPIC_KIND_UNSPECIFIED\x10\x00\x12\n\n\x06SOURCE\x10\x01\x12\n\n\x06SHADOW\x10\x02*A\n\x0bLedgerState\x12\x1c\n\x18LEDGER_STATE_UNSPECIFIED\x10\x00\x12\n\n\x06SEALED\x10\x01\x12\x08\n\x04OPEN\x10\x02*n\n\x10SubscriptionType\x12!\n\x1dSUBSCRIPTION_TYPE_UNSPECIFIED\x10\x00\x12\r\n\tEXCLUSIVE\x10\x01\x12\n\n\x06SHARED\x10\x02\x12\x0c\n\x08\x46\x41ILOVER\x10\x03\x12\x0e\n\nKEY_SHARED\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,10 +34,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TOPICINFO_PROPERTIESENTRY']._loaded_options = None
   _globals['_TOPICINFO_PROPERTIESENTRY']._serialized_options = b'8\001'
-  _globals['_TOPICKIND']._serialized_start=1291
-  _globals['_TOPICKIND']._serialized_end=1326
-  _globals['_LEDGERSTATE']._serialized_start=1328
-  _globals['_LEDGERSTATE']._serialized_end=1363
+  _globals['_TOPICKIND']._serialized_start=1334
+  _globals['_TOPICKIND']._serialized_end=1397
+  _globals['_LEDGERSTATE']._serialized_start=1399
+  _globals['_LEDGERSTATE']._serialized_end=1464
+  _globals['_SUBSCRIPTIONTYPE']._serialized_start=1466
+  _globals['_SUBSCRIPTIONTYPE']._serialized_end=1576
   _globals['_TOPICINFO']._serialized_start=91
   _globals['_TOPICINFO']._serialized_end=434
   _globals['_TOPICINFO_PROPERTIESENTRY']._serialized_start=385
@@ -54,6 +56,6 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SHADOWLIST']._serialized_end=1033
   _globals['_COMPACTIONPOINTER']._serialized_start=1036
   _globals['_COMPACTIONPOINTER']._serialized_end=1164
-  _globals['_SUBSCRIPTIONMETA']._serialized_start=1166
-  _globals['_SUBSCRIPTIONMETA']._serialized_end=1289
+  _globals['_SUBSCRIPTIONMETA']._serialized_start=1167
+  _globals['_SUBSCRIPTIONMETA']._serialized_end=1332
 # @@protoc_insertion_point(module_scope)

@@ -10,17 +10,34 @@ DESCRIPTOR: _descriptor.FileDescriptor
 
 class TopicKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
+    TOPIC_KIND_UNSPECIFIED: _ClassVar[TopicKind]
     SOURCE: _ClassVar[TopicKind]
     SHADOW: _ClassVar[TopicKind]
 
 class LedgerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
-    OPEN: _ClassVar[LedgerState]
+    LEDGER_STATE_UNSPECIFIED: _ClassVar[LedgerState]
     SEALED: _ClassVar[LedgerState]
+    OPEN: _ClassVar[LedgerState]
+
+class SubscriptionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUBSCRIPTION_TYPE_UNSPECIFIED: _ClassVar[SubscriptionType]
+    EXCLUSIVE: _ClassVar[SubscriptionType]
+    SHARED: _ClassVar[SubscriptionType]
+    FAILOVER: _ClassVar[SubscriptionType]
+    KEY_SHARED: _ClassVar[SubscriptionType]
+TOPIC_KIND_UNSPECIFIED: TopicKind
 SOURCE: TopicKind
 SHADOW: TopicKind
-OPEN: LedgerState
+LEDGER_STATE_UNSPECIFIED: LedgerState
 SEALED: LedgerState
+OPEN: LedgerState
+SUBSCRIPTION_TYPE_UNSPECIFIED: SubscriptionType
+EXCLUSIVE: SubscriptionType
+SHARED: SubscriptionType
+FAILOVER: SubscriptionType
+KEY_SHARED: SubscriptionType
 
 class TopicInfo(_message.Message):
     __slots__ = ("name", "kind", "source", "properties", "policies", "partitions", "partition_of", "partition_index", "created_ms")
@@ -138,7 +155,7 @@ class SubscriptionMeta(_message.Message):
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
     INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
     name: str
-    type: int
+    type: SubscriptionType
     created_ms: int
     initial_position: _common_pb2.MessageIdData
-    def __init__(self, name: _Optional[str] = ..., type: _Optional[int] = ..., created_ms: _Optional[int] = ..., initial_position: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., created_ms: _Optional[int] = ..., initial_position: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,147 @@
+"""Topic stats for the Admin service, from wherever the truth is, never loading a topic:
+
+- a topic this broker owns: its `Topic` object (live counts, rates, producers);
+- a topic another live broker owns: that broker, asked over gRPC (`OwnerChannels`);
+- a topic nobody owns (or whose owner does not answer): etcd's ledger list, with the
+  entries of a dead owner's open ledgers counted from their WALs (what recovery will keep).
+"""
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+import grpc
+
+from source.broker.topic import Topic
+from source.core import errors
+from source.core.message_id import MessageId
+from source.core.names import TopicName
+from source.ledger import wal as walmod
+from source.ledger.storage import Storage
+from source.metadata import keys
+from source.metadata.base import MetadataStore, MetadataUnavailable
+from source.pb.storage.v1 import metadata_pb2 as mpb
+from source.pb.v1 import admin_pb2 as apb
+from source.pb.v1 import admin_pb2_grpc
+
+SEALED = mpb.LedgerState.SEALED
+
+
+def ledger_stats(info: mpb.LedgerInfo) -> apb.LedgerStats:
+    return apb.LedgerStats(ledger_id=info.ledger_id, entries=info.entries, size=info.size_bytes,
+                           state=mpb.LedgerState.Name(info.state),
+                           path=info.path or info.wal_path, created_time=info.created_ms,
+                           sealed_time=info.sealed_ms)
+
+
+@dataclass
+class Ledgers:
+    """A topic's ledgers with every entry count filled in, and the list's counters."""
+    infos: list[mpb.LedgerInfo] = field(default_factory=list)
+    entries_deleted: int = 0
+    epoch: int = 0
+
+    @property
+    def entries(self) -> int:
+        return sum(i.entries for i in self.infos)
+
+    @property
+    def size(self) -> int:
+        return sum(i.size_bytes for i in self.infos)
+
+    def last(self) -> MessageId | None:
+        for info in reversed(self.infos):
+            if info.entries:
+                return MessageId(info.ledger_id, info.entries - 1)
+        return None
+
+    def current(self) -> tuple[int, int]:
+        info = self.infos[-1] if self.infos and self.infos[-1].state != SEALED else None
+        return (info.entries, info.size_bytes) if info is not None else (0, 0)
+
+
+def of_topic(t: Topic) -> Ledgers:
+    return Ledgers(t.ledger.ledgers(), t.ledger.entries_deleted, t.ledger.epoch)
+
+
+async def stored(store: MetadataStore, storage: Storage, executor: Executor,
+                 topic: TopicName) -> Ledgers:
+    """What etcd and storage say of a topic nobody serves: its list, and for each open
+    ledger of a dead owner the entries its WAL holds."""
+    try:
+        kv = await store.get(keys.ledgers(topic))
+    except MetadataUnavailable as exc:
+        raise errors.MetadataUnavailable(f"metadata store unavailable: {exc}") from None
+    lst = mpb.LedgerList.FromString(kv.value) if kv is not None else mpb.LedgerList()
+    loop = asyncio.get_running_loop()
+    infos = []
+    for info in lst.ledgers:
+        if info.state != SEALED and info.wal_path:
+            info = mpb.LedgerInfo.FromString(info.SerializeToString())
+            n, size = await loop.run_in_executor(executor, _wal_count,
+                                                 storage.wal_path(info.wal_path))
+            info.entries, info.size_bytes = n, size
+        infos.append(info)
+    return Ledgers(infos, lst.entries_deleted, lst.writer_epoch)
+
+
+def _wal_count(path: str) -> tuple[int, int]:
+    try:
+        entries = walmod.recover(path, truncate=False).entries
+    except (FileNotFoundError, ValueError):  # not created yet / not a WAL: holds nothing
+        return 0, 0
+    return len(entries), entries.size
+
+
+_SUMMED = ("msg_rate_in", "msg_throughput_in", "msg_rate_out", "msg_throughput_out",
+           "storage_size", "backlog_size", "msg_in_counter", "bytes_in_counter",
+           "msg_out_counter", "bytes_out_counter")
+
+
+def add_up(total: apb.TopicStats, part: apb.TopicStats) -> None:
+    """Add one partition's stats to a topic's."""
+    for name in _SUMMED:
+        setattr(total, name, getattr(total, name) + getattr(part, name))
+    total.topic_epoch = max(total.topic_epoch, part.topic_epoch)
+    total.owner_broker = part.owner_broker or total.owner_broker
+    total.publishers.extend(part.publishers)
+
+
+FORWARDED = "x-shadowtopic-forwarded"
+
+
+def forwarded(context: grpc.aio.ServicerContext) -> bool:
+    """Did another broker forward this call here (so it must not be forwarded again)?"""
+    return any(k == FORWARDED for k, _ in context.invocation_metadata() or ())
+
+
+class OwnerChannels:
+    """Admin stubs to other brokers, one channel per broker URL, reused."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def admin(self, url: str) -> admin_pb2_grpc.AdminStub:
+        ch = self._channels.get(url)
+        if ch is None:
+            ch = self._channels[url] = grpc.aio.insecure_channel(url)
+        return admin_pb2_grpc.AdminStub(ch)
+
+    async def forward(self, url: str, method: str, request, timeout: float = 10.0):
+        """Admin `method` answered by the broker at `url` (marked as forwarded); None when
+        that broker cannot be reached (a dead owner whose lease has not run out yet: the
+        caller answers from etcd). Other errors come back typed."""
+        try:
+            return await getattr(self.admin(url), method)(
+                request, timeout=timeout, metadata=((FORWARDED, "1"),))
+        except grpc.RpcError as exc:
+            err = errors.from_rpc_error(exc)
+            if isinstance(err, errors.ServiceUnavailable):
+                return None
+            raise err from None
+
+    async def close(self) -> None:
+        for ch in self._channels.values():
+            await ch.close()
+        self._channels.clear()
