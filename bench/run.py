@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""`make bench`: acked produce throughput and ack latency through the public client, measured
-in one run next to the machine's ceilings (../shared/peers/limits.py) and NATS JetStream
-(../shared/peers/nats_jetstream.py). Writes bench/RESULTS.md and bench/out/<stamp>.json.
+"""`make bench`: acked produce throughput and ack latency through the public client, and
+reader fan-out (bench/fanout.py), each measured in one run next to the machine's ceilings
+(../shared/peers/limits.py) and NATS JetStream (../shared/peers/nats_jetstream.py). Writes
+bench/RESULTS.md and bench/out/<stamp>.json.
 
     .venv/bin/python bench/run.py --shared ../shared [--messages 400000] [--rounds 3]
+                                  [--only produce,fanout]
 
 Produce: a real etcd and a real broker process; `--producers` client processes each send
 messages/producers messages (`--payload` bytes, keys k0..k999) with `send_async`. Every
@@ -146,8 +148,36 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, {platform.platform()}, Python {platform.python_version()}"
 
 
+def fanout_lines(fan: dict) -> list[str]:
+    lines = ["## Reader fan-out (bench/fanout.py)", "",
+             f"{fan['readers']} non-durable readers of one topic in one client process (one "
+             "Connect stream), attached before the messages are produced; every message "
+             f"decoded by the client ({fan['messages']:,} messages of {fan['payload']} bytes a "
+             "round). Alternating rounds with limits.py `--only fanout --subs "
+             f"{fan['readers']}` (`grpc_decoded_fanout_msgs_per_s`: as many streams of "
+             "pre-encoded 500-message frames, each parsed by protobuf in one process).", "",
+             "| round | ceiling msgs/s | shadowtopic msgs/s | ratio |", "|---|---:|---:|---:|"]
+    for i, r in enumerate(fan["rounds"], 1):
+        ratio = f"{r['ratio']:.1%}" if r["ratio"] is not None else "-"
+        ceiling = f"{r['ceiling']:,}" if r["ceiling"] else "-"
+        lines.append(f"| {i} | {ceiling} | {r['msgs_per_s']:,} | {ratio} |")
+    if fan["median_ratio"] is not None:
+        lines.append("")
+        lines.append(f"- median of the paired ratios: **{fan['median_ratio']:.1%}** of the "
+                     f"decoded fan-out ceiling ({fan['median_msgs_per_s']:,.0f} msgs/s "
+                     "delivered, median round)")
+    return lines + [""]
+
+
 def write_results(path: str, args, rounds: list[dict], limits: dict | None,
-                  nats: dict | None) -> None:
+                  nats: dict | None, fan: dict | None = None) -> None:
+    if not rounds:
+        lines = ["# Benchmark results", "",
+                 f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on "
+                 f"{machine()}.", ""] + (fanout_lines(fan) if fan else [])
+        with open(path, "w") as f:
+            f.write("\n".join(lines))
+        return
     med = sorted(rounds, key=lambda r: r["msgs_per_s"])[len(rounds) // 2]
     ceiling = (limits or {}).get("produce_hot_path_msgs_per_s")
     nats_rate = (nats or {}).get("produce_acked_msgs_per_s")
@@ -184,6 +214,8 @@ def write_results(path: str, args, rounds: list[dict], limits: dict | None,
         lines.append(f"- ratio to NATS JetStream: **{med['msgs_per_s'] / nats_rate:.1f}x**")
     lines += ["- rounds: " + "; ".join(f"{r['msgs_per_s']:,}/s p50 {r['p50_ms']} ms "
                                       f"p99 {r['p99_ms']} ms" for r in rounds), ""]
+    if fan:
+        lines += fanout_lines(fan)
     if limits:
         lines += ["## Machine ceilings (limits.py, same run)", "", "```",
                   json.dumps(limits, indent=1), "```", ""]
@@ -208,6 +240,9 @@ def main() -> None:
     p.add_argument("--sample", type=int, default=10,
                    help="every N-th message records its ack latency through a callback")
     p.add_argument("--no-peers", action="store_true", help="skip limits.py and NATS")
+    p.add_argument("--only", default="produce,fanout", help="produce, fanout or both")
+    p.add_argument("--readers", type=int, default=100, help="fan-out: readers of one topic")
+    p.add_argument("--fanout-messages", type=int, default=20_000)
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     args = p.parse_args()
     peers = os.path.join(args.shared, "peers")
@@ -216,20 +251,31 @@ def main() -> None:
                  "pass --shared DIR or --no-peers")
     base = os.path.join(ROOT, "data", "bench")
     os.makedirs(base, exist_ok=True)
+    parts = set(args.only.split(","))
     with tempfile.TemporaryDirectory(dir=base) as data_dir:
-        limits = nats = None
-        if not args.no_peers:
-            limits = run_peer([sys.executable, os.path.join(peers, "limits.py"), "--dir",
-                               data_dir], "limits.py")
-            nats = run_peer([sys.executable, os.path.join(peers, "nats_jetstream.py")],
-                            "nats_jetstream.py")
-        print("running shadowtopic produce rounds", flush=True)
-        rounds = run_produce(args, data_dir)
-    write_results(args.out, args, rounds, limits, nats)
+        limits = nats = fan = None
+        rounds: list[dict] = []
+        if "produce" in parts:
+            if not args.no_peers:
+                limits = run_peer([sys.executable, os.path.join(peers, "limits.py"), "--dir",
+                                   data_dir], "limits.py")
+                nats = run_peer([sys.executable, os.path.join(peers, "nats_jetstream.py")],
+                                "nats_jetstream.py")
+            print("running shadowtopic produce rounds", flush=True)
+            rounds = run_produce(args, data_dir)
+        if "fanout" in parts:
+            from fanout import run_fanout  # bench/fanout.py, beside this script
+
+            print("running fan-out rounds (limits.py fanout / shadowtopic, alternating)",
+                  flush=True)
+            fan = run_fanout(None if args.no_peers else peers, data_dir, args.readers,
+                             args.fanout_messages, args.payload, args.rounds)
+    write_results(args.out, args, rounds, limits, nats, fan)
     os.makedirs(os.path.join(ROOT, "bench", "out"), exist_ok=True)
     with open(os.path.join(ROOT, "bench", "out", time.strftime("%Y%m%d-%H%M%S") + ".json"),
               "w") as f:
-        json.dump({"rounds": rounds, "limits": limits, "nats": nats}, f, indent=1)
+        json.dump({"rounds": rounds, "limits": limits, "nats": nats, "fanout": fan}, f,
+                  indent=1)
     print(open(args.out).read())
 
 
