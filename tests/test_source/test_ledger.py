@@ -478,3 +478,35 @@ def test_ledger_list_cas_retry_counts_each_ledger_once(tmp_path, request, backen
             executor.shutdown(wait=True)
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_ledger_list_reader_rereads_an_open_ledger_from_its_wal(tmp_path, arun):
+    """What a reader without the writer's memory sees (a shadow, an evicted cache): the open
+    ledger's entries come from its WAL, never beyond the confirmed count."""
+    from source.ledger.ledger_reader import LedgerListReader
+
+    async def main():
+        env = Env(tmp_path)
+        ml = await env.open()
+        await _append(ml, 4)
+        sealed = await ml.roll()
+        lid, _ = await _append(ml, 10, 4)
+        confirmed = {lid: 7}
+        reader = LedgerListReader(env.storage, env.executor, lambda: ml._list.ledgers,
+                                  confirmed=lambda info: confirmed.get(info.ledger_id, 0))
+        got = await reader.read(MessageId(0, 0), 100, 1 << 20)
+        assert [e.raw for e in got] == [f"m{i}".encode() for i in range(11)]
+        assert [e.ledger_id for e in got] == [sealed.ledger_id] * 4 + [lid] * 7
+        assert reader.last_confirmed() == MessageId(lid, 6)
+        assert reader.entries_between(MessageId(0, 0), MessageId(lid, 100)) == 11
+        confirmed[lid] = 10  # more confirmed: read again from the (cached) WAL
+        assert len(await reader.read(MessageId(lid, 7), 100, 1 << 20)) == 3
+        assert await reader.position_at_time(0) == MessageId(sealed.ledger_id, 0)
+        last_open = got[-1].publish_ms
+        assert (await reader.position_at_time(last_open)).ledger_id == lid  # from the WAL
+        assert await reader.position_at_time(last_open + 60_000) is None
+        assert reader.valid_position(MessageId(sealed.ledger_id, 4), ml.next_position()) \
+            == MessageId(lid, 0)
+        await ml.close()
+
+    arun(main())
