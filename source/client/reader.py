@@ -93,10 +93,11 @@ class Multiplexer:
 
     def _receive(self) -> None:
         err: Exception = errors.ConnectError("consumer stream ended")
+        decoded = Decoded()
         try:
             for message in self._responses:
                 for frame in message.frames:
-                    delivery = Delivery(frame)  # shared by every handle the frame names
+                    delivery = Delivery(frame, decoded)  # shared by the handles it names
                     for handle in frame.handles:
                         sink = self._sinks.get(handle)
                         if sink is not None:
@@ -136,23 +137,49 @@ class Multiplexer:
         self._responses = None
 
 
+class Decoded:
+    """Recently decoded messages by (topic, ledger, entry): readers of one topic that the
+    broker served in different frames (they were at different positions) still decode each
+    entry once. Bounded: forgets everything past `limit` entries."""
+
+    def __init__(self, limit: int = 50_000):
+        self._limit = limit
+        self._by_id: dict[tuple[str, int, int], Message] = {}
+
+    def messages(self, topic: str, partition: int, entries) -> list[Message]:
+        cache = self._by_id
+        if len(cache) > self._limit:
+            cache.clear()
+        out = []
+        for e in entries:
+            key = (topic, e.ledger_id, e.entry_id)
+            msg = cache.get(key)
+            if msg is None or e.redelivery_count:
+                msg = Message.from_entry(topic, partition, e)
+                if not e.redelivery_count:
+                    cache[key] = msg
+            out.append(msg)
+        return out
+
+
 class Delivery:
     """One frame as its handles receive it: the entries become `Message`s once per topic
     partition, and every reader of that partition the frame names shares them (they are
     immutable), so a frame for 100 readers is decoded once, not 100 times."""
 
-    __slots__ = ("frame", "_messages")
+    __slots__ = ("frame", "_decoded", "_messages")
 
-    def __init__(self, frame: consumer_pb2.ServerFrame):
+    def __init__(self, frame: consumer_pb2.ServerFrame, decoded: Decoded):
         self.frame = frame
+        self._decoded = decoded
         self._messages: dict[tuple[str, int], list[Message]] = {}
 
     def messages(self, topic: str, partition: int) -> list[Message]:
         key = (topic, partition)
         msgs = self._messages.get(key)
         if msgs is None:
-            msgs = self._messages[key] = [Message.from_entry(topic, partition, e)
-                                          for e in self.frame.entries]
+            msgs = self._messages[key] = self._decoded.messages(topic, partition,
+                                                                self.frame.entries)
         return msgs
 
 
@@ -172,7 +199,7 @@ class _Partition:
         self.index = index
         self.handle = handle
         self.consumed = 0
-        self.last: MessageId | None = None      # last message returned to the user
+        self.last: MessageId | None = None      # id of the last message returned to the user
         self.threshold: MessageId | None = None  # an entry beyond this is unread
         self.inclusive = False
 
@@ -243,7 +270,7 @@ class Reader:
             self._take(handle, item)
         msg = self._buffer.popleft()
         part = self._parts_by_index[msg.message_id.partition]
-        part.last = MessageId(msg.message_id.ledger_id, msg.message_id.entry_id)
+        part.last = msg.message_id  # with the partition: compare ledger and entry only
         part.consumed += 1
         if part.consumed >= self._permits // 2:
             self._mux.send(consumer_pb2.ClientCommand(handle=part.handle, flow=consumer_pb2.Flow(
@@ -279,7 +306,7 @@ class Reader:
                 continue
             last = MessageId(last.ledger_id, last.entry_id)
             if p.last is not None:
-                if last > p.last:
+                if last > MessageId(p.last.ledger_id, p.last.entry_id):
                     return True
             elif p.threshold is None or last > p.threshold or (p.inclusive and last == p.threshold):
                 return True

@@ -558,3 +558,23 @@ def test_same_client_reads_after_broker_restart(broker, topic):
         with c.create_producer(topic) as p:
             ids.append(p.send("after"))
         assert [m.message_id for m in read_all(c, topic)] == ids
+
+
+def test_many_readers_on_one_stream_each_get_their_own_view(client, topic):
+    """Readers of one client share a stream and decoded messages, but each reads from its
+    own position, at its own pace, with ids and partitions of its own topic."""
+    client.admin.create_topic(topic)
+    with client.create_producer(topic) as p:
+        ids = [p.send(f"m{i}".encode(), key=f"k{i}") for i in range(60)]
+    readers = [client.create_reader(topic, receiver_queue_size=7) for _ in range(5)]
+    late = client.create_reader(topic, start=ids[19])
+    slow = readers[0]
+    assert slow.read_next(10).payload == b"m0"           # one reader barely moves ...
+    for r in readers[1:]:                                # ... the others read everything
+        assert [m.payload for m in r] == [f"m{i}".encode() for i in range(60)]
+    assert [m.message_id for m in late] == ids[20:]
+    rest = [slow.read_next(10).payload for _ in range(59)]
+    assert rest == [f"m{i}".encode() for i in range(1, 60)]
+    assert not slow.has_message_available()
+    for r in readers + [late]:
+        r.close()
