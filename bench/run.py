@@ -21,6 +21,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -100,7 +101,9 @@ def produce_round(url: str, topic: str, messages: int, producers: int, payload: 
             "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 2)}
 
 
-def run_produce(args, data_dir: str) -> list[dict]:
+def run_produce(args, data_dir: str, peers: str | None) -> list[dict]:
+    """Rounds of (limits.py produce ceiling, ours, NATS JetStream), alternating, each round
+    with its paired ratios."""
     from source.broker.server import free_port
     from source.client import Client
     from source.metadata.etcd_server import EtcdServer
@@ -114,10 +117,25 @@ def run_produce(args, data_dir: str) -> list[dict]:
             rounds = []
             with Client(broker.url) as c:
                 for r in range(args.rounds):
+                    ceiling = nats = None
+                    if peers:
+                        lim = run_peer([sys.executable, os.path.join(peers, "limits.py"),
+                                        "--only", "produce", "--dir", data_dir],
+                                       "limits.py --only produce")
+                        ceiling = (lim or {}).get("produce_hot_path_msgs_per_s")
                     topic = f"persistent://bench/produce/t{r}"
                     c.admin.create_topic(topic)
-                    rounds.append(produce_round(broker.url, topic, args.messages,
-                                                args.producers, args.payload, args.sample))
+                    ours = produce_round(broker.url, topic, args.messages, args.producers,
+                                         args.payload, args.sample)
+                    if peers:
+                        js = run_peer([sys.executable, os.path.join(peers,
+                                                                    "nats_jetstream.py")],
+                                      "nats_jetstream.py")
+                        nats = (js or {}).get("produce_acked_msgs_per_s")
+                    ours.update(ceiling=ceiling, nats=nats,
+                                ratio=ours["msgs_per_s"] / ceiling if ceiling else None,
+                                nats_ratio=ours["msgs_per_s"] / nats if nats else None)
+                    rounds.append(ours)
                     print(f"  round {r + 1}: {rounds[-1]}", flush=True)
             return rounds
         finally:
@@ -169,58 +187,63 @@ def fanout_lines(fan: dict) -> list[str]:
     return lines + [""]
 
 
-def write_results(path: str, args, rounds: list[dict], limits: dict | None,
-                  nats: dict | None, fan: dict | None = None) -> None:
-    if not rounds:
-        lines = ["# Benchmark results", "",
-                 f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on "
-                 f"{machine()}.", ""] + (fanout_lines(fan) if fan else [])
-        with open(path, "w") as f:
-            f.write("\n".join(lines))
-        return
+def _median(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def produce_lines(args, rounds: list[dict]) -> list[str]:
     med = sorted(rounds, key=lambda r: r["msgs_per_s"])[len(rounds) // 2]
-    ceiling = (limits or {}).get("produce_hot_path_msgs_per_s")
-    nats_rate = (nats or {}).get("produce_acked_msgs_per_s")
     lines = [
-        "# Benchmark results",
-        "",
-        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}.",
-        "A shared, noisy machine: figures are medians of the rounds of one run, and the peers",
-        "ran in the same run. Reproduce with `make bench` (= `.venv/bin/python bench/run.py",
-        f"--shared ../shared`); this run: `--messages {args.messages} --producers "
-        f"{args.producers} --payload {args.payload} --rounds {args.rounds}`.",
-        "",
-        "## Produce (acked after fsync, through the public client)",
-        "",
+        "## Produce (acked after fsync, through the public client)", "",
         f"{args.producers} producer processes, {args.payload}-byte payloads with keys, "
         f"{args.messages:,} messages a round, real etcd + broker process; every message "
-        f"acked (checked with `Producer.stats()`), latency from every {args.sample}th message's "
-        "callback.",
-        "",
-        "| what | msgs/s | p50 ack ms | p99 ack ms |",
-        "|---|---:|---:|---:|",
-        f"| shadowtopic produce (median of {len(rounds)}) | {med['msgs_per_s']:,} | "
-        f"{med['p50_ms']} | {med['p99_ms']} |",
-    ]
-    if ceiling:
-        lines.append(f"| limits.py produce_hot_path (bare parse-frame-fsync-ack) | {ceiling:,} | | |")
-    if nats_rate:
-        lines.append(f"| NATS JetStream acked publish (nats_jetstream.py) | {nats_rate:,} | | |")
+        f"acked (checked with `Producer.stats()`), latency from every {args.sample}th "
+        "message's callback. Each round runs limits.py `--only produce` (the bare "
+        "parse-frame-fsync-ack ceiling), then ours, then nats_jetstream.py: paired ratios.", "",
+        "| round | ceiling msgs/s | shadowtopic msgs/s | p50 ack ms | p99 ack ms | "
+        "of ceiling | NATS msgs/s | x NATS |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for i, r in enumerate(rounds, 1):
+        ceiling = f"{r['ceiling']:,}" if r.get("ceiling") else "-"
+        ratio = f"{r['ratio']:.1%}" if r.get("ratio") else "-"
+        nats = f"{r['nats']:,}" if r.get("nats") else "-"
+        nratio = f"{r['nats_ratio']:.1f}x" if r.get("nats_ratio") else "-"
+        lines.append(f"| {i} | {ceiling} | {r['msgs_per_s']:,} | {r['p50_ms']} | "
+                     f"{r['p99_ms']} | {ratio} | {nats} | {nratio} |")
     lines.append("")
-    if ceiling:
-        lines.append(f"- ratio to the hot-path ceiling: **{med['msgs_per_s'] / ceiling:.1%}** "
+    ratio = _median([r.get("ratio") for r in rounds])
+    nratio = _median([r.get("nats_ratio") for r in rounds])
+    lines.append(f"- median round: {med['msgs_per_s']:,} msgs/s, p50 {med['p50_ms']} ms, "
+                 f"p99 {med['p99_ms']} ms")
+    if ratio is not None:
+        lines.append(f"- median of the paired ratios to the hot-path ceiling: **{ratio:.1%}** "
                      "(target 70%)")
-    if nats_rate:
-        lines.append(f"- ratio to NATS JetStream: **{med['msgs_per_s'] / nats_rate:.1f}x**")
-    lines += ["- rounds: " + "; ".join(f"{r['msgs_per_s']:,}/s p50 {r['p50_ms']} ms "
-                                      f"p99 {r['p99_ms']} ms" for r in rounds), ""]
+    if nratio is not None:
+        lines.append(f"- median of the paired ratios to NATS JetStream: **{nratio:.1f}x**")
+    return lines + [""]
+
+
+def write_results(path: str, args, rounds: list[dict], limits: dict | None,
+                  nats: dict | None, fan: dict | None = None) -> None:
+    lines = [
+        "# Benchmark results", "",
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}.",
+        "A shared, noisy machine: each figure is set beside its ceiling or peer measured in",
+        "alternating rounds of the same run (A B A B ...), and the medians of the paired",
+        "ratios are quoted. Reproduce with `make bench` (= `.venv/bin/python bench/run.py",
+        f"--shared ../shared`); this run: `--messages {args.messages} --producers "
+        f"{args.producers} --payload {args.payload} --rounds {args.rounds} --only "
+        f"{args.only}`.", ""]
+    if rounds:
+        lines += produce_lines(args, rounds)
     if fan:
         lines += fanout_lines(fan)
     if limits:
-        lines += ["## Machine ceilings (limits.py, same run)", "", "```",
+        lines += ["## Machine ceilings (limits.py, once in the same run)", "", "```",
                   json.dumps(limits, indent=1), "```", ""]
     if nats:
-        lines += ["## NATS JetStream (nats_jetstream.py, same run)", "", "```",
+        lines += ["## NATS JetStream (nats_jetstream.py, once in the same run)", "", "```",
                   json.dumps(nats, indent=1), "```", ""]
     notes = os.path.join(os.path.dirname(path), "NOTES.md")
     if os.path.exists(notes):
@@ -262,7 +285,7 @@ def main() -> None:
                 nats = run_peer([sys.executable, os.path.join(peers, "nats_jetstream.py")],
                                 "nats_jetstream.py")
             print("running shadowtopic produce rounds", flush=True)
-            rounds = run_produce(args, data_dir)
+            rounds = run_produce(args, data_dir, None if args.no_peers else peers)
         if "fanout" in parts:
             from fanout import run_fanout  # bench/fanout.py, beside this script
 
