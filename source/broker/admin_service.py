@@ -97,19 +97,19 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     # ---- stats: from the owner, never loading the topic ------------------------------------
 
-    async def _where(self, topic: TopicName, context) -> tuple[Topic | None, str | None]:
-        """(the Topic, None) when this broker owns `topic`; (None, its owner's URL) when
-        another live broker does; (None, None) when nobody does (or the call was forwarded
-        here already: answer from etcd rather than forward again)."""
+    async def _owner_answer(self, topic: TopicName, context, method: str, request
+                            ) -> tuple[Topic | None, object]:
+        """Who answers a question about `topic`: (the Topic, None) when this broker owns it;
+        (None, the owner's reply to `method`) when another live broker does; (None, None)
+        when nobody does, the owner does not answer, or the call was forwarded here already
+        (then etcd answers)."""
         t = self.topics.loaded(topic)
-        if t is not None:
+        if t is not None or stats.forwarded(context):
             return t, None
-        if stats.forwarded(context):
-            return None, None
         owner = await self.topics.owner(topic)
-        if owner is not None and owner.broker_id != self.session.broker_id:
-            return None, owner.broker_url
-        return None, None
+        if owner is None or owner.broker_id == self.session.broker_id:
+            return None, None
+        return None, await self.owners.forward(owner.broker_url, method, request)
 
     async def _ledgers(self, topic: TopicName, t: Topic | None) -> stats.Ledgers:
         if t is not None:
@@ -118,12 +118,10 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                                   topic)
 
     async def _partition_stats(self, part: TopicName, context) -> apb.TopicStats:
-        t, url = await self._where(part, context)
-        if url is not None:
-            remote = await self.owners.forward(url, "GetTopicStats",
-                                               apb.TopicRequest(topic=str(part)))
-            if remote is not None:
-                return remote
+        t, remote = await self._owner_answer(part, context, "GetTopicStats",
+                                             apb.TopicRequest(topic=str(part)))
+        if remote is not None:
+            return remote
         ledgers = await self._ledgers(part, t)
         out = apb.TopicStats(storage_size=ledgers.size, topic_epoch=ledgers.epoch)
         if t is not None:
@@ -155,11 +153,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def GetInternalStats(self, request, context):
         topic = TopicName.parse(request.topic)
         await self.topics.info(topic)
-        t, url = await self._where(topic, context)
-        if url is not None:
-            remote = await self.owners.forward(url, "GetInternalStats", request)
-            if remote is not None:
-                return remote
+        t, remote = await self._owner_answer(topic, context, "GetInternalStats", request)
+        if remote is not None:
+            return remote
         ledgers = await self._ledgers(topic, t)
         last = ledgers.last()
         entries, size = ledgers.current()
@@ -207,11 +203,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             check_subscription(request.subscription)
             raise errors.Unimplemented("durable subscriptions are not available yet")
         await self.topics.info(topic)
-        t, url = await self._where(topic, context)
-        if url is not None:
-            remote = await self.owners.forward(url, "GetLastMessageId", request)
-            if remote is not None:
-                return remote
+        t, remote = await self._owner_answer(topic, context, "GetLastMessageId", request)
+        if remote is not None:
+            return remote
         last = t.ledger.last_confirmed() if t is not None else \
             (await self._ledgers(topic, None)).last()
         if last is None:

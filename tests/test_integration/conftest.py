@@ -6,6 +6,7 @@ tests never see each other's data although they share one etcd.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -54,3 +55,21 @@ def cli(broker):
         return res
 
     return run
+
+
+@pytest.fixture
+def two_brokers(etcd_server, tmp_path):
+    """Two broker processes on one shared storage root (short leases): (a, b)."""
+    shared = str(tmp_path / "shared-storage")
+    args = ["--lease-ttl", "3", "--storage-root", shared]
+    a = BrokerProcess(etcd_server.endpoint, str(tmp_path / "a"), free_port(), extra_args=args)
+    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "b"), free_port(), extra_args=args)
+    a.start(timeout=60)
+    b.start(timeout=60)
+    try:
+        yield a, b
+    finally:
+        for broker in (a, b):
+            if broker.proc is not None and broker.proc.poll() is None:
+                os.kill(broker.proc.pid, signal.SIGCONT)  # a test may have paused it
+            broker.kill()

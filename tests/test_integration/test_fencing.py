@@ -8,20 +8,13 @@ import time
 
 import pytest
 
-from source.broker.server import free_port
 from source.client import Client
 from source.core import errors
-from source.standalone import BrokerProcess
 
 
 @pytest.mark.slow
-def test_paused_owner_is_fenced_and_history_does_not_diverge(etcd_server, tmp_path, topic):
-    shared = str(tmp_path / "shared-storage")
-    args = ["--lease-ttl", "3", "--storage-root", shared]
-    a = BrokerProcess(etcd_server.endpoint, str(tmp_path / "a"), free_port(), extra_args=args)
-    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "b"), free_port(), extra_args=args)
-    a.start(timeout=60)
-    b.start(timeout=60)
+def test_paused_owner_is_fenced_and_history_does_not_diverge(two_brokers, topic):
+    a, b = two_brokers
     acked_a: list[tuple[bytes, str]] = []
     stop = threading.Event()
 
@@ -77,7 +70,3 @@ def test_paused_owner_is_fenced_and_history_does_not_diverge(etcd_server, tmp_pa
         assert len(set(ids)) == len(ids)
     finally:
         stop.set()
-        for broker in (a, b):
-            if broker.proc and broker.proc.poll() is None:
-                os.kill(broker.proc.pid, signal.SIGCONT)
-            broker.kill()

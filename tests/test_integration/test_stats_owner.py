@@ -3,26 +3,7 @@ that broker, a topic nobody owns from etcd (and the dead owner's WAL), and the b
 does not become the owner."""
 from __future__ import annotations
 
-import pytest
-
-from source.broker.server import free_port
 from source.client import Client
-from source.standalone import BrokerProcess
-
-
-@pytest.fixture
-def two_brokers(etcd_server, tmp_path):
-    shared = str(tmp_path / "shared-storage")
-    args = ["--lease-ttl", "3", "--storage-root", shared]
-    a = BrokerProcess(etcd_server.endpoint, str(tmp_path / "a"), free_port(), extra_args=args)
-    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "b"), free_port(), extra_args=args)
-    a.start(timeout=60)
-    b.start(timeout=60)
-    try:
-        yield a, b
-    finally:
-        a.kill()
-        b.kill()
 
 
 def test_stats_of_a_topic_owned_elsewhere_come_from_its_owner(two_brokers, topic):
