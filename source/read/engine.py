@@ -204,8 +204,14 @@ class ReadEngine:
     async def open(self, outbox: Outbox, handle: int, topic: TopicName, start: Start
                    ) -> tuple[Reader, MessageId | None]:
         """A new reader at `start`; returns it and the topic's last message id."""
-        view = await self._resolve(topic)
-        reader = Reader(handle, outbox, await resolve(view, start))
+        for _attempt in range(3):
+            view = await self._resolve(topic)
+            position = await resolve(view, start)
+            if view.closed is None:  # it may have closed while the position resolved
+                break
+        else:
+            raise errors.TopicNotOwned(f"{topic} keeps reloading; try again")
+        reader = Reader(handle, outbox, position)
         self._readers_of(topic, view).add(reader)
         return reader, view.last_confirmed()
 
