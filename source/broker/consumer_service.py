@@ -63,6 +63,14 @@ class StreamOutbox:
     def has_room(self) -> bool:
         return self._bytes < self._limit
 
+    async def wait_for_room(self) -> None:
+        """Until the queued frames fit (a client that sends commands but reads nothing
+        stops being served, instead of growing this queue with their answers)."""
+        while not self.has_room() and not self._closed:
+            room = asyncio.Event()
+            self.call_when_room(room.set)
+            await room.wait()
+
     def call_when_room(self, callback: Callable[[], None]) -> None:
         self._room_callbacks[callback] = None
 
@@ -84,6 +92,9 @@ class StreamOutbox:
         """No more frames will be queued: `take` ends once the queued ones are out."""
         self._closed = True
         self._ready.set()
+        callbacks, self._room_callbacks = self._room_callbacks, {}
+        for callback in callbacks:
+            callback()
 
     async def take(self) -> bytes | None:
         """The next ServerMessage (every queued frame, up to MESSAGE_BYTES), or None."""
@@ -124,6 +135,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
         async def commands() -> None:
             try:
                 async for message in request_iterator:
+                    await outbox.wait_for_room()
                     for cmd in message.commands:
                         try:
                             await self._command(cmd, outbox, readers)

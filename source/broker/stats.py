@@ -128,16 +128,17 @@ class OwnerChannels:
             ch = self._channels[url] = grpc.aio.insecure_channel(url)
         return admin_pb2_grpc.AdminStub(ch)
 
-    async def forward(self, url: str, method: str, request, timeout: float = 10.0):
+    async def forward(self, url: str, method: str, request, timeout: float = 5.0):
         """Admin `method` answered by the broker at `url` (marked as forwarded); None when
-        that broker cannot be reached (a dead owner whose lease has not run out yet: the
-        caller answers from etcd). Other errors come back typed."""
+        that broker cannot be reached or does not answer in `timeout` (a dead or paused
+        owner whose lease has not run out yet: the caller answers from etcd). Other errors
+        come back typed."""
         try:
             return await getattr(self.admin(url), method)(
                 request, timeout=timeout, metadata=((FORWARDED, "1"),))
         except grpc.RpcError as exc:
             err = errors.from_rpc_error(exc)
-            if isinstance(err, errors.ServiceUnavailable):
+            if isinstance(err, (errors.ServiceUnavailable, errors.Timeout)):
                 return None
             raise err from None
 

@@ -182,22 +182,24 @@ class TopicManager:
             t = self._loaded.get(topic)
             if t is not None:
                 return t
-        fut = self._loading.get(topic)
-        if fut is None:
-            fut = asyncio.get_running_loop().create_future()
-            self._loading[topic] = fut
-            try:
-                t = await self._load(topic)
-                self._loaded[topic] = t
-                fut.set_result(t)
-            except BaseException as exc:
-                fut.set_exception(exc)
-                fut.exception()  # mark retrieved: the caller below re-raises it
-                raise
-            finally:
-                self._loading.pop(topic, None)
-            return t
-        return await asyncio.shield(fut)
+        task = self._loading.get(topic)
+        if task is None:
+            # the load runs in a task of its own: a caller that is cancelled while waiting
+            # (its stream ended) neither stops it nor hands its cancellation to the others
+            task = asyncio.get_running_loop().create_task(self._load_and_keep(topic))
+            self._loading[topic] = task
+            task.add_done_callback(lambda done, name=topic: self._load_done(name, done))
+        return await asyncio.shield(task)
+
+    async def _load_and_keep(self, topic: TopicName) -> Topic:
+        t = await self._load(topic)
+        self._loaded[topic] = t
+        return t
+
+    def _load_done(self, topic: TopicName, task: asyncio.Task) -> None:
+        self._loading.pop(topic, None)
+        if not task.cancelled():
+            task.exception()  # retrieved here: every waiter gets it through its shield
 
     async def view(self, topic: TopicName) -> ManagedLedger:
         """The topic's `LedgerView` (what the read engine resolves a topic to)."""

@@ -32,6 +32,15 @@ MAX_FRAME_ENTRIES = 500
 MAX_FRAME_BYTES = 2 << 20
 
 
+def typed(exc: BaseException, where: str) -> errors.ShadowTopicError:
+    """The error readers are told: typed errors as they are, anything else as Internal."""
+    if isinstance(exc, errors.ShadowTopicError):
+        return exc
+    if not isinstance(exc, asyncio.CancelledError):
+        log.error("%s failed", where, exc_info=exc)
+    return errors.Internal(f"{where} failed: {type(exc).__name__}: {exc}")
+
+
 class Outbox(Protocol):
     """One client stream as the engine sees it."""
 
@@ -155,10 +164,11 @@ class TopicReaders:
         want = min(MAX_FRAME_ENTRIES, min(r.permits for r in ready))
         try:
             entries = await self.view.read(pos, want, MAX_FRAME_BYTES)
-        except errors.ShadowTopicError as exc:
-            if self.view.closed is None:  # a broken ledger (checksum, data loss)
+        except Exception as exc:  # noqa: BLE001 - this group's readers hear why; others go on
+            if self.view.closed is None:  # a broken ledger (checksum, data loss, I/O error)
+                error = typed(exc, f"{self.topic}: read at {pos}")
                 for r in list(self.groups.get(pos, ())):
-                    self.engine.fail(r, exc)
+                    self.engine.fail(r, error)
             return
         if not entries:
             return
@@ -228,9 +238,14 @@ class ReadEngine:
                 raise errors.AlreadyClosed("reader is closed")
             raise errors.TopicNotOwned("the topic is being reloaded; seek again")
         position = await resolve(tr.view, start)
-        if reader.topic is tr:
-            tr.move(reader, position)
-            tr.wake()
+        if reader.closed:
+            raise errors.AlreadyClosed("reader is closed")
+        now = reader.topic
+        if now is None:  # it is following a reload meanwhile: it resumes at this position
+            reader.position = position
+        else:
+            now.move(reader, position if now is tr else now.view.valid_position(position))
+            now.wake()
         return position
 
     def close(self, reader: Reader) -> None:
@@ -238,9 +253,10 @@ class ReadEngine:
         tr = reader.topic
         if tr is not None:
             tr.remove(reader)
-            if not tr.count and self._topics.get(tr.topic) is tr:
-                del self._topics[tr.topic]
+            if not tr.count:
                 tr.view.remove_listener(tr)
+                if self._topics.get(tr.topic) is tr:
+                    del self._topics[tr.topic]
 
     def fail(self, reader: Reader, error: errors.ShadowTopicError) -> None:
         self.close(reader)
@@ -260,16 +276,19 @@ class ReadEngine:
         async def follow() -> None:
             try:
                 view = await self._resolve(tr.topic)
-            except errors.ShadowTopicError as exc:
+            except BaseException as exc:  # noqa: BLE001 - every reader hears why it stops
+                error = typed(exc, f"{tr.topic}: reload")
                 for r in readers:
                     if not r.closed:
                         r.closed = True
-                        r.outbox.send_error(r.handle, exc)
+                        r.outbox.send_error(r.handle, error)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
                 return
             new = self._readers_of(tr.topic, view)
             for r in readers:
                 if not r.closed:
-                    new.add(r)
+                    new.add(r)  # at its position (a seek meanwhile has set it)
 
         task = asyncio.get_running_loop().create_task(follow())
         self._rehoming.add(task)

@@ -1,0 +1,398 @@
+"""Races in the read engine (source/read/engine.py) and in TopicManager loading
+(source/broker/topics.py): asyncio tasks that could lose readers or seeks, or hand one
+caller's cancellation to others. In-process, on an in-memory LedgerView (and the metadata
+memory twin)."""
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from source.core import errors
+from source.core.message_id import MessageId
+from source.core.names import TopicName
+from source.ledger.view import LedgerRange, ReadEntry, ViewListener
+from source.pb.v1 import common_pb2
+from source.read.engine import ReadEngine
+from source.read.positions import PUBLISH_TIME, Start
+
+TOPIC = TopicName.parse("persistent://t/ns/review-engine")
+
+
+class MemoryView:
+    """A LedgerView in memory (ledgers of (publish_ms, raw), the last open). When
+    `time_gate` is set, position_at_time waits on it (a slow Parquet lookup)."""
+
+    def __init__(self, ledgers=None, next_id=1):
+        self._ledgers = ledgers if ledgers is not None else []
+        self._next_id = next_id
+        self._listeners: list[ViewListener] = []
+        self._closed = None
+        self.time_gate: asyncio.Event | None = None
+        self.fail_ledger: int | None = None  # reads starting in this ledger raise OSError
+        if not self._ledgers:
+            self.roll()
+
+    def append(self, raws):
+        now = int(time.time() * 1000)
+        self._ledgers[-1][1].extend((now, r) for r in raws)
+        for listener in list(self._listeners):
+            listener.on_entries()
+
+    def roll(self):
+        if self._ledgers:
+            lid, entries, _ = self._ledgers[-1]
+            self._ledgers[-1] = (lid, entries, True)
+        self._ledgers.append((self._next_id, [], False))
+        self._next_id += 1
+
+    def close(self):
+        self._closed = errors.TopicNotOwned("closed")
+        for listener in list(self._listeners):
+            listener.on_closed(self._closed)
+
+    def reopened(self) -> "MemoryView":
+        return MemoryView(self._ledgers, self._next_id)
+
+    def ranges(self):
+        return [LedgerRange(lid, len(e), sealed) for lid, e, sealed in self._ledgers]
+
+    def first_position(self):
+        return next((MessageId(lid, 0) for lid, e, _ in self._ledgers if e), None)
+
+    def last_confirmed(self):
+        return next((MessageId(lid, len(e) - 1) for lid, e, _ in reversed(self._ledgers) if e),
+                    None)
+
+    def next_position(self):
+        lid, e, _ = self._ledgers[-1]
+        return MessageId(lid, len(e))
+
+    def valid_position(self, position):
+        for lid, e, _ in self._ledgers:
+            first = position.entry_id if lid == position.ledger_id else 0
+            if lid >= position.ledger_id and first < len(e):
+                return MessageId(lid, first)
+        return max(MessageId(position.ledger_id, position.entry_id), self.next_position())
+
+    def entries_between(self, start, end):
+        return sum(1 for lid, e, _ in self._ledgers for i in range(len(e))
+                   if start <= MessageId(lid, i) < end)
+
+    async def position_at_time(self, publish_ms):
+        if self.time_gate is not None:
+            await self.time_gate.wait()
+        for lid, e, _ in self._ledgers:
+            for i, (p, _raw) in enumerate(e):
+                if p >= publish_ms:
+                    return MessageId(lid, i)
+        return self.next_position()
+
+    async def read(self, start, max_entries, max_bytes):
+        if self.fail_ledger is not None and start.ledger_id == self.fail_ledger:
+            raise OSError(5, "Input/output error")
+        out, size = [], 0
+        for lid, e, _ in self._ledgers:
+            if lid < start.ledger_id:
+                continue
+            for i in range(start.entry_id if lid == start.ledger_id else 0, len(e)):
+                if len(out) >= max_entries or size >= max_bytes:
+                    return out
+                out.append(ReadEntry(lid, i, e[i][0], e[i][1]))
+                size += len(e[i][1])
+        return out
+
+    @property
+    def closed(self):
+        return self._closed
+
+    def add_listener(self, listener):
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener):
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+
+class RecordingOutbox:
+    def __init__(self):
+        self.frames: list[tuple[list[int], list[common_pb2.EncodedEntry]]] = []
+        self.errors: list[tuple[int, errors.ShadowTopicError]] = []
+
+    def has_room(self):
+        return True
+
+    def call_when_room(self, callback):
+        pass
+
+    def send_entries(self, handles, encoded, size):
+        self.frames.append((list(handles), [common_pb2.EncodedEntry.FromString(e)
+                                             for e in encoded]))
+
+    def send_error(self, handle, error):
+        self.errors.append((handle, error))
+
+    def got(self, handle):
+        return [e.raw for handles, entries in self.frames if handle in handles for e in entries]
+
+
+class Count:
+    def add_out(self, msgs, size):
+        pass
+
+
+def msgs(a, b):
+    return [f"m{i}".encode() for i in range(a, b)]
+
+
+async def until(check, timeout=3.0):
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+def run(body, timeout=20):
+    asyncio.run(asyncio.wait_for(body(), timeout))
+
+
+class Topic:
+    """One topic whose view is replaced by a fresh one (same entries) when it closed."""
+
+    def __init__(self):
+        self.view = MemoryView()
+
+    async def resolve(self, topic):
+        if self.view.closed is not None:
+            self.view = self.view.reopened()
+        return self.view
+
+
+# ---- readers lost across a reload -----------------------------------------------------
+
+def test_readers_are_told_when_the_reload_fails_with_an_untyped_error():
+    """engine.py:254-262: `follow` catches only ShadowTopicError. Loading a topic can raise
+    other exceptions (a WAL with a bad header: ValueError from wal.recover in
+    ManagedLedger._recover; OSError from the sweep; a CancelledError from a load another
+    caller cancelled). Then the follow task dies and its readers are neither moved nor told:
+    they hang for good, with no error on their handles."""
+    async def body():
+        t = Topic()
+        engine = ReadEngine(t.resolve, lambda topic: Count())
+        out = RecordingOutbox()
+        r, _ = await engine.open(out, 1, TOPIC, Start())
+        engine.flow(r, 100)
+
+        async def broken(topic):
+            raise ValueError("/wal/...: not a shadowtopic WAL (bad header)")
+
+        engine._resolve = broken
+        t.view.close()
+        await until(lambda: out.errors, timeout=1.0)
+        assert [h for h, _ in out.errors] == [1], \
+            "the reader got neither an error nor a new view: it is lost"
+        assert isinstance(out.errors[0][1], errors.ShadowTopicError)
+
+    run(body)
+
+
+def test_a_reader_opened_at_a_publish_time_while_the_view_closes_follows_the_reload():
+    """engine.py:207-209: `open` awaits `resolve(view, start)` (position_at_time reads
+    publish times, from Parquet on the ManagedLedger) between resolving the view and adding
+    the reader. If the view closes meanwhile, the reader joins a TopicReaders on the closed
+    view: on_closed already fired, wake() never starts a dispatch on a closed view, so the
+    reader never gets an entry nor an error."""
+    async def body():
+        t = Topic()
+        t.view.append(msgs(0, 3))
+        engine = ReadEngine(t.resolve, lambda topic: Count())
+        out = RecordingOutbox()
+        t.view.time_gate = gate = asyncio.Event()
+        opening = asyncio.create_task(
+            engine.open(out, 1, TOPIC, Start(PUBLISH_TIME, publish_ms=0)))
+        await asyncio.sleep(0.01)
+        old = t.view
+        old.close()                # the broker unloads/reloads the topic
+        await t.resolve(TOPIC)     # ... and a new view of the same entries is live
+        gate.set()
+        r, _ = await opening
+        engine.flow(r, 100)
+        t.view.append(msgs(3, 5))
+        await until(lambda: len(out.got(1)) == 5 or out.errors, timeout=1.0)
+        assert out.got(1) == msgs(0, 5) or out.errors, \
+            f"reader stranded on the closed view (got {out.got(1)}, errors {out.errors})"
+
+    run(body)
+
+
+def test_a_seek_that_crosses_a_reload_is_not_lost():
+    """engine.py:224-228: `seek` awaits `resolve(tr.view, start)`; if the view closes
+    meanwhile the reader moves to the new view at its old position and the seek is
+    dropped (`reader.topic is tr` is False), yet seek() returns the position and the
+    service answers SeekDone: the reader goes on from where it was."""
+    async def body():
+        t = Topic()
+        t.view.append(msgs(0, 10))
+        engine = ReadEngine(t.resolve, lambda topic: Count())
+        out = RecordingOutbox()
+        r, _ = await engine.open(out, 1, TOPIC, Start())  # at 1:0, no permits yet
+        t.view.time_gate = gate = asyncio.Event()
+        # seek to the first entry published at/after now + 1h: i.e. the end (1:10)
+        seeking = asyncio.create_task(engine.seek(
+            r, Start(PUBLISH_TIME, publish_ms=int(time.time() * 1000) + 3_600_000)))
+        await asyncio.sleep(0.01)
+        t.view.close()
+        await until(lambda: r.topic is not None)
+        gate.set()
+        landed = await seeking
+        assert landed == MessageId(1, 10)
+        engine.flow(r, 100)
+        t.view.append(msgs(10, 12))
+        await until(lambda: len(out.got(1)) >= 2, timeout=1.0)
+        assert out.got(1) == msgs(10, 12), \
+            f"SeekDone said {landed} but the reader read from its old position"
+
+    run(body)
+
+
+# ---- one broken position holds up every reader of the topic ---------------------------
+
+def test_a_read_error_at_one_position_does_not_starve_the_other_readers():
+    """engine.py:134-135 + 156-162: `_serve` turns only a ShadowTopicError from view.read
+    into errors on that group's handles. Any other exception (an OSError from storage)
+    leaves `_dispatch` through its catch-all and ends the whole pass, so groups after the
+    broken one are never served; the broken group's readers get no error either."""
+    async def body():
+        t = Topic()
+        t.view.append(msgs(0, 5))
+        t.view.roll()
+        t.view.append(msgs(5, 10))
+        engine = ReadEngine(t.resolve, lambda topic: Count())
+        out = RecordingOutbox()
+        broken, _ = await engine.open(out, 1, TOPIC, Start())  # at 1:0
+        fine, _ = await engine.open(out, 2, TOPIC, Start.at(MessageId(2, 0), True))
+        t.view.fail_ledger = 1
+        engine.flow(broken, 100)
+        engine.flow(fine, 100)
+        await until(lambda: len(out.got(2)) == 5, timeout=1.0)
+        assert out.got(2) == msgs(5, 10), "the reader at 2:0 was starved by the one at 1:0"
+        assert [h for h, _ in out.errors] == [1], "the reader whose reads fail is not told"
+
+    run(body)
+
+
+# ---- a cancelled load fails every other caller waiting for it --------------------------
+
+def test_a_load_cancelled_by_one_caller_does_not_fail_the_others(tmp_path):
+    """topics.py:185-200: the first caller of `topic()` runs `_load` in its own task and
+    the others wait on a future. When that first caller is cancelled (its Connect stream
+    ended while its subscribe was loading the topic: Connect's finally cancels the commands
+    task; or a Produce call hit its deadline), the future gets the CancelledError, and every
+    other caller, not cancelled itself, gets a CancelledError too. In Connect.commands()
+    `except Exception` does not catch it: another client's whole stream ends (the client
+    sees 'consumer stream ended'); in engine `follow` the readers are stranded."""
+    from source.broker.ownership import BrokerSession
+    from source.broker.topics import TopicManager
+    from source.core.policies import Policies
+    from source.ledger.storage import Storage
+    from source.metadata.memory import MemoryStore
+
+    async def body():
+        store = MemoryStore()
+        session = BrokerSession(store, "c", "b1", "127.0.0.1:1", ["source"], ttl=10)
+        await session.start()
+        await session.wait_ready(5)
+        topics = TopicManager(store, Storage(str(tmp_path / "storage")), session)
+        try:
+            await topics.create(TOPIC, 0, Policies(), {})
+            first = asyncio.create_task(topics.topic(TOPIC))
+            for _ in range(10_000):  # the load is in `_loading` for a few loop steps
+                await asyncio.sleep(0)
+                if TOPIC in topics._loading:
+                    break
+            assert TOPIC in topics._loading and not first.done()
+            other = asyncio.create_task(topics.topic(TOPIC))
+            await asyncio.sleep(0)  # `other` now waits for the same load
+            first.cancel()
+            outcome = (await asyncio.gather(other, return_exceptions=True))[0]
+            assert not isinstance(outcome, asyncio.CancelledError), \
+                "a caller that was not cancelled got CancelledError from another's load"
+        finally:
+            for t in list(topics._loaded):
+                await topics.unload(t)
+            topics.executor.shutdown(wait=True)
+            await session.stop()
+
+    run(body)
+
+
+def test_a_stream_that_ends_while_its_subscribe_loads_the_topic_spares_other_streams(tmp_path):
+    """The same bug seen at Consumer.Connect: stream A subscribes to an unloaded topic and
+    goes away while the load runs; stream B subscribed to the same topic meanwhile. B's
+    subscribe gets A's CancelledError, which escapes commands() (`except Exception`), and
+    B's whole stream ends (all its handles, on every topic) without an error."""
+    from source.broker.consumer_service import ConsumerService
+    from source.broker.ownership import BrokerSession
+    from source.broker.topics import TopicManager
+    from source.core.policies import Policies
+    from source.ledger.storage import Storage
+    from source.metadata.memory import MemoryStore
+    from source.pb.v1 import consumer_pb2
+
+    def subscribe(handle):
+        return consumer_pb2.ClientMessage(commands=[consumer_pb2.ClientCommand(
+            handle=handle, subscribe=consumer_pb2.Subscribe(topic=str(TOPIC)))])
+
+    async def requests(first, stay_open: asyncio.Event):
+        yield first
+        await stay_open.wait()
+
+    async def body():
+        store = MemoryStore()
+        session = BrokerSession(store, "c", "b1", "127.0.0.1:1", ["source"], ttl=10)
+        await session.start()
+        await session.wait_ready(5)
+        topics = TopicManager(store, Storage(str(tmp_path / "storage")), session)
+        service = ConsumerService(topics)
+        forever = asyncio.Event()
+        try:
+            await topics.create(TOPIC, 0, Policies(), {})
+            got_b: list = []
+            b_ended = asyncio.Event()
+
+            async def consume(stream, sink, ended=None):
+                async for message in stream:
+                    sink.append(message)
+                if ended is not None:
+                    ended.set()
+
+            stream_a = service.Connect(requests(subscribe(1), forever), None)
+            task_a = asyncio.create_task(consume(stream_a, []))
+            for _ in range(10_000):
+                await asyncio.sleep(0)
+                if TOPIC in topics._loading:
+                    break
+            assert TOPIC in topics._loading
+            stream_b = service.Connect(requests(subscribe(7), forever), None)
+            task_b = asyncio.create_task(consume(stream_b, got_b, b_ended))
+            for _ in range(5):
+                await asyncio.sleep(0)  # B's subscribe now waits for A's load
+            task_a.cancel()             # A's client went away (gRPC cancels its handler)
+            await asyncio.gather(task_a, return_exceptions=True)
+            await until(lambda: got_b or b_ended.is_set(), timeout=2)
+            assert not b_ended.is_set(), "stream B ended because stream A was cancelled"
+            assert got_b, "stream B got neither Subscribed nor an error"
+            task_b.cancel()
+            await asyncio.gather(task_b, return_exceptions=True)
+        finally:
+            forever.set()
+            for t in list(topics._loaded):
+                await topics.unload(t)
+            topics.executor.shutdown(wait=True)
+            await session.stop()
+
+    run(body)
