@@ -2,10 +2,14 @@
 
 `payload` and `key` are bytes, as produced (`key` is None for a message sent without one);
 `value()` is the payload as text, and `str(msg)` the line `shadowtopic read` prints.
-"""
+
+A received Message is immutable (its properties too): readers of one topic on one client
+share the same objects."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
 
 from source.core.message_id import MessageId
 from source.pb.v1 import common_pb2
@@ -17,7 +21,7 @@ class Message:
     topic: str
     payload: bytes
     key: bytes | None = None
-    properties: dict[str, str] = field(default_factory=dict)
+    properties: Mapping[str, str] = field(default_factory=dict)  # read-only when received
     event_time: int = 0
     publish_time: int = 0
     producer_name: str = ""
@@ -43,14 +47,14 @@ class Message:
         m = common_pb2.Message.FromString(e.raw)
         return cls(message_id=MessageId(e.ledger_id, e.entry_id, partition), topic=topic,
                    payload=m.payload, key=m.key if m.HasField("key") else None,
-                   properties=dict(m.properties), event_time=m.event_time,
+                   properties=MappingProxyType(dict(m.properties)), event_time=m.event_time,
                    publish_time=e.publish_time, producer_name=m.producer_name,
                    sequence_id=m.sequence_id, redelivery_count=e.redelivery_count)
 
     def to_dict(self) -> dict:
         return {"message_id": str(self.message_id), "topic": self.topic,
                 "key": self.key.decode("utf-8", "replace") if self.key is not None else None,
-                "payload": self.value(), "properties": self.properties,
+                "payload": self.value(), "properties": dict(self.properties),
                 "event_time": self.event_time, "publish_time": self.publish_time,
                 "producer_name": self.producer_name, "sequence_id": self.sequence_id,
                 "redelivery_count": self.redelivery_count}

@@ -578,3 +578,15 @@ def test_many_readers_on_one_stream_each_get_their_own_view(client, topic):
     assert not slow.has_message_available()
     for r in readers + [late]:
         r.close()
+
+
+def test_received_messages_are_immutable_so_readers_can_share_them(client, topic):
+    client.admin.create_topic(topic)
+    with client.create_producer(topic) as p:
+        p.send(b"v", properties={"a": "b"})
+    with client.create_reader(topic) as r1, client.create_reader(topic) as r2:
+        m1, m2 = r1.read_next(10), r2.read_next(10)
+    assert m1 == m2 and m1.properties == {"a": "b"}
+    with pytest.raises(TypeError):
+        m1.properties["a"] = "changed"
+    assert m2.properties["a"] == "b" and m1.to_dict()["properties"] == {"a": "b"}
