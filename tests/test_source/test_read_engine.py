@@ -14,8 +14,8 @@ from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.ledger import wal
 from source.ledger.managed import LedgerConfig, ManagedLedger
+from source.ledger.memory_view import MemoryView
 from source.ledger.storage import Storage
-from source.ledger.view import LedgerRange, ReadEntry, Trimmed, ViewListener
 from source.metadata import keys
 from source.metadata.memory import MemoryStore
 from source.pb.storage.v1 import metadata_pb2 as mpb
@@ -24,100 +24,6 @@ from source.read.engine import ReadEngine
 from source.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
 
 TOPIC = TopicName.parse("persistent://t/ns/engine")
-
-
-# ---- a second LedgerView: everything in memory -------------------------------------------
-
-class MemoryView:
-    """A LedgerView over lists in memory: ledgers of (publish_ms, raw); the last is open."""
-
-    def __init__(self):
-        self._ledgers: list[tuple[int, list[tuple[int, bytes]], bool]] = []
-        self._next_id = 1
-        self._listeners: list[ViewListener] = []
-        self._closed = None
-        self.roll()
-
-    # driving it
-    def append(self, raws: list[bytes]) -> None:
-        now = int(time.time() * 1000)
-        self._ledgers[-1][1].extend((now, r) for r in raws)
-        for listener in list(self._listeners):
-            listener.on_entries()
-
-    def roll(self) -> None:
-        if self._ledgers:
-            lid, entries, _ = self._ledgers[-1]
-            self._ledgers[-1] = (lid, entries, True)
-        self._ledgers.append((self._next_id, [], False))
-        self._next_id += 1
-
-    def trim(self, n: int) -> None:
-        gone, self._ledgers = self._ledgers[:n], self._ledgers[n:]
-        trimmed = Trimmed(tuple(LedgerRange(lid, len(e), True) for lid, e, _ in gone))
-        for listener in list(self._listeners):
-            listener.on_trimmed(trimmed)
-
-    def close(self) -> None:
-        self._closed = errors.TopicNotOwned("closed")
-        for listener in list(self._listeners):
-            listener.on_closed(self._closed)
-
-    # LedgerView
-    def ranges(self):
-        return [LedgerRange(lid, len(e), sealed) for lid, e, sealed in self._ledgers]
-
-    def first_position(self):
-        return next((MessageId(lid, 0) for lid, e, _ in self._ledgers if e), None)
-
-    def last_confirmed(self):
-        return next((MessageId(lid, len(e) - 1) for lid, e, _ in reversed(self._ledgers) if e),
-                    None)
-
-    def next_position(self):
-        lid, e, _ = self._ledgers[-1]
-        return MessageId(lid, len(e))
-
-    def valid_position(self, position):
-        for lid, e, _ in self._ledgers:
-            first = position.entry_id if lid == position.ledger_id else 0
-            if lid >= position.ledger_id and first < len(e):
-                return MessageId(lid, first)
-        return max(MessageId(position.ledger_id, position.entry_id), self.next_position())
-
-    def entries_between(self, start, end):
-        return sum(1 for lid, e, _ in self._ledgers for i in range(len(e))
-                   if start <= MessageId(lid, i) < end)
-
-    async def position_at_time(self, publish_ms):
-        for lid, e, _ in self._ledgers:
-            for i, (p, _raw) in enumerate(e):
-                if p >= publish_ms:
-                    return MessageId(lid, i)
-        return self.next_position()
-
-    async def read(self, start, max_entries, max_bytes):
-        out, size = [], 0
-        for lid, e, _ in self._ledgers:
-            if lid < start.ledger_id:
-                continue
-            for i in range(start.entry_id if lid == start.ledger_id else 0, len(e)):
-                if len(out) >= max_entries or size >= max_bytes:
-                    return out
-                out.append(ReadEntry(lid, i, e[i][0], e[i][1]))
-                size += len(e[i][1])
-        return out
-
-    @property
-    def closed(self):
-        return self._closed
-
-    def add_listener(self, listener):
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener):
-        if listener in self._listeners:
-            self._listeners.remove(listener)
 
 
 class ManagedDriver:
@@ -213,9 +119,7 @@ class Harness:
             if self.driver:
                 self.view = await self.driver.open()
             else:
-                self.view = MemoryView()
-                self.view._ledgers = old._ledgers
-                self.view._next_id = old._next_id
+                self.view = old.reopened()
         return self.view
 
     async def append(self, raws):
@@ -236,7 +140,7 @@ class Harness:
             await self.view.truncate()
         else:
             self.view.roll()
-            self.view.trim(len(self.view._ledgers) - 1)
+            self.view.trim()
 
     async def reload(self):
         if self.driver:

@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
-
-import pytest
 
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import TopicName
-from source.ledger.view import LedgerRange, ReadEntry, ViewListener
+from source.ledger import memory_view
 from source.pb.v1 import common_pb2
 from source.read.engine import ReadEngine
 from source.read.positions import PUBLISH_TIME, Start
@@ -21,99 +18,28 @@ from source.read.positions import PUBLISH_TIME, Start
 TOPIC = TopicName.parse("persistent://t/ns/review-engine")
 
 
-class MemoryView:
-    """A LedgerView in memory (ledgers of (publish_ms, raw), the last open). When
-    `time_gate` is set, position_at_time waits on it (a slow Parquet lookup)."""
+class MemoryView(memory_view.MemoryView):
+    """The in-memory LedgerView with two test hooks: when `time_gate` is set,
+    position_at_time waits on it (a slow Parquet lookup); reads starting in `fail_ledger`
+    raise OSError (a broken disk)."""
 
     def __init__(self, ledgers=None, next_id=1):
-        self._ledgers = ledgers if ledgers is not None else []
-        self._next_id = next_id
-        self._listeners: list[ViewListener] = []
-        self._closed = None
+        super().__init__(ledgers, next_id)
         self.time_gate: asyncio.Event | None = None
-        self.fail_ledger: int | None = None  # reads starting in this ledger raise OSError
-        if not self._ledgers:
-            self.roll()
-
-    def append(self, raws):
-        now = int(time.time() * 1000)
-        self._ledgers[-1][1].extend((now, r) for r in raws)
-        for listener in list(self._listeners):
-            listener.on_entries()
-
-    def roll(self):
-        if self._ledgers:
-            lid, entries, _ = self._ledgers[-1]
-            self._ledgers[-1] = (lid, entries, True)
-        self._ledgers.append((self._next_id, [], False))
-        self._next_id += 1
-
-    def close(self):
-        self._closed = errors.TopicNotOwned("closed")
-        for listener in list(self._listeners):
-            listener.on_closed(self._closed)
+        self.fail_ledger: int | None = None
 
     def reopened(self) -> "MemoryView":
         return MemoryView(self._ledgers, self._next_id)
 
-    def ranges(self):
-        return [LedgerRange(lid, len(e), sealed) for lid, e, sealed in self._ledgers]
-
-    def first_position(self):
-        return next((MessageId(lid, 0) for lid, e, _ in self._ledgers if e), None)
-
-    def last_confirmed(self):
-        return next((MessageId(lid, len(e) - 1) for lid, e, _ in reversed(self._ledgers) if e),
-                    None)
-
-    def next_position(self):
-        lid, e, _ = self._ledgers[-1]
-        return MessageId(lid, len(e))
-
-    def valid_position(self, position):
-        for lid, e, _ in self._ledgers:
-            first = position.entry_id if lid == position.ledger_id else 0
-            if lid >= position.ledger_id and first < len(e):
-                return MessageId(lid, first)
-        return max(MessageId(position.ledger_id, position.entry_id), self.next_position())
-
-    def entries_between(self, start, end):
-        return sum(1 for lid, e, _ in self._ledgers for i in range(len(e))
-                   if start <= MessageId(lid, i) < end)
-
     async def position_at_time(self, publish_ms):
         if self.time_gate is not None:
             await self.time_gate.wait()
-        for lid, e, _ in self._ledgers:
-            for i, (p, _raw) in enumerate(e):
-                if p >= publish_ms:
-                    return MessageId(lid, i)
-        return self.next_position()
+        return await super().position_at_time(publish_ms)
 
     async def read(self, start, max_entries, max_bytes):
         if self.fail_ledger is not None and start.ledger_id == self.fail_ledger:
             raise OSError(5, "Input/output error")
-        out, size = [], 0
-        for lid, e, _ in self._ledgers:
-            if lid < start.ledger_id:
-                continue
-            for i in range(start.entry_id if lid == start.ledger_id else 0, len(e)):
-                if len(out) >= max_entries or size >= max_bytes:
-                    return out
-                out.append(ReadEntry(lid, i, e[i][0], e[i][1]))
-                size += len(e[i][1])
-        return out
-
-    @property
-    def closed(self):
-        return self._closed
-
-    def add_listener(self, listener):
-        self._listeners.append(listener)
-
-    def remove_listener(self, listener):
-        if listener in self._listeners:
-            self._listeners.remove(listener)
+        return await super().read(start, max_entries, max_bytes)
 
 
 class RecordingOutbox:
