@@ -39,6 +39,8 @@ InvalidMessageId = _error("InvalidMessageId", S.INVALID_ARGUMENT, base=InvalidAr
 InvalidPolicies = _error("InvalidPolicies", S.INVALID_ARGUMENT, base=InvalidArgument)
 MessageTooBig = _error("MessageTooBig", S.RESOURCE_EXHAUSTED)
 TooManyProducers = _error("TooManyProducers", S.RESOURCE_EXHAUSTED)
+TooManySubscriptions = _error("TooManySubscriptions", S.RESOURCE_EXHAUSTED)
+TooManyConsumers = _error("TooManyConsumers", S.RESOURCE_EXHAUSTED)
 StorageFull = _error("StorageFull", S.RESOURCE_EXHAUSTED, retriable=True)
 TopicNotFound = _error("TopicNotFound", S.NOT_FOUND)
 SubscriptionNotFound = _error("SubscriptionNotFound", S.NOT_FOUND)

@@ -15,6 +15,7 @@ the defaults. Sizes are bytes, times seconds. Every field has an explicit allowe
     ledger_max_bytes                        1 .. 4 GiB                        uint64
     ledger_max_age_seconds                  1 .. 365 days                     uint64
     max_producers, max_subscriptions        0 (no limit) .. 1e6               uint32
+    max_consumers (per subscription)        0 (no limit) .. 1e6               uint32
     retain_null_key                         a bool
 
 `validate()` raises `InvalidPolicies` naming the field and its range; `to_pb()` validates
@@ -45,6 +46,7 @@ RANGES: dict[str, tuple[int, int]] = {
     "ledger_max_age_seconds": (1, 365 * _DAY),
     "max_producers": (0, 1_000_000),
     "max_subscriptions": (0, 1_000_000),
+    "max_consumers": (0, 1_000_000),
 }
 
 #: a topic has 0 (non-partitioned) .. MAX_PARTITIONS partitions
@@ -67,6 +69,7 @@ class Policies:
     ledger_max_age_seconds: int | None = None
     max_producers: int | None = None
     max_subscriptions: int | None = None
+    max_consumers: int | None = None
 
     @classmethod
     def from_pb(cls, pb: common_pb2.Policies) -> "Policies":
@@ -107,7 +110,7 @@ DEFAULTS = Policies(
     retention_time_seconds=-1, retention_size_bytes=-1, max_message_size=1 << 20,
     compaction_threshold_bytes=0, retain_null_key=True, replicator_auto_reset_backlog_entries=0,
     ledger_max_entries=200_000, ledger_max_bytes=64 << 20, ledger_max_age_seconds=4 * 3600,
-    max_producers=0, max_subscriptions=0,
+    max_producers=0, max_subscriptions=0, max_consumers=0,
 )
 
 

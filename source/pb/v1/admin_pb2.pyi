@@ -116,23 +116,31 @@ class PublisherStats(_message.Message):
     def __init__(self, producer_name: _Optional[str] = ..., msg_rate_in: _Optional[float] = ..., msg_throughput_in: _Optional[float] = ..., address: _Optional[str] = ..., connected_since: _Optional[str] = ...) -> None: ...
 
 class ConsumerStats(_message.Message):
-    __slots__ = ("consumer_name", "msg_rate_out", "available_permits", "unacked_messages", "address", "connected_since")
+    __slots__ = ("consumer_name", "msg_rate_out", "available_permits", "unacked_messages", "address", "connected_since", "msg_throughput_out", "msg_rate_redeliver", "is_active", "key_hash_ranges")
     CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
     MSG_RATE_OUT_FIELD_NUMBER: _ClassVar[int]
     AVAILABLE_PERMITS_FIELD_NUMBER: _ClassVar[int]
     UNACKED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_SINCE_FIELD_NUMBER: _ClassVar[int]
+    MSG_THROUGHPUT_OUT_FIELD_NUMBER: _ClassVar[int]
+    MSG_RATE_REDELIVER_FIELD_NUMBER: _ClassVar[int]
+    IS_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    KEY_HASH_RANGES_FIELD_NUMBER: _ClassVar[int]
     consumer_name: str
     msg_rate_out: float
     available_permits: int
     unacked_messages: int
     address: str
     connected_since: str
-    def __init__(self, consumer_name: _Optional[str] = ..., msg_rate_out: _Optional[float] = ..., available_permits: _Optional[int] = ..., unacked_messages: _Optional[int] = ..., address: _Optional[str] = ..., connected_since: _Optional[str] = ...) -> None: ...
+    msg_throughput_out: float
+    msg_rate_redeliver: float
+    is_active: bool
+    key_hash_ranges: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, consumer_name: _Optional[str] = ..., msg_rate_out: _Optional[float] = ..., available_permits: _Optional[int] = ..., unacked_messages: _Optional[int] = ..., address: _Optional[str] = ..., connected_since: _Optional[str] = ..., msg_throughput_out: _Optional[float] = ..., msg_rate_redeliver: _Optional[float] = ..., is_active: _Optional[bool] = ..., key_hash_ranges: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SubscriptionStats(_message.Message):
-    __slots__ = ("type", "msg_backlog", "backlog_size", "msg_rate_out", "msg_throughput_out", "msg_rate_redeliver", "unacked_messages", "durable", "consumers", "skipped_entries")
+    __slots__ = ("type", "msg_backlog", "backlog_size", "msg_rate_out", "msg_throughput_out", "msg_rate_redeliver", "unacked_messages", "durable", "consumers", "skipped_entries", "mark_delete_position", "read_position", "individually_acked_ranges", "msg_out_counter", "msg_redeliver_counter", "active_consumer")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     MSG_BACKLOG_FIELD_NUMBER: _ClassVar[int]
     BACKLOG_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -143,6 +151,12 @@ class SubscriptionStats(_message.Message):
     DURABLE_FIELD_NUMBER: _ClassVar[int]
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
     SKIPPED_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    MARK_DELETE_POSITION_FIELD_NUMBER: _ClassVar[int]
+    READ_POSITION_FIELD_NUMBER: _ClassVar[int]
+    INDIVIDUALLY_ACKED_RANGES_FIELD_NUMBER: _ClassVar[int]
+    MSG_OUT_COUNTER_FIELD_NUMBER: _ClassVar[int]
+    MSG_REDELIVER_COUNTER_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_CONSUMER_FIELD_NUMBER: _ClassVar[int]
     type: str
     msg_backlog: int
     backlog_size: int
@@ -153,7 +167,13 @@ class SubscriptionStats(_message.Message):
     durable: bool
     consumers: _containers.RepeatedCompositeFieldContainer[ConsumerStats]
     skipped_entries: int
-    def __init__(self, type: _Optional[str] = ..., msg_backlog: _Optional[int] = ..., backlog_size: _Optional[int] = ..., msg_rate_out: _Optional[float] = ..., msg_throughput_out: _Optional[float] = ..., msg_rate_redeliver: _Optional[float] = ..., unacked_messages: _Optional[int] = ..., durable: _Optional[bool] = ..., consumers: _Optional[_Iterable[_Union[ConsumerStats, _Mapping]]] = ..., skipped_entries: _Optional[int] = ...) -> None: ...
+    mark_delete_position: str
+    read_position: str
+    individually_acked_ranges: int
+    msg_out_counter: int
+    msg_redeliver_counter: int
+    active_consumer: str
+    def __init__(self, type: _Optional[str] = ..., msg_backlog: _Optional[int] = ..., backlog_size: _Optional[int] = ..., msg_rate_out: _Optional[float] = ..., msg_throughput_out: _Optional[float] = ..., msg_rate_redeliver: _Optional[float] = ..., unacked_messages: _Optional[int] = ..., durable: _Optional[bool] = ..., consumers: _Optional[_Iterable[_Union[ConsumerStats, _Mapping]]] = ..., skipped_entries: _Optional[int] = ..., mark_delete_position: _Optional[str] = ..., read_position: _Optional[str] = ..., individually_acked_ranges: _Optional[int] = ..., msg_out_counter: _Optional[int] = ..., msg_redeliver_counter: _Optional[int] = ..., active_consumer: _Optional[str] = ...) -> None: ...
 
 class ReplicatorStats(_message.Message):
     __slots__ = ("msg_rate_out", "replication_backlog", "replication_delay_in_seconds", "connected")
@@ -242,14 +262,18 @@ class LedgerStats(_message.Message):
     def __init__(self, ledger_id: _Optional[int] = ..., entries: _Optional[int] = ..., size: _Optional[int] = ..., state: _Optional[str] = ..., path: _Optional[str] = ..., created_time: _Optional[int] = ..., sealed_time: _Optional[int] = ...) -> None: ...
 
 class CursorStats(_message.Message):
-    __slots__ = ("mark_delete_position", "read_position", "messages_consumed_counter")
+    __slots__ = ("mark_delete_position", "read_position", "messages_consumed_counter", "individually_deleted_messages", "cursor_flushes")
     MARK_DELETE_POSITION_FIELD_NUMBER: _ClassVar[int]
     READ_POSITION_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_CONSUMED_COUNTER_FIELD_NUMBER: _ClassVar[int]
+    INDIVIDUALLY_DELETED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FLUSHES_FIELD_NUMBER: _ClassVar[int]
     mark_delete_position: str
     read_position: str
     messages_consumed_counter: int
-    def __init__(self, mark_delete_position: _Optional[str] = ..., read_position: _Optional[str] = ..., messages_consumed_counter: _Optional[int] = ...) -> None: ...
+    individually_deleted_messages: str
+    cursor_flushes: int
+    def __init__(self, mark_delete_position: _Optional[str] = ..., read_position: _Optional[str] = ..., messages_consumed_counter: _Optional[int] = ..., individually_deleted_messages: _Optional[str] = ..., cursor_flushes: _Optional[int] = ...) -> None: ...
 
 class InternalStats(_message.Message):
     __slots__ = ("entries_added_counter", "number_of_entries", "total_size", "current_ledger_entries", "current_ledger_size", "last_confirmed_entry", "state", "ledgers", "cursors", "compacted_ledger")
@@ -338,6 +362,20 @@ class CreateSubscriptionRequest(_message.Message):
     subscription: str
     start: _common_pb2.StartPosition
     def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., start: _Optional[_Union[_common_pb2.StartPosition, _Mapping]] = ...) -> None: ...
+
+class SubscriptionChange(_message.Message):
+    __slots__ = ("mark_delete", "msg_backlog", "entries_acked", "consumers", "dry_run")
+    MARK_DELETE_FIELD_NUMBER: _ClassVar[int]
+    MSG_BACKLOG_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_ACKED_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    mark_delete: _common_pb2.MessageIdData
+    msg_backlog: int
+    entries_acked: int
+    consumers: int
+    dry_run: bool
+    def __init__(self, mark_delete: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., msg_backlog: _Optional[int] = ..., entries_acked: _Optional[int] = ..., consumers: _Optional[int] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class SubscriptionRequest(_message.Message):
     __slots__ = ("topic", "subscription")

@@ -123,7 +123,7 @@ class AdminStub:
         self.DeleteSubscription = channel.unary_unary(
                 '/shadowtopic.v1.Admin/DeleteSubscription',
                 request_serializer=source_dot_pb_dot_v1_dot_admin__pb2.DeleteSubscriptionRequest.SerializeToString,
-                response_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.Empty.FromString,
+                response_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.SubscriptionChange.FromString,
                 _registered_method=True)
         self.ListSubscriptions = channel.unary_unary(
                 '/shadowtopic.v1.Admin/ListSubscriptions',
@@ -138,12 +138,12 @@ class AdminStub:
         self.Skip = channel.unary_unary(
                 '/shadowtopic.v1.Admin/Skip',
                 request_serializer=source_dot_pb_dot_v1_dot_admin__pb2.SkipRequest.SerializeToString,
-                response_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.Empty.FromString,
+                response_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.SubscriptionChange.FromString,
                 _registered_method=True)
         self.ClearBacklog = channel.unary_unary(
                 '/shadowtopic.v1.Admin/ClearBacklog',
                 request_serializer=source_dot_pb_dot_v1_dot_admin__pb2.ClearBacklogRequest.SerializeToString,
-                response_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.Empty.FromString,
+                response_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.SubscriptionChange.FromString,
                 _registered_method=True)
         self.PeekMessages = channel.unary_unary(
                 '/shadowtopic.v1.Admin/PeekMessages',
@@ -455,7 +455,7 @@ def add_AdminServicer_to_server(servicer, server):
             'DeleteSubscription': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteSubscription,
                     request_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.DeleteSubscriptionRequest.FromString,
-                    response_serializer=source_dot_pb_dot_v1_dot_admin__pb2.Empty.SerializeToString,
+                    response_serializer=source_dot_pb_dot_v1_dot_admin__pb2.SubscriptionChange.SerializeToString,
             ),
             'ListSubscriptions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListSubscriptions,
@@ -470,12 +470,12 @@ def add_AdminServicer_to_server(servicer, server):
             'Skip': grpc.unary_unary_rpc_method_handler(
                     servicer.Skip,
                     request_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.SkipRequest.FromString,
-                    response_serializer=source_dot_pb_dot_v1_dot_admin__pb2.Empty.SerializeToString,
+                    response_serializer=source_dot_pb_dot_v1_dot_admin__pb2.SubscriptionChange.SerializeToString,
             ),
             'ClearBacklog': grpc.unary_unary_rpc_method_handler(
                     servicer.ClearBacklog,
                     request_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.ClearBacklogRequest.FromString,
-                    response_serializer=source_dot_pb_dot_v1_dot_admin__pb2.Empty.SerializeToString,
+                    response_serializer=source_dot_pb_dot_v1_dot_admin__pb2.SubscriptionChange.SerializeToString,
             ),
             'PeekMessages': grpc.unary_unary_rpc_method_handler(
                     servicer.PeekMessages,
@@ -998,7 +998,7 @@ class Admin:
             target,
             '/shadowtopic.v1.Admin/DeleteSubscription',
             source_dot_pb_dot_v1_dot_admin__pb2.DeleteSubscriptionRequest.SerializeToString,
-            source_dot_pb_dot_v1_dot_admin__pb2.Empty.FromString,
+            source_dot_pb_dot_v1_dot_admin__pb2.SubscriptionChange.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1079,7 +1079,7 @@ class Admin:
             target,
             '/shadowtopic.v1.Admin/Skip',
             source_dot_pb_dot_v1_dot_admin__pb2.SkipRequest.SerializeToString,
-            source_dot_pb_dot_v1_dot_admin__pb2.Empty.FromString,
+            source_dot_pb_dot_v1_dot_admin__pb2.SubscriptionChange.FromString,
             options,
             channel_credentials,
             insecure,
@@ -1106,7 +1106,7 @@ class Admin:
             target,
             '/shadowtopic.v1.Admin/ClearBacklog',
             source_dot_pb_dot_v1_dot_admin__pb2.ClearBacklogRequest.SerializeToString,
-            source_dot_pb_dot_v1_dot_admin__pb2.Empty.FromString,
+            source_dot_pb_dot_v1_dot_admin__pb2.SubscriptionChange.FromString,
             options,
             channel_credentials,
             insecure,

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from source.pb.v1 import common_pb2 as source_dot_pb_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bsource/pb/v1/consumer.proto\x12\x0eshadowtopic.v1\x1a\x19source/pb/v1/common.proto\"@\n\rClientMessage\x12/\n\x08\x63ommands\x18\x01 \x03(\x0b\x32\x1d.shadowtopic.v1.ClientCommand\"<\n\rServerMessage\x12+\n\x06\x66rames\x18\x01 \x03(\x0b\x32\x1b.shadowtopic.v1.ServerFrame\"\x90\x03\n\rClientCommand\x12\x0e\n\x06handle\x18\x01 \x01(\x04\x12.\n\tsubscribe\x18\x02 \x01(\x0b\x32\x19.shadowtopic.v1.SubscribeH\x00\x12$\n\x04\x66low\x18\x03 \x01(\x0b\x32\x14.shadowtopic.v1.FlowH\x00\x12\"\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x13.shadowtopic.v1.AckH\x00\x12$\n\x04nack\x18\x05 \x01(\x0b\x32\x14.shadowtopic.v1.NackH\x00\x12$\n\x04seek\x18\x06 \x01(\x0b\x32\x14.shadowtopic.v1.SeekH\x00\x12\x32\n\x0bunsubscribe\x18\x07 \x01(\x0b\x32\x1b.shadowtopic.v1.UnsubscribeH\x00\x12,\n\x05\x63lose\x18\x08 \x01(\x0b\x32\x1b.shadowtopic.v1.CloseHandleH\x00\x12<\n\tredeliver\x18\t \x01(\x0b\x32\'.shadowtopic.v1.RedeliverUnacknowledgedH\x00\x42\t\n\x07\x63ommand\"\xe8\x01\n\tSubscribe\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12.\n\x04type\x18\x03 \x01(\x0e\x32 .shadowtopic.v1.SubscriptionType\x12,\n\x05start\x18\x04 \x01(\x0b\x32\x1d.shadowtopic.v1.StartPosition\x12\x17\n\x0fstart_inclusive\x18\x05 \x01(\x08\x12\x16\n\x0eread_compacted\x18\x06 \x01(\x08\x12\x15\n\rconsumer_name\x18\x07 \x01(\t\x12\x10\n\x08priority\x18\x08 \x01(\x05\"\x17\n\x04\x46low\x12\x0f\n\x07permits\x18\x01 \x01(\r\"E\n\x03\x41\x63k\x12*\n\x03ids\x18\x01 \x03(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x12\n\ncumulative\x18\x02 \x01(\x08\"2\n\x04Nack\x12*\n\x03ids\x18\x01 \x03(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\"7\n\x04Seek\x12/\n\x08position\x18\x01 \x01(\x0b\x32\x1d.shadowtopic.v1.StartPosition\"\r\n\x0bUnsubscribe\"\r\n\x0b\x43loseHandle\"\x19\n\x17RedeliverUnacknowledged\"\xa5\x01\n\x0bServerFrame\x12\x0f\n\x07handles\x18\x01 \x03(\x04\x12-\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1c.shadowtopic.v1.EncodedEntry\x12$\n\x05\x65vent\x18\x03 \x01(\x0b\x32\x15.shadowtopic.v1.Event\x12\x30\n\x0credeliveries\x18\x04 \x03(\x0b\x32\x1a.shadowtopic.v1.Redelivery\"@\n\nRedelivery\x12\x0e\n\x06handle\x18\x01 \x01(\x04\x12\x13\n\x0b\x65ntry_index\x18\x02 \x01(\r\x12\r\n\x05\x63ount\x18\x03 \x01(\r\"\xcd\x02\n\x05\x45vent\x12\x30\n\nsubscribed\x18\x01 \x01(\x0b\x32\x1a.shadowtopic.v1.SubscribedH\x00\x12H\n\x17\x61\x63tive_consumer_changed\x18\x02 \x01(\x0b\x32%.shadowtopic.v1.ActiveConsumerChangedH\x00\x12\x32\n\x0c\x65nd_of_topic\x18\x03 \x01(\x0b\x32\x1a.shadowtopic.v1.EndOfTopicH\x00\x12,\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x1b.shadowtopic.v1.ErrorStatusH\x00\x12-\n\tseek_done\x18\x05 \x01(\x0b\x32\x18.shadowtopic.v1.SeekDoneH\x00\x12.\n\x06\x63losed\x18\x06 \x01(\x0b\x32\x1c.shadowtopic.v1.HandleClosedH\x00\x42\x07\n\x05\x65vent\"S\n\nSubscribed\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x36\n\x0flast_message_id\x18\x02 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\"*\n\x15\x41\x63tiveConsumerChanged\x12\x11\n\tis_active\x18\x01 \x01(\x08\"\x0c\n\nEndOfTopic\";\n\x08SeekDone\x12/\n\x08position\x18\x01 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\"\x0e\n\x0cHandleClosed*K\n\x10SubscriptionType\x12\r\n\tEXCLUSIVE\x10\x00\x12\n\n\x06SHARED\x10\x01\x12\x0c\n\x08\x46\x41ILOVER\x10\x02\x12\x0e\n\nKEY_SHARED\x10\x03\x32W\n\x08\x43onsumer\x12K\n\x07\x43onnect\x12\x1d.shadowtopic.v1.ClientMessage\x1a\x1d.shadowtopic.v1.ServerMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bsource/pb/v1/consumer.proto\x12\x0eshadowtopic.v1\x1a\x19source/pb/v1/common.proto\"@\n\rClientMessage\x12/\n\x08\x63ommands\x18\x01 \x03(\x0b\x32\x1d.shadowtopic.v1.ClientCommand\"<\n\rServerMessage\x12+\n\x06\x66rames\x18\x01 \x03(\x0b\x32\x1b.shadowtopic.v1.ServerFrame\"\x90\x03\n\rClientCommand\x12\x0e\n\x06handle\x18\x01 \x01(\x04\x12.\n\tsubscribe\x18\x02 \x01(\x0b\x32\x19.shadowtopic.v1.SubscribeH\x00\x12$\n\x04\x66low\x18\x03 \x01(\x0b\x32\x14.shadowtopic.v1.FlowH\x00\x12\"\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x13.shadowtopic.v1.AckH\x00\x12$\n\x04nack\x18\x05 \x01(\x0b\x32\x14.shadowtopic.v1.NackH\x00\x12$\n\x04seek\x18\x06 \x01(\x0b\x32\x14.shadowtopic.v1.SeekH\x00\x12\x32\n\x0bunsubscribe\x18\x07 \x01(\x0b\x32\x1b.shadowtopic.v1.UnsubscribeH\x00\x12,\n\x05\x63lose\x18\x08 \x01(\x0b\x32\x1b.shadowtopic.v1.CloseHandleH\x00\x12<\n\tredeliver\x18\t \x01(\x0b\x32\'.shadowtopic.v1.RedeliverUnacknowledgedH\x00\x42\t\n\x07\x63ommand\"\xe8\x01\n\tSubscribe\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12.\n\x04type\x18\x03 \x01(\x0e\x32 .shadowtopic.v1.SubscriptionType\x12,\n\x05start\x18\x04 \x01(\x0b\x32\x1d.shadowtopic.v1.StartPosition\x12\x17\n\x0fstart_inclusive\x18\x05 \x01(\x08\x12\x16\n\x0eread_compacted\x18\x06 \x01(\x08\x12\x15\n\rconsumer_name\x18\x07 \x01(\t\x12\x10\n\x08priority\x18\x08 \x01(\x05\"\x17\n\x04\x46low\x12\x0f\n\x07permits\x18\x01 \x01(\r\"E\n\x03\x41\x63k\x12*\n\x03ids\x18\x01 \x03(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x12\n\ncumulative\x18\x02 \x01(\x08\"D\n\x04Nack\x12*\n\x03ids\x18\x01 \x03(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x10\n\x08\x64\x65lay_ms\x18\x02 \x01(\r\"7\n\x04Seek\x12/\n\x08position\x18\x01 \x01(\x0b\x32\x1d.shadowtopic.v1.StartPosition\"\r\n\x0bUnsubscribe\"\r\n\x0b\x43loseHandle\"\x19\n\x17RedeliverUnacknowledged\"\xa5\x01\n\x0bServerFrame\x12\x0f\n\x07handles\x18\x01 \x03(\x04\x12-\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1c.shadowtopic.v1.EncodedEntry\x12$\n\x05\x65vent\x18\x03 \x01(\x0b\x32\x15.shadowtopic.v1.Event\x12\x30\n\x0credeliveries\x18\x04 \x03(\x0b\x32\x1a.shadowtopic.v1.Redelivery\"@\n\nRedelivery\x12\x0e\n\x06handle\x18\x01 \x01(\x04\x12\x13\n\x0b\x65ntry_index\x18\x02 \x01(\r\x12\r\n\x05\x63ount\x18\x03 \x01(\r\"\xfd\x02\n\x05\x45vent\x12\x30\n\nsubscribed\x18\x01 \x01(\x0b\x32\x1a.shadowtopic.v1.SubscribedH\x00\x12H\n\x17\x61\x63tive_consumer_changed\x18\x02 \x01(\x0b\x32%.shadowtopic.v1.ActiveConsumerChangedH\x00\x12\x32\n\x0c\x65nd_of_topic\x18\x03 \x01(\x0b\x32\x1a.shadowtopic.v1.EndOfTopicH\x00\x12,\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x1b.shadowtopic.v1.ErrorStatusH\x00\x12-\n\tseek_done\x18\x05 \x01(\x0b\x32\x18.shadowtopic.v1.SeekDoneH\x00\x12.\n\x06\x63losed\x18\x06 \x01(\x0b\x32\x1c.shadowtopic.v1.HandleClosedH\x00\x12.\n\x07warning\x18\x07 \x01(\x0b\x32\x1b.shadowtopic.v1.ErrorStatusH\x00\x42\x07\n\x05\x65vent\"\x95\x01\n\nSubscribed\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x36\n\x0flast_message_id\x18\x02 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12/\n\x08position\x18\x03 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x0f\n\x07\x63reated\x18\x04 \x01(\x08\"*\n\x15\x41\x63tiveConsumerChanged\x12\x11\n\tis_active\x18\x01 \x01(\x08\"\x0c\n\nEndOfTopic\"^\n\x08SeekDone\x12/\n\x08position\x18\x01 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x0f\n\x07\x63lamped\x18\x02 \x01(\x08\x12\x10\n\x08\x62y_admin\x18\x03 \x01(\x08\"\x0e\n\x0cHandleClosed*K\n\x10SubscriptionType\x12\r\n\tEXCLUSIVE\x10\x00\x12\n\n\x06SHARED\x10\x01\x12\x0c\n\x08\x46\x41ILOVER\x10\x02\x12\x0e\n\nKEY_SHARED\x10\x03\x32W\n\x08\x43onsumer\x12K\n\x07\x43onnect\x12\x1d.shadowtopic.v1.ClientMessage\x1a\x1d.shadowtopic.v1.ServerMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'source.pb.v1.consumer_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SUBSCRIPTIONTYPE']._serialized_start=1892
-  _globals['_SUBSCRIPTIONTYPE']._serialized_end=1967
+  _globals['_SUBSCRIPTIONTYPE']._serialized_start=2060
+  _globals['_SUBSCRIPTIONTYPE']._serialized_end=2135
   _globals['_CLIENTMESSAGE']._serialized_start=74
   _globals['_CLIENTMESSAGE']._serialized_end=138
   _globals['_SERVERMESSAGE']._serialized_start=140
@@ -47,31 +47,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ACK']._serialized_start=865
   _globals['_ACK']._serialized_end=934
   _globals['_NACK']._serialized_start=936
-  _globals['_NACK']._serialized_end=986
-  _globals['_SEEK']._serialized_start=988
-  _globals['_SEEK']._serialized_end=1043
-  _globals['_UNSUBSCRIBE']._serialized_start=1045
-  _globals['_UNSUBSCRIBE']._serialized_end=1058
-  _globals['_CLOSEHANDLE']._serialized_start=1060
-  _globals['_CLOSEHANDLE']._serialized_end=1073
-  _globals['_REDELIVERUNACKNOWLEDGED']._serialized_start=1075
-  _globals['_REDELIVERUNACKNOWLEDGED']._serialized_end=1100
-  _globals['_SERVERFRAME']._serialized_start=1103
-  _globals['_SERVERFRAME']._serialized_end=1268
-  _globals['_REDELIVERY']._serialized_start=1270
-  _globals['_REDELIVERY']._serialized_end=1334
-  _globals['_EVENT']._serialized_start=1337
-  _globals['_EVENT']._serialized_end=1670
-  _globals['_SUBSCRIBED']._serialized_start=1672
-  _globals['_SUBSCRIBED']._serialized_end=1755
-  _globals['_ACTIVECONSUMERCHANGED']._serialized_start=1757
-  _globals['_ACTIVECONSUMERCHANGED']._serialized_end=1799
-  _globals['_ENDOFTOPIC']._serialized_start=1801
-  _globals['_ENDOFTOPIC']._serialized_end=1813
-  _globals['_SEEKDONE']._serialized_start=1815
-  _globals['_SEEKDONE']._serialized_end=1874
-  _globals['_HANDLECLOSED']._serialized_start=1876
-  _globals['_HANDLECLOSED']._serialized_end=1890
-  _globals['_CONSUMER']._serialized_start=1969
-  _globals['_CONSUMER']._serialized_end=2056
+  _globals['_NACK']._serialized_end=1004
+  _globals['_SEEK']._serialized_start=1006
+  _globals['_SEEK']._serialized_end=1061
+  _globals['_UNSUBSCRIBE']._serialized_start=1063
+  _globals['_UNSUBSCRIBE']._serialized_end=1076
+  _globals['_CLOSEHANDLE']._serialized_start=1078
+  _globals['_CLOSEHANDLE']._serialized_end=1091
+  _globals['_REDELIVERUNACKNOWLEDGED']._serialized_start=1093
+  _globals['_REDELIVERUNACKNOWLEDGED']._serialized_end=1118
+  _globals['_SERVERFRAME']._serialized_start=1121
+  _globals['_SERVERFRAME']._serialized_end=1286
+  _globals['_REDELIVERY']._serialized_start=1288
+  _globals['_REDELIVERY']._serialized_end=1352
+  _globals['_EVENT']._serialized_start=1355
+  _globals['_EVENT']._serialized_end=1736
+  _globals['_SUBSCRIBED']._serialized_start=1739
+  _globals['_SUBSCRIBED']._serialized_end=1888
+  _globals['_ACTIVECONSUMERCHANGED']._serialized_start=1890
+  _globals['_ACTIVECONSUMERCHANGED']._serialized_end=1932
+  _globals['_ENDOFTOPIC']._serialized_start=1934
+  _globals['_ENDOFTOPIC']._serialized_end=1946
+  _globals['_SEEKDONE']._serialized_start=1948
+  _globals['_SEEKDONE']._serialized_end=2042
+  _globals['_HANDLECLOSED']._serialized_start=2044
+  _globals['_HANDLECLOSED']._serialized_end=2058
+  _globals['_CONSUMER']._serialized_start=2137
+  _globals['_CONSUMER']._serialized_end=2224
 # @@protoc_insertion_point(module_scope)

@@ -88,10 +88,12 @@ class Ack(_message.Message):
     def __init__(self, ids: _Optional[_Iterable[_Union[_common_pb2.MessageIdData, _Mapping]]] = ..., cumulative: _Optional[bool] = ...) -> None: ...
 
 class Nack(_message.Message):
-    __slots__ = ("ids",)
+    __slots__ = ("ids", "delay_ms")
     IDS_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedCompositeFieldContainer[_common_pb2.MessageIdData]
-    def __init__(self, ids: _Optional[_Iterable[_Union[_common_pb2.MessageIdData, _Mapping]]] = ...) -> None: ...
+    delay_ms: int
+    def __init__(self, ids: _Optional[_Iterable[_Union[_common_pb2.MessageIdData, _Mapping]]] = ..., delay_ms: _Optional[int] = ...) -> None: ...
 
 class Seek(_message.Message):
     __slots__ = ("position",)
@@ -134,28 +136,34 @@ class Redelivery(_message.Message):
     def __init__(self, handle: _Optional[int] = ..., entry_index: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("subscribed", "active_consumer_changed", "end_of_topic", "error", "seek_done", "closed")
+    __slots__ = ("subscribed", "active_consumer_changed", "end_of_topic", "error", "seek_done", "closed", "warning")
     SUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_CONSUMER_CHANGED_FIELD_NUMBER: _ClassVar[int]
     END_OF_TOPIC_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     SEEK_DONE_FIELD_NUMBER: _ClassVar[int]
     CLOSED_FIELD_NUMBER: _ClassVar[int]
+    WARNING_FIELD_NUMBER: _ClassVar[int]
     subscribed: Subscribed
     active_consumer_changed: ActiveConsumerChanged
     end_of_topic: EndOfTopic
     error: _common_pb2.ErrorStatus
     seek_done: SeekDone
     closed: HandleClosed
-    def __init__(self, subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., active_consumer_changed: _Optional[_Union[ActiveConsumerChanged, _Mapping]] = ..., end_of_topic: _Optional[_Union[EndOfTopic, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., seek_done: _Optional[_Union[SeekDone, _Mapping]] = ..., closed: _Optional[_Union[HandleClosed, _Mapping]] = ...) -> None: ...
+    warning: _common_pb2.ErrorStatus
+    def __init__(self, subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., active_consumer_changed: _Optional[_Union[ActiveConsumerChanged, _Mapping]] = ..., end_of_topic: _Optional[_Union[EndOfTopic, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., seek_done: _Optional[_Union[SeekDone, _Mapping]] = ..., closed: _Optional[_Union[HandleClosed, _Mapping]] = ..., warning: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ...) -> None: ...
 
 class Subscribed(_message.Message):
-    __slots__ = ("topic", "last_message_id")
+    __slots__ = ("topic", "last_message_id", "position", "created")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     LAST_MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
     topic: str
     last_message_id: _common_pb2.MessageIdData
-    def __init__(self, topic: _Optional[str] = ..., last_message_id: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ...) -> None: ...
+    position: _common_pb2.MessageIdData
+    created: bool
+    def __init__(self, topic: _Optional[str] = ..., last_message_id: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., position: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
 
 class ActiveConsumerChanged(_message.Message):
     __slots__ = ("is_active",)
@@ -168,10 +176,14 @@ class EndOfTopic(_message.Message):
     def __init__(self) -> None: ...
 
 class SeekDone(_message.Message):
-    __slots__ = ("position",)
+    __slots__ = ("position", "clamped", "by_admin")
     POSITION_FIELD_NUMBER: _ClassVar[int]
+    CLAMPED_FIELD_NUMBER: _ClassVar[int]
+    BY_ADMIN_FIELD_NUMBER: _ClassVar[int]
     position: _common_pb2.MessageIdData
-    def __init__(self, position: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ...) -> None: ...
+    clamped: bool
+    by_admin: bool
+    def __init__(self, position: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., clamped: _Optional[bool] = ..., by_admin: _Optional[bool] = ...) -> None: ...
 
 class HandleClosed(_message.Message):
     __slots__ = ()
