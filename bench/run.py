@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
-"""`make bench`: acked produce throughput and ack latency through the public client, and
-reader fan-out (bench/fanout.py), each measured in one run next to the machine's ceilings
-(../shared/peers/limits.py) and NATS JetStream (../shared/peers/nats_jetstream.py). Writes
-bench/RESULTS.md and bench/out/<stamp>.json.
+"""`make bench`: acked produce throughput and ack latency through the public client, reader
+fan-out (bench/fanout.py), consume-and-ack of durable subscriptions (bench/consume.py) and
+the cursor flush rate with 10,000 subscriptions acking (bench/cursor_flush.py), each
+measured in one run next to the machine's ceilings (../shared/peers/limits.py) and NATS
+JetStream (../shared/peers/nats_jetstream.py). Writes bench/RESULTS.md and
+bench/out/<stamp>.json.
 
     .venv/bin/python bench/run.py --shared ../shared [--messages 400000] [--rounds 3]
-                                  [--only produce,fanout]
+                                  [--only produce,fanout,consume,flush]
+
+`--only` runs a subset; RESULTS.md then keeps the other parts' sections from the newest
+bench/out/*.json that has them, marked as carried over from that earlier run.
 
 Produce: a real etcd and a real broker process; `--producers` client processes each send
 messages/producers messages (`--payload` bytes, keys k0..k999) with `send_async`. Every
@@ -224,8 +229,37 @@ def produce_lines(args, rounds: list[dict]) -> list[str]:
     return lines + [""]
 
 
+PARTS = ("produce", "fanout", "consume", "flush")
+
+
+def carried_over(parts: set[str], out_dir: str) -> dict:
+    """For each part not run now: its results from the newest bench/out/*.json holding them
+    ({part: (file name, results)}; produce carries its limits and nats along)."""
+    found: dict = {}
+    try:
+        names = sorted((n for n in os.listdir(out_dir) if n.endswith(".json")), reverse=True)
+    except OSError:
+        return found
+    for name in names:
+        try:
+            with open(os.path.join(out_dir, name)) as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        for part, key in (("produce", "rounds"), ("fanout", "fanout"),
+                          ("consume", "consume"), ("flush", "flush")):
+            if part not in parts and part not in found and doc.get(key):
+                found[part] = (name, doc)
+    return found
+
+
 def write_results(path: str, args, rounds: list[dict], limits: dict | None,
-                  nats: dict | None, fan: dict | None = None) -> None:
+                  nats: dict | None, fan: dict | None = None, consume: dict | None = None,
+                  flush: dict | None = None, old: dict | None = None) -> None:
+    from consume import consume_lines  # bench/consume.py, beside this script
+    from cursor_flush import flush_lines  # bench/cursor_flush.py
+
+    old = old or {}
     lines = [
         "# Benchmark results", "",
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}.",
@@ -233,17 +267,36 @@ def write_results(path: str, args, rounds: list[dict], limits: dict | None,
         "alternating rounds of the same run (A B A B ...), and the medians of the paired",
         "ratios are quoted. Reproduce with `make bench` (= `.venv/bin/python bench/run.py",
         f"--shared ../shared`); this run: `--messages {args.messages} --producers "
-        f"{args.producers} --payload {args.payload} --rounds {args.rounds} --only "
-        f"{args.only}`.", ""]
+        f"{args.producers} --payload {args.payload} --rounds {args.rounds} "
+        f"--consume-messages {args.consume_messages} --flush-subs {args.flush_subs} "
+        f"--only {args.only}`.", ""]
+
+    def note(part: str) -> list[str]:
+        return [f"*Carried over from an earlier run (bench/out/{old[part][0]}); this run "
+                f"measured only `{args.only}`.*", ""]
+
+    when = "the same run"
     if rounds:
         lines += produce_lines(args, rounds)
-    if fan:
-        lines += fanout_lines(fan)
+    elif "produce" in old:
+        prev = argparse.Namespace(**{**vars(args), **old["produce"][1].get("args", {})})
+        body = produce_lines(prev, old["produce"][1]["rounds"])
+        lines += body[:2] + note("produce") + body[2:]
+        if not limits and not nats:
+            limits, nats = old["produce"][1].get("limits"), old["produce"][1].get("nats")
+            when = f"the run of bench/out/{old['produce'][0]}"
+    for part, res, render in (("fanout", fan, fanout_lines), ("consume", consume, consume_lines),
+                              ("flush", flush, flush_lines)):
+        if res:
+            lines += render(res)
+        elif part in old:
+            body = render(old[part][1][part])
+            lines += body[:2] + note(part) + body[2:]
     if limits:
-        lines += ["## Machine ceilings (limits.py, once in the same run)", "", "```",
+        lines += [f"## Machine ceilings (limits.py, once in {when})", "", "```",
                   json.dumps(limits, indent=1), "```", ""]
     if nats:
-        lines += ["## NATS JetStream (nats_jetstream.py, once in the same run)", "", "```",
+        lines += [f"## NATS JetStream (nats_jetstream.py, once in {when})", "", "```",
                   json.dumps(nats, indent=1), "```", ""]
     notes = os.path.join(os.path.dirname(path), "NOTES.md")
     if os.path.exists(notes):
@@ -263,9 +316,30 @@ def main() -> None:
     p.add_argument("--sample", type=int, default=10,
                    help="every N-th message records its ack latency through a callback")
     p.add_argument("--no-peers", action="store_true", help="skip limits.py and NATS")
-    p.add_argument("--only", default="produce,fanout", help="produce, fanout or both")
+    p.add_argument("--only", default=",".join(PARTS),
+                   help="comma-separated subset of " + ",".join(PARTS))
     p.add_argument("--readers", type=int, default=100, help="fan-out: readers of one topic")
     p.add_argument("--fanout-messages", type=int, default=20_000)
+    p.add_argument("--consume-messages", type=int, default=200_000,
+                   help="consume: messages the topic is pre-filled with")
+    p.add_argument("--shared-consumers", type=int, default=4,
+                   help="consume (a): consumers of the one Shared subscription")
+    p.add_argument("--shared-procs", type=int, default=2,
+                   help="consume (a): client processes they are spread over")
+    p.add_argument("--exclusive-subs", type=int, default=10,
+                   help="consume (b): Exclusive subscriptions, one consumer each")
+    p.add_argument("--exclusive-procs", type=int, default=1,
+                   help="consume (b): client processes they are spread over")
+    p.add_argument("--exclusive-ack", choices=["cumulative", "individual"],
+                   default="cumulative")
+    p.add_argument("--nats-consume-messages", type=int, default=10_000,
+                   help="consume: nats_jetstream.py --messages (its consumers are slow)")
+    p.add_argument("--consume-profile", default=None,
+                   help="consume: run its broker under cProfile, stats to this path")
+    p.add_argument("--flush-subs", type=int, default=10_000)
+    p.add_argument("--flush-seconds", type=float, default=20.0)
+    p.add_argument("--flush-rate", type=float, default=5.0,
+                   help="flush: ack rounds per second (every subscription acks per round)")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     args = p.parse_args()
     peers = os.path.join(args.shared, "peers")
@@ -275,8 +349,12 @@ def main() -> None:
     base = os.path.join(ROOT, "data", "bench")
     os.makedirs(base, exist_ok=True)
     parts = set(args.only.split(","))
+    if parts - set(PARTS):
+        sys.exit(f"bench: --only: unknown parts {sorted(parts - set(PARTS))}")
+    out_dir = os.path.join(ROOT, "bench", "out")
+    old = carried_over(parts, out_dir)
     with tempfile.TemporaryDirectory(dir=base) as data_dir:
-        limits = nats = fan = None
+        limits = nats = fan = consume = flush = None
         rounds: list[dict] = []
         if "produce" in parts:
             if not args.no_peers:
@@ -293,12 +371,32 @@ def main() -> None:
                   flush=True)
             fan = run_fanout(None if args.no_peers else peers, data_dir, args.readers,
                              args.fanout_messages, args.payload, args.rounds)
-    write_results(args.out, args, rounds, limits, nats, fan)
-    os.makedirs(os.path.join(ROOT, "bench", "out"), exist_ok=True)
-    with open(os.path.join(ROOT, "bench", "out", time.strftime("%Y%m%d-%H%M%S") + ".json"),
-              "w") as f:
-        json.dump({"rounds": rounds, "limits": limits, "nats": nats, "fanout": fan}, f,
-                  indent=1)
+        if "consume" in parts:
+            from consume import run_consume  # bench/consume.py
+
+            print("running consume-and-ack rounds (limits.py fanout / shadowtopic / NATS, "
+                  "alternating)", flush=True)
+            consume = run_consume(
+                None if args.no_peers else peers, data_dir, args.consume_messages,
+                args.payload, args.rounds, args.shared_consumers, args.shared_procs,
+                args.exclusive_subs, args.exclusive_procs, args.exclusive_ack,
+                args.nats_consume_messages,
+                profile=os.path.abspath(args.consume_profile) if args.consume_profile
+                else None)
+        if "flush" in parts:
+            from cursor_flush import run_flush  # bench/cursor_flush.py
+
+            print(f"running the cursor flush bench ({args.flush_subs:,} subscriptions, "
+                  f"{args.flush_seconds:g}s)", flush=True)
+            flush = run_flush(data_dir, args.flush_subs, args.flush_seconds,
+                              rate=args.flush_rate)
+    write_results(args.out, args, rounds, limits, nats, fan, consume, flush, old)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, time.strftime("%Y%m%d-%H%M%S") + ".json"), "w") as f:
+        json.dump({"args": {k: getattr(args, k) for k in ("messages", "producers", "payload",
+                                                          "rounds", "sample", "only")},
+                   "rounds": rounds, "limits": limits, "nats": nats, "fanout": fan,
+                   "consume": consume, "flush": flush}, f, indent=1)
     print(open(args.out).read())
 
 

@@ -64,3 +64,20 @@ def server_message(frames: list[bytes]) -> bytes:
     for f in frames:
         parts += [b"\x0a", varint(len(f)), f]
     return b"".join(parts)
+
+
+def message_key(raw: bytes) -> bytes | None:
+    """The `key` of a serialized `Message` (field 1, written first by every protobuf
+    encoder), read without decoding the rest: what Key_Shared dispatch routes by. None for
+    a message without a key (or bytes that do not start with one)."""
+    if not raw or raw[0] != 0x0A:
+        return None
+    n, shift, i = 0, 0, 1
+    while i < len(raw):
+        b = raw[i]
+        n |= (b & 0x7F) << shift
+        i += 1
+        if b < 0x80:
+            return raw[i:i + n] if i + n <= len(raw) else None
+        shift += 7
+    return None

@@ -1,13 +1,15 @@
 """Admin service of the source broker: topics, policies, stats, lookup, ledgers.
 
-Shadow topics, durable subscriptions, compaction and permissions are part of the contract
-(proto/source/pb/v1/admin.proto) and answer UNIMPLEMENTED until their issues land.
+Durable subscriptions are administered in subscription_admin.py. Shadow topics, compaction
+and permissions are part of the contract (proto/source/pb/v1/admin.proto) and answer
+UNIMPLEMENTED until their issues land.
 """
 from __future__ import annotations
 
 from source.broker import stats
 from source.broker.ownership import BrokerSession
 from source.broker.rpc import abort_stream, unary
+from source.broker.subscription_admin import SubscriptionAdmin
 from source.broker.topic import Topic
 from source.broker.topics import TopicManager
 from source.core import errors
@@ -51,6 +53,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self.topics = topics
         self.session = session
         self.owners = stats.OwnerChannels()
+        self.subscriptions = SubscriptionAdmin(topics, self._owner_answer)
 
     # ---- topics ----------------------------------------------------------------------------
 
@@ -122,6 +125,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                                              apb.TopicRequest(topic=str(part)))
         if remote is not None:
             return remote
+        if t is None and await self.topics.has_subscriptions(part):
+            t = await self.topics.topic(part)  # durable cursors live with an owner: load it
         ledgers = await self._ledgers(part, t)
         out = apb.TopicStats(storage_size=ledgers.size, topic_epoch=ledgers.epoch)
         if t is not None:
@@ -131,6 +136,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             out.msg_in_counter, out.bytes_in_counter = c.msg_in, c.bytes_in
             out.msg_out_counter, out.bytes_out_counter = c.msg_out, c.bytes_out
             out.owner_broker = self.session.url
+            if t.subscriptions is not None:
+                for name, d in t.subscriptions.stats().items():
+                    out.subscriptions[name].CopyFrom(stats.subscription_stats(d))
             for pub in t.producers:
                 prin, ptin, _, _ = pub.counters.rates()
                 out.publishers.add(producer_name=pub.producer_name, msg_rate_in=prin,
@@ -201,7 +209,6 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         topic = TopicName.parse(request.topic)
         if request.subscription:
             check_subscription(request.subscription)
-            raise errors.Unimplemented("durable subscriptions are not available yet")
         await self.topics.info(topic)
         t, remote = await self._owner_answer(topic, context, "GetLastMessageId", request)
         if remote is not None:
@@ -212,19 +219,44 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             return common_pb2.MessageIdData(ledger_id=0, entry_id=0)
         return last.with_partition(topic.partition_index).to_pb()
 
+    # ---- subscriptions (subscription_admin.py) ---------------------------------------------
+
+    @unary
+    async def CreateSubscription(self, request, context):
+        return await self.subscriptions.create(request, context)
+
+    @unary
+    async def DeleteSubscription(self, request, context):
+        return await self.subscriptions.delete(request, context)
+
+    @unary
+    async def ListSubscriptions(self, request, context):
+        names = await self.subscriptions.list(request, context)
+        chunk, token = _page(names, request.page, key=lambda n: n)
+        return apb.ListSubscriptionsResponse(subscriptions=chunk, next_page_token=token)
+
+    @unary
+    async def ResetCursor(self, request, context):
+        return await self.subscriptions.reset_cursor(request, context)
+
+    @unary
+    async def Skip(self, request, context):
+        return await self.subscriptions.skip(request, context)
+
+    @unary
+    async def ClearBacklog(self, request, context):
+        return await self.subscriptions.clear_backlog(request, context)
+
+    @unary
+    async def PeekMessages(self, request, context):
+        return await self.subscriptions.peek(request, context)
+
     # ---- later issues ----------------------------------------------------------------------
 
     CreateShadowTopic = _not_yet("CreateShadowTopic")
     DeleteShadowTopic = _not_yet("DeleteShadowTopic")
     GetShadowTopics = _not_yet("GetShadowTopics")
     GetShadowSource = _not_yet("GetShadowSource")
-    CreateSubscription = _not_yet("CreateSubscription")
-    DeleteSubscription = _not_yet("DeleteSubscription")
-    ListSubscriptions = _not_yet("ListSubscriptions")
-    ResetCursor = _not_yet("ResetCursor")
-    Skip = _not_yet("Skip")
-    ClearBacklog = _not_yet("ClearBacklog")
-    PeekMessages = _not_yet("PeekMessages")
     Compact = _not_yet("Compact")
     GetCompactionStatus = _not_yet("GetCompactionStatus")
     GrantPermission = _not_yet("GrantPermission")

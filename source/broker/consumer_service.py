@@ -6,11 +6,13 @@ a batch of frames, where a frame carries entries once for every handle of the st
 are for, or an event. This module turns commands into engine calls (protobuf becomes domain
 types here) and what the engine queues into stream messages; it holds no read logic.
 
-Readers are non-durable (an empty subscription name). Durable subscriptions arrive with the
-subscriptions issue and are answered with an in-band `Unimplemented` error until then. A
-failing handle (topic gone, checksum error, bad command) gets an `Event.error` frame and
-stops; the stream and its other handles go on. A message that does not parse ends the
-stream with INVALID_ARGUMENT.
+A handle is a reader (an empty subscription name: the read engine) or a consumer of a
+durable subscription (the topic's `TopicSubscriptions`, source/subscriptions/). Consecutive
+subscribes of one stream message run together, so their new subscriptions are written to
+etcd in one batch. A failing handle (topic gone, checksum error, bad command) gets an
+`Event.error` frame and stops; a failing ack or nack gets `Event.warning` and the handle goes
+on; the stream and its other handles go on either way. A message that does not parse ends
+the stream with INVALID_ARGUMENT.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ from source.core.names import TopicName, check_subscription
 from source.pb.v1 import common_pb2, consumer_pb2, consumer_pb2_grpc
 from source.read.engine import ReadEngine, Reader
 from source.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
+from source.subscriptions import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, ActiveChanged,
+                                  CursorMoved, SubConsumer, TopicSubscriptions)
 
 OUTBOX_BYTES = 8 << 20      # a stream's queued frames; past this its readers wait
 MESSAGE_BYTES = 4 << 20     # frames per ServerMessage, at most about this many bytes
@@ -42,6 +46,15 @@ def start_from_pb(pb: common_pb2.StartPosition, inclusive: bool) -> Start:
     if kind == "publish_time":
         return Start(PUBLISH_TIME, publish_ms=pb.publish_time)
     return Start(EARLIEST)
+
+
+TYPES = {consumer_pb2.EXCLUSIVE: EXCLUSIVE, consumer_pb2.SHARED: SHARED,
+         consumer_pb2.FAILOVER: FAILOVER, consumer_pb2.KEY_SHARED: KEY_SHARED}
+_RESERVED = object()  # a handle whose subscribe is running
+
+
+def ids_from_pb(ids) -> list[MessageId]:
+    return [MessageId.checked(i.ledger_id, i.entry_id) for i in ids]
 
 
 def event_frame(handle: int, **event) -> bytes:
@@ -83,6 +96,15 @@ class StreamOutbox:
     def send_event(self, handle: int, **event) -> None:
         self._put(event_frame(handle, **event))
 
+    def send_notice(self, handle: int, notice: ActiveChanged | CursorMoved) -> None:
+        if isinstance(notice, ActiveChanged):
+            self.send_event(handle, active_consumer_changed=consumer_pb2.ActiveConsumerChanged(
+                is_active=notice.is_active))
+        else:
+            self.send_event(handle, seek_done=consumer_pb2.SeekDone(
+                position=notice.position.to_pb(), clamped=notice.clamped,
+                by_admin=notice.by_admin))
+
     def _put(self, frame: bytes) -> None:
         self._frames.append(frame)
         self._bytes += len(frame)
@@ -118,6 +140,7 @@ class StreamOutbox:
 
 class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
     def __init__(self, topics: TopicManager):
+        self.topics = topics
         self.engine = ReadEngine(topics.view, topics.counters_for)
         self._streams: set[StreamOutbox] = set()
 
@@ -128,19 +151,41 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
 
     async def Connect(self, request_iterator, context):
         outbox = StreamOutbox()
-        readers: dict[int, Reader] = {}
+        handles: dict[int, object] = {}  # handle -> Reader | (TopicSubscriptions, SubConsumer)
         failure: list[errors.ShadowTopicError] = []  # why the command stream broke, if it did
         self._streams.add(outbox)
+        peer = context.peer() if context is not None else ""
+
+        async def one(cmd) -> None:
+            try:
+                await self._command(cmd, outbox, handles, peer)
+            except Exception as exc:  # noqa: BLE001 - in-band, per handle
+                kind = cmd.WhichOneof("command")
+                if kind in ("ack", "nack", "redeliver", "flow") and isinstance(
+                        handles.get(cmd.handle), tuple):
+                    outbox.send_event(cmd.handle, warning=error_status(
+                        typed(exc, "Connect"), command=kind))
+                else:
+                    if handles.get(cmd.handle) is _RESERVED:
+                        del handles[cmd.handle]
+                    outbox.send_error(cmd.handle, typed(exc, "Connect"))
 
         async def commands() -> None:
             try:
                 async for message in request_iterator:
                     await outbox.wait_for_room()
-                    for cmd in message.commands:
-                        try:
-                            await self._command(cmd, outbox, readers)
-                        except Exception as exc:  # noqa: BLE001 - in-band, per handle
-                            outbox.send_error(cmd.handle, typed(exc, "Connect"))
+                    cmds = list(message.commands)
+                    i = 0
+                    while i < len(cmds):
+                        j = i
+                        while j < len(cmds) and cmds[j].WhichOneof("command") == "subscribe":
+                            j += 1
+                        if j > i:  # a run of subscribes: together (one etcd batch)
+                            await asyncio.gather(*(one(c) for c in cmds[i:j]))
+                            i = j
+                        else:
+                            await one(cmds[i])
+                            i += 1
             except Exception as exc:  # noqa: BLE001 - reading the stream failed: it ends
                 failure.append(typed(exc, "Connect"))
             finally:
@@ -155,45 +200,95 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
         finally:
             self._streams.discard(outbox)
             task.cancel()
-            for reader in readers.values():
-                self.engine.close(reader)
+            for item in handles.values():
+                self._close(item)
+
+    def _close(self, item) -> None:
+        if isinstance(item, Reader):
+            self.engine.close(item)
+        elif isinstance(item, tuple):
+            ts, consumer = item
+            ts.close_consumer(consumer)
 
     async def _command(self, cmd: consumer_pb2.ClientCommand, outbox: StreamOutbox,
-                       readers: dict[int, Reader]) -> None:
+                       handles: dict[int, object], peer: str) -> None:
         kind = cmd.WhichOneof("command")
         handle = cmd.handle
+        item = handles.get(handle)
         if kind == "flow":
-            reader = readers.get(handle)
-            if reader is not None:  # a flow may cross a close: nothing to do then
-                self.engine.flow(reader, cmd.flow.permits)
+            if isinstance(item, Reader):  # a flow may cross a close: nothing to do then
+                self.engine.flow(item, cmd.flow.permits)
+            elif isinstance(item, tuple):
+                item[0].flow(item[1], cmd.flow.permits)
         elif kind == "subscribe":
-            old = readers.get(handle)
-            if old is not None and not old.closed:
+            if item is not None and not (isinstance(item, Reader) and item.closed):
                 raise errors.InvalidArgument(f"handle {handle} is already in use")
+            handles[handle] = _RESERVED
             sub = cmd.subscribe
             topic = TopicName.parse(sub.topic)
             if sub.subscription:
-                check_subscription(sub.subscription)
-                raise errors.Unimplemented("durable subscriptions are not available yet; use "
-                                           "a reader (empty subscription name)")
+                await self._subscribe(cmd, topic, outbox, handles, peer)
+                return
             start = start_from_pb(sub.start, sub.start_inclusive)
             reader, last = await self.engine.open(outbox, handle, topic, start)
-            readers[handle] = reader
+            handles[handle] = reader
             outbox.send_event(handle, subscribed=consumer_pb2.Subscribed(
                 topic=str(topic), last_message_id=last.to_pb() if last else None))
         elif kind == "close":
-            reader = readers.pop(handle, None)
-            if reader is not None:
-                self.engine.close(reader)
+            item = handles.pop(handle, None)
+            self._close(item)
             outbox.send_event(handle, closed=consumer_pb2.HandleClosed())
         elif kind in ("seek", "ack", "nack", "redeliver", "unsubscribe"):
-            reader = readers.get(handle)
-            if reader is None or reader.closed:
+            if isinstance(item, tuple):
+                await self._consumer_command(kind, cmd, outbox, handles, *item)
+                return
+            if item is None or item is _RESERVED or item.closed:
                 raise errors.InvalidArgument(f"unknown handle {handle}")
             if kind == "seek":
-                position = await self.engine.seek(reader, start_from_pb(cmd.seek.position, True))
+                position = await self.engine.seek(item, start_from_pb(cmd.seek.position, True))
+                item.permits = 0  # the client drops what it holds and flows afresh
                 outbox.send_event(handle, seek_done=consumer_pb2.SeekDone(
                     position=position.to_pb()))
             # readers keep no cursor: acks and the like are accepted and ignored
         else:
             raise errors.InvalidArgument("empty client command")
+
+    async def _subscribe(self, cmd, topic: TopicName, outbox: StreamOutbox,
+                         handles: dict[int, object], peer: str) -> None:
+        sub = cmd.subscribe
+        check_subscription(sub.subscription)
+        type_ = TYPES.get(sub.type)
+        if type_ is None:
+            raise errors.InvalidArgument(f"unknown subscription type {sub.type}")
+        start = (start_from_pb(sub.start, sub.start_inclusive) if sub.HasField("start")
+                 else Start(LATEST))  # Pulsar's default initial position
+        t = await self.topics.topic(topic)
+        ts: TopicSubscriptions = t.subscriptions
+        consumer, created, position = await ts.subscribe(
+            outbox, cmd.handle, sub.subscription, type_, start, sub.consumer_name,
+            sub.priority, peer)
+        if handles.get(cmd.handle) is not _RESERVED:  # the stream ended meanwhile
+            ts.close_consumer(consumer)
+            return
+        handles[cmd.handle] = (ts, consumer)
+        last = t.ledger.last_confirmed()
+        outbox.send_event(cmd.handle, subscribed=consumer_pb2.Subscribed(
+            topic=str(topic), last_message_id=last.to_pb() if last else None,
+            position=position.to_pb(), created=created))
+
+    async def _consumer_command(self, kind: str, cmd, outbox: StreamOutbox,
+                                handles: dict[int, object], ts: TopicSubscriptions,
+                                consumer: SubConsumer) -> None:
+        if kind == "ack":
+            ts.ack(consumer, ids_from_pb(cmd.ack.ids), cmd.ack.cumulative)
+        elif kind == "nack":
+            ts.nack(consumer, ids_from_pb(cmd.nack.ids), cmd.nack.delay_ms)
+        elif kind == "redeliver":
+            ts.redeliver(consumer)
+        elif kind == "seek":
+            await ts.seek(consumer, start_from_pb(cmd.seek.position, True))
+            # the consumer hears where it landed as a seek_done (CursorMoved) notice
+        elif kind == "unsubscribe":
+            await ts.unsubscribe(consumer)
+            handles.pop(cmd.handle, None)
+            outbox.send_event(cmd.handle, closed=consumer_pb2.HandleClosed())

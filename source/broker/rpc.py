@@ -62,10 +62,10 @@ def unary(handler):
     return wrapper
 
 
-def error_status(exc: BaseException) -> common_pb2.ErrorStatus:
+def error_status(exc: BaseException, **details: str) -> common_pb2.ErrorStatus:
     err = typed(exc)
     return common_pb2.ErrorStatus(code=err.code.name, reason=err.reason,
-                                  message=_bounded(err.message))
+                                  message=_bounded(err.message), details=details)
 
 
 class _Malformed:

@@ -47,6 +47,8 @@ class BrokerConfig:
     broker_id: str = ""                  # default: kept in <data_dir>/broker.id
     lease_ttl: int = 10
     roles: tuple[str, ...] = ("source",)
+    cursor_flush_interval: float = 1.0   # seconds between cursor snapshots of a topic
+    retention_interval: float = 60.0     # seconds between retention passes
 
     @property
     def url(self) -> str:
@@ -79,7 +81,9 @@ class Broker:
         self.storage = Storage(root)
         self.session = BrokerSession(self.store, config.cluster, config.broker_id, config.url,
                                      list(config.roles), ttl=config.lease_ttl)
-        self.topics = TopicManager(self.store, self.storage, self.session)
+        self.topics = TopicManager(self.store, self.storage, self.session,
+                                   retention_interval=config.retention_interval,
+                                   cursor_flush_interval=config.cursor_flush_interval)
         self.session.on_lost = self.topics.fence_all
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
@@ -181,11 +185,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cluster", default="standalone")
     p.add_argument("--broker-id", default=None)
     p.add_argument("--lease-ttl", type=int, default=10)
+    p.add_argument("--cursor-flush-interval", type=float, default=1.0,
+                   help="seconds between cursor snapshots (what a crash can redeliver)")
+    p.add_argument("--retention-interval", type=float, default=60.0)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = BrokerConfig(etcd=a.etcd, data_dir=a.data_dir, storage_root=a.storage_root,
-                       host=a.host, port=a.port, cluster=a.cluster, lease_ttl=a.lease_ttl)
+                       host=a.host, port=a.port, cluster=a.cluster, lease_ttl=a.lease_ttl,
+                       cursor_flush_interval=a.cursor_flush_interval,
+                       retention_interval=a.retention_interval)
     if a.broker_id:
         cfg.broker_id = a.broker_id
     profile = os.environ.get("SHADOWTOPIC_PROFILE")  # write cProfile stats here on exit

@@ -106,6 +106,23 @@ def add_up(total: apb.TopicStats, part: apb.TopicStats) -> None:
     total.topic_epoch = max(total.topic_epoch, part.topic_epoch)
     total.owner_broker = part.owner_broker or total.owner_broker
     total.publishers.extend(part.publishers)
+    for name, sub in part.subscriptions.items():
+        into = total.subscriptions[name]
+        if not into.type:
+            into.CopyFrom(sub)
+            continue
+        for f in ("msg_backlog", "backlog_size", "msg_rate_out", "msg_throughput_out",
+                  "msg_rate_redeliver", "unacked_messages", "skipped_entries",
+                  "individually_acked_ranges", "msg_out_counter", "msg_redeliver_counter"):
+            setattr(into, f, getattr(into, f) + getattr(sub, f))
+        into.consumers.extend(sub.consumers)
+
+
+def subscription_stats(d: dict) -> apb.SubscriptionStats:
+    """A subscription's numbers (TopicSubscriptions.stats) as the protobuf message."""
+    d = dict(d)
+    consumers = [apb.ConsumerStats(**c) for c in d.pop("consumers")]
+    return apb.SubscriptionStats(consumers=consumers, **d)
 
 
 FORWARDED = "x-shadowtopic-forwarded"

@@ -4,6 +4,7 @@
     policies   the effective policies (a partition follows its parent)
     counters   message and byte counters, rates
     producers  the producers attached to it (`max_producers` is enforced here)
+    subscriptions  its durable subscriptions (source/subscriptions/), loaded with it
 
 The `TopicManager` (source/broker/topics.py) loads, holds and drops these; the services ask
 it for a topic and then work on the object, never on the manager's internals. Readers are
@@ -16,6 +17,7 @@ from source.core import errors
 from source.core.names import TopicName
 from source.core.policies import Policies
 from source.ledger.managed import LedgerConfig, ManagedLedger
+from source.subscriptions import TopicSubscriptions
 
 
 class Topic:
@@ -25,6 +27,7 @@ class Topic:
         self.policies = policies
         self.counters = TopicCounters()
         self.producers: set[Publisher] = set()
+        self.subscriptions: TopicSubscriptions | None = None
 
     def attach_producer(self, pub: Publisher) -> None:
         """Register a producer, within the `max_producers` policy (0 = no limit)."""

@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from source.core import errors
 from source.core.names import TopicName
 from source.core.policies import Policies, validate_partitions, validate_properties
+from source.cursors.snapshot import SnapshotCursorStore
+from source.cursors.store import Fence
 from source.ledger.managed import ManagedLedger
 from source.ledger.storage import Storage
 from source.metadata import keys
@@ -24,6 +26,7 @@ from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.broker.ownership import BrokerSession
 from source.broker.rates import TopicCounters
 from source.broker.topic import Topic, ledger_config
+from source.subscriptions import TopicSubscriptions
 
 log = logging.getLogger(__name__)
 SOURCE, SHADOW = mpb.TopicKind.SOURCE, mpb.TopicKind.SHADOW
@@ -43,11 +46,13 @@ def _meta(call):
 
 class TopicManager:
     def __init__(self, store: MetadataStore, storage: Storage, session: BrokerSession,
-                 retention_interval: float = 60.0):
+                 retention_interval: float = 60.0, cursor_flush_interval: float = 1.0):
         self.store = store
         self.storage = storage
         self.session = session
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ledger-io")
+        self.cursors = SnapshotCursorStore(store, storage, self.executor)
+        self.cursor_flush_interval = cursor_flush_interval
         self._loaded: dict[TopicName, Topic] = {}
         self._loading: dict[TopicName, asyncio.Future] = {}
         self._closing: dict[TopicName, asyncio.Task] = {}
@@ -68,6 +73,11 @@ class TopicManager:
         if info.kind == mpb.TopicKind.TOPIC_KIND_UNSPECIFIED:
             info.kind = SOURCE  # written before TopicKind had a zero value of its own
         return info
+
+    @_meta
+    async def has_subscriptions(self, topic: TopicName) -> bool:
+        snap = await self.store.get_prefix(keys.subscriptions_prefix(topic))
+        return bool(snap.items)
 
     @_meta
     async def owner(self, topic: TopicName) -> mpb.Ownership | None:
@@ -121,14 +131,24 @@ class TopicManager:
                 raise errors.HasShadowTopics(
                     f"{topic} has shadow topics: {', '.join(shadows)}; delete them first")
         names = [topic] + [topic.partition(i) for i in range(info.partitions)]
+        connected = sum(t.subscriptions.connected() for t in map(self._loaded.get, names)
+                        if t is not None and t.subscriptions is not None)
+        if connected and not force:
+            raise errors.NotAllowed(f"{topic} has {connected} connected consumers; "
+                                    "use force to disconnect them and delete")
         lists = {t: await self.store.get(keys.ledgers(t)) for t in names}
+        gone = errors.TopicNotFound(f"topic {topic} was deleted")
+        for t in map(self._loaded.get, names):  # consumers stop; cursors are not saved again
+            if t is not None and t.subscriptions is not None:
+                await t.subscriptions.close(gone, flush=False)
         # metadata first: a loaded ledger's next list write then fails and fences it, and
         # nothing can load the topic again; then close, then files (a crash in between
         # leaves orphan files, never metadata pointing at missing files)
         for t in names:
             await self.store.delete(keys.topic_prefix(t), prefix=True)
         for t in names:
-            await self.unload(t)
+            await self.unload(t, gone)
+            await self.cursors.purge(t)
             kv = lists[t]
             for led in (mpb.LedgerList.FromString(kv.value).ledgers if kv else ()):
                 if led.path:
@@ -224,6 +244,14 @@ class TopicManager:
             await self.session.release(key, value)
             raise
         t = Topic(topic, ml, policies)
+        try:
+            t.subscriptions = await TopicSubscriptions(
+                topic, ml, self.store, self.cursors, Fence(key, value), lambda: t.policies,
+                t.counters, self.cursor_flush_interval).load()
+        except BaseException:
+            await ml.close()
+            await self.session.release(key, value)
+            raise
         ml.on_sealed = lambda _info, name=topic: self._schedule_retention(name)
         ml.on_fenced = lambda _ml, owned=t: self._on_fenced(owned)
         log.info("loaded %s (epoch %d, %d ledgers)", topic, epoch, len(ml.ledgers()))
@@ -237,19 +265,22 @@ class TopicManager:
         t = self._loaded.get(topic)
         return t.counters if t is not None else TopicCounters()
 
-    async def unload(self, topic: TopicName) -> None:
-        """Close this broker's ledger of `topic` and give up ownership. A load of the same
-        topic meanwhile waits for the close to finish (`topic()`)."""
+    async def unload(self, topic: TopicName, reason: errors.ShadowTopicError | None = None
+                     ) -> None:
+        """Close this broker's ledger of `topic` and give up ownership (its consumers hear
+        `reason`). A load of the same topic meanwhile waits for the close to finish."""
         t = self._loaded.pop(topic, None)
         if t is not None:
-            self._start_close(t)
+            self._start_close(t, reason)
         task = self._closing.get(topic)
         if task is not None:
             await asyncio.gather(task, return_exceptions=True)
 
-    def _start_close(self, t: Topic) -> None:
+    def _start_close(self, t: Topic, reason: errors.ShadowTopicError | None = None) -> None:
         async def close() -> None:
             try:
+                if t.subscriptions is not None:
+                    await t.subscriptions.close(reason)
                 await t.ledger.close()
                 await self.session.release(*t.ledger.ownership)
             finally:
@@ -287,8 +318,9 @@ class TopicManager:
         try:
             p = await self.policies(topic)
             if p.retention_time_seconds >= 0 or p.retention_size_bytes >= 0:
-                n, entries = await t.ledger.apply_retention(p.retention_time_seconds,
-                                                            p.retention_size_bytes)
+                n, entries = await t.ledger.apply_retention(
+                    p.retention_time_seconds, p.retention_size_bytes,
+                    t.subscriptions.oldest_needed() if t.subscriptions is not None else None)
                 if n:
                     log.info("%s: retention deleted %d ledgers (%d entries)", topic, n, entries)
         except Exception as exc:  # noqa: BLE001 - retention is retried by the loop

@@ -15,6 +15,8 @@ _POLICY_FLAGS = {
     "replicator_auto_reset_backlog_entries": "replicator_auto_reset_backlog_entries",
     "ledger_max_entries": "ledger_max_entries", "ledger_max_bytes": "ledger_max_bytes",
     "ledger_max_age": "ledger_max_age_seconds",
+    "max_producers": "max_producers", "max_subscriptions": "max_subscriptions",
+    "max_consumers": "max_consumers",
 }
 
 
@@ -202,4 +204,102 @@ def read(args) -> int:
     sys.stdout.flush()
     if args.output == "table":
         print(f"# {count} messages", file=sys.stderr)
+    return 0
+
+
+def consume(args) -> int:
+    """Receive -n messages (0: until Ctrl-C) from a durable subscription, print each as
+    `read` does and acknowledge the messages once they are printed and flushed (unless
+    --no-ack): at least once on stdout."""
+    limit = args.num_messages
+    count = 0
+    with _client(args) as c:
+        with c.subscribe(args.topic, args.subscription, consumer_type=args.type,
+                         initial_position=args.position,
+                         consumer_name=args.consumer_name) as consumer:
+            while limit == 0 or count < limit:
+                try:
+                    batch = [consumer.receive(timeout=args.timeout)]
+                except errors.Timeout:
+                    raise errors.Timeout(f"no message within {args.timeout:g}s ({count} "
+                                         f"messages consumed)") from None
+                more = 1000 if limit == 0 else min(1000, limit - count - 1)
+                if more > 0:
+                    batch += consumer.batch_receive(more, timeout=0)
+                for msg in batch:
+                    message_line(msg, args.output)
+                sys.stdout.flush()
+                if not args.no_ack:
+                    for msg in batch:
+                        consumer.acknowledge(msg)
+                count += len(batch)
+    if args.output == "table":
+        print(f"# {count} messages", file=sys.stderr)
+    return 0
+
+
+def topics_subscriptions(args) -> int:
+    with _client(args) as c:
+        subs = c.admin.list_subscriptions(args.topic)
+    if args.output == "json":
+        emit(subs, "json")
+    else:
+        emit([{"subscription": s} for s in subs], "table", ["subscription"])
+    return 0
+
+
+def topics_create_subscription(args) -> int:
+    with _client(args) as c:
+        c.admin.create_subscription(args.topic, args.subscription, args.position)
+    print(f"created subscription {args.subscription} on {args.topic}")
+    return 0
+
+
+def topics_unsubscribe(args) -> int:
+    with _client(args) as c:
+        change = c.admin.delete_subscription(args.topic, args.subscription, args.force,
+                                             args.dry_run)
+    if args.output == "json":
+        emit(change, "json")
+    else:
+        verb = "would delete" if args.dry_run else "deleted"
+        print(f"{verb} subscription {args.subscription} on {args.topic}")
+        emit(change, "table")
+    return 0
+
+
+def topics_reset_cursor(args) -> int:
+    position = args.time if args.time is not None else args.message_id
+    with _client(args) as c:
+        landed, clamped = c.admin.reset_cursor(args.topic, args.subscription, position,
+                                               args.dry_run)
+    if args.output == "json":
+        emit({"message_id": str(landed), "clamped": clamped, "dry_run": args.dry_run}, "json")
+    else:
+        verb = "would reset" if args.dry_run else "reset"
+        print(f"{verb} the cursor of {args.subscription} on {args.topic} to {landed}"
+              + (" (clamped)" if clamped else ""))
+    return 0
+
+
+def topics_skip(args) -> int:
+    with _client(args) as c:
+        emit(c.admin.skip(args.topic, args.subscription, args.count, args.dry_run), args.output)
+    return 0
+
+
+def topics_clear_backlog(args) -> int:
+    with _client(args) as c:
+        emit(c.admin.clear_backlog(args.topic, args.subscription, args.dry_run), args.output)
+    return 0
+
+
+def topics_peek_messages(args) -> int:
+    with _client(args) as c:
+        msgs = c.admin.peek_messages(args.topic, args.subscription, args.count)
+    for msg in msgs:
+        message_line(msg, args.output)
+    sys.stdout.flush()
+    if args.output == "table":
+        print(f"# {len(msgs)} messages", file=sys.stderr)
     return 0

@@ -3,8 +3,11 @@
     shadowtopic standalone [--data-dir ./data] [--wipe-data]
     shadowtopic topics create|delete|list|stats|stats-internal|truncate|get-policies|
                        set-policies|lookup|last-message-id|roll-ledger ...
+    shadowtopic topics subscriptions|create-subscription|unsubscribe|reset-cursor|skip|
+                       clear-backlog|peek-messages <topic> -s SUB ...
     shadowtopic produce <topic> -m MSG [-k KEY] [-n N] [-p k=v ...]
     shadowtopic read <topic> [--start earliest|latest|L:E] [-n N | --until-end]
+    shadowtopic consume <topic> -s SUB [-t TYPE] [-p earliest|latest|L:E] [-n N] [--no-ack]
 
 Every command that prints data takes `-o table` (default) or `-o json`; the broker is
 `--url` / $SHADOWTOPIC_URL (default localhost:6650). Both go before or after the subcommand.
@@ -19,7 +22,8 @@ from typing import NoReturn
 
 from source.cli import commands
 from source.cli.output import fail
-from source.cli.parse import boolean, count, duration, key_value, positive, seconds, size
+from source.cli.parse import (boolean, count, duration, key_value, positive, seconds, size,
+                              subscription_type, time_ms)
 from source.core import errors
 
 
@@ -52,6 +56,14 @@ def _policy_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ledger-max-entries", type=int)
     g.add_argument("--ledger-max-bytes", type=size)
     g.add_argument("--ledger-max-age", type=duration)
+    g.add_argument("--max-producers", type=count, help="0 = no limit")
+    g.add_argument("--max-subscriptions", type=count, help="0 = no limit")
+    g.add_argument("--max-consumers", type=count, help="per subscription, 0 = no limit")
+
+
+def _subscription(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topic")
+    p.add_argument("-s", "--subscription", required=True, help="subscription name")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,6 +124,59 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func=commands.topics_set_policies)
 
+    p = topics.add_parser("subscriptions", help="list the subscriptions of a topic")
+    p.add_argument("topic")
+    _common(p)
+    p.set_defaults(func=commands.topics_subscriptions)
+
+    p = topics.add_parser("create-subscription", help="create a durable subscription")
+    _subscription(p)
+    p.add_argument("-m", "--messageId", "--message-id", "--position", dest="position",
+                   default="latest",
+                   help="where it starts: earliest | latest (default) | L:E")
+    _common(p, output=False)
+    p.set_defaults(func=commands.topics_create_subscription)
+
+    p = topics.add_parser("unsubscribe", help="delete a subscription")
+    _subscription(p)
+    p.add_argument("-f", "--force", action="store_true",
+                   help="also when consumers are attached (they are disconnected)")
+    p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
+    _common(p)
+    p.set_defaults(func=commands.topics_unsubscribe)
+
+    p = topics.add_parser("reset-cursor", help="move a subscription's cursor")
+    _subscription(p)
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("-m", "--messageId", "--message-id", dest="message_id",
+                   help="L:E: the next message delivered is this one (or the next that exists)")
+    g.add_argument("-t", "--time", type=time_ms, dest="time",
+                   help="the first message published at or after TIME: a duration ago (10m, "
+                        "1h, 2d), an ISO 8601 timestamp or ms since the epoch")
+    p.add_argument("--dry-run", action="store_true", help="say where it would land, move nothing")
+    _common(p)
+    p.set_defaults(func=commands.topics_reset_cursor)
+
+    p = topics.add_parser("skip", help="acknowledge the next N messages of a subscription")
+    _subscription(p)
+    p.add_argument("-n", "--count", type=count, required=True)
+    p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
+    _common(p)
+    p.set_defaults(func=commands.topics_skip)
+
+    p = topics.add_parser("clear-backlog", help="acknowledge a subscription's whole backlog")
+    _subscription(p)
+    p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
+    _common(p)
+    p.set_defaults(func=commands.topics_clear_backlog)
+
+    p = topics.add_parser("peek-messages", help="show a subscription's next messages, "
+                                                "without consuming them")
+    _subscription(p)
+    p.add_argument("-n", "--count", type=positive, default=1)
+    _common(p)
+    p.set_defaults(func=commands.topics_peek_messages)
+
     p = sub.add_parser("produce", help="produce messages")
     p.add_argument("topic")
     p.add_argument("-m", "--message", action="append", required=True,
@@ -135,6 +200,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds to wait for the next message")
     _common(p)
     p.set_defaults(func=commands.read)
+
+    p = sub.add_parser("consume", help="consume messages from a durable subscription")
+    _subscription(p)
+    p.add_argument("-t", "--type", "--subscription-type", dest="type", type=subscription_type,
+                   default="exclusive",
+                   help="exclusive (default) | shared | failover | key_shared")
+    p.add_argument("-p", "--position", "--subscription-position", dest="position",
+                   default="latest",
+                   help="where a new subscription starts: latest (default) | earliest | L:E")
+    p.add_argument("-n", "--num-messages", type=count, default=1,
+                   help="stop after N messages (default 1; 0 = until Ctrl-C)")
+    p.add_argument("--consumer-name", default="")
+    p.add_argument("--timeout", type=seconds, default=None,
+                   help="fail when no message arrives within this many seconds "
+                        "(default: wait for ever)")
+    p.add_argument("--no-ack", action="store_true", help="do not acknowledge the messages")
+    _common(p)
+    p.set_defaults(func=commands.consume)
     return parser
 
 

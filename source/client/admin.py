@@ -1,5 +1,8 @@
-"""Admin client: topics, policies, stats, ledgers. Returns domain types and plain dicts
-(stats print with Pulsar's camelCase names, through protobuf's JSON mapping)."""
+"""Admin client: topics, policies, stats, ledgers, subscriptions. Returns domain types and
+plain dicts (stats print with Pulsar's camelCase names, through protobuf's JSON mapping).
+
+`position_pb` is the one parser of user positions ("earliest", "latest", a MessageId, its
+"L:E" text, or publish time in ms since the epoch) for subscriptions, seeks and cursor resets."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,8 +11,10 @@ from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.json_format import MessageToDict
 
 from source.client.connection import Connection
+from source.client.message import Message
+from source.core import errors
 from source.core.message_id import MessageId
-from source.core.names import canonical
+from source.core.names import TopicName, canonical, check_subscription
 from source.core.policies import Policies, validate_partitions, validate_properties
 from source.pb.v1 import admin_pb2 as apb
 from source.pb.v1 import common_pb2
@@ -34,6 +39,44 @@ class TopicMetadata:
         return {"topic": self.topic, "kind": self.kind, "partitions": self.partitions,
                 "source": self.source, "properties": self.properties,
                 "policies": self.policies.as_dict()}
+
+
+_MAX_INT64 = (1 << 63) - 1
+_MAX_UINT64 = (1 << 64) - 1
+
+
+def position_pb(position: str | MessageId | int,
+                what: str = "position") -> common_pb2.StartPosition:
+    """A StartPosition from "earliest" / "latest" (any case), a MessageId, its text form
+    ("L:E" or "L:E:P"; the partition is not sent: a handle or topic names it) or an int of
+    publish time in ms since the epoch (the first message published at or after it).
+    Anything else raises `InvalidArgument` (`InvalidMessageId` for a bad id)."""
+    if isinstance(position, bool):
+        raise errors.InvalidArgument(f"{what} must be earliest, latest, a message id or a "
+                                     f"publish time in ms, got {position!r}")
+    if isinstance(position, int):
+        if not 0 <= position <= _MAX_INT64:
+            raise errors.InvalidArgument(f"{what}: publish time must be ms since the epoch "
+                                         f">= 0, got {position}")
+        return common_pb2.StartPosition(publish_time=position)
+    if isinstance(position, str):
+        word = position.strip().lower()
+        if word == "earliest":
+            return common_pb2.StartPosition(earliest=True)
+        if word == "latest":
+            return common_pb2.StartPosition(latest=True)
+        position = MessageId.parse(position)
+    if isinstance(position, MessageId):
+        mid = MessageId.checked(position.ledger_id, position.entry_id)
+        return common_pb2.StartPosition(message_id=mid.to_pb())
+    raise errors.InvalidArgument(f"{what} must be earliest, latest, a message id or a publish "
+                                 f"time in ms, got {position!r}")
+
+
+def _count(value: object, what: str, low: int = 0, high: int = _MAX_UINT64) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise errors.InvalidArgument(f"{what} must be an integer in {low}..{high}, got {value!r}")
+    return value
 
 
 _INT64 = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT64,
@@ -133,3 +176,64 @@ class Admin:
         pb = self._c.call(self._stub.GetLastMessageId,
                           apb.GetLastMessageIdRequest(topic=canonical(topic)))
         return MessageId.from_pb(pb) if pb.ledger_id else None
+
+    # ---- subscriptions ------------------------------------------------------------------
+
+    def create_subscription(self, topic: str, subscription: str,
+                            start: str | MessageId | int = "latest") -> None:
+        """Create a durable subscription positioned at `start` ("earliest", "latest", a
+        MessageId / "L:E", or publish time in ms). `SubscriptionAlreadyExists` if it exists."""
+        req = apb.CreateSubscriptionRequest(topic=canonical(topic),
+                                            subscription=check_subscription(subscription),
+                                            start=position_pb(start, "start"))
+        self._c.call(self._stub.CreateSubscription, req)
+
+    def delete_subscription(self, topic: str, subscription: str, force: bool = False,
+                            dry_run: bool = False) -> dict:
+        """Delete a subscription (`force`: also when consumers are attached; they are
+        disconnected). Returns what changed (or would, with `dry_run`): markDeletePosition,
+        msgBacklog, entriesAcked, consumers, dryRun."""
+        return to_dict(self._c.call(self._stub.DeleteSubscription, apb.DeleteSubscriptionRequest(
+            topic=canonical(topic), subscription=check_subscription(subscription),
+            force=bool(force), dry_run=bool(dry_run))))
+
+    def list_subscriptions(self, topic: str) -> list[str]:
+        out, token = [], ""
+        while True:
+            resp = self._c.call(self._stub.ListSubscriptions, apb.ListSubscriptionsRequest(
+                topic=canonical(topic), page=common_pb2.PageRequest(page_token=token)))
+            out += list(resp.subscriptions)
+            token = resp.next_page_token
+            if not token:
+                return out
+
+    def reset_cursor(self, topic: str, subscription: str, position: str | MessageId | int,
+                     dry_run: bool = False) -> tuple[MessageId, bool]:
+        """Move the subscription's cursor to a MessageId ("L:E") or a publish time (int, ms
+        since the epoch). Returns where it landed (or would, with `dry_run`) and whether the
+        position was clamped to the first or last message."""
+        resp = self._c.call(self._stub.ResetCursor, apb.ResetCursorRequest(
+            topic=canonical(topic), subscription=check_subscription(subscription),
+            position=position_pb(position), dry_run=bool(dry_run)))
+        return MessageId.from_pb(resp.position), resp.clamped
+
+    def skip(self, topic: str, subscription: str, count: int, dry_run: bool = False) -> dict:
+        """Acknowledge the next `count` messages of the subscription's backlog."""
+        return to_dict(self._c.call(self._stub.Skip, apb.SkipRequest(
+            topic=canonical(topic), subscription=check_subscription(subscription),
+            count=_count(count, "count"), dry_run=bool(dry_run))))
+
+    def clear_backlog(self, topic: str, subscription: str, dry_run: bool = False) -> dict:
+        """Acknowledge the subscription's whole backlog."""
+        return to_dict(self._c.call(self._stub.ClearBacklog, apb.ClearBacklogRequest(
+            topic=canonical(topic), subscription=check_subscription(subscription),
+            dry_run=bool(dry_run))))
+
+    def peek_messages(self, topic: str, subscription: str, count: int = 1) -> list[Message]:
+        """The next `count` messages of the subscription's backlog, without consuming them."""
+        name = canonical(topic)
+        resp = self._c.call(self._stub.PeekMessages, apb.PeekMessagesRequest(
+            topic=name, subscription=check_subscription(subscription),
+            count=_count(count, "count", 1, (1 << 32) - 1)))
+        partition = TopicName.parse(name).partition_index
+        return [Message.from_entry(name, partition, e) for e in resp.entries]

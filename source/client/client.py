@@ -1,4 +1,4 @@
-"""The sync client: one channel to a broker, admin calls, producers and readers.
+"""The sync client: one channel to a broker, admin calls, producers, readers and consumers.
 
     with Client("localhost:6650") as client:
         client.admin.create_topic("my-topic")
@@ -7,18 +7,23 @@
         with client.create_reader("my-topic", start="earliest") as r:
             for msg in r:
                 print(msg)  # id, key, payload (as text), properties
+        with client.subscribe("my-topic", "my-sub", consumer_type="shared") as consumer:
+            msg = consumer.receive(timeout=10)
+            consumer.acknowledge(msg)
 """
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
-from source.client.admin import Admin
+from source.client.admin import Admin, position_pb
 from source.client.connection import Connection
+from source.client.consumer import Consumer, check_options, parse_consumer_type
 from source.client.producer import Producer
 from source.client.reader import Multiplexer, Reader
 from source.core import errors
 from source.core.message_id import MessageId
-from source.core.names import canonical
+from source.core.names import canonical, check_subscription
 
 
 class Client:
@@ -46,22 +51,55 @@ class Client:
         """A non-durable reader from "earliest", "latest" or a MessageId ("L:E" text too)."""
         topic = canonical(topic)
         partitions = self._partitions(topic)
-        with self._lock:
-            if self._closed:
-                raise errors.AlreadyClosed("client is closed")
-            if self._mux is None or self._mux.dead:  # a broken stream is replaced
-                if self._mux is not None:
-                    self._mux.close()
-                self._mux = Multiplexer(self._conn)
-            mux = self._mux
-        r = Reader(self._conn, mux, topic, partitions, start, inclusive, receiver_queue_size)
+        r = Reader(self._conn, self._multiplexer(), topic, partitions, start, inclusive,
+                   receiver_queue_size)
         self._children.append(r)
         return r
 
+    def subscribe(self, topic: str, subscription_name: str, consumer_type: str = "exclusive",
+                  initial_position: str | MessageId | int = "latest", consumer_name: str = "",
+                  receiver_queue_size: int = 1000, priority: int = 0,
+                  negative_ack_redelivery_delay_ms: int = 1000,
+                  on_active_change: Callable[[bool], None] | None = None) -> Consumer:
+        """A consumer of the durable subscription `subscription_name` (created when missing,
+        at `initial_position`: "latest" (default, as Pulsar), "earliest", a MessageId or
+        "L:E", or a publish time in ms since the epoch). `consumer_type`: "exclusive",
+        "shared", "failover" or "key_shared" (any case). `priority`: failover, lower
+        values become active first. `on_active_change(is_active)` is called (on a thread of
+        the consumer's own) when the broker makes this consumer active or inactive.
+
+        Raises `InvalidArgument` for a bad argument before sending anything, and the broker's
+        typed error when it refuses (`ConsumerBusy`: a second exclusive consumer or another
+        type than the subscription's; `TooManyConsumers`, `TooManySubscriptions`, ...)."""
+        check_subscription(subscription_name)
+        parse_consumer_type(consumer_type)
+        position_pb(initial_position, "initial position")
+        check_options(consumer_name, receiver_queue_size, priority,
+                      negative_ack_redelivery_delay_ms, on_active_change)
+        topic = canonical(topic)
+        partitions = self._partitions(topic)
+        c = Consumer(self._conn, self._multiplexer(), topic, partitions, subscription_name,
+                     consumer_type, initial_position, consumer_name, receiver_queue_size,
+                     priority, negative_ack_redelivery_delay_ms, on_active_change)
+        self._children.append(c)
+        return c
+
+    def _multiplexer(self) -> Multiplexer:
+        """The client's consumer stream (a broken one is replaced)."""
+        with self._lock:
+            if self._closed:
+                raise errors.AlreadyClosed("client is closed")
+            if self._mux is None or self._mux.dead:
+                if self._mux is not None:
+                    self._mux.close()
+                self._mux = Multiplexer(self._conn)
+            return self._mux
+
     def close(self) -> None:
-        """Close every producer and reader, then the consumer stream, then the channel (even
-        when something before fails). A `read_next` waiting in another thread raises
-        `AlreadyClosed`; later calls raise it too. Closing twice is a no-op."""
+        """Close every producer, reader and consumer, then the consumer stream, then the
+        channel (even when something before fails). A `read_next` or `receive` waiting in
+        another thread raises `AlreadyClosed`; later calls raise it too. Closing twice is a
+        no-op."""
         with self._lock:
             if self._closed:
                 return

@@ -6,6 +6,10 @@ each partition gets a handle. The broker sends entries as flow permits allow
 time. `has_message_available` compares what was read with the broker's last message id, so a
 read loop ends at the end of the topic (`while r.has_message_available(): r.read_next()`).
 
+`seek` moves a reader (by MessageId or publish time) and waits for the broker's `seek_done`.
+After any `seek_done` the broker has set the handle's permits to 0: the reader drops what it
+had received for that partition before the event and sends a fresh Flow.
+
 Closing is deterministic: `Reader.close` wakes a `read_next` blocked in another thread (it
 raises `AlreadyClosed`), and `Multiplexer.close` returns only once the stream's receive thread
 has ended and gRPC has finished the call (see there why that matters at interpreter exit).
@@ -15,11 +19,12 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+import time
 from collections import deque
 
 import grpc
 
-from source.client.admin import Admin
+from source.client.admin import Admin, position_pb
 from source.client.connection import Connection
 from source.client.message import Message
 from source.core import errors
@@ -193,6 +198,31 @@ def start_position(start: str | MessageId) -> common_pb2.StartPosition:
     return common_pb2.StartPosition(message_id=MessageId.parse(start).to_pb())
 
 
+def seek_targets(position: MessageId | str | int, by_index: dict) -> tuple[
+        common_pb2.StartPosition, list]:
+    """What a seek sends and to which partitions (`by_index`: partition index -> partition
+    of a reader or consumer). A publish time (int ms), "earliest" or "latest" seeks every
+    partition; a MessageId ("L:E" text too) with a partition seeks that partition, one
+    without seeks every partition (as Pulsar does). `InvalidArgument` for junk."""
+    pos = position_pb(position, "seek position")
+    mid = None
+    if isinstance(position, MessageId):
+        mid = position
+    elif isinstance(position, str) and pos.HasField("message_id"):
+        mid = MessageId.parse(position)
+    parts = list(by_index.values())
+    if mid is not None and mid.partition >= 0:
+        target = by_index.get(mid.partition)
+        if target is None:
+            if len(parts) == 1 and next(iter(by_index)) < 0:
+                target = parts[0]  # a non-partitioned topic: the partition says nothing
+            else:
+                raise errors.InvalidArgument(f"message id {mid}: partition {mid.partition} "
+                                             f"is not one of this topic's")
+        parts = [target]
+    return pos, parts
+
+
 class _Partition:
     def __init__(self, topic: str, index: int, handle: int):
         self.topic = topic
@@ -209,6 +239,7 @@ class Reader:
                  start: str | MessageId = "earliest", inclusive: bool = False,
                  receiver_queue_size: int = 1000, subscribe_timeout: float = 30.0):
         self.topic = topic
+        self._seeks: dict[int, object] | None = None  # handle -> seek answer, while seeking
         self._conn = conn
         self._mux = mux
         self._queue: queue.Queue = queue.Queue()
@@ -288,11 +319,73 @@ class Reader:
         if p is None:
             return
         frame = item.frame
-        if frame.HasField("event") and frame.event.HasField("error"):
-            e = frame.event.error
-            self._error = errors.from_reason(e.reason, e.message, e.code)
+        if frame.HasField("event"):
+            ev = frame.event
+            if ev.HasField("error"):
+                e = ev.error
+                self._error = errors.from_reason(e.reason, e.message, e.code)
+                raise self._error
+            if ev.HasField("seek_done"):
+                self._seek_done(p, ev.seek_done)
+            elif ev.HasField("warning") and self._seeks is not None and p.handle in self._seeks:
+                w = ev.warning
+                if w.details.get("command") == "seek" and self._seeks[p.handle] is None:
+                    self._seeks[p.handle] = errors.from_reason(w.reason, w.message, w.code)
+        if frame.entries:
+            self._buffer.extend(item.messages(p.topic, p.index))
+
+    def _seek_done(self, p: _Partition, done: consumer_pb2.SeekDone) -> None:
+        """The partition moved (this reader's seek, or someone else's with `by_admin`): what
+        it received before is dropped; the broker left it no permits, so grant them anew."""
+        if self._buffer:
+            self._buffer = deque(m for m in self._buffer if m.message_id.partition != p.index)
+        position = MessageId.from_pb(done.position)
+        p.last = None
+        p.threshold, p.inclusive = MessageId(position.ledger_id, position.entry_id), True
+        p.consumed = 0
+        try:
+            self._mux.send(consumer_pb2.ClientCommand(handle=p.handle, flow=consumer_pb2.Flow(
+                permits=self._permits)))
+        except errors.ShadowTopicError:  # the stream is gone; the queue hears it too
+            pass
+        if (not done.by_admin and self._seeks is not None and p.handle in self._seeks
+                and self._seeks[p.handle] is None):
+            self._seeks[p.handle] = (position.with_partition(p.index), done.clamped)
+
+    def seek(self, position: MessageId | str | int) -> MessageId:
+        """Move the reader to a MessageId ("L:E" text too; the next message read is that one,
+        or the first after it that exists) or to a publish time (int, ms since the epoch: the
+        first message published at or after it), and wait for the broker. An id with a
+        partition moves that partition, anything else every partition. Returns where the
+        reader landed (several partitions: the lowest id). Messages received before are
+        dropped."""
+        if self._closed:
+            raise errors.AlreadyClosed("reader is closed")
+        if self._error is not None:
             raise self._error
-        self._buffer.extend(item.messages(p.topic, p.index))
+        pos, targets = seek_targets(position, self._parts_by_index)
+        self._seeks = {p.handle: None for p in targets}
+        try:
+            for p in targets:
+                self._mux.send(consumer_pb2.ClientCommand(handle=p.handle,
+                                                          seek=consumer_pb2.Seek(position=pos)))
+            deadline = time.monotonic() + self._conn.timeout
+            while any(v is None for v in self._seeks.values()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise errors.Timeout(f"seek timed out after {self._conn.timeout:g}s")
+                try:
+                    handle, item = self._queue.get(timeout=min(left, 0.2))
+                except queue.Empty:
+                    continue
+                self._take(handle, item)
+            answers = list(self._seeks.values())
+        finally:
+            self._seeks = None
+        failure = next((a for a in answers if isinstance(a, BaseException)), None)
+        if failure is not None:
+            raise failure
+        return min(mid for mid, _ in answers)
 
     def has_message_available(self) -> bool:
         if self._closed:

@@ -62,6 +62,10 @@ class CursorFlusher:
         self._check_open()
         self._dirty[name] = None
 
+    def discard(self) -> None:
+        """Forget the unsaved changes (the topic is being deleted)."""
+        self._dirty.clear()
+
     def _check_open(self) -> None:
         if self.fenced is not None:
             raise self.fenced

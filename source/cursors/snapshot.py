@@ -323,6 +323,12 @@ class SnapshotCursorStore(CursorStore):
 
     # ---- delete ----------------------------------------------------------------------------
 
+    async def purge(self, topic: TopicName) -> None:
+        async with self._lock(topic):
+            self._topics.pop(topic, None)
+            await self._io(remove_all, self.storage, topic)
+        self.forget(topic)
+
     async def delete(self, topic: TopicName, fence: Fence) -> None:
         async with self._lock(topic):
             res = await self._meta(self.metadata.txn,

@@ -48,6 +48,10 @@ class CursorStore(abc.ABC):
     def forget(self, topic: TopicName) -> None:
         """Drop whatever this object caches about `topic` (it was unloaded here)."""
 
+    async def purge(self, topic: TopicName) -> None:
+        """The topic was deleted (its metadata, the pointer included, is gone): remove
+        whatever else is left of its cursors. Not fenced: nobody owns a deleted topic."""
+
 
 def records(changes: Mapping[str, CursorState | None]) -> dict[str, Record | None]:
     """The changes as immutable records (taken synchronously, before any await)."""
@@ -89,6 +93,9 @@ class MemoryCursorStore(CursorStore):
                 cursors.pop(name, None)
             else:
                 cursors[name] = rec
+
+    async def purge(self, topic: TopicName) -> None:
+        self.data.pop(topic, None)
 
     async def delete(self, topic: TopicName, fence: Fence) -> None:
         await check_fence(self.metadata, fence)

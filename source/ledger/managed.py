@@ -532,8 +532,11 @@ class ManagedLedger:
 
     # ---- retention and truncation ----------------------------------------------------------
 
-    async def apply_retention(self, time_s: int, size_bytes: int) -> tuple[int, int]:
-        """Delete the oldest sealed ledgers beyond the time / size limits (-1 = no limit)."""
+    async def apply_retention(self, time_s: int, size_bytes: int,
+                              keep_from: MessageId | None = None) -> tuple[int, int]:
+        """Delete the oldest sealed ledgers beyond the time / size limits (-1 = no limit),
+        never the ledger of `keep_from` (the first entry a durable subscription has not
+        acknowledged) or a later one."""
         cutoff = now_ms() - time_s * 1000 if time_s >= 0 else None
 
         def select(lst: mpb.LedgerList) -> list[mpb.LedgerInfo]:
@@ -541,6 +544,8 @@ class ManagedLedger:
             victims = []
             for info in lst.ledgers:
                 if info.state != SEALED:
+                    break
+                if keep_from is not None and info.ledger_id >= keep_from.ledger_id:
                     break
                 old = cutoff is not None and info.last_publish_ms < cutoff
                 big = size_bytes >= 0 and total > size_bytes

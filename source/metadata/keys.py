@@ -64,6 +64,10 @@ def subscription(topic: TopicName, sub: str) -> str:
     return _t(topic) + f"/subscriptions/{sub}"
 
 
+def subscriptions_prefix(topic: TopicName) -> str:
+    return _t(topic) + "/subscriptions/"
+
+
 def brokers_prefix(cluster: str) -> str:
     return f"{ROOT}/clusters/{cluster}/brokers/"
 

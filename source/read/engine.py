@@ -24,7 +24,7 @@ from source import wire
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import TopicName
-from source.ledger.view import LedgerView, Trimmed
+from source.ledger.view import LedgerView, ReadEntry, Trimmed
 from source.read.positions import Start, resolve
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,46 @@ class Counters(Protocol):
     def add_out(self, msgs: int, size: int) -> None: ...
 
 
+class Frames:
+    """What one read sends: per outbox, the handles that take every entry read (one frame
+    for all of them), and frames of their own for handles that take only some entries
+    (a durable subscription skipping acknowledged ones, splitting among consumers)."""
+
+    __slots__ = ("whole", "parts")
+
+    def __init__(self) -> None:
+        self.whole: dict[Outbox, list[int]] = {}
+        self.parts: list[tuple[Outbox, int, list[bytes], int]] = []
+
+    def all(self, outbox: Outbox, handle: int) -> None:
+        self.whole.setdefault(outbox, []).append(handle)
+
+    def some(self, outbox: Outbox, handle: int, encoded: list[bytes], size: int) -> None:
+        self.parts.append((outbox, handle, encoded, size))
+
+    def send(self, encoded: list[bytes], size: int) -> None:
+        for outbox, handles in self.whole.items():
+            outbox.send_entries(handles, encoded, size)
+        for outbox, handle, some, some_size in self.parts:
+            outbox.send_entries([handle], some, some_size)
+
+
+class Member(Protocol):
+    """What a dispatch group holds: a reader, or a durable subscription with consumers.
+    `position` is the next entry it has not been sent; the group moves it past each read."""
+
+    position: MessageId
+    topic: "TopicReaders | None"
+
+    def wanted(self, wake: Callable[[], None]) -> int:
+        """How many entries it can take now (0: skip it; it calls `wake` once it can)."""
+
+    def deliver(self, entries: list[ReadEntry], encoded: list[bytes], size: int,
+                frames: Frames) -> int:
+        """Take every entry of a read at `position` (queue frames into `frames`); returns
+        how many messages went out (for the topic's counters)."""
+
+
 class Reader:
     __slots__ = ("handle", "outbox", "position", "permits", "topic", "closed")
 
@@ -72,15 +112,49 @@ class Reader:
         self.topic: TopicReaders | None = None  # None while closed or following a reload
         self.closed = False
 
+    def wanted(self, wake: Callable[[], None]) -> int:
+        if self.permits <= 0:
+            return 0
+        if not self.outbox.has_room():
+            self.outbox.call_when_room(wake)
+            return 0
+        return self.permits
+
+    def deliver(self, entries: list[ReadEntry], encoded: list[bytes], size: int,
+                frames: Frames) -> int:
+        frames.all(self.outbox, self.handle)
+        self.permits -= len(entries)
+        return len(entries)
+
+
+class Replayer(Protocol):
+    async def replay(self) -> bool:
+        """Send what waits for redelivery (it is not at the member's position); True when
+        something went out or is left to do."""
+
+
+class Owner(Protocol):
+    """Who holds a `TopicReaders`: the read engine, or the subscription engine."""
+
+    def rehome(self, tr: "TopicReaders") -> None:
+        """`tr`'s view closed."""
+
+    def fail(self, member: Member, error: errors.ShadowTopicError) -> None:
+        """Reading at `member`'s position failed: it stops."""
+
+    def counters(self, topic: TopicName) -> Counters: ...
+
 
 class TopicReaders:
-    """Every reader of one topic, and the topic's dispatch task (a `ViewListener`)."""
+    """Every member of one topic (readers, or durable subscriptions), grouped by position,
+    and the topic's dispatch task (a `ViewListener`)."""
 
-    def __init__(self, engine: "ReadEngine", topic: TopicName, view: LedgerView):
-        self.engine = engine
+    def __init__(self, owner: Owner, topic: TopicName, view: LedgerView):
+        self.owner = owner
         self.topic = topic
         self.view = view
-        self.groups: dict[MessageId, set[Reader]] = {}
+        self.groups: dict[MessageId, set[Member]] = {}
+        self.replays: set[Replayer] = set()   # members with entries waiting for redelivery
         self.count = 0
         self._dirty = False
         self._task: asyncio.Task | None = None
@@ -95,17 +169,17 @@ class TopicReaders:
         self.wake()  # groups inside deleted ledgers move on at their next dispatch
 
     def on_closed(self, reason: errors.ShadowTopicError) -> None:
-        self.engine._rehome(self)
+        self.owner.rehome(self)
 
     # ---- readers ---------------------------------------------------------------------------
 
-    def add(self, reader: Reader) -> None:
+    def add(self, reader: Member) -> None:
         reader.topic = self
         self.groups.setdefault(reader.position, set()).add(reader)
         self.count += 1
         self.wake()
 
-    def remove(self, reader: Reader) -> None:
+    def remove(self, reader: Member) -> None:
         group = self.groups.get(reader.position)
         if group is not None and reader in group:
             group.discard(reader)
@@ -114,7 +188,7 @@ class TopicReaders:
             self.count -= 1
         reader.topic = None
 
-    def move(self, reader: Reader, position: MessageId) -> None:
+    def move(self, reader: Member, position: MessageId) -> None:
         group = self.groups.get(reader.position)
         if group is not None:
             group.discard(reader)
@@ -123,7 +197,7 @@ class TopicReaders:
         reader.position = position
         self.groups.setdefault(position, set()).add(reader)
 
-    def readers(self) -> list[Reader]:
+    def readers(self) -> list[Member]:
         return [r for group in self.groups.values() for r in group]
 
     # ---- dispatch --------------------------------------------------------------------------
@@ -137,6 +211,11 @@ class TopicReaders:
         try:
             while self._dirty and self.view.closed is None:
                 self._dirty = False
+                for replayer in list(self.replays):
+                    if replayer in self.replays and self.view.closed is None:
+                        if await replayer.replay():
+                            self._dirty = True
+                        await asyncio.sleep(0)
                 for pos in list(self.groups):
                     if pos in self.groups and self.view.closed is None:
                         await self._serve(pos)
@@ -152,23 +231,21 @@ class TopicReaders:
                 self.move(r, valid)
             pos = valid
         ready = []
-        for r in self.groups[pos]:
-            if r.permits <= 0:
-                continue
-            if r.outbox.has_room():
-                ready.append(r)
-            else:
-                r.outbox.call_when_room(self.wake)
+        want = MAX_FRAME_ENTRIES
+        for m in self.groups[pos]:
+            n = m.wanted(self.wake)
+            if n > 0:
+                ready.append(m)
+                want = min(want, n)
         if not ready:
             return
-        want = min(MAX_FRAME_ENTRIES, min(r.permits for r in ready))
         try:
             entries = await self.view.read(pos, want, MAX_FRAME_BYTES)
-        except Exception as exc:  # noqa: BLE001 - this group's readers hear why; others go on
+        except Exception as exc:  # noqa: BLE001 - this group's members hear why; others go on
             if self.view.closed is None:  # a broken ledger (checksum, data loss, I/O error)
                 error = typed(exc, f"{self.topic}: read at {pos}")
-                for r in list(self.groups.get(pos, ())):
-                    self.engine.fail(r, error)
+                for m in list(self.groups.get(pos, ())):
+                    self.owner.fail(m, error)
             return
         if not entries:
             return
@@ -177,17 +254,16 @@ class TopicReaders:
         size = sum(len(e.raw) for e in entries)
         last = entries[-1]
         after = MessageId(last.ledger_id, last.entry_id + 1)
-        by_outbox: dict[Outbox, list[int]] = {}
-        for r in ready:
-            if r.topic is not self or r.position != pos:
+        frames = Frames()
+        delivered = 0
+        for m in ready:
+            if m.topic is not self or m.position != pos:
                 continue  # closed or seeked while the read ran
-            by_outbox.setdefault(r.outbox, []).append(r.handle)
-            r.permits -= len(entries)
-            self.move(r, after)
-        for outbox, handles in by_outbox.items():
-            outbox.send_entries(handles, encoded, size)
-        delivered = sum(map(len, by_outbox.values()))
-        self.engine.counters(self.topic).add_out(len(entries) * delivered, size * delivered)
+            delivered += m.deliver(entries, encoded, size, frames)
+            self.move(m, after)
+        frames.send(encoded, size)
+        if delivered:
+            self.owner.counters(self.topic).add_out(delivered, size * delivered // len(entries))
         self._dirty = True
         await asyncio.sleep(0)  # let commands and other topics in between frames
 
@@ -199,15 +275,18 @@ class ReadEngine:
     def __init__(self, resolve: Callable[[TopicName], Awaitable[LedgerView]],
                  counters: Callable[[TopicName], Counters]):
         self._resolve = resolve
-        self.counters = counters
+        self._counters = counters
         self._topics: dict[TopicName, TopicReaders] = {}
         self._rehoming: set[asyncio.Task] = set()
+
+    def counters(self, topic: TopicName) -> Counters:
+        return self._counters(topic)
 
     def _readers_of(self, topic: TopicName, view: LedgerView) -> TopicReaders:
         tr = self._topics.get(topic)
         if tr is None or tr.view is not view:
             if tr is not None:
-                self._rehome(tr)
+                self.rehome(tr)
             tr = self._topics[topic] = TopicReaders(self, topic, view)
         return tr
 
@@ -262,7 +341,7 @@ class ReadEngine:
         self.close(reader)
         reader.outbox.send_error(reader.handle, error)
 
-    def _rehome(self, tr: TopicReaders) -> None:
+    def rehome(self, tr: TopicReaders) -> None:
         """`tr`'s view closed: move its readers to the topic's next view."""
         tr.view.remove_listener(tr)
         if self._topics.get(tr.topic) is tr:

@@ -7,8 +7,8 @@ import source.client as client
 
 
 def test_public_names_are_pinned():
-    assert sorted(client.__all__) == ["Admin", "Client", "EARLIEST", "LATEST", "Message",
-                                      "MessageId", "Policies", "Producer", "Reader",
+    assert sorted(client.__all__) == ["Admin", "Client", "Consumer", "EARLIEST", "LATEST",
+                                      "Message", "MessageId", "Policies", "Producer", "Reader",
                                       "TopicMetadata", "errors"]
     for name in client.__all__:
         assert getattr(client, name) is not None
@@ -16,8 +16,27 @@ def test_public_names_are_pinned():
 
 def test_client_methods_are_pinned():
     public = {n for n, _ in inspect.getmembers(client.Client) if not n.startswith("_")}
-    assert public == {"close", "create_producer", "create_reader"}
+    assert public == {"close", "create_producer", "create_reader", "subscribe"}
     producer = {n for n, _ in inspect.getmembers(client.Producer) if not n.startswith("_")}
     assert producer == {"close", "flush", "send", "send_async", "stats"}
     reader = {n for n, _ in inspect.getmembers(client.Reader) if not n.startswith("_")}
-    assert reader == {"close", "has_message_available", "read_next"}
+    assert reader == {"close", "has_message_available", "read_next", "seek"}
+    consumer = {n for n, _ in inspect.getmembers(client.Consumer) if not n.startswith("_")}
+    assert consumer == {"acknowledge", "acknowledge_cumulative", "batch_receive", "close",
+                        "consumer_type", "is_active", "negative_acknowledge", "receive",
+                        "redeliver_unacknowledged_messages", "seek", "unsubscribe"}
+    admin = {n for n, _ in inspect.getmembers(client.Admin) if not n.startswith("_")}
+    assert {"create_subscription", "delete_subscription", "list_subscriptions", "reset_cursor",
+            "skip", "clear_backlog", "peek_messages", "last_message_id"} <= admin
+
+
+def test_client_signatures_are_pinned():
+    sig = inspect.signature(client.Client.subscribe)
+    assert list(sig.parameters) == [
+        "self", "topic", "subscription_name", "consumer_type", "initial_position",
+        "consumer_name", "receiver_queue_size", "priority", "negative_ack_redelivery_delay_ms",
+        "on_active_change"]
+    assert sig.parameters["consumer_type"].default == "exclusive"
+    assert sig.parameters["initial_position"].default == "latest"
+    assert sig.parameters["receiver_queue_size"].default == 1000
+    assert sig.parameters["negative_ack_redelivery_delay_ms"].default == 1000

@@ -364,18 +364,18 @@ class CreateSubscriptionRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., subscription: _Optional[str] = ..., start: _Optional[_Union[_common_pb2.StartPosition, _Mapping]] = ...) -> None: ...
 
 class SubscriptionChange(_message.Message):
-    __slots__ = ("mark_delete", "msg_backlog", "entries_acked", "consumers", "dry_run")
-    MARK_DELETE_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("mark_delete_position", "msg_backlog", "entries_acked", "consumers", "dry_run")
+    MARK_DELETE_POSITION_FIELD_NUMBER: _ClassVar[int]
     MSG_BACKLOG_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_ACKED_FIELD_NUMBER: _ClassVar[int]
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
-    mark_delete: _common_pb2.MessageIdData
+    mark_delete_position: str
     msg_backlog: int
     entries_acked: int
     consumers: int
     dry_run: bool
-    def __init__(self, mark_delete: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., msg_backlog: _Optional[int] = ..., entries_acked: _Optional[int] = ..., consumers: _Optional[int] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+    def __init__(self, mark_delete_position: _Optional[str] = ..., msg_backlog: _Optional[int] = ..., entries_acked: _Optional[int] = ..., consumers: _Optional[int] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class SubscriptionRequest(_message.Message):
     __slots__ = ("topic", "subscription")

@@ -1,0 +1,580 @@
+"""Sync consumer of a durable subscription (Exclusive, Shared, Failover, Key_Shared).
+
+    with client.subscribe("orders", "billing", consumer_type="shared") as consumer:
+        for msg in consumer:                 # blocks for the next message; ends once closed
+            handle(msg)
+            consumer.acknowledge(msg)
+
+A consumer rides on the client's one Consumer.Connect stream (`reader.Multiplexer`), one
+handle per partition. Unlike a `Reader`, whose frames wait in a queue until `read_next`
+looks at them, a consumer's frames are taken by `_Sink.put` on the stream's receive thread
+as they arrive, so events act at once and in stream order:
+
+- `seek_done` (this consumer's `seek`, another consumer's, or an admin's reset-cursor): the
+  broker has set the handle's permits to 0. Everything the handle received before the event
+  is dropped (each partition has an epoch; a message of an older epoch is never returned)
+  and a fresh Flow(receiver_queue_size) goes up at once.
+- `active_consumer_changed` updates `is_active` (and calls `on_active_change` on a thread of
+  the consumer's own, never on the stream's receive thread).
+- `warning`: a command of this handle failed, the handle goes on (`last_warning`, logged).
+- `error`: the broker ended the handle (topic deleted, subscription force-deleted, ...):
+  `receive` raises that typed error from then on; except when it answers this consumer's
+  pending `seek` or `unsubscribe`: that call raises it and the consumer goes on.
+
+Entries are decoded lazily, in `receive`. Permits: `receiver_queue_size` per partition at
+first, topped up once half of them were returned to the user.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Callable
+
+from source.client.admin import position_pb
+from source.client.connection import Connection
+from source.client.message import Message
+from source.client.reader import CLOSE_TIMEOUT_S, Multiplexer, seek_targets
+from source.core import errors
+from source.core.message_id import MessageId
+from source.core.names import TopicName
+from source.pb.v1 import consumer_pb2
+
+log = logging.getLogger(__name__)
+
+WAIT_SLICE_S = 0.2  # a blocked receive wakes this often, so Ctrl-C interrupts it promptly
+MAX_NACK_DELAY_MS = (1 << 32) - 1
+
+#: accepted spellings (case-insensitive) -> (canonical name, wire enum)
+_TYPES = {
+    "exclusive": ("exclusive", consumer_pb2.EXCLUSIVE),
+    "shared": ("shared", consumer_pb2.SHARED),
+    "failover": ("failover", consumer_pb2.FAILOVER),
+    "key_shared": ("key_shared", consumer_pb2.KEY_SHARED),
+    "key-shared": ("key_shared", consumer_pb2.KEY_SHARED),
+    "keyshared": ("key_shared", consumer_pb2.KEY_SHARED),
+}
+CONSUMER_TYPES = ("exclusive", "shared", "failover", "key_shared")
+
+
+def parse_consumer_type(consumer_type: str) -> tuple[str, int]:
+    """("shared", consumer_pb2.SHARED) for "shared", "Shared", "SHARED", ...;
+    `InvalidArgument` for anything that is not one of the four types."""
+    found = _TYPES.get(consumer_type.strip().lower()) if isinstance(consumer_type, str) else None
+    if found is None:
+        raise errors.InvalidArgument(f"consumer type must be one of {', '.join(CONSUMER_TYPES)}"
+                                     f", got {consumer_type!r}")
+    return found
+
+
+def check_options(consumer_name: str, receiver_queue_size: int, priority: int,
+                  negative_ack_redelivery_delay_ms: int, on_active_change=None) -> None:
+    """`InvalidArgument` unless every consumer option is of its type and range."""
+    for name, value, low, high in [
+            ("receiver_queue_size", receiver_queue_size, 1, (1 << 32) - 1),
+            ("priority", priority, -(1 << 31), (1 << 31) - 1),
+            ("negative_ack_redelivery_delay_ms", negative_ack_redelivery_delay_ms, 0,
+             MAX_NACK_DELAY_MS)]:
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            raise errors.InvalidArgument(f"{name} must be an integer in {low}..{high}, "
+                                         f"got {value!r}")
+    if not isinstance(consumer_name, str):
+        raise errors.InvalidArgument(f"consumer_name must be a string, got {consumer_name!r}")
+    if on_active_change is not None and not callable(on_active_change):
+        raise errors.InvalidArgument("on_active_change must be callable")
+
+
+def _typed(status) -> errors.ShadowTopicError:
+    return errors.from_reason(status.reason, status.message, status.code)
+
+
+class _Part:
+    """One partition (one handle) of a consumer. Guarded by the consumer's condition."""
+
+    __slots__ = ("topic", "index", "handle", "epoch", "consumed", "active", "state", "waits")
+
+    def __init__(self, topic: str, index: int, handle: int):
+        self.topic = topic
+        self.index = index              # partition index, -1 for a non-partitioned topic
+        self.handle = handle
+        self.epoch = 0                  # +1 at every seek_done: older messages are dropped
+        self.consumed = 0               # messages returned since the last Flow
+        self.active: bool | None = None
+        self.state = "subscribing"      # -> open -> ended
+        #: what a caller waits for (subscribe | seek | unsubscribe | close) -> the broker's
+        #: answer, an event or a typed error; None until it came
+        self.waits: dict[str, object] = {}
+
+    def answer(self, kind: str, value) -> bool:
+        if kind in self.waits and self.waits[kind] is None:
+            self.waits[kind] = value
+            return True
+        return False
+
+
+class _Sink:
+    """What the Multiplexer hands this consumer's frames to (on its receive thread)."""
+
+    __slots__ = ("_consumer",)
+
+    def __init__(self, consumer: "Consumer"):
+        self._consumer = consumer
+
+    def put(self, item) -> None:
+        self._consumer._on_item(*item)
+
+
+class Consumer:
+    def __init__(self, conn: Connection, mux: Multiplexer, topic: str, partitions: int,
+                 subscription_name: str, consumer_type: str = "exclusive",
+                 initial_position: str | MessageId | int = "latest", consumer_name: str = "",
+                 receiver_queue_size: int = 1000, priority: int = 0,
+                 negative_ack_redelivery_delay_ms: int = 1000,
+                 on_active_change: Callable[[bool], None] | None = None):
+        """Use `Client.subscribe`. Subscribes every partition and waits for the broker's
+        answers; raises the first typed error (ConsumerBusy, TooManyConsumers,
+        SubscriptionNotFound, ...) after leaving the partitions that did subscribe."""
+        self._type, type_pb = parse_consumer_type(consumer_type)
+        start = position_pb(initial_position, "initial position")
+        check_options(consumer_name, receiver_queue_size, priority,
+                      negative_ack_redelivery_delay_ms, on_active_change)
+        self.topic = topic
+        self.subscription_name = subscription_name
+        self.consumer_name = consumer_name
+        self.last_warning: errors.ShadowTopicError | None = None
+        self._conn = conn
+        self._mux = mux
+        self._queue_size = receiver_queue_size
+        self._nack_delay = negative_ack_redelivery_delay_ms
+        self._on_active_change = on_active_change
+        self._events = (ThreadPoolExecutor(1, thread_name_prefix="consumer-events")
+                        if on_active_change is not None else None)
+        self._cond = threading.Condition()
+        self._seek_lock = threading.Lock()  # one seek / unsubscribe at a time
+        self._pending: deque = deque()  # (part, epoch, Delivery) not decoded yet
+        self._buffer: deque = deque()   # (part, epoch, Message) decoded, not returned yet
+        self._error: errors.ShadowTopicError | None = None  # once set, receive raises it
+        self._closed = False
+        names = [topic] if partitions == 0 else [f"{topic}-partition-{i}"
+                                                   for i in range(partitions)]
+        self._parts: dict[int, _Part] = {}
+        sink = _Sink(self)
+        with self._cond:
+            try:
+                for i, name in enumerate(names):
+                    handle = mux.register(sink)
+                    index = i if partitions else TopicName.parse(name).partition_index
+                    self._parts[handle] = _Part(name, index, handle)
+            except BaseException:
+                self._closed = True
+                self._abandon(list(self._parts.values()))
+                raise
+            self._by_index = {p.index: p for p in self._parts.values()}
+            parts = list(self._parts.values())
+            try:
+                for p in parts:
+                    p.waits["subscribe"] = None
+                    mux.send(consumer_pb2.ClientCommand(
+                        handle=p.handle, subscribe=consumer_pb2.Subscribe(
+                            topic=p.topic, subscription=subscription_name, type=type_pb,
+                            start=start, consumer_name=consumer_name, priority=priority)))
+                answers = self._wait_answers(parts, "subscribe", conn.timeout,
+                                             f"subscribing to {topic}")
+            except BaseException:
+                self._closed = True
+                self._abandon(parts)
+                raise
+            failure = next((a for a in answers if isinstance(a, BaseException)), None)
+            if failure is not None:
+                self._closed = True
+                self._abandon(parts)
+                raise failure
+            for p in parts:
+                p.state = "open"
+                self._flow(p, receiver_queue_size)
+
+    # ---- the stream's receive thread ---------------------------------------------------
+
+    def _on_item(self, handle: int, item) -> None:
+        with self._cond:
+            p = self._parts.get(handle)
+            if p is None:
+                return
+            if isinstance(item, Exception):  # the stream ended: every handle with it
+                self._end(p, item if isinstance(item, errors.ShadowTopicError)
+                          else errors.ConnectError(str(item)))
+                self._cond.notify_all()
+                return
+            frame = item.frame
+            if len(frame.entries) and p.state == "open":
+                self._pending.append((p, p.epoch, item))
+            if frame.HasField("event"):
+                self._on_event(p, frame.event)
+            self._cond.notify_all()
+
+    def _on_event(self, p: _Part, ev: consumer_pb2.Event) -> None:
+        kind = ev.WhichOneof("event")
+        if kind == "subscribed":
+            p.answer("subscribe", ev.subscribed)
+        elif kind == "seek_done":
+            sd = ev.seek_done
+            p.epoch += 1  # drop what came before: the broker starts over with no permits
+            p.consumed = 0
+            if p.state == "open" and not self._closed:
+                self._flow(p, self._queue_size)
+            if not sd.by_admin:
+                p.answer("seek", sd)
+        elif kind == "active_consumer_changed":
+            p.active = ev.active_consumer_changed.is_active
+            if self._events is not None:
+                try:
+                    self._events.submit(self._call_active_change, p.active)
+                except RuntimeError:  # shut down: closing
+                    pass
+        elif kind == "warning":
+            err = _typed(ev.warning)
+            self.last_warning = err
+            log.warning("consumer %s of %s on %s: %s: %s", self.consumer_name or "-",
+                        self.subscription_name, p.topic, err.reason, err.message)
+            # warnings are about acks, nacks and the like; one answers a pending seek or
+            # unsubscribe only when it says so (details "command")
+            command = ev.warning.details.get("command")
+            if command in ("seek", "unsubscribe"):
+                p.answer(command, err)
+        elif kind == "error":
+            err = _typed(ev.error)
+            if isinstance(err, errors.SubscriptionNotFound) and p.answer(
+                    "unsubscribe", consumer_pb2.HandleClosed()):
+                p.state = "ended"  # gone, as unsubscribe wanted (idempotent, like a delete)
+                return
+            # a refused seek or unsubscribe (ConsumerBusy, ...): that command fails and the
+            # consumer goes on; any other error ends the handle
+            if not (p.answer("unsubscribe", err) or p.answer("seek", err)):
+                self._end(p, err)
+        elif kind == "closed":
+            answered = [k for k in ("unsubscribe", "close") if p.answer(k, ev.closed)]
+            if answered:
+                p.state = "ended"
+            else:
+                self._end(p, errors.AlreadyClosed(f"the broker closed the consumer of {p.topic}"))
+
+    def _end(self, p: _Part, err: errors.ShadowTopicError) -> None:
+        """The broker (or the stream) ended this handle: answer whoever waits, and an open
+        consumer's `receive` raises `err` from now on."""
+        if p.state == "open" and not self._closed and self._error is None:
+            self._error = err
+        p.state = "ended"
+        for kind in p.waits:
+            p.answer(kind, err)
+
+    def _call_active_change(self, active: bool) -> None:
+        try:
+            self._on_active_change(active)
+        except Exception:  # noqa: BLE001 - a user callback must not end the consumer
+            log.exception("on_active_change callback failed")
+
+    # ---- helpers (called with the condition held) ----------------------------------------
+
+    def _flow(self, p: _Part, permits: int) -> None:
+        try:
+            self._mux.send(consumer_pb2.ClientCommand(handle=p.handle,
+                                                      flow=consumer_pb2.Flow(permits=permits)))
+        except errors.ShadowTopicError:  # the stream is gone; the sink hears it too
+            pass
+
+    def _wait_answers(self, parts: list[_Part], kind: str, timeout: float | None,
+                      what: str) -> list:
+        """Wait (condition held) until the broker answered `kind` on each of `parts` (their
+        `waits[kind]` is set); return the answers. `Timeout` after `timeout` seconds,
+        `AlreadyClosed` when the consumer is closed meanwhile (unless this is the close)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while any(p.waits.get(kind) is None for p in parts):
+                if self._closed and kind != "close":
+                    raise errors.AlreadyClosed("consumer is closed")
+                remaining = WAIT_SLICE_S
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise errors.Timeout(f"{what} timed out after {timeout:g}s")
+                    remaining = min(left, WAIT_SLICE_S)
+                self._cond.wait(remaining)
+            return [p.waits[kind] for p in parts]
+        finally:
+            for p in parts:
+                p.waits.pop(kind, None)
+
+    def _abandon(self, parts: list[_Part]) -> None:
+        """Leave `parts` without waiting (a subscribe that failed)."""
+        for p in parts:
+            if p.state != "ended":
+                try:
+                    self._mux.send(consumer_pb2.ClientCommand(handle=p.handle,
+                                                              close=consumer_pb2.CloseHandle()))
+                except errors.ShadowTopicError:
+                    pass
+            p.state = "ended"
+            self._mux.unregister(p.handle)
+        if self._events is not None:
+            self._events.shutdown(wait=False)
+
+    def _check(self) -> None:
+        if self._closed:
+            raise errors.AlreadyClosed("consumer is closed")
+        if self._error is not None:
+            raise self._error
+
+    def _next(self) -> Message | None:
+        """The next message to return, or None when nothing (current) is buffered."""
+        buffer, pending = self._buffer, self._pending
+        while True:
+            while buffer:
+                p, epoch, msg = buffer.popleft()
+                if epoch != p.epoch or p.state == "ended":
+                    continue  # received before a seek: dropped
+                p.consumed += 1
+                if p.consumed >= max(1, self._queue_size // 2):
+                    self._flow(p, p.consumed)
+                    p.consumed = 0
+                return msg
+            if not pending:
+                return None
+            p, epoch, delivery = pending.popleft()
+            if epoch != p.epoch or p.state == "ended":
+                continue
+            msgs = delivery.messages(p.topic, p.index)
+            redeliveries = [r for r in delivery.frame.redeliveries if r.handle == p.handle]
+            if redeliveries:
+                msgs = list(msgs)
+                for r in redeliveries:
+                    if r.entry_index < len(msgs):
+                        msgs[r.entry_index] = replace(msgs[r.entry_index],
+                                                      redelivery_count=r.count)
+            buffer.extend((p, epoch, m) for m in msgs)
+
+    def _part_for(self, message: Message | MessageId | str) -> tuple[_Part, MessageId]:
+        if isinstance(message, Message):
+            mid = message.message_id
+        elif isinstance(message, MessageId):
+            mid = message
+        elif isinstance(message, str):
+            mid = MessageId.parse(message)
+        else:
+            raise errors.InvalidArgument(f"expected a Message or a MessageId, got {message!r}")
+        p = self._by_index.get(mid.partition)
+        if p is None:
+            if mid.partition < 0 and len(self._parts) == 1:
+                p = next(iter(self._parts.values()))
+            elif mid.partition < 0:
+                raise errors.InvalidArgument(f"message id {mid} names no partition of "
+                                             f"{self.topic} (use the id of a received message)")
+            else:
+                raise errors.InvalidArgument(f"message id {mid}: partition {mid.partition} is "
+                                             f"not one this consumer reads")
+        return p, MessageId.checked(mid.ledger_id, mid.entry_id)
+
+    def _send(self, p: _Part, **command) -> None:
+        self._mux.send(consumer_pb2.ClientCommand(handle=p.handle, **command))
+
+    def _command(self, parts: list[_Part], kind: str, **command) -> list:
+        """Send a command that the broker answers to each of `parts`, wait for the answers
+        (client timeout) and return them; raise the first typed error among them."""
+        try:
+            for p in parts:
+                p.waits[kind] = None
+                self._send(p, **command)
+            answers = self._wait_answers(parts, kind, self._conn.timeout, kind)
+        finally:
+            for p in parts:
+                p.waits.pop(kind, None)
+        failure = next((a for a in answers if isinstance(a, BaseException)), None)
+        if failure is not None:
+            for p, a in zip(parts, answers):  # what did succeed (an unsubscribe) is done
+                if kind == "unsubscribe" and not isinstance(a, BaseException):
+                    p.state = "ended"
+            raise failure
+        return answers
+
+    # ---- public API ------------------------------------------------------------------
+
+    @property
+    def consumer_type(self) -> str:
+        """"exclusive", "shared", "failover" or "key_shared"."""
+        return self._type
+
+    @property
+    def is_active(self) -> bool | None:
+        """Exclusive / Failover: whether this consumer gets the messages (of at least one of
+        its partitions); None until the broker said."""
+        states = [p.active for p in self._parts.values() if p.active is not None]
+        return None if not states else any(states)
+
+    def receive(self, timeout: float | None = None) -> Message:
+        """The next message. Raises `Timeout` when none arrives within `timeout` seconds
+        (None: wait for ever), `AlreadyClosed` once the consumer (or its client) is closed,
+        also while waiting in another thread, and the broker's typed error once it ended the
+        consumer (topic deleted, ...)."""
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        with self._cond:
+            while True:
+                self._check()
+                msg = self._next()
+                if msg is not None:
+                    return msg
+                wait = WAIT_SLICE_S
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise errors.Timeout("no message received in time")
+                    wait = min(wait, left)
+                self._cond.wait(wait)
+
+    def batch_receive(self, max_messages: int = 100, timeout: float | None = 0.1) -> list[Message]:
+        """Up to `max_messages` messages: waits at most `timeout` seconds for the first (an
+        empty list when none came), then takes what is already there without waiting."""
+        if not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 1:
+            raise errors.InvalidArgument(f"max_messages must be an integer >= 1, "
+                                         f"got {max_messages!r}")
+        try:
+            out = [self.receive(timeout)]
+        except errors.Timeout:
+            return []
+        with self._cond:
+            while len(out) < max_messages:
+                if self._closed or self._error is not None:
+                    break
+                msg = self._next()
+                if msg is None:
+                    break
+                out.append(msg)
+        return out
+
+    def acknowledge(self, message: Message | MessageId) -> None:
+        """Acknowledge one message (fire-and-forget)."""
+        with self._cond:
+            self._check()
+            p, mid = self._part_for(message)
+            self._send(p, ack=consumer_pb2.Ack(ids=[mid.to_pb()]))
+
+    def acknowledge_cumulative(self, message: Message | MessageId) -> None:
+        """Acknowledge every message of the partition up to and including this one. Refused
+        (`NotAllowed`, nothing sent) on Shared and Key_Shared subscriptions."""
+        if self._type in ("shared", "key_shared"):
+            raise errors.NotAllowed(f"cumulative acknowledgement is not allowed on a "
+                                    f"{self._type} subscription")
+        with self._cond:
+            self._check()
+            p, mid = self._part_for(message)
+            self._send(p, ack=consumer_pb2.Ack(ids=[mid.to_pb()], cumulative=True))
+
+    def negative_acknowledge(self, message: Message | MessageId) -> None:
+        """Ask for this message again after `negative_ack_redelivery_delay_ms`."""
+        with self._cond:
+            self._check()
+            p, mid = self._part_for(message)
+            self._send(p, nack=consumer_pb2.Nack(ids=[mid.to_pb()], delay_ms=self._nack_delay))
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        """Have the broker redeliver every message this consumer holds unacknowledged. What
+        is buffered and not yet received is dropped (it is among them), and its permits are
+        given back, as Pulsar's client does."""
+        with self._cond:
+            self._check()
+            dropped: dict[int, int] = {}
+            while True:  # count what is buffered, per handle, to give its permits back
+                for p, epoch, msg in self._buffer:
+                    if epoch == p.epoch and p.state == "open":
+                        dropped[p.handle] = dropped.get(p.handle, 0) + 1
+                self._buffer.clear()
+                if not self._pending:
+                    break
+                p, epoch, delivery = self._pending.popleft()
+                if epoch == p.epoch and p.state == "open":
+                    dropped[p.handle] = dropped.get(p.handle, 0) + len(delivery.frame.entries)
+            for p in self._parts.values():
+                if p.state == "open":
+                    self._send(p, redeliver=consumer_pb2.RedeliverUnacknowledged())
+                    if dropped.get(p.handle):
+                        self._flow(p, dropped[p.handle])
+
+    def seek(self, position: MessageId | str | int) -> tuple[MessageId, bool]:
+        """Reset the subscription's cursor (for all its consumers) to a MessageId ("L:E"
+        text too; an id with a partition seeks that partition, one without seeks every
+        partition) or to a publish time (int, ms since the epoch: every partition). Waits
+        for the broker; returns where the cursor landed and whether the position was clamped
+        to the first or last message (several partitions: the lowest landing id, clamped if
+        any was). Messages received before the seek are dropped."""
+        with self._seek_lock, self._cond:
+            self._check()
+            pos, targets = seek_targets(position, self._by_index)
+            if any(p.state != "open" for p in targets):
+                raise errors.AlreadyClosed(f"the consumer of {self.topic} was ended")
+            answers = self._command(targets, "seek", seek=consumer_pb2.Seek(position=pos))
+            landed = [(MessageId.from_pb(a.position).with_partition(p.index), a.clamped)
+                      for p, a in zip(targets, answers)]
+            return min(m for m, _ in landed), any(c for _, c in landed)
+
+    def unsubscribe(self) -> None:
+        """Delete the subscription and close this consumer. A refusal (e.g. `ConsumerBusy`
+        while other consumers are attached) raises the typed error and leaves the consumer
+        open."""
+        with self._seek_lock, self._cond:
+            self._check()
+            parts = [p for p in self._parts.values() if p.state == "open"]
+            self._command(parts, "unsubscribe", unsubscribe=consumer_pb2.Unsubscribe())
+        self.close()
+
+    def close(self) -> None:
+        """Leave the subscription (the broker redelivers this consumer's unacknowledged
+        messages to the others) and wait, briefly, for the broker to confirm. A `receive`
+        waiting in another thread raises `AlreadyClosed` at once. Closing twice is a no-op."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+            sent = []
+            for p in self._parts.values():
+                if p.state == "ended":
+                    continue
+                try:
+                    self._send(p, close=consumer_pb2.CloseHandle())
+                except errors.ShadowTopicError:  # the stream is gone: nothing to close there
+                    continue
+                p.waits["close"] = None
+                sent.append(p)
+            try:
+                self._wait_answers(sent, "close", min(self._conn.timeout, CLOSE_TIMEOUT_S),
+                                   "close")
+            except errors.Timeout:
+                pass
+            finally:
+                for p in self._parts.values():
+                    p.state = "ended"
+                self._pending.clear()
+                self._buffer.clear()
+        for handle in self._parts:
+            self._mux.unregister(handle)
+        if self._events is not None:
+            self._events.shutdown(wait=False)
+
+    def __iter__(self):
+        """Every message, blocking for the next; ends once the consumer is closed."""
+        while True:
+            try:
+                yield self.receive()
+            except errors.AlreadyClosed:
+                return
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Consumer(topic={self.topic!r}, subscription={self.subscription_name!r}, "
+                f"type={self._type!r})")

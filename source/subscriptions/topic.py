@@ -1,0 +1,403 @@
+"""`TopicSubscriptions`: every durable subscription of one topic a broker serves.
+
+It holds the subscriptions by name (subscription.py), the topic's dispatch groups for them
+(a `TopicReaders` of the read engine, owned here), the cursor flusher (one task per topic:
+changed cursors are saved in one batch per interval, source/cursors/) and the subscription
+metadata writer (meta.py). It is built over a `LedgerView`, so a shadow broker uses it
+unchanged over its own view. Everything a consumer or an admin does to a subscription
+comes through here: subscribe, flow, ack, nack, seek, unsubscribe; create, delete, reset,
+skip, clear-backlog, peek, stats; and what retention must keep (`oldest_needed`).
+
+Restart (SCENARIOS C4): `load` reads the subscription metas and the cursor snapshot; a
+subscription resumes at its first unacknowledged entry, skipping entries acknowledged
+individually above it. At most one flush interval of acknowledgements is lost to a crash:
+those entries are delivered again; nothing unacknowledged is skipped.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from source.core import errors
+from source.core.message_id import MessageId
+from source.core.names import TopicName
+from source.core.policies import Policies
+from source.cursors.flusher import CursorFlusher
+from source.cursors.state import CursorState, next_after_in
+from source.cursors.store import CursorStore, Fence
+from source.ledger.view import LedgerView, ReadEntry, Trimmed
+from source.metadata.base import MetadataStore
+from source.read.engine import Counters, Member, TopicReaders
+from source.read.positions import MESSAGE_ID, PUBLISH_TIME, Start, resolve
+from source.subscriptions.meta import MetaWriter, SubscriptionMeta
+from source.subscriptions.subscription import (EXCLUSIVE, ConsumerOutbox, CursorMoved,
+                                               SubConsumer, Subscription)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a destructive call did, or with `dry_run` would do."""
+    mark_delete: MessageId
+    backlog: int
+    acked: int
+    consumers: int
+    dry_run: bool
+
+
+class TopicSubscriptions:
+    def __init__(self, topic: TopicName, view: LedgerView, metadata: MetadataStore,
+                 cursors: CursorStore, fence: Fence, policies: Callable[[], Policies],
+                 counters: Counters, flush_interval: float = 1.0):
+        self.topic = topic
+        self.view = view
+        self.policies = policies
+        self.out = counters
+        self.next_after = next_after_in(view)
+        self.readers = TopicReaders(self, topic, view)
+        self.flusher = CursorFlusher(cursors, topic, fence, flush_interval)
+        self.metas = MetaWriter(metadata, topic, fence)
+        self.cursors = cursors
+        self.subs: dict[str, Subscription] = {}
+        self._creating: dict[str, asyncio.Future] = {}
+        self._seq = itertools.count(1)
+        self._rates: dict[str, tuple[float, int, int]] = {}
+        self.closed: errors.ShadowTopicError | None = None
+        view.add_listener(self)
+
+    async def load(self) -> "TopicSubscriptions":
+        metas = await self.metas.load()
+        states = await self.cursors.load(self.topic)
+        for name, meta in metas.items():
+            state = states.pop(name, None) or CursorState.starting_at(meta.initial_position)
+            self.subs[name] = Subscription(self, name, meta.type, state, meta.created_ms)
+        self.flusher.start()
+        for name in states:  # a cursor whose subscription was deleted before it was saved
+            self.flusher.remove(name)
+        return self
+
+    # ---- read-engine Owner and ViewListener ------------------------------------------------
+
+    def rehome(self, tr: TopicReaders) -> None:
+        """The view closed: consumers hear it (they subscribe again to the reloaded topic)."""
+        self._drop_all(errors.TopicNotOwned(f"{self.topic} was unloaded; subscribe again"))
+
+    def fail(self, member: Member, error: errors.ShadowTopicError) -> None:
+        if isinstance(member, Subscription):
+            for c in list(member.consumers):
+                member.detach(c)
+                c.outbox.send_error(c.handle, error)
+
+    def counters(self, topic: TopicName) -> Counters:
+        return self.out
+
+    def on_entries(self) -> None:
+        pass  # the dispatch groups listen for themselves
+
+    def on_trimmed(self, trimmed: Trimmed) -> None:
+        """Ledgers were deleted (retention, truncate): cursors move past them."""
+        gone = {r.ledger_id for r in trimmed.ledgers}
+        for sub in self.subs.values():
+            sub.skipped += sub.cursor.skip_trimmed(trimmed.ledgers, self.next_after)
+            for p in [p for p in sub.holder if (p >> 64) in gone]:
+                sub.holder.pop(p).pending.discard(p)
+            self.changed(sub)
+
+    def on_closed(self, reason: errors.ShadowTopicError) -> None:
+        pass  # the dispatch groups call `rehome`
+
+    # ---- consumers -------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self.closed is not None:
+            raise self.closed
+
+    async def subscribe(self, outbox: ConsumerOutbox, handle: int, name: str, type_: str,
+                        start: Start, consumer_name: str = "", priority: int = 0,
+                        address: str = "") -> tuple[SubConsumer, bool, MessageId]:
+        """Attach a consumer, creating the subscription at `start` if it does not exist.
+        Returns the consumer, whether it was created, and where it will read."""
+        self._check_open()
+        sub, created = self.subs.get(name), False
+        if sub is None:
+            sub, created = await self._create(name, type_, start, must_be_new=False)
+        self._check_open()
+        if self.subs.get(name) is not sub:
+            raise errors.SubscriptionNotFound(f"subscription {name} was deleted meanwhile")
+        sub.check_attach(type_, self.policies().max_consumers or 0)
+        c = SubConsumer(handle, outbox, consumer_name, priority, next(self._seq), address)
+        sub.attach(c, type_)
+        return c, created, sub.position
+
+    def flow(self, c: SubConsumer, permits: int) -> None:
+        c.permits += permits
+        if c.sub is not None and c.sub.topic is not None:
+            c.sub.topic.wake()
+
+    def ack(self, c: SubConsumer, ids: list[MessageId], cumulative: bool) -> None:
+        sub = self._live(c)
+        sub.ack(c, ids, cumulative)
+
+    def nack(self, c: SubConsumer, ids: list[MessageId], delay_ms: int) -> None:
+        sub = self._live(c)
+        if delay_ms <= 0:
+            sub.nacked(c, ids)
+        else:
+            asyncio.get_running_loop().call_later(delay_ms / 1000, sub.nacked, c, ids)
+
+    def redeliver(self, c: SubConsumer) -> None:
+        self._live(c).redeliver_all(c)
+
+    def close_consumer(self, c: SubConsumer) -> None:
+        if c.sub is not None:
+            c.sub.detach(c)
+
+    async def seek(self, c: SubConsumer, start: Start) -> tuple[MessageId, bool]:
+        sub = self._live(c)
+        return await self._reset(sub, start, dry_run=False, seeker=c)
+
+    async def unsubscribe(self, c: SubConsumer) -> None:
+        sub = self._live(c)
+        others = [o for o in sub.consumers if o is not c]
+        if others:
+            raise errors.ConsumerBusy(f"subscription {sub.name} has {len(others)} other "
+                                      "connected consumers")
+        await self._delete(sub, leaving=c)
+
+    def _live(self, c: SubConsumer) -> Subscription:
+        if c.closed or c.sub is None:
+            raise errors.AlreadyClosed("consumer is closed")
+        return c.sub
+
+    def changed(self, sub: Subscription) -> None:
+        """`sub`'s cursor changed: saved with the next flush."""
+        if self.subs.get(sub.name) is sub and self.closed is None:
+            self.flusher.mark(sub.name, sub.cursor)
+
+    # ---- lifecycle of subscriptions --------------------------------------------------------
+
+    async def _create(self, name: str, type_: str, start: Start, must_be_new: bool
+                      ) -> tuple[Subscription, bool]:
+        while name in self._creating:
+            await asyncio.shield(self._creating[name])
+        sub = self.subs.get(name)
+        if sub is not None:
+            if must_be_new:
+                raise errors.SubscriptionAlreadyExists(
+                    f"subscription {name} of {self.topic} already exists")
+            return sub, False
+        limit = self.policies().max_subscriptions or 0
+        if limit and len(self.subs) + len(self._creating) >= limit:
+            raise errors.TooManySubscriptions(
+                f"{self.topic} has {len(self.subs)} subscriptions (max_subscriptions {limit})")
+        done = asyncio.get_running_loop().create_future()
+        self._creating[name] = done
+        try:
+            position = await resolve(self.view, start)
+            created_ms = int(time.time() * 1000)
+            await self.metas.put(SubscriptionMeta(name, type_, created_ms, position))
+            self._check_open()
+            sub = Subscription(self, name, type_, CursorState.starting_at(position), created_ms)
+            self.subs[name] = sub
+            self.changed(sub)
+            return sub, True
+        finally:
+            del self._creating[name]
+            done.set_result(None)
+
+    async def create(self, name: str, start: Start) -> Subscription:
+        self._check_open()
+        sub, _ = await self._create(name, EXCLUSIVE, start, must_be_new=True)
+        return sub
+
+    def get(self, name: str) -> Subscription:
+        sub = self.subs.get(name)
+        if sub is None:
+            raise errors.SubscriptionNotFound(f"subscription {name} of {self.topic} "
+                                              "does not exist")
+        return sub
+
+    async def delete(self, name: str, force: bool, dry_run: bool) -> Change:
+        sub = self.get(name)
+        n = len(sub.consumers)
+        if n and not force:
+            raise errors.ConsumerBusy(f"subscription {name} has {n} connected consumers; "
+                                      "use force to disconnect them")
+        change = Change(sub.cursor.mark_delete, self.backlog(sub), 0, n, dry_run)
+        if not dry_run:
+            await self._delete(sub)
+        return change
+
+    async def _delete(self, sub: Subscription, leaving: SubConsumer | None = None) -> None:
+        """Delete `sub`; its consumers hear it, except `leaving` (it unsubscribed)."""
+        await self.metas.delete(sub.name)
+        if self.subs.get(sub.name) is sub:
+            del self.subs[sub.name]
+            self.flusher.remove(sub.name)
+        gone = errors.SubscriptionNotFound(f"subscription {sub.name} was deleted")
+        for c in list(sub.consumers):
+            sub.detach(c)
+            if c is not leaving:
+                c.outbox.send_error(c.handle, gone)
+
+    # ---- admin -----------------------------------------------------------------------------
+
+    async def landing(self, start: Start) -> tuple[MessageId, bool]:
+        """Where a reset to `start` lands, and whether it was clamped (before the first
+        entry or after the last)."""
+        view = self.view
+        position = await resolve(view, start)
+        first, end = view.first_position(), view.next_position()
+        position = min(position, end)
+        if start.kind == MESSAGE_ID:
+            asked = start.message_id
+            asked = MessageId(asked.ledger_id, asked.entry_id)
+            clamped = (first is not None and asked < first) or asked > end
+        elif start.kind == PUBLISH_TIME:
+            clamped = position == end and start.publish_ms > 0
+            if not clamped and first is not None and position == first:
+                head = await view.read(first, 1, 1 << 20)
+                clamped = bool(head) and start.publish_ms < head[0].publish_ms
+        else:
+            clamped = False
+        return position, clamped
+
+    async def reset_cursor(self, name: str, start: Start, dry_run: bool
+                           ) -> tuple[MessageId, bool]:
+        return await self._reset(self.get(name), start, dry_run, seeker=None)
+
+    async def _reset(self, sub: Subscription, start: Start, dry_run: bool,
+                     seeker: SubConsumer | None) -> tuple[MessageId, bool]:
+        position, clamped = await self.landing(start)
+        if dry_run:
+            return position, clamped
+        sub.reset(position)
+        for c in sub.consumers:
+            c.outbox.send_notice(c.handle, CursorMoved(position, clamped, c is not seeker))
+        return position, clamped
+
+    async def skip(self, name: str, count: int, dry_run: bool) -> Change:
+        sub = self.get(name)
+        cursor = sub.cursor if not dry_run else sub.cursor.copy()
+        ids, p, end = [], cursor.read_position(self.next_after), self.view.next_position()
+        while len(ids) < count and p < end:
+            if not cursor.is_acked(p):
+                ids.append(p)
+            nxt = self.next_after(p)
+            if nxt <= p:
+                break
+            p = nxt
+        cursor.ack(ids, self.next_after)
+        if not dry_run:
+            sub.acked_by_admin()
+        return Change(cursor.mark_delete, self._backlog_of(cursor), len(ids),
+                      len(sub.consumers), dry_run)
+
+    async def clear_backlog(self, name: str, dry_run: bool) -> Change:
+        sub = self.get(name)
+        before = self.backlog(sub)
+        cursor = sub.cursor if not dry_run else sub.cursor.copy()
+        last = self.view.last_confirmed()
+        if last is not None:
+            cursor.ack_cumulative(last, self.next_after)
+        if not dry_run:
+            sub.acked_by_admin()
+        return Change(cursor.mark_delete, self._backlog_of(cursor),
+                      before - self._backlog_of(cursor), len(sub.consumers), dry_run)
+
+    async def peek(self, name: str, count: int) -> list[ReadEntry]:
+        """The first `count` unacknowledged entries, without moving anything."""
+        sub = self.get(name)
+        out: list[ReadEntry] = []
+        p = sub.cursor.read_position(self.next_after)
+        while len(out) < count and p < self.view.next_position():
+            got = await self.view.read(p, min(500, count - len(out) + sub.cursor.holes * 64),
+                                       4 << 20)
+            if not got:
+                nxt = self.view.valid_position(p)
+                if nxt <= p:
+                    break
+                p = nxt
+                continue
+            out += [e for e in got if not sub.cursor.is_acked(MessageId(e.ledger_id, e.entry_id))]
+            p = self.view.valid_position(MessageId(got[-1].ledger_id, got[-1].entry_id + 1))
+        return out[:count]
+
+    # ---- numbers ---------------------------------------------------------------------------
+
+    def _backlog_of(self, cursor: CursorState) -> int:
+        return cursor.backlog(self.view.entries_between, self.view.next_position())
+
+    def backlog(self, sub: Subscription) -> int:
+        return self._backlog_of(sub.cursor)
+
+    def connected(self) -> int:
+        """Consumers attached to any subscription of the topic."""
+        return sum(len(s.consumers) for s in self.subs.values())
+
+    def oldest_needed(self) -> MessageId | None:
+        """The first entry some durable subscription has not acknowledged (retention keeps
+        its ledger and every later one); None without subscriptions."""
+        if not self.subs:
+            return None
+        return self.next_after(min(s.cursor.mark_delete for s in self.subs.values()))
+
+    def stats(self) -> dict[str, dict]:
+        """Per subscription, Pulsar's numbers (snake_case of its names)."""
+        now = time.monotonic()
+        out = {}
+        for name, sub in self.subs.items():
+            t0, out0, red0 = self._rates.get(name, (now, sub.msg_out, sub.redelivered))
+            dt = now - t0
+            self._rates[name] = (now, sub.msg_out, sub.redelivered)
+            rate = (sub.msg_out - out0) / dt if dt > 0 else 0.0
+            consumers = []
+            for c in sub.consumers:
+                consumers.append(dict(
+                    consumer_name=c.name, available_permits=max(0, c.permits),
+                    unacked_messages=sub.unacked(c), address=c.address,
+                    connected_since=c.since, is_active=bool(c.active),
+                    key_hash_ranges=[f"[{a}, {b}]" for a, b in sub.ring.ranges(c)]
+                    if sub.ring is not None else []))
+            out[name] = dict(
+                type=sub.type, msg_backlog=self.backlog(sub), msg_rate_out=rate,
+                msg_rate_redeliver=(sub.redelivered - red0) / dt if dt > 0 else 0.0,
+                unacked_messages=sum(x["unacked_messages"] for x in consumers), durable=True,
+                consumers=consumers, skipped_entries=sub.skipped,
+                mark_delete_position=str(sub.cursor.mark_delete),
+                read_position=str(sub.position), individually_acked_ranges=sub.cursor.holes,
+                msg_out_counter=sub.msg_out, msg_redeliver_counter=sub.redelivered,
+                active_consumer=sub.active.name if sub.active is not None else "")
+        return out
+
+    # ---- close -----------------------------------------------------------------------------
+
+    def _drop_all(self, error: errors.ShadowTopicError) -> None:
+        for sub in self.subs.values():
+            for c in list(sub.consumers):
+                sub.detach(c)
+                c.outbox.send_error(c.handle, error)
+
+    async def close(self, error: errors.ShadowTopicError | None = None, flush: bool = True
+                    ) -> None:
+        """Consumers hear `error`; changed cursors are flushed (unless fenced, or not
+        `flush`: the topic is being deleted)."""
+        if self.closed is not None:
+            return
+        self.closed = error or errors.TopicNotOwned(f"{self.topic} was unloaded; subscribe again")
+        self._drop_all(self.closed)
+        self.view.remove_listener(self)
+        self.view.remove_listener(self.readers)
+        if not flush:
+            self.flusher.discard()
+        try:
+            await self.flusher.close()
+        except errors.ShadowTopicError as exc:
+            log.warning("%s: cursors not flushed at close: %s", self.topic, exc)
+        self.cursors.forget(self.topic)
+
