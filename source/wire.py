@@ -19,6 +19,8 @@ def varint(n: int) -> bytes:
         n += 1 << 64
     if n < 0x80:
         return bytes((n,))
+    if n < 0x4000:
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -27,10 +29,17 @@ def varint(n: int) -> bytes:
     return bytes(out)
 
 
+_last_publish: tuple[int, bytes] = (-1, b"")
+
+
 def encode_entry(ledger_id: int, entry_id: int, publish_ms: int, raw: bytes,
                  redelivery_count: int = 0) -> bytes:
     """The bytes of one `EncodedEntry` message."""
-    parts = [b"\x08", varint(ledger_id), b"\x10", varint(entry_id), b"\x18", varint(publish_ms)]
+    global _last_publish
+    last = _last_publish
+    if last[0] != publish_ms:  # entries of one produce batch share their time
+        last = _last_publish = (publish_ms, varint(publish_ms))
+    parts = [b"\x08", varint(ledger_id), b"\x10", varint(entry_id), b"\x18", last[1]]
     if redelivery_count:
         parts += [b"\x20", varint(redelivery_count)]
     parts += [b"\x2a", varint(len(raw)), raw]

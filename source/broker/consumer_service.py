@@ -32,6 +32,7 @@ from source.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
 from source.subscriptions import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, ActiveChanged,
                                   CursorMoved, SubConsumer, TopicSubscriptions)
 
+MAX_ENTRY = (1 << 63) - 1  # ids are int64 inside
 OUTBOX_BYTES = 8 << 20      # a stream's queued frames; past this its readers wait
 MESSAGE_BYTES = 4 << 20     # frames per ServerMessage, at most about this many bytes
 
@@ -57,6 +58,17 @@ def ids_from_pb(ids) -> list[MessageId]:
     return [MessageId.checked(i.ledger_id, i.entry_id) for i in ids]
 
 
+def packed_from_pb(ids) -> list[int]:
+    """Acked ids as packed positions (source.cursors.state.pack), checked in one pass."""
+    out = [(i.ledger_id << 64) + i.entry_id for i in ids]
+    if out and max(i.entry_id for i in ids) > MAX_ENTRY:
+        bad = next(i for i in ids if i.entry_id > MAX_ENTRY)
+        raise errors.InvalidMessageId(f"message id out of range: {bad.ledger_id}:{bad.entry_id}")
+    if out and max(out) >> 64 > MAX_ENTRY:
+        raise errors.InvalidMessageId(f"message id out of range: ledger {max(out) >> 64}")
+    return out
+
+
 def event_frame(handle: int, **event) -> bytes:
     return consumer_pb2.ServerFrame(handles=[handle],
                                     event=consumer_pb2.Event(**event)).SerializeToString()
@@ -72,6 +84,7 @@ class StreamOutbox:
         self._ready = asyncio.Event()
         self._room_callbacks: dict[Callable[[], None], None] = {}
         self._closed = False
+        self.errored: set[int] = set()  # handles told an error since the stream last looked
 
     def has_room(self) -> bool:
         return self._bytes < self._limit
@@ -92,6 +105,7 @@ class StreamOutbox:
 
     def send_error(self, handle: int, error: errors.ShadowTopicError) -> None:
         self._put(event_frame(handle, error=error_status(error)))
+        self.errored.add(handle)
 
     def send_event(self, handle: int, **event) -> None:
         self._put(event_frame(handle, **event))
@@ -194,6 +208,8 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
         task = asyncio.create_task(commands())
         try:
             while (message := await outbox.take()) is not None:
+                if outbox.errored:
+                    self._prune(outbox, handles)
                 yield message
             if failure:
                 await abort_stream(context, failure[0])
@@ -202,6 +218,18 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
             task.cancel()
             for item in handles.values():
                 self._close(item)
+
+    @staticmethod
+    def _prune(outbox: StreamOutbox, handles: dict[int, object]) -> None:
+        """Forget handles the broker ended (a consumer of a deleted subscription, a reader
+        whose topic failed): the handle can be subscribed again, and nothing keeps their
+        topic alive. A handle that was only told a command failed stays."""
+        for h in outbox.errored:
+            item = handles.get(h)
+            if isinstance(item, Reader) and item.closed or \
+                    isinstance(item, tuple) and item[1].closed:
+                del handles[h]
+        outbox.errored.clear()
 
     def _close(self, item) -> None:
         if isinstance(item, Reader):
@@ -221,7 +249,9 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
             elif isinstance(item, tuple):
                 item[0].flow(item[1], cmd.flow.permits)
         elif kind == "subscribe":
-            if item is not None and not (isinstance(item, Reader) and item.closed):
+            ended = isinstance(item, Reader) and item.closed or \
+                isinstance(item, tuple) and item[1].closed
+            if item is not None and not ended:
                 raise errors.InvalidArgument(f"handle {handle} is already in use")
             handles[handle] = _RESERVED
             sub = cmd.subscribe
@@ -280,7 +310,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                                 handles: dict[int, object], ts: TopicSubscriptions,
                                 consumer: SubConsumer) -> None:
         if kind == "ack":
-            ts.ack(consumer, ids_from_pb(cmd.ack.ids), cmd.ack.cumulative)
+            ts.ack_packed(consumer, packed_from_pb(cmd.ack.ids), cmd.ack.cumulative)
         elif kind == "nack":
             ts.nack(consumer, ids_from_pb(cmd.nack.ids), cmd.nack.delay_ms)
         elif kind == "redeliver":

@@ -457,7 +457,7 @@ class Consumer:
         with self._cond:
             self._check()
             p, mid = self._part_for(message)
-            self._send(p, ack=consumer_pb2.Ack(ids=[mid.to_pb()]))
+            self._mux.ack(p.handle, mid.to_pb())
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Acknowledge every message of the partition up to and including this one. Refused

@@ -56,7 +56,9 @@ class Multiplexer:
             CONNECT, request_serializer=consumer_pb2.ClientMessage.SerializeToString,
             response_deserializer=consumer_pb2.ServerMessage.FromString)
 
-        def gen():  # refers to the queue only: gRPC's request thread never holds the mux
+        acks = self._acks = PendingAcks()
+
+        def gen():  # refers to the queues only: gRPC's request thread never holds the mux
             while (item := requests.get()) is not None:
                 batch = [item]
                 while len(batch) < MAX_COMMANDS:
@@ -65,10 +67,10 @@ class Multiplexer:
                     except queue.Empty:
                         break
                     if item is None:
-                        yield consumer_pb2.ClientMessage(commands=batch)
+                        yield consumer_pb2.ClientMessage(commands=acks.expand(batch))
                         return
                     batch.append(item)
-                yield consumer_pb2.ClientMessage(commands=batch)
+                yield consumer_pb2.ClientMessage(commands=acks.expand(batch))
 
         self._responses = call(gen())
         self._responses.add_done_callback(lambda _call: finished.set())
@@ -95,6 +97,15 @@ class Multiplexer:
         if self._dead is not None:
             raise self._dead
         self._requests.put(cmd)
+
+    def ack(self, handle: int, mid: common_pb2.MessageIdData) -> None:
+        """An individual ack, grouped with the handle's other acks queued meanwhile into one
+        command (Pulsar's client groups acks too): a consumer acking every message sends one
+        Ack with many ids per stream message, not a command per message."""
+        if self._dead is not None:
+            raise self._dead
+        if self._acks.add(handle, mid):
+            self._requests.put(_ACKS)
 
     def _receive(self) -> None:
         err: Exception = errors.ConnectError("consumer stream ended")
@@ -140,6 +151,38 @@ class Multiplexer:
         self._finished.wait(CLOSE_TIMEOUT_S)
         self._thread.join(CLOSE_TIMEOUT_S)
         self._responses = None
+
+
+_ACKS = object()  # in the request queue: "send the grouped acks here"
+
+
+class PendingAcks:
+    """Individual acks waiting for the request thread, by handle (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: dict[int, list] = {}
+
+    def add(self, handle: int, mid) -> bool:
+        """Queue an ack; True when the caller must put an `_ACKS` marker in the queue (the
+        first ack since the last expansion)."""
+        with self._lock:
+            first = not self._ids
+            self._ids.setdefault(handle, []).append(mid)
+            return first
+
+    def expand(self, batch: list) -> list:
+        """The batch with its `_ACKS` marker replaced by one Ack command per handle."""
+        out = []
+        for item in batch:
+            if item is not _ACKS:
+                out.append(item)
+                continue
+            with self._lock:
+                pending, self._ids = self._ids, {}
+            out += [consumer_pb2.ClientCommand(handle=h, ack=consumer_pb2.Ack(ids=ids))
+                    for h, ids in pending.items()]
+        return out
 
 
 class Decoded:

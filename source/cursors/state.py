@@ -118,11 +118,19 @@ class CursorState:
 
     # ---- acknowledging ---------------------------------------------------------------------
 
+    def is_acked_packed(self, p: int) -> bool:
+        """`is_acked` of a packed position (the dispatch hot path)."""
+        return p <= self._md or (self._r is not None and bisect_right(self._r, p) & 1 == 1)
+
     def ack(self, ids: Iterable[MessageId], next_after: NextAfter | None = None) -> int:
         """Acknowledge ids individually; returns how many were not acknowledged before."""
+        return self.ack_packed(map(pack, ids), next_after)
+
+    def ack_packed(self, positions: Iterable[int], next_after: NextAfter | None = None) -> int:
+        """`ack` of packed positions."""
         newly = 0
         touched_first = False
-        for p in sorted(map(pack, ids)):
+        for p in sorted(positions):
             if p <= self._md or (self._r is not None and bisect_right(self._r, p) & 1):
                 continue
             touched_first |= self._insert(p, p + 1) == 0

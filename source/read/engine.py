@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from typing import Awaitable, Callable, Protocol
 
 from source import wire
@@ -30,6 +31,7 @@ from source.read.positions import Start, resolve
 log = logging.getLogger(__name__)
 MAX_FRAME_ENTRIES = 500
 MAX_FRAME_BYTES = 2 << 20
+ENCODED_CACHE_BYTES = 4 << 20  # per topic: about two frames' worth of recent encodings
 
 
 def typed(exc: BaseException, where: str) -> errors.ShadowTopicError:
@@ -156,6 +158,8 @@ class TopicReaders:
         self.groups: dict[MessageId, set[Member]] = {}
         self.replays: set[Replayer] = set()   # members with entries waiting for redelivery
         self.count = 0
+        self._encodings: OrderedDict[tuple[int, int], bytes] = OrderedDict()  # oldest first
+        self._encoded_bytes = 0
         self._dirty = False
         self._task: asyncio.Task | None = None
         view.add_listener(self)
@@ -201,6 +205,24 @@ class TopicReaders:
         return [r for group in self.groups.values() for r in group]
 
     # ---- dispatch --------------------------------------------------------------------------
+
+    def encoded(self, entries: list[ReadEntry]) -> list[bytes]:
+        """The entries as EncodedEntry bytes, from the topic's small cache of recent
+        encodings when members at nearby positions read the same entries (subscriptions
+        drift apart by a frame or two; each would encode the same entries again)."""
+        cache = self._encodings
+        enc = wire.encode_entry
+        out = []
+        for e in entries:
+            key = (e.ledger_id, e.entry_id)
+            b = cache.get(key)
+            if b is None:
+                b = cache[key] = enc(e.ledger_id, e.entry_id, e.publish_ms, e.raw)
+                self._encoded_bytes += len(b)
+            out.append(b)
+        while self._encoded_bytes > ENCODED_CACHE_BYTES and cache:
+            self._encoded_bytes -= len(cache.popitem(last=False)[1])
+        return out
 
     def wake(self) -> None:
         self._dirty = True
@@ -249,8 +271,7 @@ class TopicReaders:
             return
         if not entries:
             return
-        enc = wire.encode_entry
-        encoded = [enc(e.ledger_id, e.entry_id, e.publish_ms, e.raw) for e in entries]
+        encoded = self.encoded(entries)
         size = sum(len(e.raw) for e in entries)
         last = entries[-1]
         after = MessageId(last.ledger_id, last.entry_id + 1)
@@ -259,6 +280,8 @@ class TopicReaders:
         for m in ready:
             if m.topic is not self or m.position != pos:
                 continue  # closed or seeked while the read ran
+            if m.wanted(self.wake) < len(entries):
+                continue  # its consumers changed while the read ran: it reads again
             delivered += m.deliver(entries, encoded, size, frames)
             self.move(m, after)
         frames.send(encoded, size)

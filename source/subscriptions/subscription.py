@@ -27,6 +27,7 @@ without consumers costs its cursor and a few fields.
 from __future__ import annotations
 
 import datetime
+import heapq
 from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Callable, Protocol
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 EXCLUSIVE, SHARED, FAILOVER, KEY_SHARED = "Exclusive", "Shared", "Failover", "Key_Shared"
 TYPES = (EXCLUSIVE, SHARED, FAILOVER, KEY_SHARED)
 SHARED_RUN = 20            # entries in a row to one Shared consumer before the next one
+MAX_REDO = 10_000          # Key_Shared: entries waiting for their consumer before reads pause
+_LOW = (1 << 64) - 1
 MAX_COUNTED = 10_000       # a rewind counts redeliveries for at most this many entries
 
 
@@ -104,7 +107,8 @@ class SubConsumer:
 
 class Subscription:
     __slots__ = ("name", "type", "cursor", "position", "topic", "ts", "consumers", "active",
-                 "ring", "holder", "redo", "counts", "rr", "msg_out", "bytes_out",
+                 "ring", "holder", "redo", "redo_hash", "unknown", "counts", "rr", "msg_out",
+                 "bytes_out",
                  "redelivered", "skipped", "created_ms", "__weakref__")
 
     def __init__(self, ts: "TopicSubscriptions", name: str, type_: str, cursor: CursorState,
@@ -120,6 +124,8 @@ class Subscription:
         self.ring: KeyRing[SubConsumer] | None = None
         self.holder: dict[int, SubConsumer] = {}
         self.redo: set[int] = set()
+        self.redo_hash: dict[int, int] = {}   # Key_Shared: the key hash of a redo entry
+        self.unknown: set[int] = set()        # Key_Shared: redo entries of unknown hash
         self.counts: dict[int, int] = {}
         self.rr = 0
         self.msg_out = self.bytes_out = self.redelivered = self.skipped = 0
@@ -180,9 +186,9 @@ class Subscription:
                 self.topic.remove(self)
             self.topic = None
             self.ts.readers.replays.discard(self)
-            self.redo.clear()
+            self._clear_redo()
             self.holder.clear()
-            self.counts.clear()
+            # redelivery counts stay: the next consumer gets these entries as redelivered
             self.position = self.cursor.read_position(self.ts.next_after)
         elif self.topic is not None:
             self.topic.wake()
@@ -206,39 +212,55 @@ class Subscription:
         if self.type in (EXCLUSIVE, FAILOVER):
             c = self.active
             return c.permits if c is not None and c.can_take(wake) else 0
+        if self.type == KEY_SHARED and (self.unknown or len(self.redo) >= MAX_REDO):
+            return 0  # new entries wait: their keys' earlier entries must go out first
         return sum(c.permits for c in self.consumers if c.can_take(wake))
+
+    def _clear_redo(self) -> None:
+        self.redo.clear()
+        self.redo_hash.clear()
+        self.unknown.clear()
 
     def deliver(self, entries: list[ReadEntry], encoded: list[bytes], size: int,
                 frames: Frames) -> int:
         cursor, counts = self.cursor, self.counts
-        keep = list(range(len(entries)))
-        if cursor.holes:
-            keep = [i for i in keep if not cursor.is_acked(
-                MessageId(entries[i].ledger_id, entries[i].entry_id))]
-        if self.type in (EXCLUSIVE, FAILOVER):
+        exclusive = self.type in (EXCLUSIVE, FAILOVER)
+        if exclusive and not cursor.holes and not counts:  # the common case: all of them
             c = self.active
             if c is None:  # cannot happen while it is in a ready group; keep it for later
+                return 0
+            frames.all(c.outbox, c.handle)
+            self._sent(c, len(entries), size)
+            return len(entries)
+        ps = [(e.ledger_id << 64) + e.entry_id for e in entries]
+        keep = list(range(len(entries)))
+        if cursor.holes:
+            acked = cursor.is_acked_packed
+            keep = [i for i in keep if not acked(ps[i])]
+        if exclusive:
+            c = self.active
+            if c is None:
                 return 0
             if len(keep) == len(entries) and not counts:
                 frames.all(c.outbox, c.handle)
                 n, sent = len(entries), size
             else:
-                some, sent = self._encode(entries, encoded, keep)
+                some, sent = self._encode(entries, encoded, ps, keep)
                 if some:
                     frames.some(c.outbox, c.handle, some, sent)
                 n = len(some)
             self._sent(c, n, sent)
             return n
-        return self._spread(entries, encoded, keep, frames)
+        return self._spread(entries, encoded, ps, keep, frames)
 
-    def _encode(self, entries: list[ReadEntry], encoded: list[bytes], keep: list[int]
-                ) -> tuple[list[bytes], int]:
+    def _encode(self, entries: list[ReadEntry], encoded: list[bytes], ps: list[int],
+                keep: list[int]) -> tuple[list[bytes], int]:
         """The kept entries' encodings, with their redelivery counts."""
         counts = self.counts
         out, size = [], 0
         for i in keep:
             e = entries[i]
-            n = counts.get(pack(MessageId(e.ledger_id, e.entry_id))) if counts else None
+            n = counts.get(ps[i]) if counts else None
             out.append(wire.encode_entry(e.ledger_id, e.entry_id, e.publish_ms, e.raw, n)
                        if n else encoded[i])
             size += len(e.raw)
@@ -251,21 +273,29 @@ class Subscription:
         self.msg_out += n
         self.bytes_out += size
 
-    def _spread(self, entries: list[ReadEntry], encoded: list[bytes], keep: list[int],
-                frames: Frames) -> int:
+    def _spread(self, entries: list[ReadEntry], encoded: list[bytes], ps: list[int],
+                keep: list[int], frames: Frames, fresh: bool = True) -> int:
         """Shared / Key_Shared: each kept entry to one consumer; what no consumer can take
-        now waits in `redo`. Returns how many went out."""
+        now waits in `redo`. Returns how many went out. `fresh`: entries never dispatched
+        (Key_Shared sends none of a key while an earlier entry of it waits in `redo`);
+        otherwise entries from `redo`, oldest first."""
         wake = self.topic.wake if self.topic is not None else (lambda: None)
         takers = [c for c in self.consumers if c.can_take(wake)]
         room = {c: c.permits for c in takers}
         picks: dict[SubConsumer, list[int]] = {}
-        first_unacked = pack(self.cursor.read_position(self.ts.next_after))
+        key_shared = self.type == KEY_SHARED
+        first_unacked = pack(self.cursor.read_position(self.ts.next_after)) if key_shared else 0
+        waiting: set[int] = set()  # key hashes with an earlier entry still in redo
+        if key_shared and fresh and self.redo:
+            waiting = {h for p, h in self.redo_hash.items() if p in self.redo}
         run, cur = 0, None
         for i in keep:
-            e = entries[i]
-            p = pack(MessageId(e.ledger_id, e.entry_id))
-            if self.type == KEY_SHARED:
-                c = self.ring.owner(key_hash(wire.message_key(e.raw))) if self.ring else None
+            p = ps[i]
+            if key_shared:
+                h = key_hash(wire.message_key(entries[i].raw))
+                c = self.ring.owner(h) if self.ring else None
+                if fresh and h in waiting:
+                    c = None           # an earlier entry of this key waits: keep the order
                 if c is not None and c.join is not None:
                     if first_unacked >= c.join:
                         c.join = None  # everything dispatched before it joined is acked
@@ -273,9 +303,11 @@ class Subscription:
                         c = None       # held back: order per key
                 if c is None or room.get(c, 0) <= 0:
                     self.redo.add(p)
+                    self.redo_hash[p] = h
+                    waiting.add(h)
                     continue
             else:
-                if cur is None or room.get(cur, 0) <= 0 or run >= SHARED_RUN:
+                if cur is None or room[cur] <= 0 or run >= SHARED_RUN:
                     cur = self._next_taker(takers, room)
                     run = 0
                 c = cur
@@ -286,17 +318,22 @@ class Subscription:
             room[c] -= 1
             picks.setdefault(c, []).append(i)
         sent = 0
+        holder, redo = self.holder, self.redo
+        if key_shared and len(self.redo_hash) > 2 * len(redo) + 64:
+            self.redo_hash = {p: h for p, h in self.redo_hash.items() if p in redo}
         for c, idx in picks.items():
-            some, size = self._encode(entries, encoded, idx)
+            some, size = self._encode(entries, encoded, ps, idx)
             frames.some(c.outbox, c.handle, some, size)
+            pending = c.pending
             for i in idx:
-                p = pack(MessageId(entries[i].ledger_id, entries[i].entry_id))
-                self.holder[p] = c
-                c.pending.add(p)
-                self.redo.discard(p)
+                p = ps[i]
+                holder[p] = c
+                pending.add(p)
+            if redo:
+                redo.difference_update(ps[i] for i in idx)
             self._sent(c, len(idx), size)
             sent += len(idx)
-        if self.redo and self.topic is not None:
+        if redo and self.topic is not None:
             self.topic.replays.add(self)
         return sent
 
@@ -318,36 +355,38 @@ class Subscription:
         if not any(c.can_take(tr.wake) for c in self.consumers):
             return False
         view = self.ts.view
-        todo = sorted(self.redo)[:MAX_FRAME_ENTRIES]
+        todo = heapq.nsmallest(MAX_FRAME_ENTRIES, self.redo)
+        live = {r.ledger_id: r.entries for r in view.ranges()}
+        want = set(todo)
         entries: list[ReadEntry] = []
+        budget = MAX_FRAME_BYTES
         i = 0
-        while i < len(todo):  # contiguous runs of one ledger, one read each
+        while i < len(todo) and budget > 0:  # contiguous runs of one ledger, one read each
             j = i + 1
             while j < len(todo) and todo[j] == todo[j - 1] + 1:
                 j += 1
-            start = unpack(todo[i])
-            got = await view.read(start, j - i, MAX_FRAME_BYTES)
+            got = await view.read(unpack(todo[i]), j - i, budget)
+            got = [e for e in got if (e.ledger_id << 64) + e.entry_id in want]
             entries += got
-            if len(got) < j - i:  # deleted (retention) or past the end: nothing to redeliver
-                for p in todo[i + len(got):j]:
-                    self.redo.discard(p)
-                    self.counts.pop(p, None)
+            budget -= sum(len(e.raw) for e in got)
             i = j
+        gone = [p for p in todo if (p >> 64) not in live or (p & _LOW) >= live[p >> 64]]
+        for p in gone:  # deleted (retention, truncate): nothing to redeliver
+            self._forget(p)
         if self.topic is not tr:
             return False
-        want = set(todo)
-        entries = [e for e in entries if pack(MessageId(e.ledger_id, e.entry_id)) in self.redo
-                   and pack(MessageId(e.ledger_id, e.entry_id)) in want]
-        keep = [i for i, e in enumerate(entries)
-                if not self.cursor.is_acked(MessageId(e.ledger_id, e.entry_id))]
-        for i, e in enumerate(entries):
-            if i not in keep:
-                self.redo.discard(pack(MessageId(e.ledger_id, e.entry_id)))
-        enc = wire.encode_entry
-        encoded = [enc(e.ledger_id, e.entry_id, e.publish_ms, e.raw) for e in entries]
+        entries = [e for e in entries if (e.ledger_id << 64) + e.entry_id in self.redo]
+        ps = [(e.ledger_id << 64) + e.entry_id for e in entries]
+        self.unknown.difference_update(ps)
+        acked = self.cursor.is_acked_packed
+        keep = [i for i, p in enumerate(ps) if not acked(p)]
+        for p in ps:
+            if acked(p):
+                self._forget(p)
+        encoded = tr.encoded(entries)
         frames = Frames()
         before = set(self.redo)
-        n = self._spread(entries, encoded, keep, frames)
+        n = self._spread(entries, encoded, ps, keep, frames, fresh=False)
         frames.send([], 0)
         self.redelivered += n
         if not self.redo:
@@ -356,32 +395,54 @@ class Subscription:
             self.ts.out.add_out(n, sum(len(e.raw) for e in entries) if entries else 0)
         return n > 0 or self.redo != before
 
+    def _forget(self, p: int) -> None:
+        """`p` no longer waits for redelivery (acknowledged, or its ledger is gone)."""
+        self.redo.discard(p)
+        self.redo_hash.pop(p, None)
+        self.unknown.discard(p)
+        self.counts.pop(p, None)
+
     # ---- acknowledgements and redelivery ---------------------------------------------------
 
-    def ack(self, c: SubConsumer | None, ids: list[MessageId], cumulative: bool) -> None:
+    def ack(self, c: SubConsumer | None, ps: list[int], cumulative: bool) -> None:
+        """Acknowledge packed positions (`pack`), individually or up to the highest. Ids of
+        entries not written yet are refused (`InvalidArgument`, the others are acked):
+        acknowledging them would skip those messages once they are written."""
+        end = pack(self.ts.view.next_position())
+        future = [p for p in ps if p >= end]
+        if future:
+            ps = [p for p in ps if p < end]
+        try:
+            self._ack(ps, cumulative)
+        finally:
+            if future:
+                raise errors.InvalidArgument(
+                    f"ack of {len(future)} ids not written yet (e.g. {unpack(max(future))}) "
+                    f"on subscription {self.name}: ignored")
+
+    def _ack(self, ps: list[int], cumulative: bool) -> None:
         if cumulative:
             if self.type in (SHARED, KEY_SHARED):
                 raise errors.NotAllowed(f"cumulative ack is not allowed on {self.type} "
                                         f"subscription {self.name}")
-            if not ids:
+            if not ps:
                 return
-            top = max(ids)
-            self.cursor.ack_cumulative(MessageId(top.ledger_id, top.entry_id),
-                                       self.ts.next_after)
+            top = max(ps)
+            self.cursor.ack_cumulative(unpack(top), self.ts.next_after)
             if self.counts:
-                limit = pack(MessageId(top.ledger_id, top.entry_id))
-                self.counts = {p: n for p, n in self.counts.items() if p > limit}
+                self.counts = {p: n for p, n in self.counts.items() if p > top}
         else:
-            self.cursor.ack([MessageId(m.ledger_id, m.entry_id) for m in ids],
-                            self.ts.next_after)
+            self.cursor.ack_packed(ps, self.ts.next_after)
             if self.holder or self.counts:
-                for m in ids:
-                    p = pack(MessageId(m.ledger_id, m.entry_id))
-                    holder = self.holder.pop(p, None)
-                    if holder is not None:
-                        holder.pending.discard(p)
-                    self.counts.pop(p, None)
-                    self.redo.discard(p)
+                holder, counts, redo = self.holder, self.counts, self.redo
+                for p in ps:
+                    h = holder.pop(p, None)
+                    if h is not None:
+                        h.pending.discard(p)
+                    if counts:
+                        counts.pop(p, None)
+                    if redo and p in redo:
+                        self._forget(p)
         if self.redo and self.topic is not None:
             self.topic.wake()  # Key_Shared: acks may release entries held for a joiner
         self.ts.changed(self)
@@ -411,6 +472,8 @@ class Subscription:
                 holder.pending.discard(p)
             if not self.cursor.is_acked(unpack(p)):
                 self.redo.add(p)
+                if self.type == KEY_SHARED and p not in self.redo_hash:
+                    self.unknown.add(p)  # its hash is learnt when replay reads it
                 self.counts[p] = self.counts.get(p, 0) + 1
         if self.redo and self.topic is not None:
             self.topic.replays.add(self)
@@ -449,7 +512,7 @@ class Subscription:
         self.cursor.seek(position)
         self.cursor.normalize(self.ts.next_after)
         self.holder.clear()
-        self.redo.clear()
+        self._clear_redo()
         self.counts.clear()
         if self.topic is not None:
             self.topic.replays.discard(self)
@@ -465,7 +528,8 @@ class Subscription:
         first = self.cursor.read_position(self.ts.next_after)
         for p in [p for p in self.holder if self.cursor.is_acked(unpack(p))]:
             self.holder.pop(p).pending.discard(p)
-        self.redo = {p for p in self.redo if not self.cursor.is_acked(unpack(p))}
+        for p in [p for p in self.redo if self.cursor.is_acked(unpack(p))]:
+            self._forget(p)
         self.counts = {p: n for p, n in self.counts.items() if not self.cursor.is_acked(unpack(p))}
         if self.position < first:
             self._move(first)

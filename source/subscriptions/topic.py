@@ -27,7 +27,7 @@ from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.core.policies import Policies
 from source.cursors.flusher import CursorFlusher
-from source.cursors.state import CursorState, next_after_in
+from source.cursors.state import CursorState, next_after_in, pack
 from source.cursors.store import CursorStore, Fence
 from source.ledger.view import LedgerView, ReadEntry, Trimmed
 from source.metadata.base import MetadataStore
@@ -67,12 +67,14 @@ class TopicSubscriptions:
         self._creating: dict[str, asyncio.Future] = {}
         self._seq = itertools.count(1)
         self._rates: dict[str, tuple[float, int, int]] = {}
+        self._stored: set[str] = set()  # names the cursor store may hold a cursor for
         self.closed: errors.ShadowTopicError | None = None
         view.add_listener(self)
 
     async def load(self) -> "TopicSubscriptions":
         metas = await self.metas.load()
         states = await self.cursors.load(self.topic)
+        self._stored = set(states)
         for name, meta in metas.items():
             state = states.pop(name, None) or CursorState.starting_at(meta.initial_position)
             self.subs[name] = Subscription(self, name, meta.type, state, meta.created_ms)
@@ -106,6 +108,10 @@ class TopicSubscriptions:
             sub.skipped += sub.cursor.skip_trimmed(trimmed.ledgers, self.next_after)
             for p in [p for p in sub.holder if (p >> 64) in gone]:
                 sub.holder.pop(p).pending.discard(p)
+            for p in [p for p in sub.redo if (p >> 64) in gone]:
+                sub._forget(p)
+            for p in [p for p in sub.counts if (p >> 64) in gone]:
+                del sub.counts[p]
             self.changed(sub)
 
     def on_closed(self, reason: errors.ShadowTopicError) -> None:
@@ -140,8 +146,11 @@ class TopicSubscriptions:
             c.sub.topic.wake()
 
     def ack(self, c: SubConsumer, ids: list[MessageId], cumulative: bool) -> None:
-        sub = self._live(c)
-        sub.ack(c, ids, cumulative)
+        self.ack_packed(c, [pack(m) for m in ids], cumulative)
+
+    def ack_packed(self, c: SubConsumer, ps: list[int], cumulative: bool) -> None:
+        """`ack` of packed positions (`source.cursors.state.pack`), as the service sends."""
+        self._live(c).ack(c, ps, cumulative)
 
     def nack(self, c: SubConsumer, ids: list[MessageId], delay_ms: int) -> None:
         sub = self._live(c)
@@ -205,6 +214,11 @@ class TopicSubscriptions:
             sub = Subscription(self, name, type_, CursorState.starting_at(position), created_ms)
             self.subs[name] = sub
             self.changed(sub)
+            if name in self._stored:
+                # a deleted subscription's cursor may still be stored: overwrite it before
+                # answering, or a crash now would give the new subscription the old cursor
+                await self.flusher.flush_now()
+            self._stored.add(name)
             return sub, True
         finally:
             del self._creating[name]
@@ -239,6 +253,7 @@ class TopicSubscriptions:
         if self.subs.get(sub.name) is sub:
             del self.subs[sub.name]
             self.flusher.remove(sub.name)
+            self._rates.pop(sub.name, None)
         gone = errors.SubscriptionNotFound(f"subscription {sub.name} was deleted")
         for c in list(sub.consumers):
             sub.detach(c)

@@ -1,0 +1,41 @@
+"""The subscription commands of the CLI against a real broker, as a user types them."""
+from __future__ import annotations
+
+import json
+
+
+def test_consume_and_the_topics_subscription_commands(cli, client, topic):
+    cli("topics", "create", topic, check=True)
+    res = cli("topics", "create-subscription", topic, "-s", "s", "--messageId", "earliest",
+              check=True)
+    cli("produce", topic, "-m", "hello", "-n", "5", check=True)
+    assert cli("topics", "subscriptions", topic, "-o", "json", check=True).stdout.count('"s"') == 1
+
+    res = cli("consume", topic, "-s", "s", "-n", "2", check=True)
+    assert [line.split("\t")[2] for line in res.stdout.splitlines()] == ["hello", "hello"]
+    stats = json.loads(cli("topics", "stats", topic, "-o", "json", check=True).stdout)
+    assert stats["subscriptions"]["s"]["msgBacklog"] == 3
+
+    res = cli("topics", "skip", topic, "-s", "s", "-n", "2", "--dry-run", check=True)
+    stats = json.loads(cli("topics", "stats", topic, "-o", "json", check=True).stdout)
+    assert stats["subscriptions"]["s"]["msgBacklog"] == 3      # a dry run changes nothing
+    cli("topics", "skip", topic, "-s", "s", "-n", "2", check=True)
+    peek = cli("topics", "peek-messages", topic, "-s", "s", "-n", "5", check=True)
+    assert len(peek.stdout.splitlines()) == 1
+
+    first = client.admin.peek_messages(topic, "s", 1)[0].message_id
+    res = cli("topics", "reset-cursor", topic, "-s", "s", "-m", "0:0", check=True)
+    assert "clamped" in res.stdout
+    stats = json.loads(cli("topics", "stats", topic, "-o", "json", check=True).stdout)
+    assert stats["subscriptions"]["s"]["msgBacklog"] == 5
+    cli("topics", "clear-backlog", topic, "-s", "s", check=True)
+    stats = json.loads(cli("topics", "stats", topic, "-o", "json", check=True).stdout)
+    assert stats["subscriptions"]["s"]["msgBacklog"] == 0 and first is not None
+
+    res = cli("topics", "unsubscribe", topic, "-s", "nope")
+    assert res.returncode == 1 and res.stderr.startswith("error: SubscriptionNotFound")
+    assert len(res.stderr.splitlines()) == 1
+    cli("topics", "unsubscribe", topic, "-s", "s", check=True)
+    assert client.admin.list_subscriptions(topic) == []
+    res = cli("consume", topic, "-s", "x", "-t", "sideways")
+    assert res.returncode == 1 and len(res.stderr.splitlines()) == 1
