@@ -494,10 +494,12 @@ class Consumer:
                 p, epoch, delivery = self._pending.popleft()
                 if epoch == p.epoch and p.state == "open":
                     dropped[p.handle] = dropped.get(p.handle, 0) + len(delivery.frame.entries)
+            shared = self.consumer_type in ("shared", "key_shared")
             for p in self._parts.values():
                 if p.state == "open":
                     self._send(p, redeliver=consumer_pb2.RedeliverUnacknowledged())
-                    if dropped.get(p.handle):
+                    if shared and dropped.get(p.handle):
+                        # (Exclusive / Failover rewind: the broker's seek_done re-flows)
                         self._flow(p, dropped[p.handle])
 
     def seek(self, position: MessageId | str | int) -> tuple[MessageId, bool]:

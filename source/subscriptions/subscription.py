@@ -497,6 +497,10 @@ class Subscription:
                 break
             p = nxt
         self._move(start)
+        c = self.active
+        if c is not None:  # what it holds unreceived comes again: it drops it, flows afresh
+            c.permits = 0
+            c.outbox.send_notice(c.handle, CursorMoved(start, False, True))
 
     def _move(self, position: MessageId) -> None:
         if self.topic is not None:

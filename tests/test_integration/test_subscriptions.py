@@ -335,3 +335,20 @@ def test_retention_keeps_an_unacknowledged_ledger_until_it_is_acked(etcd_server,
             assert sub_stats(client, topic, "s")["msgBacklog"] == 0
     finally:
         b.kill()
+
+
+def test_c3_exclusive_nack_rewinds_to_the_first_unacked_without_duplicates(broker, client,
+                                                                           topic):
+    client.admin.create_topic(topic)
+    with client.subscribe(topic, "ex", initial_position="earliest",
+                          negative_ack_redelivery_delay_ms=200) as c:
+        produce(client, topic, 5)
+        got = drain(c, 3, ack=False)       # m3, m4 sit in the client's buffer
+        c.acknowledge(got[0])
+        c.negative_acknowledge(got[1])
+        time.sleep(0.6)                    # the broker rewinds; the buffer is dropped
+        again = drain(c, 4)
+        assert [m.value() for m in again] == ["m1", "m2", "m3", "m4"]
+        assert [m.redelivery_count for m in again] == [1, 1, 1, 1]
+        assert nothing_more(c, 0.5)
+        assert sub_stats(client, topic, "ex")["msgBacklog"] == 0

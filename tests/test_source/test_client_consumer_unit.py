@@ -626,7 +626,9 @@ def test_redelivery_counts(fake, client):
 
 
 def test_redeliver_unacknowledged_drops_the_buffer_and_returns_its_permits(fake, client):
-    c = client.subscribe("t", "sub", receiver_queue_size=100)
+    # Shared: the broker requeues, the client gives back the dropped permits itself
+    # (Exclusive / Failover rewind and answer with seek_done, which re-flows)
+    c = client.subscribe("t", "sub", "shared", receiver_queue_size=100)
     h = handle_of(c)
     fake.entries(h, entry(1, 0), entry(1, 1), entry(1, 2))
     assert c.receive(timeout=5).message_id.entry_id == 0

@@ -298,7 +298,15 @@ def test_nack_redelivers_after_the_delay(kind, tmp_path):
         await asyncio.sleep(0.1)
         await settle()
         assert out.ids(1)[4:] == [out.ids(1)[1]] and out.got[1][4].redelivery_count == 1
-        assert out.ids(2)[4:] == out.ids(2)[:4]  # exclusive rewinds to the first unacked
+        # exclusive rewinds to the first unacked; the consumer is told to drop what it holds
+        # and has no permits until it flows again
+        first = MessageId(*out.ids(2)[0])
+        assert (2, CursorMoved(first, False, True)) in out.notices
+        assert len(out.ids(2)) == 4
+        ts.flow(x, 10)
+        await settle()
+        assert out.ids(2)[4:] == out.ids(2)[:4]
+        assert all(e.redelivery_count == 1 for e in out.got[2][4:])
     run(main())
 
 
