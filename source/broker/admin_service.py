@@ -167,7 +167,17 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         ledgers = await self._ledgers(topic, t)
         last = ledgers.last()
         entries, size = ledgers.current()
+        cursors = {}
+        if t is not None and t.subscriptions is not None:
+            ts = t.subscriptions
+            for name, sub in ts.subs.items():
+                cursors[name] = apb.CursorStats(
+                    mark_delete_position=str(sub.cursor.mark_delete),
+                    read_position=str(sub.position), messages_consumed_counter=sub.msg_out,
+                    individually_deleted_messages=sub.ranges_text(),
+                    cursor_flushes=ts.flusher.flushes)
         return apb.InternalStats(
+            cursors=cursors,
             entries_added_counter=ledgers.entries + ledgers.entries_deleted,
             number_of_entries=ledgers.entries, total_size=ledgers.size,
             current_ledger_entries=entries, current_ledger_size=size,

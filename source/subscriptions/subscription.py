@@ -549,5 +549,7 @@ class Subscription:
         return self.cursor.backlog(self.ts.view.entries_between, self.position)
 
     def ranges_text(self, limit: int = 100) -> str:
-        return "[" + ", ".join(f"({a.ledger_id}:{a.entry_id - 1}..{b})"
+        """The acknowledged ranges above the mark-delete as Pulsar prints them:
+        `[(3:4..3:7], ...]`, each open at its start and closed at its end (the first `limit`)."""
+        return "[" + ", ".join(f"({a.ledger_id}:{a.entry_id - 1}..{b}]"
                                for a, b in islice(self.cursor.ranges, limit)) + "]"

@@ -352,3 +352,22 @@ def test_c3_exclusive_nack_rewinds_to_the_first_unacked_without_duplicates(broke
         assert [m.redelivery_count for m in again] == [1, 1, 1, 1]
         assert nothing_more(c, 0.5)
         assert sub_stats(client, topic, "ex")["msgBacklog"] == 0
+
+
+def test_internal_stats_show_each_cursor_as_pulsar_prints_it(broker, client, topic):
+    client.admin.create_topic(topic)
+    ids = produce(client, topic, 6)
+    with client.subscribe(topic, "s", initial_position="earliest") as c:
+        drain(c, 6, ack=False)
+        for i in (0, 2, 3):
+            c.acknowledge(ids[i])
+        lid = ids[0].ledger_id
+
+        def cursor():
+            return client.admin.internal_stats(topic)["cursors"].get("s", {})
+        wait_for(lambda: cursor().get("individuallyDeletedMessages") ==
+                 f"[({lid}:1..{lid}:3]]", what="acked range shown")
+        cur = cursor()
+        assert cur["markDeletePosition"] == f"{lid}:0"
+        assert cur["readPosition"] == f"{lid}:6" and cur["messagesConsumedCounter"] == 6
+        wait_for(lambda: cursor()["cursorFlushes"] >= 1, what="a cursor flush")
