@@ -252,6 +252,8 @@ class TopicReaders:
             for r in list(self.groups[pos]):
                 self.move(r, valid)
             pos = valid
+        if pos >= self.view.next_position():
+            return  # at the tail: nothing to read (no walk over a group of idle members)
         ready = []
         want = MAX_FRAME_ENTRIES
         for m in self.groups[pos]:
