@@ -32,7 +32,7 @@ from source.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
 from source.subscriptions import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, ActiveChanged,
                                   CursorMoved, SubConsumer, TopicSubscriptions)
 
-MAX_ENTRY = (1 << 63) - 1  # ids are int64 inside
+MAX_ID = (1 << 63) - 1  # ledger and entry ids are int64 inside
 OUTBOX_BYTES = 8 << 20      # a stream's queued frames; past this its readers wait
 MESSAGE_BYTES = 4 << 20     # frames per ServerMessage, at most about this many bytes
 
@@ -59,13 +59,12 @@ def ids_from_pb(ids) -> list[MessageId]:
 
 
 def packed_from_pb(ids) -> list[int]:
-    """Acked ids as packed positions (source.cursors.state.pack), checked in one pass."""
-    out = [(i.ledger_id << 64) + i.entry_id for i in ids]
-    if out and max(i.entry_id for i in ids) > MAX_ENTRY:
-        bad = next(i for i in ids if i.entry_id > MAX_ENTRY)
-        raise errors.InvalidMessageId(f"message id out of range: {bad.ledger_id}:{bad.entry_id}")
-    if out and max(out) >> 64 > MAX_ENTRY:
-        raise errors.InvalidMessageId(f"message id out of range: ledger {max(out) >> 64}")
+    """Acked ids as packed positions (source.cursors.state.pack), range-checked."""
+    out = []
+    for i in ids:
+        if i.ledger_id > MAX_ID or i.entry_id > MAX_ID:
+            raise errors.InvalidMessageId(f"message id out of range: {i.ledger_id}:{i.entry_id}")
+        out.append((i.ledger_id << 64) + i.entry_id)
     return out
 
 

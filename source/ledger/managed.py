@@ -29,6 +29,7 @@ from typing import Callable, TypeVar
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import TopicName
+from source.ledger import retention
 from source.ledger import wal as walmod
 from source.ledger.ledger_reader import LedgerListReader
 from source.ledger.sealed import write_sealed
@@ -534,28 +535,12 @@ class ManagedLedger:
 
     async def apply_retention(self, time_s: int, size_bytes: int,
                               keep_from: MessageId | None = None) -> tuple[int, int]:
-        """Delete the oldest sealed ledgers beyond the time / size limits (-1 = no limit),
-        never the ledger of `keep_from` (the first entry a durable subscription has not
-        acknowledged) or a later one."""
+        """Delete the sealed ledgers retention picks (source/ledger/retention.py): beyond
+        the time / size limits (-1 = no limit), never from the ledger of `keep_from` (the
+        first entry a durable subscription has not acknowledged) on."""
         cutoff = now_ms() - time_s * 1000 if time_s >= 0 else None
-
-        def select(lst: mpb.LedgerList) -> list[mpb.LedgerInfo]:
-            total = sum(self._size(i) for i in lst.ledgers)
-            victims = []
-            for info in lst.ledgers:
-                if info.state != SEALED:
-                    break
-                if keep_from is not None and info.ledger_id >= keep_from.ledger_id:
-                    break
-                old = cutoff is not None and info.last_publish_ms < cutoff
-                big = size_bytes >= 0 and total > size_bytes
-                if not (old or big):
-                    break
-                victims.append(info)
-                total -= info.size_bytes
-            return victims
-
-        return await self._delete_ledgers(select)
+        return await self._delete_ledgers(lambda lst: retention.victims(
+            lst.ledgers, self._size, cutoff, size_bytes, keep_from))
 
     async def truncate(self) -> tuple[int, int]:
         """Seal the current ledger and delete every sealed ledger (cursors move to the end)."""

@@ -282,8 +282,9 @@ class TopicReaders:
         for m in ready:
             if m.topic is not self or m.position != pos:
                 continue  # closed or seeked while the read ran
-            if m.wanted(self.wake) < len(entries):
+            if type(m) is not Reader and m.wanted(self.wake) < len(entries):
                 continue  # its consumers changed while the read ran: it reads again
+                # (a reader's permits only grow meanwhile: no second look at it)
             delivered += m.deliver(entries, encoded, size, frames)
             self.move(m, after)
         frames.send(encoded, size)

@@ -346,7 +346,8 @@ class Subscription:
         return None
 
     async def replay(self) -> bool:
-        """Redeliver entries waiting in `redo`, oldest first; True when some went out."""
+        """Redeliver entries waiting in `redo`, oldest first; True when `redo` shrank (some
+        went out, or were acknowledged or deleted meanwhile): there may be more to do."""
         tr = self.topic
         if tr is None or not self.redo:
             if tr is not None:
@@ -354,6 +355,7 @@ class Subscription:
             return False
         if not any(c.can_take(tr.wake) for c in self.consumers):
             return False
+        waiting = len(self.redo)
         view = self.ts.view
         todo = heapq.nsmallest(MAX_FRAME_ENTRIES, self.redo)
         live = {r.ledger_id: r.entries for r in view.ranges()}
@@ -385,7 +387,6 @@ class Subscription:
                 self._forget(p)
         encoded = tr.encoded(entries)
         frames = Frames()
-        before = set(self.redo)
         n = self._spread(entries, encoded, ps, keep, frames, fresh=False)
         frames.send([], 0)
         self.redelivered += n
@@ -393,7 +394,7 @@ class Subscription:
             tr.replays.discard(self)
         if n:
             self.ts.out.add_out(n, sum(len(e.raw) for e in entries) if entries else 0)
-        return n > 0 or self.redo != before
+        return len(self.redo) < waiting
 
     def _forget(self, p: int) -> None:
         """`p` no longer waits for redelivery (acknowledged, or its ledger is gone)."""

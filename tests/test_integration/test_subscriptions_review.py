@@ -3,44 +3,19 @@ the bundled client). `test_bug_*` fail on the current code; the others pin behav
 right but was not tested."""
 from __future__ import annotations
 
+import importlib.util
+import pathlib
 import time
 
 from source.client import Client
-from source.core import errors
 
 
-def produce(client, topic, n, prefix="m", keys=0):
-    ids = []
-    with client.create_producer(topic) as p:
-        for i in range(n):
-            ids.append(p.send(f"{prefix}{i}".encode(), key=f"k{i % keys}" if keys else None))
-    return ids
-
-
-def drain(consumer, n, timeout=20.0, ack=True):
-    out = []
-    deadline = time.monotonic() + timeout
-    while len(out) < n:
-        left = deadline - time.monotonic()
-        assert left > 0, f"got {len(out)} of {n} messages"
-        try:
-            msg = consumer.receive(timeout=min(left, 1.0))
-        except errors.Timeout:
-            continue
-        out.append(msg)
-        if ack:
-            consumer.acknowledge(msg)
-    return out
-
-
-def wait_for(cond, timeout=10.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+# the helpers of test_subscriptions.py (loaded by path: tests are not a package)
+_spec = importlib.util.spec_from_file_location(
+    "_subscription_helpers", pathlib.Path(__file__).with_name("test_subscriptions.py"))
+_h = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_h)
+produce, drain, wait_for = _h.produce, _h.drain, _h.wait_for
 
 
 def test_partitioned_shared_consumer_acks_route_to_their_partition(broker, client, topic):
