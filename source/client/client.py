@@ -14,13 +14,15 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Callable
 
 from source.client.admin import Admin, position_pb
 from source.client.connection import Connection
 from source.client.consumer import Consumer, check_options, parse_consumer_type
+from source.client.listener import Callback, Listeners
 from source.client.producer import Producer
-from source.client.reader import Multiplexer, Reader
+from source.client.reader import CLOSE_TIMEOUT_S, Multiplexer, Reader
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import canonical, check_subscription
@@ -84,6 +86,54 @@ class Client:
         self._children.append(c)
         return c
 
+    def subscribe_many(self, topic: str, subscription_names: list[str],
+                       consumer_type: str = "exclusive",
+                       initial_position: str | MessageId | int = "latest",
+                       consumer_name: str = "", receiver_queue_size: int = 1000,
+                       message_listener: Callback | None = None) -> list[Consumer]:
+        """One consumer per name in `subscription_names`, all on this client's one stream:
+        the subscribes go up together (a few stream messages for thousands of them) and are
+        answered together, and the broker writes their metadata in batched etcd
+        transactions, so attaching 10,000 subscriptions takes seconds, not a round trip
+        each. Options as in `subscribe`. `message_listener(consumer, message)`, when given,
+        is called for every message on one thread of this call's own (instead of
+        `receive`). All or nothing: when the broker refuses one, every consumer of the call
+        is closed and its typed error raised."""
+        names = list(subscription_names)
+        for name in names:
+            check_subscription(name)
+        if len(set(names)) != len(names):
+            raise errors.InvalidArgument("subscription names must be distinct")
+        parse_consumer_type(consumer_type)
+        position_pb(initial_position, "initial position")
+        check_options(consumer_name, receiver_queue_size, 0, 1000, None)
+        if message_listener is not None and not callable(message_listener):
+            raise errors.InvalidArgument("message_listener must be callable")
+        topic = canonical(topic)
+        partitions = self._partitions(topic)
+        mux = self._multiplexer()
+        listeners = Listeners(message_listener) if message_listener is not None else None
+        consumers: list[Consumer] = []
+        try:
+            for name in names:
+                consumers.append(Consumer(
+                    self._conn, mux, topic, partitions, name, consumer_type, initial_position,
+                    consumer_name, receiver_queue_size, message_listener=listeners,
+                    wait=False))
+            deadline = time.monotonic() + self._conn.timeout + len(names) / 1000
+            for c in consumers:
+                c._await_subscribed(deadline)
+        except BaseException:
+            for c in consumers:
+                c.close()
+            if listeners is not None:
+                listeners.close()
+            raise
+        self._children.extend(consumers)
+        if listeners is not None:
+            self._children.append(listeners)
+        return consumers
+
     def _multiplexer(self) -> Multiplexer:
         """The client's consumer stream (a broken one is replaced)."""
         with self._lock:
@@ -107,6 +157,14 @@ class Client:
             children, self._children = self._children, []
             mux = self._mux
         try:
+            # consumers first send every close, then wait once for all the answers
+            closing = [(c, c._start_close()) for c in children if isinstance(c, Consumer)]
+            deadline = time.monotonic() + CLOSE_TIMEOUT_S
+            for c, sent in closing:
+                try:
+                    c._finish_close(sent, deadline)
+                except Exception:  # noqa: BLE001 - closing everything regardless
+                    pass
             for child in children:
                 try:
                     child.close()

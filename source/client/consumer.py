@@ -36,6 +36,7 @@ from typing import Callable
 
 from source.client.admin import position_pb
 from source.client.connection import Connection
+from source.client.listener import Listeners
 from source.client.message import Message
 from source.client.reader import CLOSE_TIMEOUT_S, Multiplexer, seek_targets
 from source.core import errors
@@ -133,10 +134,12 @@ class Consumer:
                  initial_position: str | MessageId | int = "latest", consumer_name: str = "",
                  receiver_queue_size: int = 1000, priority: int = 0,
                  negative_ack_redelivery_delay_ms: int = 1000,
-                 on_active_change: Callable[[bool], None] | None = None):
-        """Use `Client.subscribe`. Subscribes every partition and waits for the broker's
-        answers; raises the first typed error (ConsumerBusy, TooManyConsumers,
-        SubscriptionNotFound, ...) after leaving the partitions that did subscribe."""
+                 on_active_change: Callable[[bool], None] | None = None,
+                 message_listener: "Listeners | None" = None, wait: bool = True):
+        """Use `Client.subscribe` (or `Client.subscribe_many`). Subscribes every partition
+        and waits for the broker's answers; raises the first typed error (ConsumerBusy,
+        TooManyConsumers, SubscriptionNotFound, ...) after leaving the partitions that did
+        subscribe. `wait=False` only sends the subscribes: `_await_subscribed` finishes."""
         self._type, type_pb = parse_consumer_type(consumer_type)
         start = position_pb(initial_position, "initial position")
         check_options(consumer_name, receiver_queue_size, priority,
@@ -150,6 +153,8 @@ class Consumer:
         self._queue_size = receiver_queue_size
         self._nack_delay = negative_ack_redelivery_delay_ms
         self._on_active_change = on_active_change
+        self._listeners = message_listener
+        self._listening = False  # queued on the listener thread (guarded by the condition)
         self._events = (ThreadPoolExecutor(1, thread_name_prefix="consumer-events")
                         if on_active_change is not None else None)
         self._cond = threading.Condition()
@@ -173,16 +178,29 @@ class Consumer:
                 self._abandon(list(self._parts.values()))
                 raise
             self._by_index = {p.index: p for p in self._parts.values()}
-            parts = list(self._parts.values())
             try:
-                for p in parts:
+                for p in self._parts.values():
                     p.waits["subscribe"] = None
                     mux.send(consumer_pb2.ClientCommand(
                         handle=p.handle, subscribe=consumer_pb2.Subscribe(
                             topic=p.topic, subscription=subscription_name, type=type_pb,
                             start=start, consumer_name=consumer_name, priority=priority)))
-                answers = self._wait_answers(parts, "subscribe", conn.timeout,
-                                             f"subscribing to {topic}")
+            except BaseException:
+                self._closed = True
+                self._abandon(list(self._parts.values()))
+                raise
+        if wait:
+            self._await_subscribed(time.monotonic() + conn.timeout)
+
+    def _await_subscribed(self, deadline: float) -> None:
+        """Wait (until `deadline`, a monotonic time) for the broker's answers to the
+        subscribes, then flow; on a refusal leave every partition and raise it."""
+        with self._cond:
+            parts = list(self._parts.values())
+            try:
+                answers = self._wait_answers(parts, "subscribe",
+                                             max(0.0, deadline - time.monotonic()),
+                                             f"subscribing to {self.topic}")
             except BaseException:
                 self._closed = True
                 self._abandon(parts)
@@ -194,7 +212,7 @@ class Consumer:
                 raise failure
             for p in parts:
                 p.state = "open"
-                self._flow(p, receiver_queue_size)
+                self._flow(p, self._queue_size)
 
     # ---- the stream's receive thread ---------------------------------------------------
 
@@ -211,6 +229,9 @@ class Consumer:
             frame = item.frame
             if len(frame.entries) and p.state == "open":
                 self._pending.append((p, p.epoch, item))
+                if self._listeners is not None and not self._listening:
+                    self._listening = True
+                    self._listeners.ready(self)
             if frame.HasField("event"):
                 self._on_event(p, frame.event)
             self._cond.notify_all()
@@ -354,6 +375,18 @@ class Consumer:
                         msgs[r.entry_index] = replace(msgs[r.entry_index],
                                                       redelivery_count=r.count)
             buffer.extend((p, epoch, m) for m in msgs)
+
+    def _take_ready(self) -> list[Message]:
+        """For the listener thread: every message buffered now (empty once closed)."""
+        with self._cond:
+            self._listening = False
+            out: list[Message] = []
+            while not self._closed and self._error is None:
+                msg = self._next()
+                if msg is None:
+                    break
+                out.append(msg)
+            return out
 
     def _part_for(self, message: Message | MessageId | str) -> tuple[_Part, MessageId]:
         if isinstance(message, Message):
@@ -533,9 +566,15 @@ class Consumer:
         """Leave the subscription (the broker redelivers this consumer's unacknowledged
         messages to the others) and wait, briefly, for the broker to confirm. A `receive`
         waiting in another thread raises `AlreadyClosed` at once. Closing twice is a no-op."""
+        self._finish_close(self._start_close(), time.monotonic() + min(self._conn.timeout,
+                                                                        CLOSE_TIMEOUT_S))
+
+    def _start_close(self) -> list[_Part] | None:
+        """Send the closes (None: closed already); `_finish_close` waits for the answers
+        (the client closes thousands of consumers with one wait)."""
         with self._cond:
             if self._closed:
-                return
+                return None
             self._closed = True
             self._cond.notify_all()
             sent = []
@@ -548,8 +587,14 @@ class Consumer:
                     continue
                 p.waits["close"] = None
                 sent.append(p)
+            return sent
+
+    def _finish_close(self, sent: list[_Part] | None, deadline: float) -> None:
+        if sent is None:
+            return
+        with self._cond:
             try:
-                self._wait_answers(sent, "close", min(self._conn.timeout, CLOSE_TIMEOUT_S),
+                self._wait_answers(sent, "close", max(0.0, deadline - time.monotonic()),
                                    "close")
             except errors.Timeout:
                 pass

@@ -16,7 +16,7 @@ def test_public_names_are_pinned():
 
 def test_client_methods_are_pinned():
     public = {n for n, _ in inspect.getmembers(client.Client) if not n.startswith("_")}
-    assert public == {"close", "create_producer", "create_reader", "subscribe"}
+    assert public == {"close", "create_producer", "create_reader", "subscribe", "subscribe_many"}
     producer = {n for n, _ in inspect.getmembers(client.Producer) if not n.startswith("_")}
     assert producer == {"close", "flush", "send", "send_async", "stats"}
     reader = {n for n, _ in inspect.getmembers(client.Reader) if not n.startswith("_")}
