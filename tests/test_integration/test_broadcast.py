@@ -1,0 +1,135 @@
+"""Broadcast at scale (issue 8): 10,000 durable subscriptions attached over three client
+streams with `subscribe_many`, one topic broadcast to all of them; every subscription gets
+every message exactly once and in order; after kill -9 and a restart every cursor and
+backlog is what was acknowledged."""
+from __future__ import annotations
+
+import threading
+import time
+
+from source.client import Client, MessageId
+from source.core import errors
+
+SUBS = 10_000
+STREAMS = 3
+MESSAGES = 12
+
+
+def acked_by(i: int) -> int:
+    """Subscription i acknowledges its first `acked_by(i)` messages (0..MESSAGES)."""
+    return i % (MESSAGES + 1)
+
+
+def _wait(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+def test_10000_subscriptions_broadcast_exactly_once_and_survive_kill_9(broker, client, topic):
+    client.admin.create_topic(topic)
+    names = [f"s{i}" for i in range(SUBS)]
+    got: dict[str, list[MessageId]] = {n: [] for n in names}
+    lock = threading.Lock()
+
+    def on_message(consumer, msg):
+        name = consumer.subscription_name
+        with lock:
+            seen = got[name]
+            seen.append(msg.message_id)
+            k = len(seen)
+        if k <= acked_by(int(name[1:])):
+            consumer.acknowledge(msg)
+
+    clients = [Client(broker.url, timeout=120) for _ in range(STREAMS)]
+    try:
+        share = -(-SUBS // STREAMS)
+        for j, c in enumerate(clients):
+            consumers = c.subscribe_many(topic, names[j * share:(j + 1) * share],
+                                         initial_position="earliest",
+                                         message_listener=on_message)
+            assert len(consumers) == len(names[j * share:(j + 1) * share])
+        assert len(client.admin.list_subscriptions(topic)) == SUBS
+        with client.create_producer(topic) as p:
+            ids = [p.send(f"m{i}".encode()) for i in range(MESSAGES)]
+
+        def all_delivered() -> bool:
+            with lock:
+                return all(len(v) >= MESSAGES for v in got.values())
+
+        _wait(all_delivered, 120, "not every subscription got every message")
+        time.sleep(0.5)  # anything extra (a duplicate) would arrive meanwhile
+        with lock:
+            wrong = {n: v for n, v in got.items() if v != ids}
+        assert not wrong, f"{len(wrong)} subscriptions got other than every id once in order"
+
+        def backlogs_match() -> bool:
+            subs = client.admin.stats(topic)["subscriptions"]
+            return all(subs[n]["msgBacklog"] == MESSAGES - acked_by(i)
+                       for i, n in enumerate(names))
+
+        _wait(backlogs_match, 60, "acks did not all arrive")
+        time.sleep(2.0)  # a cursor flush interval (1 s), and then some
+        broker.kill()
+    finally:
+        for c in clients:
+            c.close()
+
+    broker.start(timeout=60)
+    with Client(broker.url, timeout=120) as again:
+        subs = again.admin.stats(topic)["subscriptions"]
+        assert len(subs) == SUBS
+        wrong_backlog = {n: subs[n]["msgBacklog"] for i, n in enumerate(names)
+                         if subs[n]["msgBacklog"] != MESSAGES - acked_by(i)}
+        assert not wrong_backlog, (f"{len(wrong_backlog)} backlogs differ after kill -9, "
+                                   f"e.g. {list(wrong_backlog.items())[:5]}")
+        cursors = again.admin.internal_stats(topic)["cursors"]
+        for i, n in enumerate(names):
+            k = acked_by(i)
+            want = f"{ids[k - 1].ledger_id}:{ids[k - 1].entry_id}" if k else None
+            if want is not None:
+                assert cursors[n]["markDeletePosition"] == want, n
+        # every subscription resumes at its first unacknowledged message (one stream)
+        resumed: dict[str, list[MessageId]] = {n: [] for n in names}
+
+        def on_again(consumer, msg):
+            with lock:
+                resumed[consumer.subscription_name].append(msg.message_id)
+
+        again.subscribe_many(topic, names, message_listener=on_again)
+
+        def all_resumed() -> bool:
+            with lock:
+                return all(len(resumed[n]) >= MESSAGES - acked_by(i)
+                           for i, n in enumerate(names))
+
+        _wait(all_resumed, 120, "not every subscription got its backlog after the restart")
+        time.sleep(0.5)
+        with lock:
+            wrong = {n: v for i, n in enumerate(names) if (v := resumed[n]) != ids[acked_by(i):]}
+        assert not wrong, f"{len(wrong)} subscriptions resumed wrongly, e.g. {list(wrong)[:3]}"
+
+
+def test_subscribe_many_is_all_or_nothing(broker, client, topic):
+    client.admin.create_topic(topic)
+    with Client(broker.url, timeout=30) as holder:
+        held = holder.subscribe(topic, "taken")  # exclusive: a second consumer is refused
+        try:
+            c = client.subscribe_many(topic, ["a", "b", "taken", "c"])
+        except errors.ConsumerBusy:
+            c = None
+        assert c is None
+        time.sleep(0.5)
+        subs = client.admin.stats(topic)["subscriptions"]
+        # the others were created (a subscription outlives its consumers) but none of this
+        # call's consumers is still attached
+        assert all(not subs[n]["consumers"] for n in ("a", "b", "c"))
+        assert len(subs["taken"]["consumers"]) == 1
+        held.close()
+    try:
+        client.subscribe_many(topic, ["x", "x"])
+    except errors.InvalidArgument as exc:
+        assert "distinct" in str(exc)
+    else:
+        raise AssertionError("duplicate names were accepted")
