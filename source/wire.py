@@ -9,6 +9,8 @@ that protobuf parses what these functions write.
 """
 from __future__ import annotations
 
+from source.pb.v1 import consumer_pb2
+
 # EncodedEntry:  1 ledger_id, 2 entry_id, 3 publish_time, 4 redelivery_count, 5 raw
 # ServerFrame:   1 handles (packed uint64), 2 entries (repeated EncodedEntry), 3 event
 # ServerMessage: 1 frames (repeated ServerFrame)
@@ -58,6 +60,8 @@ def entries_field(encoded: list[bytes], field: int = 2) -> bytes:
 
 def handles_field(handles: list[int]) -> bytes:
     """`ServerFrame.handles` (field 1, packed)."""
+    if len(handles) > 32:  # a broadcast frame: protobuf's C encoder is ~20x faster
+        return consumer_pb2.ServerFrame(handles=handles).SerializeToString()
     packed = b"".join(varint(h) for h in handles)
     return b"\x0a" + varint(len(packed)) + packed if packed else b""
 

@@ -17,6 +17,7 @@ the stream with INVALID_ARGUMENT.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import deque
 from typing import Callable
 
@@ -237,8 +238,51 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
             ts, consumer = item
             ts.close_consumer(consumer)
 
+    def _fan_in(self, cmd: consumer_pb2.ClientCommand, outbox: StreamOutbox,
+                handles: dict[int, object]) -> None:
+        """One Ack or Flow for `cmd.handle` and every handle in `cmd.also` (a broadcast
+        message acknowledged by thousands of subscriptions of a stream): the ids are parsed
+        once; a handle that fails hears a warning of its own, the others go on."""
+        kind = cmd.WhichOneof("command")
+        if kind not in ("ack", "flow"):
+            raise errors.InvalidArgument(f"`also` goes with ack or flow, not {kind}")
+        ps = packed_from_pb(cmd.ack.ids) if kind == "ack" else []
+        cumulative, permits = cmd.ack.cumulative, cmd.flow.permits
+        if kind == "ack" and ps:  # subscriptions by topic, each topic's acks in one go
+            by_topic: dict[TopicSubscriptions, list[SubConsumer]] = {}
+            for h in itertools.chain((cmd.handle,), cmd.also):
+                item = handles.get(h)
+                if isinstance(item, tuple):
+                    by_topic.setdefault(item[0], []).append(item[1])
+                elif not isinstance(item, Reader):  # (readers keep no cursor: ignored)
+                    outbox.send_event(h, warning=error_status(
+                        errors.InvalidArgument(f"unknown handle {h}"), command=kind))
+            for ts, consumers in by_topic.items():
+                for c, exc in ts.ack_many(consumers, ps, cumulative):
+                    outbox.send_event(c.handle, warning=error_status(typed(exc, "Connect"),
+                                                                     command=kind))
+            return
+        for h in itertools.chain((cmd.handle,), cmd.also):
+            item = handles.get(h)
+            try:
+                if isinstance(item, tuple):
+                    if kind == "ack":
+                        item[0].ack_packed(item[1], ps, cumulative)
+                    else:
+                        item[0].flow(item[1], permits)
+                elif isinstance(item, Reader):
+                    if kind == "flow":
+                        self.engine.flow(item, permits)
+                elif kind == "ack":  # (a flow may cross a close: nothing to do then)
+                    raise errors.InvalidArgument(f"unknown handle {h}")
+            except Exception as exc:  # noqa: BLE001 - in-band, per handle
+                outbox.send_event(h, warning=error_status(typed(exc, "Connect"), command=kind))
+
     async def _command(self, cmd: consumer_pb2.ClientCommand, outbox: StreamOutbox,
                        handles: dict[int, object], peer: str) -> None:
+        if cmd.also:
+            self._fan_in(cmd, outbox, handles)
+            return
         kind = cmd.WhichOneof("command")
         handle = cmd.handle
         item = handles.get(handle)

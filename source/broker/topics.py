@@ -18,6 +18,7 @@ from source.core.names import TopicName
 from source.core.policies import Policies, validate_partitions, validate_properties
 from source.cursors.snapshot import SnapshotCursorStore
 from source.cursors.store import Fence
+from source.ledger.entry_cache import DEFAULT_BYTES, EntryCache
 from source.ledger.managed import ManagedLedger
 from source.ledger.storage import Storage
 from source.metadata import keys
@@ -46,13 +47,16 @@ def _meta(call):
 
 class TopicManager:
     def __init__(self, store: MetadataStore, storage: Storage, session: BrokerSession,
-                 retention_interval: float = 60.0, cursor_flush_interval: float = 1.0):
+                 retention_interval: float = 60.0, cursor_flush_interval: float = 1.0,
+                 entry_cache_bytes: int = DEFAULT_BYTES):
         self.store = store
         self.storage = storage
         self.session = session
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ledger-io")
         self.cursors = SnapshotCursorStore(store, storage, self.executor)
         self.cursor_flush_interval = cursor_flush_interval
+        # one memory budget for the entries of every topic (source/ledger/entry_cache.py)
+        self.entry_cache = EntryCache(entry_cache_bytes)
         self._loaded: dict[TopicName, Topic] = {}
         self._loading: dict[TopicName, asyncio.Future] = {}
         self._closing: dict[TopicName, asyncio.Task] = {}
@@ -239,7 +243,8 @@ class TopicManager:
         try:
             ml = await ManagedLedger.open(topic, self.store, self.storage, key, value, epoch,
                                           self.executor, ledger_config(policies),
-                                          lease_ok=self.session.lease_ok)
+                                          lease_ok=self.session.lease_ok,
+                                          entry_cache=self.entry_cache)
         except BaseException:
             await self.session.release(key, value)
             raise
@@ -305,6 +310,7 @@ class TopicManager:
         if self._retention_task:
             self._retention_task.cancel()
         self.executor.shutdown(wait=True)
+        log.info("entry cache: %s", self.entry_cache.describe())
 
     # ---- retention -------------------------------------------------------------------------
 

@@ -95,10 +95,17 @@ class Client:
         the subscribes go up together (a few stream messages for thousands of them) and are
         answered together, and the broker writes their metadata in batched etcd
         transactions, so attaching 10,000 subscriptions takes seconds, not a round trip
-        each. Options as in `subscribe`. `message_listener(consumer, message)`, when given,
-        is called for every message on one thread of this call's own (instead of
-        `receive`). All or nothing: when the broker refuses one, every consumer of the call
-        is closed and its typed error raised."""
+        each. Options as in `subscribe`.
+
+        `message_listener(message, recipients)`: the way to consume at this scale. It is
+        called once per message on one thread of this call's own, with every consumer of
+        the call that got the message (a broadcast entry comes once per stream for all of
+        them); `recipients.acknowledge(message)` acknowledges it for all of them in one
+        command (or `recipients.acknowledge(message, some)` for some). Messages then come
+        only through the listener, not `receive`.
+
+        All or nothing: when the broker refuses one, every consumer of the call is closed
+        and its typed error raised."""
         names = list(subscription_names)
         for name in names:
             check_subscription(name)
@@ -112,7 +119,7 @@ class Client:
         topic = canonical(topic)
         partitions = self._partitions(topic)
         mux = self._multiplexer()
-        listeners = Listeners(message_listener) if message_listener is not None else None
+        listeners = Listeners(message_listener, mux) if message_listener is not None else None
         consumers: list[Consumer] = []
         try:
             for name in names:

@@ -153,8 +153,7 @@ class Consumer:
         self._queue_size = receiver_queue_size
         self._nack_delay = negative_ack_redelivery_delay_ms
         self._on_active_change = on_active_change
-        self._listeners = message_listener
-        self._listening = False  # queued on the listener thread (guarded by the condition)
+        self._listeners = message_listener  # when set, frames with entries go through it
         self._events = (ThreadPoolExecutor(1, thread_name_prefix="consumer-events")
                         if on_active_change is not None else None)
         self._cond = threading.Condition()
@@ -166,13 +165,15 @@ class Consumer:
         names = [topic] if partitions == 0 else [f"{topic}-partition-{i}"
                                                    for i in range(partitions)]
         self._parts: dict[int, _Part] = {}
-        sink = _Sink(self)
+        sink = _Sink(self) if message_listener is None else message_listener
         with self._cond:
             try:
                 for i, name in enumerate(names):
                     handle = mux.register(sink)
                     index = i if partitions else TopicName.parse(name).partition_index
-                    self._parts[handle] = _Part(name, index, handle)
+                    self._parts[handle] = part = _Part(name, index, handle)
+                    if message_listener is not None:
+                        message_listener.add(self, part)
             except BaseException:
                 self._closed = True
                 self._abandon(list(self._parts.values()))
@@ -229,9 +230,6 @@ class Consumer:
             frame = item.frame
             if len(frame.entries) and p.state == "open":
                 self._pending.append((p, p.epoch, item))
-                if self._listeners is not None and not self._listening:
-                    self._listening = True
-                    self._listeners.ready(self)
             if frame.HasField("event"):
                 self._on_event(p, frame.event)
             self._cond.notify_all()
@@ -375,18 +373,6 @@ class Consumer:
                         msgs[r.entry_index] = replace(msgs[r.entry_index],
                                                       redelivery_count=r.count)
             buffer.extend((p, epoch, m) for m in msgs)
-
-    def _take_ready(self) -> list[Message]:
-        """For the listener thread: every message buffered now (empty once closed)."""
-        with self._cond:
-            self._listening = False
-            out: list[Message] = []
-            while not self._closed and self._error is None:
-                msg = self._next()
-                if msg is None:
-                    break
-                out.append(msg)
-            return out
 
     def _part_for(self, message: Message | MessageId | str) -> tuple[_Part, MessageId]:
         if isinstance(message, Message):

@@ -1,48 +1,167 @@
-"""Message listeners: messages pushed to a callback instead of pulled with `receive`.
+"""Message listeners for many subscriptions at once (`Client.subscribe_many`).
 
-One `Listeners` (one thread) serves every consumer of a `Client.subscribe_many` call that
-passed `message_listener=`: a consumer that gets entries while idle is queued once; the
-thread takes its buffered messages and calls `callback(consumer, message)` for each, in
-order. Nothing is polled: 100,000 idle consumers cost no CPU here. A callback that raises
-is logged and the next message goes on (Pulsar's MessageListener behaves alike); a slow
-callback holds back the consumers queued behind it, never the stream (each consumer's
-buffer is bounded by its permits, `receiver_queue_size`).
+The broker sends a broadcast entry once per stream with the list of handles it is for. A
+`Listeners` keeps it that way up to the user: for each message it calls
+`callback(message, recipients)` once, `recipients` being every consumer of the call that
+got it in that frame, and `recipients.acknowledge(message)` acknowledges it for all of them
+in one command (the Ack's `also` handles). So 25,000 subscriptions of one process cost one
+decode, one callback and one command per message, plus a few list operations each.
+
+Threads: the stream's receive thread only queues `(handles, epochs, delivery)` (`put_many`;
+events such as seek_done still go to each consumer at once, on that thread); one listener
+thread per call decodes and calls back, in stream order. A message a consumer received
+before its own seek (an older epoch) or after it ended is not passed. Permits: each
+consumer's `consumed` count is kept here, and the Flows of consumers that reach half their
+queue together go up as one command.
+
+A callback that raises is logged and the next message goes on (as Pulsar's
+MessageListener); a slow callback holds back this call's consumers, never the stream's
+others (each consumer's backlog here is bounded by its permits).
 """
 from __future__ import annotations
 
 import logging
 import queue
 import threading
-from typing import TYPE_CHECKING, Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Callable, Iterable
+
+from source.core import errors
+from source.pb.v1 import consumer_pb2
 
 if TYPE_CHECKING:
     from source.client.consumer import Consumer
     from source.client.message import Message
+    from source.client.reader import Delivery, Multiplexer
 
 log = logging.getLogger(__name__)
 
-Callback = Callable[["Consumer", "Message"], None]
+
+class Recipients(list):
+    """The consumers (of one `subscribe_many` call) that got one message in one frame."""
+
+    __slots__ = ("_mux", "_handles")
+
+    def __init__(self, consumers: Iterable["Consumer"], handles: list[int], mux: "Multiplexer"):
+        super().__init__(consumers)
+        self._mux = mux
+        self._handles = handles
+
+    def acknowledge(self, message: "Message", consumers: Iterable["Consumer"] | None = None
+                    ) -> None:
+        """Acknowledge `message` for every recipient (or for `consumers`, some of them) in
+        one command. Fire-and-forget, as `Consumer.acknowledge`."""
+        if consumers is None:
+            handles = self._handles
+        else:
+            mine = {id(c): h for c, h in zip(self, self._handles)}
+            try:
+                handles = [mine[id(c)] for c in consumers]
+            except KeyError:
+                raise errors.InvalidArgument("acknowledge: a consumer that did not get "
+                                             "this message") from None
+        if not handles:
+            return
+        mid = message.message_id
+        self._mux.send(consumer_pb2.ClientCommand(
+            handle=handles[0], also=handles[1:],
+            ack=consumer_pb2.Ack(ids=[mid.to_pb()])))
+
+
+Callback = Callable[["Message", Recipients], None]
 
 
 class Listeners:
-    def __init__(self, callback: Callback):
+    def __init__(self, callback: Callback, mux: "Multiplexer"):
         self._callback = callback
-        self._ready: queue.SimpleQueue = queue.SimpleQueue()
+        self._mux = mux
+        self._by_handle: dict[int, tuple["Consumer", object]] = {}  # handle -> (consumer, part)
+        self._items: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, daemon=True, name="consumer-listener")
         self._thread.start()
 
-    def ready(self, consumer: "Consumer") -> None:
-        """`consumer` has messages buffered (called with its condition held, at most once
-        until the thread took them)."""
-        self._ready.put(consumer)
+    def add(self, consumer: "Consumer", part) -> None:
+        self._by_handle[part.handle] = (consumer, part)
+
+    # ---- the stream's receive thread ---------------------------------------------------
+
+    def put_many(self, handles: list[int], delivery: "Delivery") -> None:
+        frame = delivery.frame
+        if frame.HasField("event") or not len(frame.entries):
+            for h in handles:  # events act at once, per consumer
+                item = self._by_handle.get(h)
+                if item is not None:
+                    item[0]._on_item(h, delivery)
+            return
+        by_handle = self._by_handle
+        epochs = [by_handle[h][1].epoch if h in by_handle else -1 for h in handles]
+        self._items.put((handles, epochs, delivery))
+
+    def put(self, item) -> None:
+        """One handle's frame or the stream's end (an exception)."""
+        handle, what = item
+        if isinstance(what, Exception):
+            entry = self._by_handle.get(handle)
+            if entry is not None:
+                entry[0]._on_item(handle, what)
+            return
+        self.put_many([handle], what)
 
     def close(self) -> None:
-        self._ready.put(None)
+        self._items.put(None)
+
+    # ---- the listener thread -----------------------------------------------------------
 
     def _run(self) -> None:
-        while (consumer := self._ready.get()) is not None:
-            for msg in consumer._take_ready():
-                try:
-                    self._callback(consumer, msg)
-                except Exception:  # noqa: BLE001 - a user callback must not stop the others
-                    log.exception("message listener failed on %s", msg.message_id)
+        while (item := self._items.get()) is not None:
+            try:
+                self._deliver(*item)
+            except Exception:  # noqa: BLE001 - the listener thread must go on
+                log.exception("message listener dispatch failed")
+
+    def _deliver(self, handles: list[int], epochs: list[int], delivery: "Delivery") -> None:
+        by_handle = self._by_handle
+        consumers, mine, flows, alone = [], [], {}, []
+        msgs = None
+        n = len(delivery.frame.entries)
+        redelivered = {r.handle for r in delivery.frame.redeliveries}
+        for h, epoch in zip(handles, epochs):
+            entry = by_handle.get(h)
+            if entry is None:
+                continue
+            c, p = entry
+            if p.epoch != epoch or p.state != "open" or c._closed:
+                continue
+            p.consumed += n
+            if h in redelivered:  # counts differ per handle: a call of its own
+                alone.append((c, h, p))
+            else:
+                if msgs is None:
+                    msgs = delivery.messages(p.topic, p.index)
+                consumers.append(c)
+                mine.append(h)
+            if p.consumed >= max(1, c._queue_size // 2):
+                flows.setdefault(p.consumed, []).append(h)
+                p.consumed = 0
+        for permits, hs in flows.items():
+            try:
+                self._mux.send(consumer_pb2.ClientCommand(
+                    handle=hs[0], also=hs[1:], flow=consumer_pb2.Flow(permits=permits)))
+            except errors.ShadowTopicError:  # the stream is gone: the consumers hear it
+                pass
+        if consumers:
+            self._call(msgs, Recipients(consumers, mine, self._mux))
+        for c, h, p in alone:
+            counted = list(delivery.messages(p.topic, p.index))
+            for r in delivery.frame.redeliveries:
+                if r.handle == h and r.entry_index < len(counted):
+                    counted[r.entry_index] = replace(counted[r.entry_index],
+                                                     redelivery_count=r.count)
+            self._call(counted, Recipients([c], [h], self._mux))
+
+    def _call(self, msgs: list["Message"], recipients: Recipients) -> None:
+        for msg in msgs:
+            try:
+                self._callback(msg, recipients)
+            except Exception:  # noqa: BLE001 - a user callback must not stop the others
+                log.exception("message listener failed on %s", msg.message_id)

@@ -114,10 +114,24 @@ class Multiplexer:
             for message in self._responses:
                 for frame in message.frames:
                     delivery = Delivery(frame, decoded)  # shared by the handles it names
-                    for handle in frame.handles:
+                    handles = frame.handles
+                    if len(handles) == 1:
+                        sink = self._sinks.get(handles[0])
+                        if sink is not None:
+                            sink.put((handles[0], delivery))
+                        continue
+                    by_sink: dict[object, list[int]] = {}
+                    for handle in handles:
                         sink = self._sinks.get(handle)
                         if sink is not None:
-                            sink.put((handle, delivery))
+                            by_sink.setdefault(sink, []).append(handle)
+                    for sink, hs in by_sink.items():
+                        put_many = getattr(sink, "put_many", None)
+                        if put_many is not None:  # a subscribe_many listener: all at once
+                            put_many(hs, delivery)
+                        else:
+                            for handle in hs:
+                                sink.put((handle, delivery))
         except grpc.RpcError as exc:
             err = errors.from_rpc_error(exc)
             # gRPC raises the call object itself; its traceback's frames refer back to it, a
@@ -180,8 +194,17 @@ class PendingAcks:
                 continue
             with self._lock:
                 pending, self._ids = self._ids, {}
-            out += [consumer_pb2.ClientCommand(handle=h, ack=consumer_pb2.Ack(ids=ids))
-                    for h, ids in pending.items()]
+            # handles acking the same ids (one broadcast message, many subscriptions)
+            # share one command: `also` lists the others
+            same: dict[tuple, list[int]] = {}
+            ids_of: dict[tuple, list] = {}
+            for h, ids in pending.items():
+                key = tuple((m.partition, m.ledger_id, m.entry_id) for m in ids)
+                same.setdefault(key, []).append(h)
+                ids_of.setdefault(key, ids)
+            out += [consumer_pb2.ClientCommand(handle=hs[0], also=hs[1:],
+                                               ack=consumer_pb2.Ack(ids=ids_of[key]))
+                    for key, hs in same.items()]
         return out
 
 

@@ -57,6 +57,11 @@ class CursorFlusher:
         self._check_open()
         self._dirty[name] = state
 
+    def mark_many(self, changed: list[tuple[str, CursorState]]) -> None:
+        """`mark` of many cursors."""
+        self._check_open()
+        self._dirty.update(changed)
+
     def remove(self, name: str) -> None:
         """The cursor was deleted: delete it with the next batch."""
         self._check_open()

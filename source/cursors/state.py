@@ -128,6 +128,10 @@ class CursorState:
 
     def ack_packed(self, positions: Iterable[int], next_after: NextAfter | None = None) -> int:
         """`ack` of packed positions."""
+        if self._r is None and type(positions) is list and len(positions) == 1 \
+                and positions[0] == self._md + 1:
+            self._md += 1  # the common case: the next entry, no holes
+            return 1
         newly = 0
         touched_first = False
         for p in sorted(positions):

@@ -7,10 +7,14 @@ source's `ManagedLedger` gives it its own list and memory; a shadow's ledger giv
 source's list from etcd and the ids the replicator confirmed.
 
 Where entries come from, newest first:
-- memory (`tail(ledger_id)`): entries confirmed after their fsync;
-- the WAL of an unsealed ledger whose entries are not in memory (re-read from the file,
-  up to the confirmed count, cached by file size);
+- memory (`tail(ledger_id)`): entries confirmed after their fsync, from its `offset` on
+  (the broker's entry cache drops the oldest ones: source/ledger/entry_cache.py);
+- the WAL of an unsealed ledger, for entries not in memory: only the frames holding them
+  are read (found through the tail's `FrameIndex`, or one this reader builds by scanning
+  frame headers), CRC-checked, never beyond the confirmed count; decoded frames are kept
+  in a small cache charged to the same `EntryCache`;
 - the sealed ledger's Parquet file (a few open files in an LRU).
+An entry reads byte-identical from any of them.
 A read works on a copy of the list but re-checks each ledger in the live list before
 touching storage, so a ledger that sealed meanwhile is read from Parquet and one that
 retention deleted meanwhile is skipped, never mistaken for empty.
@@ -19,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import os
 from collections import OrderedDict
 from concurrent.futures import Executor
 from typing import Callable, Sequence
@@ -27,6 +30,7 @@ from typing import Callable, Sequence
 from source.core import errors
 from source.core.message_id import MessageId
 from source.ledger import wal as walmod
+from source.ledger.entry_cache import EntryCache, Item
 from source.ledger.sealed import SealedLedger
 from source.ledger.storage import Storage
 from source.ledger.view import LedgerRange, ReadEntry
@@ -34,20 +38,25 @@ from source.pb.storage.v1 import metadata_pb2 as mpb
 
 SEALED = mpb.LedgerState.SEALED
 OPEN_FILES = 4
+READER_CACHE_BYTES = 16 << 20  # WAL frames a reader given no broker cache keeps
 
 
 class LedgerListReader:
     def __init__(self, storage: Storage, executor: Executor,
                  ledgers: Callable[[], Sequence[mpb.LedgerInfo]],
                  tail: Callable[[int], walmod.Entries | None] = lambda lid: None,
-                 confirmed: Callable[[mpb.LedgerInfo], int] = lambda info: info.entries):
+                 confirmed: Callable[[mpb.LedgerInfo], int] = lambda info: info.entries,
+                 cache: EntryCache | None = None):
         self.storage = storage
         self._executor = executor
         self._ledgers = ledgers
         self._tail = tail
         self._confirmed = confirmed
+        self.cache = cache if cache is not None else EntryCache(READER_CACHE_BYTES)
         self._sealed: OrderedDict[int, SealedLedger] = OrderedDict()
-        self._wal_cache: dict[int, tuple[int, walmod.Entries]] = {}
+        self._indexes: dict[int, walmod.FrameIndex] = {}  # scanned WALs of tail-less ledgers
+        # decoded WAL frames by ledger and first entry id: (publish_ms, raws, cache item)
+        self._frames: dict[int, dict[int, tuple[int, list[bytes], Item]]] = {}
 
     # ---- positions -------------------------------------------------------------------------
 
@@ -119,7 +128,7 @@ class LedgerListReader:
         if mem is not None:
             return mem.publish_ms
         if info.state != SEALED:
-            return (await self._wal_entries(info)).publish_ms
+            return (await self._scanned(info, self._confirmed(info))).publish_times()
         reader = await self._open_sealed(info)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, reader.publish_times)
@@ -136,36 +145,78 @@ class LedgerListReader:
             first = start.entry_id if lid == start.ledger_id else 0
             want = max_entries - len(out)
             mem = self._tail(lid)
-            if mem is None and info.state != SEALED and first < self._confirmed(info):
-                mem = await self._wal_entries(info)
-            if mem is not None:
-                stop = min(self.count(info), len(mem), first + want)
-                raws, pubs = mem.raws, mem.publish_ms
-                for i in range(first, stop):
-                    raw = raws[i]
-                    out.append(ReadEntry(lid, i, pubs[i], raw))
-                    size += len(raw)
-                    if size >= max_bytes:
-                        break
-            else:
-                info = self._live(lid)  # it may have sealed or gone since the copy
-                if info is None or info.state != SEALED or first >= info.entries:
-                    continue
+            if mem is not None or (info.state != SEALED and first < self._confirmed(info)):
                 try:
-                    reader = await self._open_sealed(info)
+                    got, got_size = await self._read_unsealed(info, mem, first, want,
+                                                              max_bytes - size)
                 except errors.DataLoss:
-                    if self._live(lid) is None:  # deleted by retention meanwhile: skip
-                        continue
-                    raise
-                loop = asyncio.get_running_loop()
-                pubs, raws = await loop.run_in_executor(self._executor, reader.read, first,
-                                                        want, max_bytes - size)
-                for i, (p, r) in enumerate(zip(pubs, raws)):
-                    out.append(ReadEntry(lid, first + i, p, r))
-                    size += len(r)
+                    live = self._live(lid)  # its WAL is gone: sealed or deleted meanwhile?
+                    if live is not None and live.state != SEALED:
+                        raise
+                else:
+                    out += got
+                    size += got_size
+                    if len(out) >= max_entries or size >= max_bytes:
+                        break
+                    continue
+            info = self._live(lid)  # it may have sealed or gone since the copy
+            if info is None or info.state != SEALED or first >= info.entries:
+                continue
+            try:
+                reader = await self._open_sealed(info)
+            except errors.DataLoss:
+                if self._live(lid) is None:  # deleted by retention meanwhile: skip
+                    continue
+                raise
+            loop = asyncio.get_running_loop()
+            pubs, raws = await loop.run_in_executor(self._executor, reader.read, first,
+                                                    want, max_bytes - size)
+            for i, (p, r) in enumerate(zip(pubs, raws)):
+                out.append(ReadEntry(lid, first + i, p, r))
+                size += len(r)
             if len(out) >= max_entries or size >= max_bytes:
                 break
         return out
+
+    async def _read_unsealed(self, info: mpb.LedgerInfo, mem: walmod.Entries | None,
+                             first: int, want: int, max_bytes: int
+                             ) -> tuple[list[ReadEntry], int]:
+        """Entries first .. of an unsealed ledger: from memory from `mem.offset` on, below
+        it (or with no memory at all) from the WAL. Raises DataLoss when the WAL is gone."""
+        lid = info.ledger_id
+        stop = min(len(mem) if mem is not None else self._confirmed(info), first + want)
+        out: list[ReadEntry] = []
+        size = 0
+        i = first
+        while i < stop and size < max_bytes:
+            if mem is not None and i >= mem.offset:  # no await from here: offset holds
+                raws, pubs, off = mem.raws, mem.publish_ms, mem.offset
+                for j in range(i, stop):
+                    raw = raws[j - off]
+                    out.append(ReadEntry(lid, j, pubs[j], raw))
+                    size += len(raw)
+                    if size >= max_bytes:
+                        break
+                break
+            hi = stop if mem is None else min(stop, mem.offset)
+            index = mem.frames if mem is not None else await self._scanned(info, hi)
+            frames = await self._read_frames(info, index, i, hi, max_bytes - size)
+            before = i
+            for f_first, pub, raws in frames:
+                if f_first > i:
+                    break
+                for j in range(i, min(hi, f_first + len(raws))):
+                    raw = raws[j - f_first]
+                    out.append(ReadEntry(lid, j, pub, raw))
+                    size += len(raw)
+                    i = j + 1
+                    if size >= max_bytes:
+                        break
+                if size >= max_bytes or i >= hi:
+                    break
+            if i == before:
+                raise errors.DataLoss(f"WAL of ledger {lid} does not hold entry {i}")
+        return out, size
 
     def _live(self, lid: int) -> mpb.LedgerInfo | None:
         for info in self._ledgers():
@@ -176,7 +227,20 @@ class LedgerListReader:
     def forget(self, ledger_id: int) -> None:
         """Drop cached readers of a deleted ledger."""
         self._sealed.pop(ledger_id, None)
-        self._wal_cache.pop(ledger_id, None)
+        self.forget_wal(ledger_id)
+
+    def forget_wal(self, ledger_id: int) -> None:
+        """Drop what was cached of a ledger's WAL (it sealed, or it was deleted)."""
+        self._indexes.pop(ledger_id, None)
+        frames = self._frames.pop(ledger_id, None)
+        if frames:
+            for item in {id(f[2]): f[2] for f in frames.values()}.values():
+                self.cache.release(item)
+
+    def forget_wals(self) -> None:
+        """Drop every cached WAL frame and index (the ledger closed)."""
+        for lid in list(self._frames) + list(self._indexes):
+            self.forget_wal(lid)
 
     async def _open_sealed(self, info: mpb.LedgerInfo) -> SealedLedger:
         reader = self._sealed.get(info.ledger_id)
@@ -191,23 +255,97 @@ class LedgerListReader:
             self._sealed.move_to_end(info.ledger_id)
         return reader
 
-    async def _wal_entries(self, info: mpb.LedgerInfo) -> walmod.Entries:
-        """An unsealed ledger's entries re-read from its WAL (cached while the file does not
-        grow). Only the first `confirmed` of them are ever served."""
-        path = self.storage.wal_path(info.wal_path)
-        loop = asyncio.get_running_loop()
-
-        def load() -> tuple[int, walmod.Entries]:
+    async def _scanned(self, info: mpb.LedgerInfo, entries: int) -> walmod.FrameIndex:
+        """The frame index of a ledger this reader has no tail of, scanned on from where
+        it stopped until it covers `entries` entries (or the file ends)."""
+        lid = info.ledger_id
+        index = self._indexes.get(lid)
+        if index is None:
+            index = self._indexes[lid] = walmod.FrameIndex()
+        if index.entries < entries:
+            start, next_id = index.end, index.entries
+            loop = asyncio.get_running_loop()
             try:
-                size = os.path.getsize(path)
+                found = await loop.run_in_executor(
+                    self._executor, walmod.scan_frames, self.storage.wal_path(info.wal_path),
+                    start, next_id)
             except FileNotFoundError:
-                raise errors.DataLoss(f"WAL of ledger {info.ledger_id} is missing: "
+                raise errors.DataLoss(f"WAL of ledger {lid} is missing: "
                                       f"{info.wal_path}") from None
-            cached = self._wal_cache.get(info.ledger_id)
-            if cached is not None and cached[0] == size:
-                return cached
-            return size, walmod.recover(path, truncate=False).entries
+            except ValueError as exc:
+                raise errors.DataLoss(f"WAL of ledger {lid}: {exc}") from None
+            if index.end == start and index.entries == next_id:  # no other scan meanwhile
+                for frame in found:
+                    index.add(*frame)
+        return index
 
-        size, entries = await loop.run_in_executor(self._executor, load)
-        self._wal_cache[info.ledger_id] = (size, entries)
-        return entries
+    async def _read_frames(self, info: mpb.LedgerInfo, index: walmod.FrameIndex, lo: int,
+                           hi: int, max_bytes: int) -> list[tuple[int, int, list[bytes]]]:
+        """The whole frames holding entries lo .. hi-1 (fewer once `max_bytes` of frames
+        are picked, at least one) as (first_entry_id, publish_ms, raws): from this
+        reader's frame cache, the others read from the WAL in one go and cached."""
+        lid = info.ledger_id
+        k = index.frame_of(lo)
+        if k < 0:
+            raise errors.DataLoss(f"WAL of ledger {lid}: entry {lo} is not in its index")
+        cached = self._frames.get(lid, {})
+        out: list = []
+        missing: list[tuple[int, int]] = []  # (position in out, frame index)
+        spans: list[list[int]] = []
+        nbytes = 0
+        while k < len(index) and index.firsts[k] < hi and (not out or nbytes < max_bytes):
+            first = index.firsts[k]
+            start, stop = index.span(k)
+            hit = cached.get(first)
+            if hit is not None:
+                self.cache.touch(hit[2])
+                out.append((first, hit[0], hit[1]))
+            else:
+                missing.append((len(out), k))
+                out.append(None)
+                if spans and spans[-1][1] == start:
+                    spans[-1][1] = stop
+                else:
+                    spans.append([start, stop])
+            nbytes += stop - start
+            k += 1
+        if not missing:
+            return out
+        loop = asyncio.get_running_loop()
+        try:
+            decoded = await loop.run_in_executor(
+                self._executor, walmod.read_frames, self.storage.wal_path(info.wal_path),
+                [tuple(span) for span in spans])
+        except FileNotFoundError:
+            raise errors.DataLoss(f"WAL of ledger {lid} is missing: {info.wal_path}") from None
+        if len(decoded) != len(missing):
+            raise errors.DataLoss(f"WAL of ledger {lid}: frames do not match its index")
+        cached = self._frames.get(lid, {})
+        new, total = [], 0
+        for (pos, k), frame in zip(missing, decoded):
+            if frame[0] != index.firsts[k]:
+                raise errors.DataLoss(f"WAL of ledger {lid}: frame of entry {frame[0]} where "
+                                      f"{index.firsts[k]} was indexed")
+            out[pos] = frame
+            if frame[0] not in cached:  # another read may have cached it meanwhile
+                new.append(frame)
+                total += sum(map(len, frame[2]))
+        if new:
+            item = self.cache.charge(total, self._frames_evicted, (lid, [f[0] for f in new]))
+            if item.live:
+                cached = self._frames.setdefault(lid, {})
+                for first, pub, raws in new:
+                    cached[first] = (pub, raws, item)
+        return out
+
+    def _frames_evicted(self, item: Item) -> None:
+        lid, firsts = item.data
+        cached = self._frames.get(lid)
+        if cached is None:
+            return
+        for first in firsts:
+            hit = cached.get(first)
+            if hit is not None and hit[2] is item:
+                del cached[first]
+        if not cached:
+            del self._frames[lid]

@@ -14,6 +14,8 @@
 - it is the source's `LedgerView` (source/ledger/view.py): reads by MessageId go through a
   `LedgerListReader` over this ledger list and the in-memory entries of unsealed ledgers;
   listeners hear of new entries (once per group commit), trimmed ledgers and closing.
+- memory: unsealed ledgers' entries count against the broker's `EntryCache`, which drops
+  the oldest past its budget (re-read from the WAL: source/ledger/entry_cache.py).
 """
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.ledger import retention
 from source.ledger import wal as walmod
+from source.ledger.entry_cache import EntryCache, TailEntries, complete_entries
 from source.ledger.ledger_reader import LedgerListReader
 from source.ledger.sealed import write_sealed
 from source.ledger.storage import Storage
@@ -58,12 +61,11 @@ def now_ms() -> int:
 class _OpenLedger:
     """A ledger taking appends: its WAL, its confirmed entries and its queue."""
 
-    def __init__(self, ledger_id: int, wal: walmod.WalFile, wal_rel: str,
-                 entries: walmod.Entries | None = None):
+    def __init__(self, ledger_id: int, wal: walmod.WalFile, wal_rel: str, entries: TailEntries):
         self.ledger_id = ledger_id
         self.wal = wal
         self.wal_rel = wal_rel
-        self.entries = entries or walmod.Entries()
+        self.entries = entries
         self.queued_entries = 0
         self.queued_bytes = 0
         self.created = time.monotonic()
@@ -82,7 +84,8 @@ class ManagedLedger:
     def __init__(self, topic: TopicName, store: MetadataStore, storage: Storage,
                  ownership_key: str, ownership_value: bytes, epoch: int,
                  executor: Executor, config: LedgerConfig | None = None,
-                 lease_ok: Callable[[], bool] = lambda: True):
+                 lease_ok: Callable[[], bool] = lambda: True,
+                 entry_cache: EntryCache | None = None):
         self.topic = topic
         self._lease_ok = lease_ok  # False once this broker's lease may have expired
         self.store = store
@@ -96,9 +99,10 @@ class ManagedLedger:
         self._list = mpb.LedgerList()
         self._list_rev = 0
         self._list_lock = asyncio.Lock()
-        self._mem: dict[int, walmod.Entries] = {}       # unsealed ledgers, by id
+        self.entry_cache = entry_cache if entry_cache is not None else EntryCache()
+        self._mem: dict[int, TailEntries] = {}       # unsealed ledgers, by id
         self.reader = LedgerListReader(storage, executor, lambda: self._list.ledgers,
-                                       self._mem.get)
+                                       self._mem.get, cache=self.entry_cache)
         self._listeners: list[ViewListener] = []
         self._current: _OpenLedger | None = None
         self._roll_task: asyncio.Task | None = None
@@ -180,6 +184,9 @@ class ManagedLedger:
             cur.wal.close()
         if self._seal_tasks:
             await asyncio.wait(list(self._seal_tasks), timeout=30)
+        for tail in self._mem.values():  # what is left is read from the WALs, if at all
+            tail.drop_all()
+        self.reader.forget_wals()
         self._notify_closed()
 
     @property
@@ -324,7 +331,7 @@ class ManagedLedger:
             wal.close()
             self.storage.delete_wal(rel)
             raise
-        led = _OpenLedger(lid, wal, rel)
+        led = _OpenLedger(lid, wal, rel, TailEntries(self.entry_cache, wal.path))
         self._mem[lid] = led.entries
         led.writer = asyncio.create_task(self._write_loop(led), name=f"wal-{lid}")
         return led
@@ -398,6 +405,7 @@ class ManagedLedger:
                     firsts.append(next_id)
                     frames.append(encode(next_id, publish_ms, request, len(raws)))
                     next_id += len(raws)
+                at = led.wal.size  # where the first frame goes
                 try:
                     await loop.run_in_executor(self._executor, led.wal.write_sync,
                                                b"".join(frames))
@@ -422,8 +430,9 @@ class ManagedLedger:
                             fut.set_exception(self._fenced)
                     continue
                 ents = led.entries
-                for (raws, _request, size, fut), first in zip(group, firsts):
-                    ents.extend(publish_ms, raws, size)
+                for (raws, _request, size, fut), first, frame in zip(group, firsts, frames):
+                    ents.confirmed(publish_ms, raws, size, at, len(frame))  # evictable now
+                    at += len(frame)
                     if not fut.done():
                         fut.set_result((led.ledger_id, first))
                 self._notify()
@@ -463,7 +472,10 @@ class ManagedLedger:
         old.wake.set()
         await asyncio.gather(old.writer, return_exceptions=True)
         old.wal.close()
-        return await self._seal_entries(old.ledger_id, old.wal_rel, old.entries)
+        tail = old.entries  # entries the cache dropped are re-read from the WAL
+        entries = await asyncio.get_running_loop().run_in_executor(
+            self._executor, complete_entries, tail, tail.offset, list(tail.raws))
+        return await self._seal_entries(old.ledger_id, old.wal_rel, entries)
 
     def _seal_done(self, task: asyncio.Task) -> None:
         self._seal_tasks.discard(task)
@@ -502,7 +514,7 @@ class ManagedLedger:
                             ) -> mpb.LedgerInfo | None:
         if len(entries) == 0:
             await self._update_list(lambda lst: _remove(lst, {lid}))
-            self._mem.pop(lid, None)
+            self._forget_tail(lid)
             self.storage.delete_wal(wal_rel)
             return None
         rel = self.storage.sealed_rel(self.topic, lid)
@@ -524,12 +536,16 @@ class ManagedLedger:
             lst.entries_added += len(entries)
 
         await self._update_list(mark)
-        self._mem.pop(lid, None)
+        self._forget_tail(lid)
         self.storage.delete_wal(wal_rel)
         info = next(i for i in self._list.ledgers if i.ledger_id == lid)
         if self.on_sealed is not None:
             self.on_sealed(info)
         return info
+
+    def _forget_tail(self, lid: int) -> None:
+        self._mem.pop(lid, TailEntries(self.entry_cache, "")).drop_all()
+        self.reader.forget_wal(lid)
 
     # ---- retention and truncation ----------------------------------------------------------
 

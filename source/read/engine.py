@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 MAX_FRAME_ENTRIES = 500
 MAX_FRAME_BYTES = 2 << 20
 ENCODED_CACHE_BYTES = 4 << 20  # per topic: about two frames' worth of recent encodings
+# (and charged to the broker's entry cache, source/ledger/entry_cache.py, when the view has one)
 
 
 def typed(exc: BaseException, where: str) -> errors.ShadowTopicError:
@@ -158,8 +159,14 @@ class TopicReaders:
         self.groups: dict[MessageId, set[Member]] = {}
         self.replays: set[Replayer] = set()   # members with entries waiting for redelivery
         self.count = 0
+        #: bumped by members when something other than this dispatch may have lowered
+        #: what one of them wants (a consumer left, a rewind): a read that crossed no
+        #: change delivers without asking every member again
+        self.changes = 0
         self._encodings: OrderedDict[tuple[int, int], bytes] = OrderedDict()  # oldest first
         self._encoded_bytes = 0
+        self._budget = getattr(view, "entry_cache", None)  # the broker's EntryCache, if any
+        self._charge = None  # its Item for the encodings (one per topic, resized)
         self._dirty = False
         self._task: asyncio.Task | None = None
         view.add_listener(self)
@@ -173,6 +180,7 @@ class TopicReaders:
         self.wake()  # groups inside deleted ledgers move on at their next dispatch
 
     def on_closed(self, reason: errors.ShadowTopicError) -> None:
+        self.drop_encodings()
         self.owner.rehome(self)
 
     # ---- readers ---------------------------------------------------------------------------
@@ -201,6 +209,26 @@ class TopicReaders:
         reader.position = position
         self.groups.setdefault(position, set()).add(reader)
 
+    def _move_all(self, pos: MessageId, moved: list[Member], after: MessageId) -> None:
+        """`move` of many members of the group at `pos`; the whole group at once when all of
+        them go (a broadcast: 100,000 subscriptions move by one dict operation)."""
+        group = self.groups.get(pos)
+        if group is None or len(moved) != len(group):
+            for m in moved:
+                self.move(m, after)
+            return
+        del self.groups[pos]
+        dest = self.groups.get(after)
+        if dest is None:
+            self.groups[after] = group
+        elif len(dest) < len(group):
+            group |= dest
+            self.groups[after] = group
+        else:
+            dest |= group
+        for m in moved:
+            m.position = after
+
     def readers(self) -> list[Member]:
         return [r for group in self.groups.values() for r in group]
 
@@ -222,7 +250,26 @@ class TopicReaders:
             out.append(b)
         while self._encoded_bytes > ENCODED_CACHE_BYTES and cache:
             self._encoded_bytes -= len(cache.popitem(last=False)[1])
+        if self._budget is not None:
+            item = self._charge
+            if item is not None and item.live:
+                self._budget.resize(item, self._encoded_bytes)
+            elif self._encoded_bytes:
+                item = self._budget.charge(self._encoded_bytes, self._encodings_evicted)
+                self._charge = item if item.live else None
         return out
+
+    def _encodings_evicted(self, _item) -> None:
+        """The entry cache evicted this topic's encodings (least recently used)."""
+        self._charge = None
+        self._encodings.clear()
+        self._encoded_bytes = 0
+
+    def drop_encodings(self) -> None:
+        """Release the encodings (the view closed, or no member is left)."""
+        if self._charge is not None:
+            self._budget.release(self._charge)
+        self._encodings_evicted(None)
 
     def wake(self) -> None:
         self._dirty = True
@@ -263,6 +310,7 @@ class TopicReaders:
                 want = min(want, n)
         if not ready:
             return
+        changes = self.changes
         try:
             entries = await self.view.read(pos, want, MAX_FRAME_BYTES)
         except Exception as exc:  # noqa: BLE001 - this group's members hear why; others go on
@@ -279,14 +327,17 @@ class TopicReaders:
         after = MessageId(last.ledger_id, last.entry_id + 1)
         frames = Frames()
         delivered = 0
+        recheck = changes != self.changes
+        moved = []
         for m in ready:
             if m.topic is not self or m.position != pos:
                 continue  # closed or seeked while the read ran
-            if type(m) is not Reader and m.wanted(self.wake) < len(entries):
+            if recheck and type(m) is not Reader and m.wanted(self.wake) < len(entries):
                 continue  # its consumers changed while the read ran: it reads again
                 # (a reader's permits only grow meanwhile: no second look at it)
             delivered += m.deliver(entries, encoded, size, frames)
-            self.move(m, after)
+            moved.append(m)
+        self._move_all(pos, moved, after)
         frames.send(encoded, size)
         if delivered:
             self.owner.counters(self.topic).add_out(delivered, size * delivered // len(entries))
@@ -360,6 +411,7 @@ class ReadEngine:
             tr.remove(reader)
             if not tr.count:
                 tr.view.remove_listener(tr)
+                tr.drop_encodings()
                 if self._topics.get(tr.topic) is tr:
                     del self._topics[tr.topic]
 
@@ -370,6 +422,7 @@ class ReadEngine:
     def rehome(self, tr: TopicReaders) -> None:
         """`tr`'s view closed: move its readers to the topic's next view."""
         tr.view.remove_listener(tr)
+        tr.drop_encodings()
         if self._topics.get(tr.topic) is tr:
             del self._topics[tr.topic]
         readers = tr.readers()

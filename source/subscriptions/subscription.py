@@ -26,7 +26,7 @@ without consumers costs its cursor and a few fields.
 """
 from __future__ import annotations
 
-import datetime
+import time
 import heapq
 from dataclasses import dataclass
 from itertools import islice
@@ -67,6 +67,44 @@ class CursorMoved:
     by_admin: bool
 
 
+class Positions(dict):
+    """A set of packed positions held as a dict's keys: empty, it is 64 bytes where a set is
+    216, and every idle subscription and consumer holds a few of them."""
+
+    __slots__ = ()
+
+    def add(self, p: int) -> None:
+        self[p] = None
+
+    def discard(self, p: int) -> None:
+        self.pop(p, None)
+
+    def difference_update(self, ps) -> None:
+        for p in ps:
+            self.pop(p, None)
+
+
+class _Unused(Positions):
+    """The one empty stand-in for the Shared / Key_Shared structures of subscriptions that
+    do not use them (an Exclusive subscription has no holder, no redo): reading it is
+    reading an empty dict; writing to it is a bug and raises. Saves ~400 bytes per idle
+    subscription."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key, value):
+        raise TypeError("write to the shared empty stand-in: allocate first")
+
+    def setdefault(self, key, default=None):
+        raise TypeError("write to the shared empty stand-in: allocate first")
+
+    def update(self, *args, **kwargs):
+        raise TypeError("write to the shared empty stand-in: allocate first")
+
+
+UNUSED = _Unused()
+
+
 class ConsumerOutbox(Outbox, Protocol):
     def send_notice(self, handle: int, notice: ActiveChanged | CursorMoved) -> None:
         """Queue an event for `handle`."""
@@ -88,11 +126,11 @@ class SubConsumer:
         self.seq = seq
         self.permits = 0
         self.sub: Subscription | None = None
-        self.pending: set[int] = set()   # Shared / Key_Shared: entries it holds unacked
+        self.pending = UNUSED            # Shared / Key_Shared: entries it holds unacked
         self.join: int | None = None     # Key_Shared: held back from here until acked
         self.msg_out = self.bytes_out = self.redelivered = 0
         self.address = address
-        self.since = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        self.since = time.time()         # connected since (shown as ISO 8601 in stats)
         self.active: bool | None = None
         self.closed = False
 
@@ -122,11 +160,12 @@ class Subscription:
         self.consumers: list[SubConsumer] = []
         self.active: SubConsumer | None = None
         self.ring: KeyRing[SubConsumer] | None = None
-        self.holder: dict[int, SubConsumer] = {}
-        self.redo: set[int] = set()
-        self.redo_hash: dict[int, int] = {}   # Key_Shared: the key hash of a redo entry
-        self.unknown: set[int] = set()        # Key_Shared: redo entries of unknown hash
-        self.counts: dict[int, int] = {}
+        # Shared / Key_Shared only (UNUSED until a consumer of those types attaches):
+        self.holder: dict[int, SubConsumer] = UNUSED
+        self.redo: Positions = UNUSED
+        self.redo_hash: dict[int, int] = UNUSED   # Key_Shared: the key hash of a redo entry
+        self.unknown: Positions = UNUSED          # Key_Shared: redo entries of unknown hash
+        self.counts: dict[int, int] = UNUSED      # allocated at the first redelivery
         self.rr = 0
         self.msg_out = self.bytes_out = self.redelivered = self.skipped = 0
         self.created_ms = created_ms
@@ -146,10 +185,28 @@ class Subscription:
                 f"subscription {self.name} has {len(self.consumers)} consumers "
                 f"(max_consumers {max_consumers})")
 
+    def _counted(self) -> dict[int, int]:
+        """`counts`, allocated on first use."""
+        if self.counts is UNUSED:
+            self.counts = {}
+        return self.counts
+
+    def _touch(self) -> None:
+        """Something besides the dispatch may have lowered what this member wants: a read
+        in flight asks it again before delivering (TopicReaders.changes)."""
+        if self.topic is not None:
+            self.topic.changes += 1
+
     def attach(self, c: SubConsumer, type_: str) -> None:
+        self._touch()
         if not self.consumers:
             self.type = type_
             self.position = self.cursor.read_position(self.ts.next_after)
+        if self.type in (SHARED, KEY_SHARED):
+            if self.holder is UNUSED:
+                self.holder, self.redo_hash = {}, {}
+                self.redo, self.unknown = Positions(), Positions()
+            c.pending = Positions()
         c.sub = self
         self.consumers.append(c)
         if self.type == KEY_SHARED:
@@ -167,6 +224,7 @@ class Subscription:
         """`c` left (closed, its stream ended): its unacknowledged entries go to others."""
         if c not in self.consumers:
             return
+        self._touch()
         self.consumers.remove(c)
         c.closed = True
         if self.type in (EXCLUSIVE, FAILOVER):
@@ -178,7 +236,7 @@ class Subscription:
             if self.ring is not None:
                 self.ring.remove(c)
             self._requeue(list(c.pending))
-            c.pending = set()
+            c.pending = UNUSED
         if not self.consumers:
             self.active = None
             self.ring = None
@@ -197,6 +255,7 @@ class Subscription:
         """Exclusive / Failover: the active consumer is the first by (priority, name, seq)."""
         best = min(self.consumers, key=lambda c: (c.priority, c.name, c.seq), default=None)
         if best is not self.active:
+            self._touch()
             if self.active is not None:
                 self.rewind()  # what the old active consumer had not acknowledged goes on
             self.active = best
@@ -467,6 +526,7 @@ class Subscription:
         self._requeue(list(c.pending))
 
     def _requeue(self, positions) -> None:
+        self._touch()
         for p in positions:
             holder = self.holder.pop(p, None)
             if holder is not None:
@@ -475,7 +535,7 @@ class Subscription:
                 self.redo.add(p)
                 if self.type == KEY_SHARED and p not in self.redo_hash:
                     self.unknown.add(p)  # its hash is learnt when replay reads it
-                self.counts[p] = self.counts.get(p, 0) + 1
+                self._counted()[p] = self.counts.get(p, 0) + 1
         if self.redo and self.topic is not None:
             self.topic.replays.add(self)
             self.topic.wake()
@@ -487,11 +547,12 @@ class Subscription:
         start = self.cursor.read_position(next_after)
         if start >= self.position:
             return
+        self._touch()
         p, n = start, 0
         while p < self.position and n < MAX_COUNTED:
             if not self.cursor.is_acked(p):
                 key = pack(p)
-                self.counts[key] = self.counts.get(key, 0) + 1
+                self._counted()[key] = self.counts.get(key, 0) + 1
                 n += 1
             nxt = next_after(p)
             if nxt <= p:
@@ -514,6 +575,7 @@ class Subscription:
         """The cursor now starts at `position` (seek / reset-cursor): nothing after it stays
         acknowledged, nothing is held or waits for redelivery, consumers start over with no
         permits (they are told and send a fresh flow)."""
+        self._touch()
         self.cursor.seek(position)
         self.cursor.normalize(self.ts.next_after)
         self.holder.clear()
@@ -522,7 +584,8 @@ class Subscription:
         if self.topic is not None:
             self.topic.replays.discard(self)
         for c in self.consumers:
-            c.pending = set()
+            if c.pending is not UNUSED:
+                c.pending = Positions()
             c.permits = 0
             c.join = None
         self._move(self.cursor.read_position(self.ts.next_after))

@@ -33,14 +33,16 @@ def test_10000_subscriptions_broadcast_exactly_once_and_survive_kill_9(broker, c
     got: dict[str, list[MessageId]] = {n: [] for n in names}
     lock = threading.Lock()
 
-    def on_message(consumer, msg):
-        name = consumer.subscription_name
+    def on_message(msg, recipients):
+        ack = []
         with lock:
-            seen = got[name]
-            seen.append(msg.message_id)
-            k = len(seen)
-        if k <= acked_by(int(name[1:])):
-            consumer.acknowledge(msg)
+            for consumer in recipients:
+                name = consumer.subscription_name
+                seen = got[name]
+                seen.append(msg.message_id)
+                if len(seen) <= acked_by(int(name[1:])):
+                    ack.append(consumer)
+        recipients.acknowledge(msg, ack)
 
     clients = [Client(broker.url, timeout=120) for _ in range(STREAMS)]
     try:
@@ -93,9 +95,10 @@ def test_10000_subscriptions_broadcast_exactly_once_and_survive_kill_9(broker, c
         # every subscription resumes at its first unacknowledged message (one stream)
         resumed: dict[str, list[MessageId]] = {n: [] for n in names}
 
-        def on_again(consumer, msg):
+        def on_again(msg, recipients):
             with lock:
-                resumed[consumer.subscription_name].append(msg.message_id)
+                for consumer in recipients:
+                    resumed[consumer.subscription_name].append(msg.message_id)
 
         again.subscribe_many(topic, names, message_listener=on_again)
 
@@ -133,3 +136,77 @@ def test_subscribe_many_is_all_or_nothing(broker, client, topic):
         assert "distinct" in str(exc)
     else:
         raise AssertionError("duplicate names were accepted")
+
+
+def test_one_ack_command_for_many_handles_on_the_wire(broker, client, topic):
+    """A Connect `Ack` with `also` acknowledges for every handle it names; a handle that is
+    not open gets a warning of its own and the others are acknowledged; `also` on another
+    command than ack or flow is refused."""
+    import queue
+
+    import grpc
+
+    from source.pb.v1 import common_pb2, consumer_pb2
+
+    client.admin.create_topic(topic)
+    mid = client.create_producer(topic).send(b"one")
+    up: queue.SimpleQueue = queue.SimpleQueue()
+
+    def requests():
+        while (m := up.get()) is not None:
+            yield m
+
+    def cmd(**kw):
+        return consumer_pb2.ClientCommand(**kw)
+
+    channel = grpc.insecure_channel(broker.url)
+    try:
+        call = channel.stream_stream(
+            "/shadowtopic.v1.Consumer/Connect",
+            request_serializer=consumer_pb2.ClientMessage.SerializeToString,
+            response_deserializer=consumer_pb2.ServerMessage.FromString)(requests(),
+                                                                          timeout=60)
+        up.put(consumer_pb2.ClientMessage(commands=[
+            cmd(handle=h, subscribe=consumer_pb2.Subscribe(
+                topic=topic, subscription=f"s{h}",
+                start=common_pb2.StartPosition(earliest=True))) for h in (1, 2, 3)]))
+        events: dict[int, list] = {}
+        delivered: set[int] = set()
+
+        def pump(until):
+            for message in call:
+                for frame in message.frames:
+                    if frame.HasField("event"):
+                        for h in frame.handles:
+                            events.setdefault(h, []).append(frame.event)
+                    if len(frame.entries):
+                        delivered.update(frame.handles)
+                if until():
+                    return
+
+        pump(lambda: all(any(e.HasField("subscribed") for e in events.get(h, ()))
+                         for h in (1, 2, 3)))
+        up.put(consumer_pb2.ClientMessage(commands=[
+            cmd(handle=1, also=[2, 3], flow=consumer_pb2.Flow(permits=10))]))
+        pump(lambda: delivered == {1, 2, 3})
+        up.put(consumer_pb2.ClientMessage(commands=[
+            cmd(handle=1, also=[77, 3], ack=consumer_pb2.Ack(ids=[mid.to_pb()])),
+            cmd(handle=2, also=[1], seek=consumer_pb2.Seek(
+                position=common_pb2.StartPosition(earliest=True)))]))
+        def told(e) -> bool:
+            return e.HasField("warning") or e.HasField("error")
+
+        pump(lambda: 77 in events and any(told(e) for e in events.get(2, ())))
+        warning = events[77][0]
+        assert warning.HasField("warning") and "unknown handle 77" in warning.warning.message
+        refused = [e for e in events[2] if told(e)][0]
+        assert "also" in (refused.warning.message or refused.error.message)
+        time.sleep(0.3)
+        subs = client.admin.stats(topic)["subscriptions"]
+        assert (subs["s1"]["msgBacklog"], subs["s2"]["msgBacklog"],
+                subs["s3"]["msgBacklog"]) == (0, 1, 0)
+        up.put(None)
+        call.cancel()
+    finally:
+        up.put(None)
+        channel.close()

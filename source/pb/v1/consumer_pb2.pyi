@@ -32,7 +32,7 @@ class ServerMessage(_message.Message):
     def __init__(self, frames: _Optional[_Iterable[_Union[ServerFrame, _Mapping]]] = ...) -> None: ...
 
 class ClientCommand(_message.Message):
-    __slots__ = ("handle", "subscribe", "flow", "ack", "nack", "seek", "unsubscribe", "close", "redeliver")
+    __slots__ = ("handle", "subscribe", "flow", "ack", "nack", "seek", "unsubscribe", "close", "redeliver", "also")
     HANDLE_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
     FLOW_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,7 @@ class ClientCommand(_message.Message):
     UNSUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
     CLOSE_FIELD_NUMBER: _ClassVar[int]
     REDELIVER_FIELD_NUMBER: _ClassVar[int]
+    ALSO_FIELD_NUMBER: _ClassVar[int]
     handle: int
     subscribe: Subscribe
     flow: Flow
@@ -51,7 +52,8 @@ class ClientCommand(_message.Message):
     unsubscribe: Unsubscribe
     close: CloseHandle
     redeliver: RedeliverUnacknowledged
-    def __init__(self, handle: _Optional[int] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., flow: _Optional[_Union[Flow, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., seek: _Optional[_Union[Seek, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., close: _Optional[_Union[CloseHandle, _Mapping]] = ..., redeliver: _Optional[_Union[RedeliverUnacknowledged, _Mapping]] = ...) -> None: ...
+    also: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, handle: _Optional[int] = ..., subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., flow: _Optional[_Union[Flow, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., nack: _Optional[_Union[Nack, _Mapping]] = ..., seek: _Optional[_Union[Seek, _Mapping]] = ..., unsubscribe: _Optional[_Union[Unsubscribe, _Mapping]] = ..., close: _Optional[_Union[CloseHandle, _Mapping]] = ..., redeliver: _Optional[_Union[RedeliverUnacknowledged, _Mapping]] = ..., also: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Subscribe(_message.Message):
     __slots__ = ("topic", "subscription", "type", "start", "start_inclusive", "read_compacted", "consumer_name", "priority")
