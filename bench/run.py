@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """`make bench`: acked produce throughput and ack latency through the public client, reader
-fan-out (bench/fanout.py), consume-and-ack of durable subscriptions (bench/consume.py) and
-the cursor flush rate with 10,000 subscriptions acking (bench/cursor_flush.py), each
-measured in one run next to the machine's ceilings (../shared/peers/limits.py) and NATS
-JetStream (../shared/peers/nats_jetstream.py). Writes bench/RESULTS.md and
-bench/out/<stamp>.json.
+fan-out (bench/fanout.py), consume-and-ack of durable subscriptions (bench/consume.py), the
+cursor flush rate with 10,000 subscriptions acking (bench/cursor_flush.py), fan-out to 100
+durable subscriptions and broadcast to 100,000 (bench/broadcast.py), each measured in one
+run next to the machine's ceilings (../shared/peers/limits.py) and NATS JetStream
+(../shared/peers/nats_jetstream.py). Writes bench/RESULTS.md and bench/out/<stamp>.json.
 
     .venv/bin/python bench/run.py --shared ../shared [--messages 400000] [--rounds 3]
-                                  [--only produce,fanout,consume,flush]
+                    [--only produce,fanout,consume,flush,fanout100,broadcast]
 
 `--only` runs a subset; RESULTS.md then keeps the other parts' sections from the newest
 bench/out/*.json that has them, marked as carried over from that earlier run.
@@ -229,7 +229,7 @@ def produce_lines(args, rounds: list[dict]) -> list[str]:
     return lines + [""]
 
 
-PARTS = ("produce", "fanout", "consume", "flush")
+PARTS = ("produce", "fanout", "consume", "flush", "fanout100", "broadcast")
 
 
 def carried_over(parts: set[str], out_dir: str) -> dict:
@@ -247,19 +247,68 @@ def carried_over(parts: set[str], out_dir: str) -> dict:
         except (OSError, ValueError):
             continue
         for part, key in (("produce", "rounds"), ("fanout", "fanout"),
-                          ("consume", "consume"), ("flush", "flush")):
+                          ("consume", "consume"), ("flush", "flush"),
+                          ("fanout100", "fanout100"), ("broadcast", "broadcast")):
             if part not in parts and part not in found and doc.get(key):
                 found[part] = (name, doc)
     return found
 
 
+# the headings of RESULTS.md's own sections (NOTES.md, appended below them, has others)
+HEADINGS = {"produce": "## Produce (", "fanout": "## Reader fan-out (bench/",
+            "consume": "## Consume and acknowledge (bench/", "flush": "## Cursor flush with",
+            "fanout100": "## Fan-out to ", "broadcast": "## Broadcast: ",
+            "limits": "## Machine ceilings (", "nats": "## NATS JetStream ("}
+
+
+def previous_sections(path: str, only: str) -> dict[str, list[str]]:
+    """The sections of the RESULTS.md at `path`, by part, for parts that no bench/out/*.json
+    holds (a fresh clone has none): carried over as text, marked as such."""
+    try:
+        with open(path) as f:
+            text = f.read().splitlines()
+    except OSError:
+        return {}
+    when = next((l.split(" on ", 1)[0][len("Measured "):] for l in text
+                 if l.startswith("Measured ")), "an earlier run")
+    found: dict[str, list[str]] = {}
+    part = None
+    for line in text:
+        if line.startswith("## "):
+            part = next((k for k, h in HEADINGS.items() if line.startswith(h)
+                         and (k in ("produce", "limits", "nats") or "(bench/" in line)), None)
+            if part in found:
+                part = None
+            if part is not None:
+                found[part] = [line]
+            continue
+        if part is not None:
+            found[part].append(line)
+    mark = (f"*Carried over from the previous bench/RESULTS.md (measured {when}); this run "
+            f"measured only `{only}`.*")
+    for part, body in found.items():
+        while body and not body[-1].strip():
+            body.pop()
+        old = next((i for i, l in enumerate(body) if l.startswith("*Carried over from")), None)
+        if old is not None:  # keep where it came from, say what this run measured
+            body[old] = body[old].split("; this run measured only")[0] + \
+                f"; this run measured only `{only}`.*"
+        elif part not in ("limits", "nats"):
+            body[1:1] = ["", mark]
+        body.append("")
+    return found
+
+
 def write_results(path: str, args, rounds: list[dict], limits: dict | None,
                   nats: dict | None, fan: dict | None = None, consume: dict | None = None,
-                  flush: dict | None = None, old: dict | None = None) -> None:
+                  flush: dict | None = None, old: dict | None = None,
+                  fan100: dict | None = None, bcast: dict | None = None) -> None:
+    from broadcast import broadcast_lines, fanout100_lines  # bench/broadcast.py
     from consume import consume_lines  # bench/consume.py, beside this script
     from cursor_flush import flush_lines  # bench/cursor_flush.py
 
     old = old or {}
+    text = previous_sections(path, args.only)
     lines = [
         "# Benchmark results", "",
         f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}.",
@@ -269,6 +318,9 @@ def write_results(path: str, args, rounds: list[dict], limits: dict | None,
         f"--shared ../shared`); this run: `--messages {args.messages} --producers "
         f"{args.producers} --payload {args.payload} --rounds {args.rounds} "
         f"--consume-messages {args.consume_messages} --flush-subs {args.flush_subs} "
+        f"--fanout100-messages {args.fanout100_messages} --fanout100-procs "
+        f"{args.fanout100_procs} --broadcast-subs {args.broadcast_subs} --broadcast-procs "
+        f"{args.broadcast_procs} --broadcast-duration {args.broadcast_duration:g} "
         f"--only {args.only}`.", ""]
 
     def note(part: str) -> list[str]:
@@ -285,13 +337,21 @@ def write_results(path: str, args, rounds: list[dict], limits: dict | None,
         if not limits and not nats:
             limits, nats = old["produce"][1].get("limits"), old["produce"][1].get("nats")
             when = f"the run of bench/out/{old['produce'][0]}"
+    elif "produce" in text:
+        lines += text["produce"]
     for part, res, render in (("fanout", fan, fanout_lines), ("consume", consume, consume_lines),
-                              ("flush", flush, flush_lines)):
+                              ("flush", flush, flush_lines),
+                              ("fanout100", fan100, fanout100_lines),
+                              ("broadcast", bcast, broadcast_lines)):
         if res:
             lines += render(res)
         elif part in old:
             body = render(old[part][1][part])
             lines += body[:2] + note(part) + body[2:]
+        elif part in text:
+            lines += text[part]
+    if not limits and not nats and not rounds and "produce" not in old:
+        lines += text.get("limits", []) + text.get("nats", [])
     if limits:
         lines += [f"## Machine ceilings (limits.py, once in {when})", "", "```",
                   json.dumps(limits, indent=1), "```", ""]
@@ -340,6 +400,19 @@ def main() -> None:
     p.add_argument("--flush-seconds", type=float, default=20.0)
     p.add_argument("--flush-rate", type=float, default=5.0,
                    help="flush: ack rounds per second (every subscription acks per round)")
+    p.add_argument("--fanout100-subs", type=int, default=100,
+                   help="fanout100: Exclusive subscriptions of the pre-filled topic")
+    p.add_argument("--fanout100-messages", type=int, default=100_000,
+                   help="fanout100: messages the topic is pre-filled with")
+    p.add_argument("--fanout100-procs", type=int, default=2,
+                   help="fanout100: client processes the subscriptions are spread over")
+    p.add_argument("--nats-fanout100-messages", type=int, default=2_000,
+                   help="fanout100: nats_jetstream.py --messages (x 100 deliveries)")
+    p.add_argument("--broadcast-subs", type=int, default=100_000)
+    p.add_argument("--broadcast-procs", type=int, default=4,
+                   help="broadcast: client processes the subscriptions are spread over")
+    p.add_argument("--broadcast-duration", type=float, default=60.0,
+                   help="broadcast: seconds of 1 msg/s after attaching")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     args = p.parse_args()
     peers = os.path.join(args.shared, "peers")
@@ -354,7 +427,7 @@ def main() -> None:
     out_dir = os.path.join(ROOT, "bench", "out")
     old = carried_over(parts, out_dir)
     with tempfile.TemporaryDirectory(dir=base) as data_dir:
-        limits = nats = fan = consume = flush = None
+        limits = nats = fan = consume = flush = fan100 = bcast = None
         rounds: list[dict] = []
         if "produce" in parts:
             if not args.no_peers:
@@ -390,13 +463,31 @@ def main() -> None:
                   f"{args.flush_seconds:g}s)", flush=True)
             flush = run_flush(data_dir, args.flush_subs, args.flush_seconds,
                               rate=args.flush_rate)
-    write_results(args.out, args, rounds, limits, nats, fan, consume, flush, old)
+        if "fanout100" in parts:
+            from broadcast import run_fanout100  # bench/broadcast.py
+
+            print(f"running fan-out to {args.fanout100_subs} durable subscriptions (limits.py "
+                  "fanout / shadowtopic / NATS, alternating)", flush=True)
+            fan100 = run_fanout100(None if args.no_peers else peers, data_dir,
+                                   args.fanout100_messages, args.payload, args.rounds,
+                                   args.fanout100_procs, args.nats_fanout100_messages,
+                                   args.fanout100_subs)
+        if "broadcast" in parts:
+            from broadcast import run_broadcast  # bench/broadcast.py
+
+            print(f"running broadcast ({args.broadcast_subs:,} subscriptions, "
+                  f"{args.broadcast_duration:g} s at 1 msg/s)", flush=True)
+            bcast = run_broadcast(data_dir, args.broadcast_subs, args.broadcast_procs,
+                                  args.broadcast_duration)
+    write_results(args.out, args, rounds, limits, nats, fan, consume, flush, old, fan100,
+                  bcast)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, time.strftime("%Y%m%d-%H%M%S") + ".json"), "w") as f:
         json.dump({"args": {k: getattr(args, k) for k in ("messages", "producers", "payload",
                                                           "rounds", "sample", "only")},
                    "rounds": rounds, "limits": limits, "nats": nats, "fanout": fan,
-                   "consume": consume, "flush": flush}, f, indent=1)
+                   "consume": consume, "flush": flush, "fanout100": fan100,
+                   "broadcast": bcast}, f, indent=1)
     print(open(args.out).read())
 
 

@@ -128,7 +128,8 @@ class BrokerProcess:
 
 
 def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
-        etcd_port: int = 2379, host: str = LOOPBACK, etcd_peer_port: int | None = None) -> int:
+        etcd_port: int = 2379, host: str = LOOPBACK, etcd_peer_port: int | None = None,
+        broker_args: list[str] | None = None) -> int:
     peer_port = etcd_peer_port or etcd_port + 1
     for p, h in ((port, host), (etcd_port, LOOPBACK), (peer_port, LOOPBACK)):
         try:
@@ -148,7 +149,7 @@ def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
     etcd = EtcdServer(os.path.join(data_dir, "etcd"), client_port=etcd_port,
                       peer_port=peer_port, log_path=os.path.join(logs, "etcd.log"))
     broker = BrokerProcess(etcd.endpoint, data_dir, port, host=host,
-                           log_path=os.path.join(logs, "broker.log"))
+                           log_path=os.path.join(logs, "broker.log"), extra_args=broker_args)
     roles = [Supervisor(broker)]
     stopping = False
 

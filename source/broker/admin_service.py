@@ -177,7 +177,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     individually_deleted_messages=sub.ranges_text(),
                     cursor_flushes=ts.flusher.flushes)
         return apb.InternalStats(
-            cursors=cursors,
+            cursors=cursors, entry_cache=apb.EntryCacheStats(**self.topics.entry_cache.stats()),
             entries_added_counter=ledgers.entries + ledgers.entries_deleted,
             number_of_entries=ledgers.entries, total_size=ledgers.size,
             current_ledger_entries=entries, current_ledger_size=size,

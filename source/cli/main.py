@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--etcd-port", type=int, default=2379)
     p.add_argument("--etcd-peer-port", type=int, default=None,
                    help="etcd's peer port (default --etcd-port + 1)")
+    p.add_argument("--entry-cache-bytes", type=size, default=None, metavar="SIZE",
+                   help="the broker's memory for entries, all topics together (default 256M)")
     p.set_defaults(func=commands.standalone)
 
     p = sub.add_parser("broker", help="run one broker process (see --help)", add_help=False)

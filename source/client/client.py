@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from typing import Callable
@@ -26,6 +27,20 @@ from source.client.reader import CLOSE_TIMEOUT_S, Multiplexer, Reader
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import canonical, check_subscription
+
+
+def _check_listener(listener) -> None:
+    """A listener must take (message, recipients): a wrong one would fail on every message,
+    in a thread, where nobody sees it."""
+    if not callable(listener):
+        raise errors.InvalidArgument("message_listener must be callable")
+    try:
+        inspect.signature(listener).bind(None, None)
+    except TypeError:
+        raise errors.InvalidArgument("message_listener must take (message, recipients)") \
+            from None
+    except ValueError:  # no signature to look at (a builtin): trust it
+        pass
 
 
 class Client:
@@ -114,8 +129,8 @@ class Client:
         parse_consumer_type(consumer_type)
         position_pb(initial_position, "initial position")
         check_options(consumer_name, receiver_queue_size, 0, 1000, None)
-        if message_listener is not None and not callable(message_listener):
-            raise errors.InvalidArgument("message_listener must be callable")
+        if message_listener is not None:
+            _check_listener(message_listener)
         topic = canonical(topic)
         partitions = self._partitions(topic)
         mux = self._multiplexer()

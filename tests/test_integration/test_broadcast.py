@@ -136,6 +136,14 @@ def test_subscribe_many_is_all_or_nothing(broker, client, topic):
         assert "distinct" in str(exc)
     else:
         raise AssertionError("duplicate names were accepted")
+    # a listener of the wrong shape is refused before anything is sent
+    try:
+        client.subscribe_many(topic, ["y"], message_listener=lambda message: None)
+    except errors.InvalidArgument as exc:
+        assert "(message, recipients)" in str(exc)
+    else:
+        raise AssertionError("a one-argument listener was accepted")
+    assert "y" not in client.admin.list_subscriptions(topic)
 
 
 def test_one_ack_command_for_many_handles_on_the_wire(broker, client, topic):

@@ -276,7 +276,7 @@ class CursorStats(_message.Message):
     def __init__(self, mark_delete_position: _Optional[str] = ..., read_position: _Optional[str] = ..., messages_consumed_counter: _Optional[int] = ..., individually_deleted_messages: _Optional[str] = ..., cursor_flushes: _Optional[int] = ...) -> None: ...
 
 class InternalStats(_message.Message):
-    __slots__ = ("entries_added_counter", "number_of_entries", "total_size", "current_ledger_entries", "current_ledger_size", "last_confirmed_entry", "state", "ledgers", "cursors", "compacted_ledger")
+    __slots__ = ("entries_added_counter", "number_of_entries", "total_size", "current_ledger_entries", "current_ledger_size", "last_confirmed_entry", "state", "ledgers", "cursors", "compacted_ledger", "entry_cache")
     class CursorsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -294,6 +294,7 @@ class InternalStats(_message.Message):
     LEDGERS_FIELD_NUMBER: _ClassVar[int]
     CURSORS_FIELD_NUMBER: _ClassVar[int]
     COMPACTED_LEDGER_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_CACHE_FIELD_NUMBER: _ClassVar[int]
     entries_added_counter: int
     number_of_entries: int
     total_size: int
@@ -304,7 +305,24 @@ class InternalStats(_message.Message):
     ledgers: _containers.RepeatedCompositeFieldContainer[LedgerStats]
     cursors: _containers.MessageMap[str, CursorStats]
     compacted_ledger: str
-    def __init__(self, entries_added_counter: _Optional[int] = ..., number_of_entries: _Optional[int] = ..., total_size: _Optional[int] = ..., current_ledger_entries: _Optional[int] = ..., current_ledger_size: _Optional[int] = ..., last_confirmed_entry: _Optional[str] = ..., state: _Optional[str] = ..., ledgers: _Optional[_Iterable[_Union[LedgerStats, _Mapping]]] = ..., cursors: _Optional[_Mapping[str, CursorStats]] = ..., compacted_ledger: _Optional[str] = ...) -> None: ...
+    entry_cache: EntryCacheStats
+    def __init__(self, entries_added_counter: _Optional[int] = ..., number_of_entries: _Optional[int] = ..., total_size: _Optional[int] = ..., current_ledger_entries: _Optional[int] = ..., current_ledger_size: _Optional[int] = ..., last_confirmed_entry: _Optional[str] = ..., state: _Optional[str] = ..., ledgers: _Optional[_Iterable[_Union[LedgerStats, _Mapping]]] = ..., cursors: _Optional[_Mapping[str, CursorStats]] = ..., compacted_ledger: _Optional[str] = ..., entry_cache: _Optional[_Union[EntryCacheStats, _Mapping]] = ...) -> None: ...
+
+class EntryCacheStats(_message.Message):
+    __slots__ = ("limit", "held", "peak", "items", "evictions", "evicted_bytes")
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    PEAK_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    EVICTIONS_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    limit: int
+    held: int
+    peak: int
+    items: int
+    evictions: int
+    evicted_bytes: int
+    def __init__(self, limit: _Optional[int] = ..., held: _Optional[int] = ..., peak: _Optional[int] = ..., items: _Optional[int] = ..., evictions: _Optional[int] = ..., evicted_bytes: _Optional[int] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
     __slots__ = ("broker_url", "broker_id", "epoch")
