@@ -25,17 +25,17 @@ _sym_db = _symbol_database.Default()
 from source.pb.v1 import common_pb2 as source_dot_pb_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1esource/pb/v1/replication.proto\x12\x0eshadowtopic.v1\x1a\x19source/pb/v1/common.proto\"q\n\x0eReplicateBatch\x12\x0e\n\x06shadow\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x10\n\x08\x62\x61tch_id\x18\x03 \x01(\x04\x12-\n\x07\x65ntries\x18\x04 \x03(\x0b\x32\x1c.shadowtopic.v1.EncodedEntry\"\x83\x01\n\x0cReplicateAck\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\x35\n\x0elast_persisted\x18\x02 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12*\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x1b.shadowtopic.v1.ErrorStatus2\\\n\x0bReplication\x12M\n\tReplicate\x12\x1e.shadowtopic.v1.ReplicateBatch\x1a\x1c.shadowtopic.v1.ReplicateAck(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1esource/pb/v1/replication.proto\x12\x0eshadowtopic.v1\x1a\x19source/pb/v1/common.proto\"\xbe\x01\n\x0eReplicateBatch\x12\x0e\n\x06shadow\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x10\n\x08\x62\x61tch_id\x18\x03 \x01(\x04\x12-\n\x07\x65ntries\x18\x04 \x03(\x0b\x32\x1c.shadowtopic.v1.EncodedEntry\x12\x14\n\x0csource_epoch\x18\x05 \x01(\x04\x12\x35\n\x0elast_confirmed\x18\x06 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\"\x95\x01\n\x0cReplicateAck\x12\x10\n\x08\x62\x61tch_id\x18\x01 \x01(\x04\x12\x35\n\x0elast_persisted\x18\x02 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12*\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x1b.shadowtopic.v1.ErrorStatus\x12\x10\n\x08want_raw\x18\x04 \x01(\x08\x32\\\n\x0bReplication\x12M\n\tReplicate\x12\x1e.shadowtopic.v1.ReplicateBatch\x1a\x1c.shadowtopic.v1.ReplicateAck(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'source.pb.v1.replication_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_REPLICATEBATCH']._serialized_start=77
-  _globals['_REPLICATEBATCH']._serialized_end=190
-  _globals['_REPLICATEACK']._serialized_start=193
-  _globals['_REPLICATEACK']._serialized_end=324
-  _globals['_REPLICATION']._serialized_start=326
-  _globals['_REPLICATION']._serialized_end=418
+  _globals['_REPLICATEBATCH']._serialized_start=78
+  _globals['_REPLICATEBATCH']._serialized_end=268
+  _globals['_REPLICATEACK']._serialized_start=271
+  _globals['_REPLICATEACK']._serialized_end=420
+  _globals['_REPLICATION']._serialized_start=422
+  _globals['_REPLICATION']._serialized_end=514
 # @@protoc_insertion_point(module_scope)
