@@ -25,8 +25,8 @@ entry still in memory, only grows), a reader the frames it had decoded, a topic 
 encodings. Only confirmed entries are ever charged, i.e. entries fsynced in the WAL: an
 evicted entry of an open ledger is read back from the WAL through the ledger's
 `FrameIndex` (only the frames needed, CRC-checked); a sealed ledger's from Parquet.
-Sealing re-reads the evicted head from the WAL (`complete_entries`) so every entry is
-written.
+Sealing reads every entry back from the WAL a frame at a time (source/ledger/sealed.py),
+so it holds no copy of the ledger and needs nothing from memory.
 
 Everything here runs on the event loop thread; eviction callbacks only drop references.
 """
@@ -36,7 +36,6 @@ import logging
 from collections import OrderedDict, deque
 from typing import Any, Callable
 
-from source.core import errors
 from source.ledger import wal as walmod
 
 log = logging.getLogger(__name__)
@@ -188,41 +187,3 @@ class TailEntries(walmod.Entries):
 
     def held(self) -> int:
         return sum(map(len, self.raws))
-
-
-def read_range(path: str, index: walmod.FrameIndex, lo: int, hi: int,
-               max_bytes: int = 1 << 62) -> list[tuple[int, int, list[bytes]]]:
-    """The whole frames holding entries lo .. hi-1 (fewer once `max_bytes` of frames are
-    read, at least one), decoded and CRC-checked. Runs in a worker thread."""
-    k = index.frame_of(lo)
-    if k < 0:
-        raise errors.DataLoss(f"{path}: entry {lo} is not in the WAL index")
-    start = stop = index.span(k)[0]
-    while k < len(index) and index.firsts[k] < hi and (stop == start or
-                                                       stop - start < max_bytes):
-        stop = index.span(k)[1]
-        k += 1
-    try:
-        return walmod.read_frames(path, [(start, stop)])
-    except FileNotFoundError:
-        raise errors.DataLoss(f"WAL {path} is missing") from None
-
-
-def complete_entries(tail: walmod.Entries, offset: int, in_memory: list[bytes]
-                     ) -> walmod.Entries:
-    """Every entry of a ledger that stopped taking appends, for sealing: the `offset`
-    entries dropped from memory re-read from its WAL, then `in_memory` (a copy of the raws
-    still held when the seal started). Runs in a worker thread."""
-    if not offset:
-        return walmod.Entries(in_memory, list(tail.publish_ms), tail.size)
-    head: list[bytes] = []
-    for first, _pub, raws in read_range(tail.wal_path, tail.frames, 0, offset):
-        if first != len(head):
-            raise errors.DataLoss(f"{tail.wal_path}: frame at entry {first}, "
-                                  f"expected {len(head)}")
-        head.extend(raws)
-    del head[offset:]
-    if len(head) != offset or offset + len(in_memory) != len(tail.publish_ms):
-        raise errors.DataLoss(f"{tail.wal_path}: {len(head)} entries re-read, "
-                              f"expected {offset}")
-    return walmod.Entries(head + in_memory, list(tail.publish_ms), tail.size)

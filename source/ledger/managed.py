@@ -33,9 +33,9 @@ from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.ledger import retention
 from source.ledger import wal as walmod
-from source.ledger.entry_cache import EntryCache, TailEntries, complete_entries
+from source.ledger.entry_cache import EntryCache, TailEntries
 from source.ledger.ledger_reader import LedgerListReader
-from source.ledger.sealed import write_sealed
+from source.ledger.sealed import mark_sealed, seal_wal
 from source.ledger.storage import Storage
 from source.ledger.view import LedgerRange, ReadEntry, Trimmed, ViewListener
 from source.metadata import keys
@@ -153,8 +153,9 @@ class ManagedLedger:
         """Seal an OPEN ledger left by a previous owner from its WAL (cutting a torn tail)."""
         path = self.storage.wal_path(info.wal_path)
         loop = asyncio.get_running_loop()
-        try:
-            rec = await loop.run_in_executor(self._executor, walmod.recover, path)
+        try:  # only the frame index: the seal reads the entries back a frame at a time
+            rec = await loop.run_in_executor(self._executor, lambda: walmod.recover(
+                path, keep_raws=False))
         except FileNotFoundError:
             if self.storage.shared_wal:  # the WAL was never created or already removed
                 await self._update_list(lambda lst: _remove(lst, {info.ledger_id}))
@@ -165,7 +166,7 @@ class ManagedLedger:
         if rec.truncated_bytes:
             log.warning("%s: ledger %d: cut %d bytes of torn WAL tail", self.topic,
                         info.ledger_id, rec.truncated_bytes)
-        await self._seal_entries(info.ledger_id, info.wal_path, rec.entries)
+        await self._seal(info.ledger_id, info.wal_path, rec.frames, len(rec.entries))
 
     async def close(self) -> None:
         """Stop taking appends, finish every queued write and seal; the WAL stays for the
@@ -472,10 +473,7 @@ class ManagedLedger:
         old.wake.set()
         await asyncio.gather(old.writer, return_exceptions=True)
         old.wal.close()
-        tail = old.entries  # entries the cache dropped are re-read from the WAL
-        entries = await asyncio.get_running_loop().run_in_executor(
-            self._executor, complete_entries, tail, tail.offset, list(tail.raws))
-        return await self._seal_entries(old.ledger_id, old.wal_rel, entries)
+        return await self._seal(old.ledger_id, old.wal_rel, old.entries.frames, len(old.entries))
 
     def _seal_done(self, task: asyncio.Task) -> None:
         self._seal_tasks.discard(task)
@@ -510,30 +508,25 @@ class ManagedLedger:
             return True
         return False
 
-    async def _seal_entries(self, lid: int, wal_rel: str, entries: walmod.Entries
-                            ) -> mpb.LedgerInfo | None:
-        if len(entries) == 0:
+    async def _seal(self, lid: int, wal_rel: str, frames: walmod.FrameIndex, count: int
+                    ) -> mpb.LedgerInfo | None:
+        """Write a ledger that takes no more appends to Parquet from its WAL (the `count`
+        entries of `frames`, streamed: source/ledger/sealed.py), then mark it SEALED."""
+        if count == 0:
             await self._update_list(lambda lst: _remove(lst, {lid}))
             self._forget_tail(lid)
             self.storage.delete_wal(wal_rel)
             return None
         rel = self.storage.sealed_rel(self.topic, lid)
-        loop = asyncio.get_running_loop()
-        size, crc = await loop.run_in_executor(self._executor, write_sealed, self.storage.fs,
-                                               self.storage.full(rel), entries)
+        res = await asyncio.get_running_loop().run_in_executor(
+            self._executor, seal_wal, self.storage.fs, self.storage.full(rel),
+            self.storage.wal_path(wal_rel), frames, count)
+
         def mark(lst: mpb.LedgerList) -> None:
             for info in lst.ledgers:
                 if info.ledger_id == lid:
-                    info.state = SEALED
-                    info.path = rel
-                    info.wal_path = ""
-                    info.entries = len(entries)
-                    info.size_bytes = entries.size
-                    info.crc32c = crc
-                    info.sealed_ms = now_ms()
-                    info.first_publish_ms = entries.publish_ms[0]
-                    info.last_publish_ms = entries.publish_ms[-1]
-            lst.entries_added += len(entries)
+                    mark_sealed(info, rel, res, now_ms())
+            lst.entries_added += res.entries
 
         await self._update_list(mark)
         self._forget_tail(lid)

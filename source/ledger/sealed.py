@@ -8,12 +8,27 @@ needs. Integrity: Parquet page checksums, plus the crc32c of the whole file reco
 ledger list (streamed through when a broker first opens the file; a mismatch is
 `ChecksumError`); row groups are then read from the file on demand, so an open reader holds
 a file handle, not the file.
+
+Writing streams, one row group at a time: a ledger that stopped taking appends is sealed
+from its WAL (`seal_wal`, frames read one at a time through `wal.MappedWal`), never from a
+copy of the whole ledger. A raw of `ZERO_COPY_BYTES` or more becomes an Arrow array of its
+own over the bytes it already is (a view of the mapped WAL), so a row group of large
+entries costs no copy; `raw` is PLAIN-encoded (no dictionary), so the writer emits a page
+every ~1 MiB and the WAL pages it has read are dropped from memory at each write. The
+crc32c is computed as the file is written; the file is fsynced and its footer checked
+(rows, row groups) before the caller marks the ledger SEALED. Arrow's unused memory is
+handed back after each seal.
 """
 from __future__ import annotations
 
-import io
+import ctypes
+import itertools
+import os
+import struct
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
 
 import google_crc32c
 import pyarrow as pa
@@ -21,7 +36,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from source.core.errors import ChecksumError, DataLoss
+from source.ledger import wal as walmod
 from source.ledger.wal import Entries
+from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.storage.v1 import views_pb2
 
 ROWS_PER_GROUP = 1024
@@ -32,16 +49,25 @@ SCHEMA = pa.schema([
     ("publish_time", pa.int64()),
     ("raw", pa.binary()),
 ])
+ZERO_COPY_BYTES = 4 << 10
+WRITER_OPTIONS = dict(compression="zstd", write_page_checksum=True,
+                      write_statistics=["entry_id", "publish_time"],
+                      use_dictionary=["entry_id", "key", "is_tombstone", "publish_time"])
+_OFFSETS = struct.Struct("<ii")
+Buffer = bytes | memoryview
 
 
-def key_columns(raws: list[bytes]) -> tuple[list[bytes | None], list[bool]]:
-    """(key or None, is_tombstone) of each raw Message. Derived here, when a ledger seals,
-    not on the produce path. A raw that is not a Message counts as keyless data."""
-    view = views_pb2.MessageKeyView
-    keys, tombs = [], []
+def key_columns(raws: Sequence[Buffer], keys: list | None = None, tombs: list | None = None
+                ) -> tuple[list[bytes | None], list[bool]]:
+    """(key or None, is_tombstone) of each raw Message, appended to `keys` and `tombs`.
+    Derived here, when a ledger seals, not on the produce path. A raw that is not a Message
+    counts as keyless data."""
+    keys = [] if keys is None else keys
+    tombs = [] if tombs is None else tombs
+    parse = views_pb2.MessageKeyView.FromString
     for raw in raws:
         try:
-            m = view.FromString(raw)
+            m = parse(raw)
         except Exception:  # noqa: BLE001 - opaque bytes: keep them, keyless
             keys.append(None)
             tombs.append(False)
@@ -51,44 +77,250 @@ def key_columns(raws: list[bytes]) -> tuple[list[bytes | None], list[bool]]:
     return keys, tombs
 
 
-def to_table(entries: Entries) -> pa.Table:
-    n = len(entries)
-    keys, tombs = key_columns(entries.raws)
-    return pa.table({
-        "entry_id": pa.array(range(n), pa.uint64()),
-        "key": pa.array(keys, pa.binary()),
-        "is_tombstone": pa.array(tombs, pa.bool_()),
-        "publish_time": pa.array(entries.publish_ms, pa.int64()),
-        "raw": pa.array(entries.raws, pa.binary()),
-    }, schema=SCHEMA)
+@dataclass
+class SealResult:
+    entries: int
+    raw_bytes: int          # sum of the raws' lengths
+    file_bytes: int
+    crc32c: int             # of the whole file
+    first_publish_ms: int
+    last_publish_ms: int
+
+
+class _RowGroup:
+    """The columns of one row group as they fill, a run of entries at a time."""
+
+    def __init__(self, base: int):
+        self.base = base
+        self.rows = 0
+        self.keys: list[bytes | None] = []
+        self.tombs: list[bool] = []
+        self.pubs: list[int] = []
+        self.chunks: list[pa.Array] = []
+        self.small: list[Buffer] = []  # raws still to be copied into one array
+
+    def extend(self, publish_ms: int, raws: Sequence[Buffer]) -> None:
+        key_columns(raws, self.keys, self.tombs)
+        self.pubs.extend([publish_ms] * len(raws))
+        self.rows += len(raws)
+        if max(map(len, raws)) < ZERO_COPY_BYTES:
+            self.small.extend(raws)
+            return
+        for raw in raws:
+            if len(raw) < ZERO_COPY_BYTES:
+                self.small.append(raw)
+                continue
+            self._flush_small()
+            self.chunks.append(pa.Array.from_buffers(  # this raw's bytes, not a copy
+                pa.binary(), 1, [None, pa.py_buffer(_OFFSETS.pack(0, len(raw))),
+                                 pa.py_buffer(raw)]))
+
+    def _flush_small(self) -> None:
+        if self.small:
+            self.chunks.append(pa.array(self.small, pa.binary()))
+            self.small = []
+
+    def table(self) -> pa.Table:
+        self._flush_small()
+        return pa.table({
+            "entry_id": pa.array(range(self.base, self.base + self.rows), pa.uint64()),
+            "key": pa.array(self.keys, pa.binary()),
+            "is_tombstone": pa.array(self.tombs, pa.bool_()),
+            "publish_time": pa.array(self.pubs, pa.int64()),
+            "raw": pa.chunked_array(self.chunks, pa.binary()),
+        }, schema=SCHEMA)
+
+
+class _Sink:
+    """What ParquetWriter writes to: forwards to `out`, keeps the crc32c and length of all
+    written, and calls `on_write` after each write."""
+
+    closed = False
+
+    def __init__(self, out, on_write: Callable[[], None] | None):
+        self.out = out
+        self.on_write = on_write
+        self.crc = 0
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.out.write(data)
+        self.crc = google_crc32c.extend(self.crc, data)
+        self.size += len(data)
+        if self.on_write is not None:
+            self.on_write()
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _write(out, runs: Iterable[tuple[int, Sequence[Buffer]]],
+           on_write: Callable[[], None] | None) -> SealResult:
+    """Write the Parquet file of the entries in `runs` ((publish_ms, raws) in entry order)
+    to `out`, one row group at a time."""
+    sink = _Sink(out, on_write)
+    writer = pq.ParquetWriter(sink, SCHEMA, **WRITER_OPTIONS)
+    group = _RowGroup(0)
+    raw_bytes = 0
+    first = last = None
+    try:
+        for publish_ms, raws in runs:
+            if not raws:
+                continue
+            first = publish_ms if first is None else first
+            last = publish_ms
+            raw_bytes += sum(map(len, raws))
+            i = 0
+            while i < len(raws):
+                take = min(len(raws) - i, ROWS_PER_GROUP - group.rows)
+                group.extend(publish_ms, raws[i:i + take] if take < len(raws) else raws)
+                i += take
+                if group.rows == ROWS_PER_GROUP:
+                    writer.write_table(group.table(), row_group_size=ROWS_PER_GROUP)
+                    group = _RowGroup(group.base + ROWS_PER_GROUP)
+            raws = None  # hold no view of a frame already written
+        if group.rows:
+            writer.write_table(group.table(), row_group_size=ROWS_PER_GROUP)
+        entries = group.base + group.rows
+    except BaseException:
+        group = None
+        try:
+            writer.close()
+        except Exception:  # noqa: BLE001 - the first error is the one to report
+            pass
+        raise
+    group = None
+    writer.close()
+    return SealResult(entries, raw_bytes, sink.size, sink.crc, first or 0, last or 0)
+
+
+def _check(fs: pafs.FileSystem, path: str, res: SealResult, expect: int | None) -> None:
+    """The written file is whole: its length, its footer's rows and row groups, and (when
+    given) the number of entries it was to hold."""
+    if expect is not None and res.entries != expect:
+        raise DataLoss(f"{path}: sealed {res.entries} entries, expected {expect}")
+    info = fs.get_file_info(path)
+    with fs.open_input_file(path) as f:
+        meta = pq.ParquetFile(f).metadata
+        groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    full, rest = divmod(res.entries, ROWS_PER_GROUP)
+    if (info.size != res.file_bytes or meta.num_rows != res.entries
+            or groups != [ROWS_PER_GROUP] * full + ([rest] if rest else [])):
+        raise DataLoss(f"{path}: the sealed file does not hold what was written")
+
+
+def write_runs(fs: pafs.FileSystem, path: str, runs: Iterable[tuple[int, Sequence[Buffer]]],
+               expect: int | None = None,
+               on_write: Callable[[], None] | None = None) -> SealResult:
+    """Write a sealed ledger durably from `runs` ((publish_ms, raws) in entry order) and
+    check it. Written to a temp name, fsynced and renamed, so a crash leaves either no file
+    or a whole one; on an object store a failed write's object is deleted (the ledger is not
+    SEALED yet: nobody reads it)."""
+    parent = path.rsplit("/", 1)[0]
+    fs.create_dir(parent, recursive=True)
+    try:
+        if isinstance(fs, pafs.LocalFileSystem):
+            tmp = path + ".tmp"
+            try:
+                with open(tmp, "wb") as f:
+                    res = _write(f, runs, on_write)
+                    f.flush()
+                    os.fsync(f.fileno())
+                _check(fs, tmp, res, expect)
+            except BaseException:
+                _remove(tmp)
+                raise
+            os.replace(tmp, path)
+            walmod.fsync_dir(parent)
+        else:  # object stores: the object appears whole when the stream closes
+            try:
+                with fs.open_output_stream(path) as out:
+                    res = _write(out, runs, on_write)
+                _check(fs, path, res, expect)
+            except BaseException:
+                try:
+                    fs.delete_file(path)
+                except OSError:
+                    pass
+                raise
+    finally:
+        release_memory()
+    return res
+
+
+def seal_wal(fs: pafs.FileSystem, path: str, wal_path: str, frames: walmod.FrameIndex,
+             expect: int) -> SealResult:
+    """Seal a ledger that takes no more appends from its WAL: the `expect` entries of
+    `frames`, read back (CRC-checked) a frame at a time."""
+    try:
+        wal = walmod.MappedWal(wal_path, frames)
+    except FileNotFoundError:
+        raise DataLoss(f"WAL {wal_path} is missing") from None
+
+    def on_write() -> None:  # a page went out: what it was made of can go
+        wal.drop_pages()
+        _release_default()
+
+    with wal:
+        return write_runs(fs, path, wal.runs(), expect, on_write=on_write)
 
 
 def write_sealed(fs: pafs.FileSystem, path: str, entries: Entries) -> tuple[int, int]:
-    """Write the Parquet file durably; return (size_bytes, crc32c). Written to a temp name
-    and renamed, so a crash leaves either no file or a whole one."""
-    buf = io.BytesIO()
-    pq.write_table(to_table(entries), buf, row_group_size=ROWS_PER_GROUP, compression="zstd",
-                   write_page_checksum=True, write_statistics=["entry_id", "publish_time"])
-    data = buf.getvalue()
-    tmp = path + ".tmp"
-    parent = path.rsplit("/", 1)[0]
-    fs.create_dir(parent, recursive=True)
-    if isinstance(fs, pafs.LocalFileSystem):
-        import os
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fd = os.open(parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    else:  # object stores: a single put is atomic
-        with fs.open_output_stream(path) as out:
-            out.write(data)
-    return len(data), google_crc32c.value(data)
+    """Write the Parquet file of entries held in memory; return (size_bytes, crc32c)."""
+    if entries.offset:
+        raise ValueError("entries dropped from memory: seal from the WAL")
+    runs = ((pub, [raw for _, raw in group]) for pub, group in
+            itertools.groupby(zip(entries.publish_ms, entries.raws), key=lambda pr: pr[0]))
+    res = write_runs(fs, path, runs, len(entries))
+    return res.file_bytes, res.crc32c
+
+
+def mark_sealed(info: mpb.LedgerInfo, rel: str, res: SealResult, sealed_ms: int) -> None:
+    """Record in a ledger's info that it is sealed in the file `rel` that `res` describes."""
+    info.state = mpb.LedgerState.SEALED
+    info.path = rel
+    info.wal_path = ""
+    info.entries = res.entries
+    info.size_bytes = res.raw_bytes
+    info.crc32c = res.crc32c
+    info.sealed_ms = sealed_ms
+    info.first_publish_ms = res.first_publish_ms
+    info.last_publish_ms = res.last_publish_ms
+
+
+def _release_default() -> None:
+    release = getattr(pa.default_memory_pool(), "release_unused", None)
+    if release is not None:
+        release()
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim  # glibc
+    except (OSError, AttributeError):
+        return None
+
+
+_TRIM = _malloc_trim()
+
+
+def release_memory() -> None:
+    """Hand the memory a seal freed back to the system: Arrow's pool keeps freed pages
+    (`release_unused`), and so does malloc (frames decoded, pages passed to the file)."""
+    _release_default()
+    if _TRIM is not None:
+        _TRIM(0)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
 
 
 def _file_crc(fs: pafs.FileSystem, path: str, chunk: int = 1 << 20) -> int:

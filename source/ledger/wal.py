@@ -13,20 +13,29 @@ fsynced as a unit and acknowledged only after the fsync, so one CRC per batch fi
 tail, and the broker writes the request bytes it received instead of re-encoding messages.
 Entries are numbered contiguously from 0 within a ledger; `recover` stops at the first frame
 that is short, fails its CRC or breaks the numbering, truncates the file there and returns
-every entry before it.
+every entry before it (reading one frame at a time; with `keep_raws=False` it keeps only
+the frame index, for a recovery that seals from the WAL).
 
 An owner that dropped entries from memory (source/ledger/entry_cache.py) reads them back by
 frame: `FrameIndex` records where each frame starts (the writer fills it as it writes; a
 reader without the writer scans frame headers), and `read_frames` decodes just the frames
 of a byte range, each checked against its CRC.
+
+Sealing reads a WAL that takes no more appends through `MappedWal` (source/ledger/sealed.py):
+one frame at a time, CRC-checked; the messages of frames of large messages come as views
+of a read-only shared mapping of the file, whose pages are dropped from the process as the
+Parquet writer moves on, so the memory a seal takes depends on neither the ledger nor the
+size of a row group.
 """
 from __future__ import annotations
 
 import bisect
+import mmap
 import os
 import struct
 from array import array
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import google_crc32c
 
@@ -81,17 +90,10 @@ class Entries:
 def parse_body(body: bytes) -> tuple[int, int, list[bytes]]:
     """A frame body as (first_entry_id, publish_ms, raws)."""
     first, count, publish_ms = BATCH.unpack_from(body, 0)
-    raws = list(views_pb2.RawProduceRequest.FromString(body[BATCH.size:]).messages)
+    raws = list(views_pb2.RawProduceRequest.FromString(memoryview(body)[BATCH.size:]).messages)
     if len(raws) != count:
         raise ValueError("frame count does not match its messages")
     return first, publish_ms, raws
-
-
-def decode_body(body: bytes, entries: Entries) -> tuple[int, int]:
-    """Append a frame body's entries to `entries`; return (first_entry_id, count)."""
-    first, publish_ms, raws = parse_body(body)
-    entries.extend(publish_ms, raws, sum(map(len, raws)))
-    return first, len(raws)
 
 
 class FrameIndex:
@@ -198,43 +200,232 @@ def read_frames(path: str, spans: list[tuple[int, int]]) -> list[tuple[int, int,
 @dataclass
 class Recovered:
     ledger_id: int
-    entries: Entries
+    entries: Entries     # without raws (offset = every entry) when recovered keep_raws=False
     valid_bytes: int     # file length after truncation
     truncated_bytes: int  # bytes cut off the torn tail
+    frames: FrameIndex = field(default_factory=FrameIndex)  # every valid frame
 
 
-def recover(path: str, truncate: bool = True) -> Recovered:
-    """Read every valid frame; cut the file at the first invalid one (torn tail)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < HEADER.size or data[:8] != MAGIC:
-        raise ValueError(f"{path}: not a shadowtopic WAL (bad header)")
-    _, ledger_id = HEADER.unpack_from(data, 0)
+def recover(path: str, truncate: bool = True, keep_raws: bool = True) -> Recovered:
+    """Check every frame (one at a time); cut the file at the first invalid one (torn tail).
+    Every entry before it is returned, its raws too unless `keep_raws` is False."""
     entries = Entries()
-    pos = HEADER.size
-    while pos + FRAME.size <= len(data):
-        length, crc = FRAME.unpack_from(data, pos)
-        end = pos + FRAME.size + length
-        if length < BATCH.size or length > MAX_FRAME or end > len(data):
-            break
-        body = data[pos + FRAME.size:end]
-        if google_crc32c.value(body) != crc:
-            break
-        first = BATCH.unpack_from(body, 0)[0]
-        if first != len(entries):
-            break
-        try:
-            decode_body(body, entries)
-        except Exception:  # noqa: BLE001 - a body that does not parse ends the valid log
-            break
-        pos = end
-    cut = len(data) - pos
+    frames = FrameIndex()
+    with open(path, "rb") as f:
+        head = f.read(HEADER.size)
+        if len(head) < HEADER.size or head[:8] != MAGIC:
+            raise ValueError(f"{path}: not a shadowtopic WAL (bad header)")
+        _, ledger_id = HEADER.unpack_from(head, 0)
+        size = os.fstat(f.fileno()).st_size
+        pos = HEADER.size
+        while pos + FRAME.size <= size:
+            length, crc = FRAME.unpack(f.read(FRAME.size))
+            end = pos + FRAME.size + length
+            if length < BATCH.size or length > MAX_FRAME or end > size:
+                break
+            body = f.read(length)
+            if len(body) != length or google_crc32c.value(body) != crc:
+                break
+            try:
+                first, publish_ms, raws = parse_body(body)
+            except Exception:  # noqa: BLE001 - a body that does not parse ends the valid log
+                break
+            if first != len(entries):
+                break
+            del body
+            frames.add(first, len(raws), publish_ms, pos, end - pos)
+            nbytes = sum(map(len, raws))
+            if keep_raws:
+                entries.extend(publish_ms, raws, nbytes)
+            else:
+                entries.publish_ms.extend([publish_ms] * len(raws))
+                entries.size += nbytes
+                entries.offset += len(raws)
+            pos = end
+    cut = size - pos
     if cut and truncate:
         with open(path, "r+b") as f:
             f.truncate(pos)
             f.flush()
             os.fsync(f.fileno())
-    return Recovered(ledger_id, entries, pos, cut)
+    return Recovered(ledger_id, entries, pos, cut, frames)
+
+
+def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while pos < end and shift < 64:
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+    raise ValueError("bad varint")
+
+
+def message_spans(buf: bytes | memoryview, pos: int, end: int
+                  ) -> list[tuple[int, int]] | None:
+    """(offset, length) in `buf` of each `messages` value of the RawProduceRequest encoded in
+    buf[pos:end] (what protobuf decodes them to, without copying them), or None when the
+    encoding holds anything unexpected (the caller then decodes it with protobuf)."""
+    out = []
+    try:
+        while pos < end:
+            key, pos = _varint(buf, pos, end)
+            wire = key & 7
+            if wire == 2:
+                n, pos = _varint(buf, pos, end)
+                if key >> 3 == 4:
+                    out.append((pos, n))
+                pos += n
+            elif wire == 0:
+                pos = _varint(buf, pos, end)[1]
+            elif wire in (1, 5):
+                pos += 8 if wire == 1 else 4
+            else:
+                return None
+            if key >> 3 == 0:
+                return None
+    except ValueError:
+        return None
+    return out if pos == end else None
+
+
+class MappedWal:
+    """A WAL that takes no more appends, read for sealing with bounded memory: `runs` yields
+    its frames one at a time as (publish_ms, raws), each checked against its CRC and the
+    index. The messages of a frame whose messages average `MAP_BYTES` or more are views of a
+    read-only shared mapping of the file (no copy); `drop_pages` unmaps the pages read so
+    far from this process (MADV_DONTNEED: the kernel maps them back from the page cache if
+    they are read again), and `runs` does so after every MiB it yields. Smaller messages
+    are decoded (copies). The views are valid until `close`."""
+
+    MAP_BYTES = 4 << 10
+    DROP_EVERY = 1 << 20
+    READ_PIECE = 256 << 10
+
+    def __init__(self, path: str, frames: FrameIndex):
+        self.path = path
+        self.frames = frames
+        self._f = open(path, "rb")
+        try:
+            self._map = mmap.mmap(self._f.fileno(), frames.end, access=mmap.ACCESS_READ)
+        except ValueError as exc:  # shorter than its index
+            self._f.close()
+            raise errors.DataLoss(f"{path}: WAL ends before byte {frames.end}: {exc}") from None
+        self._view = memoryview(self._map)
+        self._mapped = 0  # bytes of views yielded since the last drop
+
+    def __enter__(self) -> "MappedWal":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def runs(self) -> Iterator[tuple[int, list]]:
+        index, f = self.frames, self._f
+        n = len(index)
+        offsets = list(index.offsets) + [index.end]
+        k = 0
+        while k < n:
+            if self._mapped >= self.DROP_EVERY:
+                self.drop_pages()
+            start = offsets[k]
+            if offsets[k + 1] - start > self.READ_PIECE:  # a large frame: on its own
+                yield self._large_frame(k, start, offsets[k + 1])
+                k += 1
+                continue
+            j = k + 1  # small frames: read together, up to READ_PIECE bytes
+            while j < n and offsets[j + 1] - start <= self.READ_PIECE:
+                j += 1
+            f.seek(start)
+            block = f.read(offsets[j] - start)
+            for i in range(k, j):
+                yield self._frame(i, block, offsets[i] - start, offsets[i + 1] - start, start)
+            k = j
+
+    def _check_head(self, k: int, head: bytes, at: int, start: int, stop: int
+                    ) -> tuple[int, int, int]:
+        """(body length, crc, entry count) of frame k from its header at `head[at:]`,
+        which must match the index (file bytes start .. stop)."""
+        index = self.frames
+        if len(head) < at + FRAME.size + BATCH.size:
+            raise errors.DataLoss(f"{self.path}: WAL ends before byte {stop}")
+        length, crc = FRAME.unpack_from(head, at)
+        first = index.firsts[k]
+        count = (index.firsts[k + 1] if k + 1 < len(index) else index.entries) - first
+        if (length != stop - start - FRAME.size
+                or BATCH.unpack_from(head, at + FRAME.size) != (first, count, index.pubs[k])):
+            raise errors.ChecksumError(f"{self.path}: WAL frame at byte {start} does not "
+                                       "match its index")
+        return length, crc, count
+
+    def _frame(self, k: int, block: bytes, lo: int, hi: int, base: int) -> tuple[int, list]:
+        """Frame k, at block[lo:hi] (file offset `base` + lo)."""
+        length, crc, count = self._check_head(k, block, lo, base + lo, base + hi)
+        body = block[lo + FRAME.size:hi]
+        if len(body) != length or google_crc32c.value(body) != crc:
+            raise errors.ChecksumError(f"{self.path}: WAL frame at byte {base + lo} is "
+                                       "damaged")
+        if length - BATCH.size >= count * self.MAP_BYTES:  # large messages: map them
+            spans = message_spans(body, BATCH.size, length)
+            if spans is not None and len(spans) == count:
+                at = base + lo + FRAME.size
+                self._mapped += length
+                return self.frames.pubs[k], [self._view[at + o:at + o + m] for o, m in spans]
+        return self._decode(k, body, base + lo)
+
+    def _large_frame(self, k: int, start: int, stop: int) -> tuple[int, list]:
+        """Frame k, larger than READ_PIECE: its CRC checked a piece at a time and its
+        messages located in the mapping, so it is never copied whole."""
+        f = self._f
+        f.seek(start)
+        head = f.read(FRAME.size + BATCH.size)
+        length, crc, count = self._check_head(k, head, 0, start, stop)
+        crc_now = google_crc32c.value(head[FRAME.size:])
+        left = length - BATCH.size
+        while left > 0:
+            piece = f.read(min(left, self.READ_PIECE))
+            if not piece:
+                break
+            crc_now = google_crc32c.extend(crc_now, piece)
+            left -= len(piece)
+        if left or crc_now != crc:
+            raise errors.ChecksumError(f"{self.path}: WAL frame at byte {start} is damaged")
+        at = start + FRAME.size
+        if length - BATCH.size >= count * self.MAP_BYTES:
+            spans = message_spans(self._view, at + BATCH.size, at + length)
+            if spans is not None and len(spans) == count:
+                self._mapped += length
+                return self.frames.pubs[k], [self._view[o:o + m] for o, m in spans]
+        f.seek(at)
+        return self._decode(k, f.read(length), start)
+
+    def _decode(self, k: int, body: bytes, start: int) -> tuple[int, list]:
+        try:
+            _first, publish_ms, raws = parse_body(body)
+        except Exception as exc:  # noqa: BLE001
+            raise errors.ChecksumError(f"{self.path}: WAL frame at byte {start}: "
+                                       f"{exc}") from None
+        return publish_ms, raws
+
+    def drop_pages(self) -> None:
+        """Unmap the pages read so far from this process (they stay in the page cache)."""
+        self._mapped = 0
+        if self._map is not None and hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED)
+
+    def close(self) -> None:
+        """Unmap the file (at once, or once the last view of it is gone) and close it."""
+        if self._map is None:
+            return
+        self._view.release()
+        try:
+            self._map.close()
+        except BufferError:  # a view is still referenced: the mapping goes with it
+            pass
+        self._map = None
+        self._f.close()
 
 
 def fsync_dir(path: str) -> None:
