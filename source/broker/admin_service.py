@@ -1,17 +1,18 @@
 """Admin service of the source broker: topics, policies, stats, lookup, ledgers.
 
-Durable subscriptions are administered in subscription_admin.py. Shadow topics, compaction
-and permissions are part of the contract (proto/source/pb/v1/admin.proto) and answer
-UNIMPLEMENTED until their issues land.
+Durable subscriptions are administered in subscription_admin.py, shadow topics in
+shadow_admin.py. Compaction and permissions are part of the contract
+(proto/source/pb/v1/admin.proto) and answer UNIMPLEMENTED until their issues land.
 """
 from __future__ import annotations
 
 from source.broker import stats
 from source.broker.ownership import BrokerSession
 from source.broker.rpc import abort_stream, unary
+from source.broker.shadow_admin import ShadowAdmin
 from source.broker.subscription_admin import SubscriptionAdmin
 from source.broker.topic import Topic
-from source.broker.topics import TopicManager
+from source.broker.topics import SHADOW, TopicManager, read_only
 from source.core import errors
 from source.core.names import TopicName, check_subscription, parse_namespace
 from source.core.policies import Policies
@@ -54,6 +55,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self.session = session
         self.owners = stats.OwnerChannels()
         self.subscriptions = SubscriptionAdmin(topics, self._owner_answer)
+        self.shadows = ShadowAdmin(topics)
 
     # ---- topics ----------------------------------------------------------------------------
 
@@ -120,12 +122,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         return await stats.stored(self.topics.store, self.topics.storage, self.topics.executor,
                                   topic)
 
-    async def _partition_stats(self, part: TopicName, context) -> apb.TopicStats:
+    async def _partition_stats(self, part: TopicName, context,
+                               shadow: bool) -> apb.TopicStats:
         t, remote = await self._owner_answer(part, context, "GetTopicStats",
                                              apb.TopicRequest(topic=str(part)))
         if remote is not None:
             return remote
-        if t is None and await self.topics.has_subscriptions(part):
+        # a shadow loads only on a broker that serves shadows (asking never loads it here)
+        if t is None and not shadow and await self.topics.has_subscriptions(part):
             t = await self.topics.topic(part)  # durable cursors live with an owner: load it
         ledgers = await self._ledgers(part, t)
         out = apb.TopicStats(storage_size=ledgers.size, topic_epoch=ledgers.epoch)
@@ -152,7 +156,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         info = await self.topics.info(topic)
         out = apb.TopicStats(topic=str(topic), kind=info.kind, source=info.source)
         for part in await self._partitions(topic):
-            stats.add_up(out, await self._partition_stats(part, context))
+            stats.add_up(out, await self._partition_stats(part, context,
+                                                          info.kind == SHADOW))
         if out.msg_in_counter:
             out.average_msg_size = out.bytes_in_counter / out.msg_in_counter
         return out
@@ -198,15 +203,19 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     @unary
     async def RollLedger(self, request, context):
-        t = await self.topics.topic(TopicName.parse(request.topic))
+        t = await self.topics.writable(TopicName.parse(request.topic))
         info = await t.ledger.roll()
         return stats.ledger_stats(info) if info is not None else apb.LedgerStats()
 
     @unary
     async def Truncate(self, request, context):
+        topic = TopicName.parse(request.topic)
+        info = await self.topics.info(topic)
+        if info.kind == SHADOW:  # named as asked (a partitioned shadow's partitions are too)
+            raise read_only(topic, info.source)
         resp = apb.TruncateResponse()
-        for part in await self._partitions(TopicName.parse(request.topic)):
-            t = await self.topics.topic(part)
+        for part in [topic.partition(i) for i in range(info.partitions)] or [topic]:
+            t = await self.topics.writable(part)
             n, entries = await t.ledger.truncate()
             resp.ledgers_deleted += n
             resp.entries_deleted += entries
@@ -261,12 +270,32 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def PeekMessages(self, request, context):
         return await self.subscriptions.peek(request, context)
 
+    # ---- shadow topics (shadow_admin.py) -----------------------------------------------------
+
+    @unary
+    async def CreateShadowTopic(self, request, context):
+        info = await self.shadows.create(TopicName.parse(request.shadow),
+                                         TopicName.parse(request.source),
+                                         dict(request.properties))
+        return topic_metadata(info)
+
+    @unary
+    async def DeleteShadowTopic(self, request, context):
+        await self.shadows.delete(TopicName.parse(request.topic))
+        return apb.Empty()
+
+    @unary
+    async def GetShadowTopics(self, request, context):
+        return apb.ShadowTopicsResponse(
+            shadows=await self.shadows.shadows(TopicName.parse(request.topic)))
+
+    @unary
+    async def GetShadowSource(self, request, context):
+        return apb.ShadowSourceResponse(
+            source=await self.shadows.source_of(TopicName.parse(request.topic)))
+
     # ---- later issues ----------------------------------------------------------------------
 
-    CreateShadowTopic = _not_yet("CreateShadowTopic")
-    DeleteShadowTopic = _not_yet("DeleteShadowTopic")
-    GetShadowTopics = _not_yet("GetShadowTopics")
-    GetShadowSource = _not_yet("GetShadowSource")
     Compact = _not_yet("Compact")
     GetCompactionStatus = _not_yet("GetCompactionStatus")
     GrantPermission = _not_yet("GrantPermission")

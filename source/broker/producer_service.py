@@ -6,8 +6,9 @@ entries' `raw` and the request goes to the WAL as it came, so the broker never d
 re-encodes a message on the produce path. Requests are read ahead while earlier batches wait
 for their fsync, so one stream keeps several batches in the group commit; receipts still
 leave in request order. A rejected batch
-(bad topic, message too big, storage full, ...) gets a receipt with `error` and nothing of
-it is stored; the stream goes on. A request carries at most MAX_BATCH_MESSAGES messages: 64 MiB
+(bad topic, message too big, storage full, a read-only shadow topic, ...) gets a receipt
+with `error` and nothing of it is stored; the stream goes on. A shadow topic is refused
+(`NotAllowed`, "topic <shadow> is a read-only shadow of <source>") before any of it loads. A request carries at most MAX_BATCH_MESSAGES messages: 64 MiB
 of empty ones (30 million) held the event loop for 7 s, and the topic fenced itself.
 """
 from __future__ import annotations
@@ -67,9 +68,7 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
             raise errors.InvalidArgument(f"a produce request carries at most "
                                          f"{MAX_BATCH_MESSAGES} messages, got {len(req.messages)}")
         name = self._name(req.topic)
-        topic = self.topics.loaded(name)
-        if topic is None:
-            topic = await self.topics.topic(name)
+        topic = await self.topics.writable(name)  # loaded: two dict lookups
         pub = attached.get(topic)
         if pub is None:
             pub = Publisher(req.producer_name, peer)
@@ -106,7 +105,7 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
                         try:
                             topic = self._name(req.topic)
                             if self.topics.loaded(topic) is None:
-                                await self.topics.topic(topic)
+                                await self.topics.writable(topic)
                         except Exception:  # noqa: BLE001 - _append reports it in the receipt
                             pass
                     task = asyncio.ensure_future(self._append(req, data, attached, peer))

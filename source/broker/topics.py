@@ -5,6 +5,13 @@ parent info (partitions = N) and N partition topics `<t>-partition-<i>`, each a 
 own; the parent holds the policies every partition follows. Topics load lazily: the first
 produce or read of a topic takes its ownership and opens (recovering) its managed ledger into
 a `Topic` (source/broker/topic.py). Asking about a topic (stats, last id) never loads it.
+
+Shadow topics (kind SHADOW; created and deleted in source/broker/shadow_admin.py) never get
+a ManagedLedger here: that would write a ledger list, and a shadow's ledgers are its
+source's. A broker that serves shadows passes a `shadow_loader`, which turns a shadow into a
+`Topic` over a view of its source's ledgers; without one (a source broker) loading a shadow
+is refused. Writes (`writable`: produce, roll, truncate) are refused for shadows either way,
+before anything loads.
 """
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Awaitable, Callable
 
 from source.core import errors
 from source.core.names import TopicName
@@ -22,7 +30,8 @@ from source.ledger.entry_cache import DEFAULT_BYTES, EntryCache
 from source.ledger.managed import ManagedLedger
 from source.ledger.storage import Storage
 from source.metadata import keys
-from source.metadata.base import Compare, MetadataStore, MetadataUnavailable, Put
+from source.metadata.base import (Compare, Delete, KeyValue, MetadataStore,
+                                  MetadataUnavailable, Put)
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.broker.ownership import BrokerSession
 from source.broker.rates import TopicCounters
@@ -32,8 +41,13 @@ from source.subscriptions import TopicSubscriptions
 log = logging.getLogger(__name__)
 SOURCE, SHADOW = mpb.TopicKind.SOURCE, mpb.TopicKind.SHADOW
 
+#: (shadow topic, its TopicInfo) -> the owned `Topic` serving it. The Topic behaves as one
+#: `_load` makes: its ledger is a LedgerView with `close()`, `fence(exc)`, `ownership` (the
+#: ownership key and value to release) and `config`; the loader takes ownership itself.
+ShadowLoader = Callable[[TopicName, mpb.TopicInfo], Awaitable[Topic]]
 
-def _meta(call):
+
+def metadata_errors(call):
     """Turn metadata-store outages into the broker's typed error."""
     async def wrapper(*args, **kwargs):
         try:
@@ -45,10 +59,30 @@ def _meta(call):
     return wrapper
 
 
+def read_only(topic: TopicName | str, source: str) -> errors.NotAllowed:
+    """What a write to a shadow (produce, roll, truncate) gets."""
+    return errors.NotAllowed(f"topic {topic} is a read-only shadow of {source}")
+
+
+def decode_info(data: bytes) -> mpb.TopicInfo:
+    info = mpb.TopicInfo.FromString(data)
+    if info.kind == mpb.TopicKind.TOPIC_KIND_UNSPECIFIED:
+        info.kind = SOURCE  # written before TopicKind had a zero value of its own
+    return info
+
+
+def _refuse_shadows(topic: TopicName, kv: KeyValue | None) -> None:
+    shadows = list(mpb.ShadowList.FromString(kv.value).shadows) if kv is not None else []
+    if shadows:
+        raise errors.HasShadowTopics(
+            f"{topic} has shadow topics: {', '.join(shadows)}; delete them first")
+
+
 class TopicManager:
     def __init__(self, store: MetadataStore, storage: Storage, session: BrokerSession,
                  retention_interval: float = 60.0, cursor_flush_interval: float = 1.0,
-                 entry_cache_bytes: int = DEFAULT_BYTES):
+                 entry_cache_bytes: int = DEFAULT_BYTES,
+                 shadow_loader: ShadowLoader | None = None):
         self.store = store
         self.storage = storage
         self.session = session
@@ -58,6 +92,8 @@ class TopicManager:
         # one memory budget for the entries of every topic (source/ledger/entry_cache.py)
         self.entry_cache = EntryCache(entry_cache_bytes)
         self._loaded: dict[TopicName, Topic] = {}
+        self.shadow_loader = shadow_loader
+        self._shadow_sources: dict[TopicName, str] = {}  # loaded shadows -> their sources
         self._loading: dict[TopicName, asyncio.Future] = {}
         self._closing: dict[TopicName, asyncio.Task] = {}
         self._retention_interval = retention_interval
@@ -68,22 +104,19 @@ class TopicManager:
 
     # ---- metadata --------------------------------------------------------------------------
 
-    @_meta
+    @metadata_errors
     async def info(self, topic: TopicName) -> mpb.TopicInfo:
         kv = await self.store.get(keys.topic_info(topic))
         if kv is None:
             raise errors.TopicNotFound(f"topic {topic} does not exist")
-        info = mpb.TopicInfo.FromString(kv.value)
-        if info.kind == mpb.TopicKind.TOPIC_KIND_UNSPECIFIED:
-            info.kind = SOURCE  # written before TopicKind had a zero value of its own
-        return info
+        return decode_info(kv.value)
 
-    @_meta
+    @metadata_errors
     async def has_subscriptions(self, topic: TopicName) -> bool:
         snap = await self.store.get_prefix(keys.subscriptions_prefix(topic))
         return bool(snap.items)
 
-    @_meta
+    @metadata_errors
     async def owner(self, topic: TopicName) -> mpb.Ownership | None:
         """Who owns `topic` now (from etcd), or None."""
         return await self.session.owner_of(topic)
@@ -95,7 +128,7 @@ class TopicManager:
             info = await self.info(TopicName.parse(info.partition_of))
         return Policies.from_pb(info.policies).effective()
 
-    @_meta
+    @metadata_errors
     async def create(self, topic: TopicName, partitions: int, policies: Policies,
                      properties: dict[str, str]) -> mpb.TopicInfo:
         topic.check_creatable()
@@ -122,18 +155,19 @@ class TopicManager:
             raise errors.TopicAlreadyExists(f"topic {topic} already exists")
         return info
 
-    @_meta
+    @metadata_errors
     async def delete(self, topic: TopicName, force: bool = False) -> None:
+        """Delete a topic (every partition of a partitioned one). A shadow is deleted as
+        `ShadowAdmin.delete` does it; a source with shadows is refused (`HasShadowTopics`)."""
         info = await self.info(topic)
         if info.partition_of:
             raise errors.NotAllowed(f"{topic} is a partition of {info.partition_of}; "
                                     "delete the partitioned topic")
-        kv = await self.store.get(keys.shadows(topic))
-        if kv is not None:
-            shadows = list(mpb.ShadowList.FromString(kv.value).shadows)
-            if shadows:
-                raise errors.HasShadowTopics(
-                    f"{topic} has shadow topics: {', '.join(shadows)}; delete them first")
+        if info.kind == SHADOW:
+            from source.broker.shadow_admin import ShadowAdmin  # it imports this module
+            return await ShadowAdmin(self).delete(topic, force)
+        shadows_kv = await self.store.get(keys.shadows(topic))
+        _refuse_shadows(topic, shadows_kv)
         names = [topic] + [topic.partition(i) for i in range(info.partitions)]
         connected = sum(t.subscriptions.connected() for t in map(self._loaded.get, names)
                         if t is not None and t.subscriptions is not None)
@@ -147,8 +181,18 @@ class TopicManager:
                 await t.subscriptions.close(gone, flush=False)
         # metadata first: a loaded ledger's next list write then fails and fences it, and
         # nothing can load the topic again; then close, then files (a crash in between
-        # leaves orphan files, never metadata pointing at missing files)
-        for t in names:
+        # leaves orphan files, never metadata pointing at missing files). The first delete
+        # holds only while the shadow list is as read: a shadow created meanwhile stops it.
+        res = await self.store.txn(
+            [Compare(keys.shadows(topic), "mod_revision", "==",
+                     shadows_kv.mod_revision if shadows_kv is not None else 0)],
+            [Delete(keys.topic_prefix(topic), prefix=True)])
+        if not res.succeeded:
+            for t in names:  # their consumers were closed above: load afresh when asked
+                await self.unload(t)
+            _refuse_shadows(topic, await self.store.get(keys.shadows(topic)))
+            raise errors.ServiceUnavailable(f"{topic} changed while it was deleted; try again")
+        for t in names[1:]:
             await self.store.delete(keys.topic_prefix(t), prefix=True)
         for t in names:
             await self.unload(t, gone)
@@ -160,7 +204,7 @@ class TopicManager:
                 if led.wal_path:
                     self.storage.delete_wal(led.wal_path)
 
-    @_meta
+    @metadata_errors
     async def list(self, namespace: str | None) -> list[mpb.TopicInfo]:
         snap = await self.store.get_prefix(keys.topics_prefix(namespace))
         out = []
@@ -172,7 +216,7 @@ class TopicManager:
                 out.append(info)
         return sorted(out, key=lambda i: i.name)
 
-    @_meta
+    @metadata_errors
     async def set_policies(self, topic: TopicName, update: Policies) -> Policies:
         update.validate()
         while True:
@@ -215,10 +259,30 @@ class TopicManager:
             task.add_done_callback(lambda done, name=topic: self._load_done(name, done))
         return await asyncio.shield(task)
 
-    async def _load_and_keep(self, topic: TopicName) -> Topic:
-        t = await self._load(topic)
-        self._loaded[topic] = t
+    async def writable(self, topic: TopicName) -> Topic:
+        """The owned topic for a write (produce, roll, truncate): a shadow is refused
+        (`NotAllowed`, read-only) before anything of it loads."""
+        t = self._loaded.get(topic)
+        if t is None:
+            info = await self.info(topic)
+            if info.kind == SHADOW:
+                raise read_only(topic, info.source)
+            t = await self.topic(topic)
+        source = self._shadow_sources.get(topic)
+        if source is not None:
+            raise read_only(topic, source)
         return t
+
+    async def _load_and_keep(self, topic: TopicName) -> Topic:
+        t, source = await self._load(topic)
+        self._loaded[topic] = t
+        if source is not None:
+            self._shadow_sources[topic] = source
+        return t
+
+    def _forget(self, topic: TopicName) -> Topic | None:
+        self._shadow_sources.pop(topic, None)
+        return self._loaded.pop(topic, None)
 
     def _load_done(self, topic: TopicName, task: asyncio.Task) -> None:
         self._loading.pop(topic, None)
@@ -229,15 +293,20 @@ class TopicManager:
         """The topic's `LedgerView` (what the read engine resolves a topic to)."""
         return (await self.topic(topic)).ledger
 
-    @_meta
-    async def _load(self, topic: TopicName) -> Topic:
+    @metadata_errors
+    async def _load(self, topic: TopicName) -> tuple[Topic, str | None]:
+        """(the Topic, its source when it is a shadow)."""
         info = await self.info(topic)
         if info.partitions:
             raise errors.InvalidArgument(
                 f"{topic} is partitioned ({info.partitions} partitions): use "
                 f"{topic}-partition-<i>")
         if info.kind == SHADOW:
-            raise errors.NotAllowed(f"topic is a read-only shadow of {info.source}")
+            if self.shadow_loader is None:
+                raise errors.NotAllowed(
+                    f"topic {topic} is a shadow of {info.source}: shadow topics are served "
+                    "by a shadow broker, not by this source broker")
+            return await self.shadow_loader(topic, info), info.source
         policies = await self.policies(topic)
         key, value, epoch = await self.session.acquire(topic)
         try:
@@ -260,7 +329,7 @@ class TopicManager:
         ml.on_sealed = lambda _info, name=topic: self._schedule_retention(name)
         ml.on_fenced = lambda _ml, owned=t: self._on_fenced(owned)
         log.info("loaded %s (epoch %d, %d ledgers)", topic, epoch, len(ml.ledgers()))
-        return t
+        return t, None
 
     def loaded(self, topic: TopicName) -> Topic | None:
         return self._loaded.get(topic)
@@ -274,7 +343,7 @@ class TopicManager:
                      ) -> None:
         """Close this broker's ledger of `topic` and give up ownership (its consumers hear
         `reason`). A load of the same topic meanwhile waits for the close to finish."""
-        t = self._loaded.pop(topic, None)
+        t = self._forget(topic)
         if t is not None:
             self._start_close(t, reason)
         task = self._closing.get(topic)
@@ -296,7 +365,7 @@ class TopicManager:
         """A fenced topic (lease lost, ownership taken) is dropped; the next request for it
         loads it afresh (taking ownership again if it can)."""
         if self._loaded.get(t.name) is t:
-            del self._loaded[t.name]
+            self._forget(t.name)
             self._start_close(t)
 
     def fence_all(self) -> None:
@@ -314,7 +383,7 @@ class TopicManager:
 
     # ---- retention -------------------------------------------------------------------------
 
-    def _schedule_retention(self, topic: TopicName) -> None:
+    def _schedule_retention(self, topic: TopicName) -> None:  # source topics only
         asyncio.get_running_loop().create_task(self._retain(topic))
 
     async def _retain(self, topic: TopicName) -> None:
@@ -337,9 +406,10 @@ class TopicManager:
         while True:
             await asyncio.sleep(self._retention_interval)
             for topic, t in list(self._loaded.items()):
+                if topic in self._shadow_sources:
+                    continue  # a shadow's ledgers are its source's
                 try:
                     await t.ledger.roll_if_aged()
                     await self._retain(topic)
                 except Exception as exc:  # noqa: BLE001 - one topic never stops the loop
                     log.warning("%s: maintenance failed: %s", topic, exc)
-

@@ -7,6 +7,7 @@ import sys
 from source.cli.output import emit, fail, message_line
 from source.client import Client, Policies
 from source.core import errors
+from source.core.names import canonical
 
 _POLICY_FLAGS = {
     "retention_time": "retention_time_seconds", "retention_size": "retention_size_bytes",
@@ -55,6 +56,40 @@ def topics_delete(args) -> int:
     with _client(args) as c:
         c.admin.delete_topic(args.topic, args.force)
     print(f"deleted {args.topic}")
+    return 0
+
+
+def topics_create_shadow_topic(args) -> int:
+    with _client(args) as c:
+        meta = c.admin.create_shadow_topic(args.topic, args.source, dict(args.property))
+    emit(meta.to_dict(), args.output)
+    return 0
+
+
+def topics_get_shadow_topics(args) -> int:
+    with _client(args) as c:
+        shadows = c.admin.get_shadow_topics(args.topic)
+    if args.output == "json":
+        emit(shadows, "json")
+    else:
+        emit([{"shadow": s} for s in shadows], "table", ["shadow"])
+    return 0
+
+
+def topics_get_shadow_source(args) -> int:
+    with _client(args) as c:
+        source = c.admin.get_shadow_source(args.topic)
+    if args.output == "json":
+        emit({"topic": canonical(args.topic), "source": source}, "json")
+    else:
+        print(source)
+    return 0
+
+
+def topics_delete_shadow_topic(args) -> int:
+    with _client(args) as c:
+        c.admin.delete_shadow_topic(args.topic)
+    print(f"deleted shadow topic {args.topic}")
     return 0
 
 

@@ -3,6 +3,9 @@
     shadowtopic standalone [--data-dir ./data] [--wipe-data]
     shadowtopic topics create|delete|list|stats|stats-internal|truncate|get-policies|
                        set-policies|lookup|last-message-id|roll-ledger ...
+    shadowtopic topics create-shadow-topic <shadow> --source SRC [-p k=v ...]
+    shadowtopic topics get-shadow-topics <source> | get-shadow-source <shadow> |
+                       delete-shadow-topic <shadow>
     shadowtopic topics subscriptions|create-subscription|unsubscribe|reset-cursor|skip|
                        clear-backlog|peek-messages <topic> -s SUB ...
     shadowtopic produce <topic> -m MSG [-k KEY] [-n N] [-p k=v ...]
@@ -119,6 +122,31 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("topic")
         _common(p)
         p.set_defaults(func=func)
+
+    p = topics.add_parser("create-shadow-topic",
+                          help="create a read-only shadow of a source topic (no data copied)")
+    p.add_argument("topic", metavar="shadow")
+    p.add_argument("-s", "--source", required=True, help="the source topic")
+    p.add_argument("-p", "--property", "--properties", dest="property", type=key_value,
+                   action="append", default=[], help="k=v (repeat for more)")
+    _common(p)
+    p.set_defaults(func=commands.topics_create_shadow_topic)
+
+    p = topics.add_parser("get-shadow-topics", help="list the shadow topics of a source topic")
+    p.add_argument("topic", metavar="source")
+    _common(p)
+    p.set_defaults(func=commands.topics_get_shadow_topics)
+
+    p = topics.add_parser("get-shadow-source", help="the source topic of a shadow topic")
+    p.add_argument("topic", metavar="shadow")
+    _common(p)
+    p.set_defaults(func=commands.topics_get_shadow_source)
+
+    p = topics.add_parser("delete-shadow-topic", help="delete a shadow topic, its "
+                          "subscriptions and cursors (never its source's data)")
+    p.add_argument("topic", metavar="shadow")
+    _common(p, output=False)
+    p.set_defaults(func=commands.topics_delete_shadow_topic)
 
     p = topics.add_parser("set-policies", help="change some policies of a topic")
     p.add_argument("topic")

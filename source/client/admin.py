@@ -1,5 +1,6 @@
-"""Admin client: topics, policies, stats, ledgers, subscriptions. Returns domain types and
-plain dicts (stats print with Pulsar's camelCase names, through protobuf's JSON mapping).
+"""Admin client: topics, shadow topics, policies, stats, ledgers, subscriptions. Returns
+domain types and plain dicts (stats print with Pulsar's camelCase names, through protobuf's
+JSON mapping).
 
 `position_pb` is the one parser of user positions ("earliest", "latest", a MessageId, its
 "L:E" text, or publish time in ms since the epoch) for subscriptions, seeks and cursor resets."""
@@ -176,6 +177,35 @@ class Admin:
         pb = self._c.call(self._stub.GetLastMessageId,
                           apb.GetLastMessageIdRequest(topic=canonical(topic)))
         return MessageId.from_pb(pb) if pb.ledger_id else None
+
+    # ---- shadow topics (PIP-180) ------------------------------------------------------------
+
+    def create_shadow_topic(self, shadow: str, source: str,
+                            properties: dict[str, str] | None = None) -> TopicMetadata:
+        """Create `shadow`, a read-only shadow of the existing source topic `source`: it
+        shares the source's ledgers (nothing is copied) and has subscriptions of its own; a
+        shadow of a partitioned source gets the same partitions. The link cannot change.
+        `TopicNotFound` (no source), `TopicAlreadyExists`, `InvalidArgument` (a partition
+        name, itself), `NotAllowed` (the source is a shadow)."""
+        req = apb.CreateShadowTopicRequest(shadow=canonical(shadow), source=canonical(source),
+                                           properties=validate_properties(properties or {}))
+        return TopicMetadata.from_pb(self._c.call(self._stub.CreateShadowTopic, req))
+
+    def get_shadow_topics(self, source: str) -> list[str]:
+        """The shadows of `source` (canonical names; empty when it has none)."""
+        resp = self._c.call(self._stub.GetShadowTopics,
+                            apb.TopicRequest(topic=canonical(source)))
+        return list(resp.shadows)
+
+    def get_shadow_source(self, shadow: str) -> str:
+        """The source topic of `shadow` (`NotAllowed` when it is not a shadow)."""
+        return self._c.call(self._stub.GetShadowSource,
+                            apb.TopicRequest(topic=canonical(shadow))).source
+
+    def delete_shadow_topic(self, shadow: str) -> None:
+        """Delete a shadow, its subscriptions and their cursors; never any of its source's
+        data (`NotAllowed` when `shadow` is not a shadow)."""
+        self._c.call(self._stub.DeleteShadowTopic, apb.TopicRequest(topic=canonical(shadow)))
 
     # ---- subscriptions ------------------------------------------------------------------
 

@@ -105,6 +105,7 @@ class ManagedLedger:
                                        self._mem.get, cache=self.entry_cache)
         self._listeners: list[ViewListener] = []
         self._current: _OpenLedger | None = None
+        self._draining: list[_OpenLedger] = []  # rolled ledgers whose writer has not ended
         self._roll_task: asyncio.Task | None = None
         self._blocked: deque[tuple] = deque()  # appends waiting for a ledger switch, in order
         self._seal_tasks: set[asyncio.Task] = set()
@@ -232,7 +233,10 @@ class ManagedLedger:
         return self.reader.last_confirmed()
 
     def next_position(self) -> MessageId:
-        cur = self._current
+        # A rolled ledger whose writer is still draining confirms more entries after the
+        # switch: until it is done, the next entry is its next one, never the new ledger's
+        # first (a reader at its end would be moved past entries still to come).
+        cur = self._draining[0] if self._draining else self._current
         return MessageId(cur.ledger_id, len(cur.entries))
 
     def valid_position(self, position: MessageId) -> MessageId:
@@ -461,6 +465,7 @@ class ManagedLedger:
             raise
         old, self._current = self._current, new
         new.after = old.writer
+        self._draining.append(old)
         seal = asyncio.create_task(self._drain_and_seal(old), name=f"seal-{old.ledger_id}")
         self._seal_tasks.add(seal)
         seal.add_done_callback(self._seal_done)
@@ -471,7 +476,11 @@ class ManagedLedger:
     async def _drain_and_seal(self, old: _OpenLedger) -> mpb.LedgerInfo | None:
         old.closing = True
         old.wake.set()
-        await asyncio.gather(old.writer, return_exceptions=True)
+        try:
+            await asyncio.gather(old.writer, return_exceptions=True)
+        finally:
+            if old in self._draining:
+                self._draining.remove(old)
         old.wal.close()
         return await self._seal(old.ledger_id, old.wal_rel, old.entries.frames, len(old.entries))
 

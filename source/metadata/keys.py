@@ -6,7 +6,9 @@ messages (see proto/source/pb/storage/v1/metadata.proto) unless noted.
     /shadowtopic/topics/<topic-path>/info             TopicInfo
     /shadowtopic/topics/<topic-path>/ledgers          LedgerList
     /shadowtopic/topics/<topic-path>/epoch            counter (ascii int): ownership epochs
-    /shadowtopic/topics/<topic-path>/shadows          ShadowList
+    /shadowtopic/topics/<topic-path>/shadows          ShadowList (on a partitioned source: the parent's)
+    /shadowtopic/topics/<topic-path>/replicators/<shadow-topic-path>
+                                                      ascii "L:E": the replicator's durable position
     /shadowtopic/topics/<topic-path>/compaction       CompactionPointer
     /shadowtopic/topics/<topic-path>/compaction/jobs/<id>
     /shadowtopic/topics/<topic-path>/subscriptions/<sub>
@@ -50,6 +52,12 @@ def epoch_counter(topic: TopicName) -> str:
 
 def shadows(topic: TopicName) -> str:
     return _t(topic) + "/shadows"
+
+
+def replicator(source: TopicName, shadow: TopicName) -> str:
+    """The durable position of the replicator from `source` to `shadow` (under the source's
+    prefix: deleting the source deletes it; deleting the shadow deletes it too)."""
+    return _t(source) + f"/replicators/{shadow.path}"
 
 
 def compaction(topic: TopicName) -> str:

@@ -27,7 +27,20 @@ def test_client_methods_are_pinned():
                         "redeliver_unacknowledged_messages", "seek", "unsubscribe"}
     admin = {n for n, _ in inspect.getmembers(client.Admin) if not n.startswith("_")}
     assert {"create_subscription", "delete_subscription", "list_subscriptions", "reset_cursor",
-            "skip", "clear_backlog", "peek_messages", "last_message_id"} <= admin
+            "skip", "clear_backlog", "peek_messages", "last_message_id", "create_shadow_topic",
+            "get_shadow_topics", "get_shadow_source", "delete_shadow_topic"} <= admin
+
+
+def test_shadow_admin_signatures_are_pinned():
+    params = {name: list(inspect.signature(getattr(client.Admin, name)).parameters)
+              for name in ("create_shadow_topic", "get_shadow_topics", "get_shadow_source",
+                           "delete_shadow_topic")}
+    assert params == {"create_shadow_topic": ["self", "shadow", "source", "properties"],
+                      "get_shadow_topics": ["self", "source"],
+                      "get_shadow_source": ["self", "shadow"],
+                      "delete_shadow_topic": ["self", "shadow"]}
+    create = inspect.signature(client.Admin.create_shadow_topic)
+    assert create.parameters["properties"].default is None
 
 
 def test_client_signatures_are_pinned():

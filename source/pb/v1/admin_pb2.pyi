@@ -176,16 +176,24 @@ class SubscriptionStats(_message.Message):
     def __init__(self, type: _Optional[str] = ..., msg_backlog: _Optional[int] = ..., backlog_size: _Optional[int] = ..., msg_rate_out: _Optional[float] = ..., msg_throughput_out: _Optional[float] = ..., msg_rate_redeliver: _Optional[float] = ..., unacked_messages: _Optional[int] = ..., durable: _Optional[bool] = ..., consumers: _Optional[_Iterable[_Union[ConsumerStats, _Mapping]]] = ..., skipped_entries: _Optional[int] = ..., mark_delete_position: _Optional[str] = ..., read_position: _Optional[str] = ..., individually_acked_ranges: _Optional[int] = ..., msg_out_counter: _Optional[int] = ..., msg_redeliver_counter: _Optional[int] = ..., active_consumer: _Optional[str] = ...) -> None: ...
 
 class ReplicatorStats(_message.Message):
-    __slots__ = ("msg_rate_out", "replication_backlog", "replication_delay_in_seconds", "connected")
+    __slots__ = ("msg_rate_out", "replication_backlog", "replication_delay_in_seconds", "connected", "last_error", "replicated_position", "msg_out_counter", "auto_resets")
     MSG_RATE_OUT_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_BACKLOG_FIELD_NUMBER: _ClassVar[int]
     REPLICATION_DELAY_IN_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    REPLICATED_POSITION_FIELD_NUMBER: _ClassVar[int]
+    MSG_OUT_COUNTER_FIELD_NUMBER: _ClassVar[int]
+    AUTO_RESETS_FIELD_NUMBER: _ClassVar[int]
     msg_rate_out: float
     replication_backlog: int
     replication_delay_in_seconds: float
     connected: bool
-    def __init__(self, msg_rate_out: _Optional[float] = ..., replication_backlog: _Optional[int] = ..., replication_delay_in_seconds: _Optional[float] = ..., connected: _Optional[bool] = ...) -> None: ...
+    last_error: _common_pb2.ErrorStatus
+    replicated_position: str
+    msg_out_counter: int
+    auto_resets: int
+    def __init__(self, msg_rate_out: _Optional[float] = ..., replication_backlog: _Optional[int] = ..., replication_delay_in_seconds: _Optional[float] = ..., connected: _Optional[bool] = ..., last_error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., replicated_position: _Optional[str] = ..., msg_out_counter: _Optional[int] = ..., auto_resets: _Optional[int] = ...) -> None: ...
 
 class TopicStats(_message.Message):
     __slots__ = ("topic", "msg_rate_in", "msg_throughput_in", "msg_rate_out", "msg_throughput_out", "average_msg_size", "storage_size", "backlog_size", "msg_in_counter", "bytes_in_counter", "msg_out_counter", "bytes_out_counter", "owner_broker", "topic_epoch", "publishers", "subscriptions", "shadow_replication", "kind", "source")
