@@ -106,6 +106,11 @@ class ShadowLedger:
         self._closed: errors.ShadowTopicError | None = None
         self._follower = KeyFollower(store, keys.ledgers(source), self._on_list, retry_delay)
         self._scan_task: asyncio.Task | None = None
+        # what the broker's TopicManager holds a loaded topic's view to (the shadow broker
+        # sets `ownership`): released when the topic unloads; no ledger config to apply
+        self.ownership: tuple[str, bytes] = ("", b"")
+        self.epoch = 0  # the shadow's ownership epoch on this broker (stats)
+        self.config = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -140,6 +145,11 @@ class ShadowLedger:
         self.reader.forget_wals()
         for listener in list(self._listeners):
             listener.on_closed(self._closed)
+
+    def fence(self, reason: errors.ShadowTopicError) -> None:
+        """This broker lost the topic (its lease): stop serving it."""
+        if self._closed is None:
+            asyncio.get_running_loop().create_task(self.close(reason))
 
     # ---- what the replicator tells ---------------------------------------------------------
 

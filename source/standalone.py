@@ -69,7 +69,10 @@ class BrokerProcess:
     role = "broker"
 
     def __init__(self, etcd: str, data_dir: str, port: int, host: str = "127.0.0.1",
-                 log_path: str | None = None, extra_args: list[str] | None = None):
+                 log_path: str | None = None, extra_args: list[str] | None = None,
+                 module: str = "source.broker.server"):
+        self.module = module    # the shadow broker is "shadow.broker"
+        self.role = "shadow broker" if module == "shadow.broker" else "broker"
         self.etcd = etcd
         self.data_dir = data_dir
         self.host = host
@@ -83,7 +86,7 @@ class BrokerProcess:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 60.0, wait: bool = True) -> "BrokerProcess":
-        self.proc = spawn([sys.executable, "-m", "source.broker.server", "--etcd", self.etcd,
+        self.proc = spawn([sys.executable, "-m", self.module, "--etcd", self.etcd,
                            "--data-dir", self.data_dir, "--host", self.host,
                            "--port", str(self.port), *self.extra_args], self.log_path)
         if wait:
@@ -129,9 +132,11 @@ class BrokerProcess:
 
 def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
         etcd_port: int = 2379, host: str = LOOPBACK, etcd_peer_port: int | None = None,
-        broker_args: list[str] | None = None) -> int:
+        broker_args: list[str] | None = None, shadow_port: int | None = None) -> int:
     peer_port = etcd_peer_port or etcd_port + 1
-    for p, h in ((port, host), (etcd_port, LOOPBACK), (peer_port, LOOPBACK)):
+    shadow_port = shadow_port or port + 1
+    for p, h in ((port, host), (shadow_port, host), (etcd_port, LOOPBACK),
+                 (peer_port, LOOPBACK)):
         try:
             busy = port_in_use(p, h)
         except OSError as exc:
@@ -150,7 +155,14 @@ def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
                       peer_port=peer_port, log_path=os.path.join(logs, "etcd.log"))
     broker = BrokerProcess(etcd.endpoint, data_dir, port, host=host,
                            log_path=os.path.join(logs, "broker.log"), extra_args=broker_args)
-    roles = [Supervisor(broker)]
+    # the shadow broker: a data dir of its own, the source broker's storage root (it reads
+    # the source's ledgers there and writes none)
+    shadow = BrokerProcess(etcd.endpoint, os.path.join(data_dir, "shadow-broker"), shadow_port,
+                           host=host, log_path=os.path.join(logs, "shadow-broker.log"),
+                           extra_args=[*(broker_args or []), "--storage-root",
+                                       os.path.join(data_dir, "storage")],
+                           module="shadow.broker")
+    roles = [Supervisor(broker), Supervisor(shadow)]
     stopping = False
 
     def on_signal(signum, frame):
@@ -162,7 +174,7 @@ def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
     try:
         print(f"starting etcd ({etcd.binary}) ...", flush=True)
         etcd.start(timeout=60)
-        print("starting broker ...", flush=True)
+        print("starting the source and shadow brokers ...", flush=True)
         for role in roles:
             role.start()
         announced = False
@@ -180,9 +192,10 @@ def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
                 announced = True
                 print(f"shadowtopic standalone is ready (health SERVING)\n"
                       f"  service URL : {broker.url}   (export SHADOWTOPIC_URL={broker.url})\n"
+                      f"  shadow broker: {shadow.url}  (shadow topics; any URL serves them)\n"
                       f"  etcd        : http://{etcd.endpoint}\n"
                       f"  data dir    : {data_dir}\n"
-                      f"  broker log  : {broker.log_path}\n"
+                      f"  broker logs : {broker.log_path}, {shadow.log_path}\n"
                       f"  etcd log    : {etcd.log_path}\n"
                       f"Ctrl-C to stop.", flush=True)
             time.sleep(0.2)

@@ -112,6 +112,12 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         if t is not None or stats.forwarded(context):
             return t, None
         owner = await self.topics.owner(topic)
+        if owner is None and self.topics.shadow_loader is None \
+                and (await self.topics.info(topic)).kind == SHADOW:
+            # a shadow nobody serves yet, asked of a source broker: the broker that will
+            picked = await self.session.serving(topic, "shadow")
+            if picked is not None and picked.broker_id != self.session.broker_id:
+                return None, await self.owners.forward(picked.url, method, request)
         if owner is None or owner.broker_id == self.session.broker_id:
             return None, None
         return None, await self.owners.forward(owner.broker_url, method, request)
@@ -143,6 +149,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             if t.subscriptions is not None:
                 for name, d in t.subscriptions.stats().items():
                     out.subscriptions[name].CopyFrom(stats.subscription_stats(d))
+            if t.replicators is not None:
+                for name, d in t.replicators.stats().items():
+                    out.shadow_replication[name].CopyFrom(stats.replicator_stats(d))
             for pub in t.producers:
                 prin, ptin, _, _ = pub.counters.rates()
                 out.publishers.add(producer_name=pub.producer_name, msg_rate_in=prin,
@@ -193,11 +202,15 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     @unary
     async def Lookup(self, request, context):
         topic = TopicName.parse(request.topic)
-        await self.topics.info(topic)
+        info = await self.topics.info(topic)
         owner = await self.session.owner_of(topic)
-        if owner is None:
-            return apb.LookupResponse(broker_url=self.session.url,
-                                      broker_id=self.session.broker_id)
+        if owner is None:  # nobody serves it yet: a broker of the topic's role will
+            role = "shadow" if info.kind == SHADOW else "source"
+            picked = await self.session.serving(topic, role)
+            if picked is None:
+                raise errors.ServiceUnavailable(f"no broker with the {role} role is "
+                                                f"registered to serve {topic}")
+            return apb.LookupResponse(broker_url=picked.url, broker_id=picked.broker_id)
         return apb.LookupResponse(broker_url=owner.broker_url, broker_id=owner.broker_id,
                                   epoch=owner.epoch)
 

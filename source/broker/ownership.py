@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import zlib
 from typing import Callable
 
 from source.core import errors
@@ -143,3 +144,23 @@ class BrokerSession:
     async def owner_of(self, topic: TopicName) -> mpb.Ownership | None:
         kv = await self.store.get(keys.ownership(self.cluster, topic))
         return mpb.Ownership.FromString(kv.value) if kv else None
+
+    async def serving(self, topic: TopicName, role: str) -> mpb.BrokerInfo | None:
+        """Where `topic` goes when nobody owns it: this broker when it has `role`, else a
+        registered broker with it (`pick_broker`); None when there is none."""
+        if role in self.roles:
+            return mpb.BrokerInfo(broker_id=self.broker_id, url=self.url, roles=self.roles)
+        return await pick_broker(self.store, self.cluster, role, topic)
+
+
+async def pick_broker(store: MetadataStore, cluster: str, role: str,
+                      topic: TopicName) -> mpb.BrokerInfo | None:
+    """A registered broker with `role` for `topic`, the same for every asker (by a hash of
+    the topic's name without its partition suffix, so a topic's partitions go together)."""
+    snap = await store.get_prefix(keys.brokers_prefix(cluster))
+    brokers = sorted((b for b in (mpb.BrokerInfo.FromString(kv.value) for kv in snap.items)
+                      if role in b.roles), key=lambda b: b.broker_id)
+    if not brokers:
+        return None
+    base = str(topic).split("-partition-")[0]
+    return brokers[zlib.crc32(base.encode()) % len(brokers)]

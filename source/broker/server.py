@@ -17,6 +17,7 @@ import signal
 import socket
 import uuid
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -27,7 +28,7 @@ from source.broker.consumer_service import ConsumerService
 from source.broker.ownership import BrokerSession
 from source.broker.producer_service import ProducerService
 from source.broker.rpc import RejectMalformed
-from source.broker.topics import TopicManager
+from source.broker.topics import ShadowLoader, TopicManager
 from source.cli.parse import size
 from source.ledger.entry_cache import DEFAULT_BYTES
 from source.ledger.storage import Storage
@@ -74,9 +75,20 @@ class BrokerConfig:
         return self.broker_id
 
 
+class BrokerPlugin(Protocol):
+    """What another role adds to a broker (the shadow broker, shadow/broker.py): a loader
+    for topics this broker serves besides sources, and gRPC services of its own."""
+
+    def shadow_loader(self, broker: "Broker") -> ShadowLoader | None: ...
+
+    def add_services(self, broker: "Broker", server: grpc.aio.Server) -> list[str]:
+        """Register services; return their full names (health and reflection list them)."""
+
+
 class Broker:
-    def __init__(self, config: BrokerConfig):
+    def __init__(self, config: BrokerConfig, plugin: BrokerPlugin | None = None):
         self.config = config
+        self.plugin = plugin
         config.resolve_broker_id()
         self.store = EtcdStore(config.etcd)
         root = config.storage_root or os.path.join(os.path.abspath(config.data_dir), "storage")
@@ -89,6 +101,9 @@ class Broker:
                                    retention_interval=config.retention_interval,
                                    cursor_flush_interval=config.cursor_flush_interval,
                                    entry_cache_bytes=config.entry_cache_bytes)
+        if plugin is not None:
+            self.topics.shadow_loader = plugin.shadow_loader(self)
+        self.service_names = list(SERVICE_NAMES)
         self.session.on_lost = self.topics.fence_all
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
@@ -116,9 +131,11 @@ class Broker:
                     self.consumer.Connect,
                     request_deserializer=consumer_pb2.ClientMessage.FromString,
                     response_serializer=None)}),))
+        if self.plugin is not None:
+            self.service_names += self.plugin.add_services(self, self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
-            [*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server)
+            [*self.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server)
         bound = self.server.add_insecure_port(self.config.url)
         if bound == 0:
             raise OSError(f"cannot bind {self.config.url}")
@@ -133,7 +150,7 @@ class Broker:
     async def _set_health(self, serving: bool) -> None:
         status = (health_pb2.HealthCheckResponse.SERVING if serving
                   else health_pb2.HealthCheckResponse.NOT_SERVING)
-        for name in ["", *SERVICE_NAMES]:
+        for name in ["", *self.service_names]:
             await self.health.set(name, status)
 
     async def _follow_health(self) -> None:
@@ -162,8 +179,8 @@ class Broker:
         await self.store.close()
 
 
-async def serve(config: BrokerConfig) -> None:
-    broker = Broker(config)
+async def serve(config: BrokerConfig, plugin: BrokerPlugin | None = None) -> None:
+    broker = Broker(config, plugin)
     await broker.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -181,7 +198,11 @@ def free_port() -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="shadowtopic broker", description="run one broker")
+    run(parse_config(argv, "shadowtopic broker", "run one (source) broker"))
+
+
+def parse_config(argv: list[str] | None, prog: str, description: str) -> BrokerConfig:
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--etcd", default=os.environ.get("SHADOWTOPIC_ETCD", "127.0.0.1:2379"))
     p.add_argument("--data-dir", default="./data")
     p.add_argument("--storage-root", default=None)
@@ -210,6 +231,11 @@ def main(argv: list[str] | None = None) -> None:
                        entry_cache_bytes=a.entry_cache_bytes)
     if a.broker_id:
         cfg.broker_id = a.broker_id
+    return cfg
+
+
+def run(cfg: BrokerConfig, plugin: BrokerPlugin | None = None) -> None:
+    """Serve until SIGTERM / SIGINT."""
     # A broker holds millions of long-lived objects (100,000 subscriptions, their cursors and
     # consumers): with the default thresholds the cycle collector walks them all again and
     # again (acks of a broadcast ran 2.5x slower). Young collections every 100,000
@@ -219,10 +245,10 @@ def main(argv: list[str] | None = None) -> None:
     if profile:
         import cProfile
         with cProfile.Profile() as prof:
-            asyncio.run(serve(cfg))
+            asyncio.run(serve(cfg, plugin))
         prof.dump_stats(profile)
     else:
-        asyncio.run(serve(cfg))
+        asyncio.run(serve(cfg, plugin))
 
 
 if __name__ == "__main__":

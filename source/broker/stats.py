@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from source.broker.rpc import error_status
 from source.broker.topic import Topic
 from source.core import errors
 from source.core.message_id import MessageId
@@ -116,6 +117,18 @@ def add_up(total: apb.TopicStats, part: apb.TopicStats) -> None:
                   "individually_acked_ranges", "msg_out_counter", "msg_redeliver_counter"):
             setattr(into, f, getattr(into, f) + getattr(sub, f))
         into.consumers.extend(sub.consumers)
+    for name, rep in part.shadow_replication.items():  # partition i -> shadow partition i
+        total.shadow_replication[name].CopyFrom(rep)
+
+
+def replicator_stats(d: dict) -> apb.ReplicatorStats:
+    """A shadow replicator's numbers (ShadowReplicator.stats) as the protobuf message."""
+    d = dict(d)
+    err = d.pop("last_error")
+    out = apb.ReplicatorStats(**d)
+    if err is not None:
+        out.last_error.CopyFrom(error_status(err))
+    return out
 
 
 def subscription_stats(d: dict) -> apb.SubscriptionStats:

@@ -5,6 +5,7 @@
     counters   message and byte counters, rates
     producers  the producers attached to it (`max_producers` is enforced here)
     subscriptions  its durable subscriptions (source/subscriptions/), loaded with it
+    replicators    a source's shadow replicators (source/replication/), one per shadow
 
 The `TopicManager` (source/broker/topics.py) loads, holds and drops these; the services ask
 it for a topic and then work on the object, never on the manager's internals. Readers are
@@ -17,6 +18,7 @@ from source.core import errors
 from source.core.names import TopicName
 from source.core.policies import Policies
 from source.ledger.managed import LedgerConfig, ManagedLedger
+from source.replication.shadows import TopicReplicators
 from source.subscriptions import TopicSubscriptions
 
 
@@ -28,6 +30,7 @@ class Topic:
         self.counters = TopicCounters()
         self.producers: set[Publisher] = set()
         self.subscriptions: TopicSubscriptions | None = None
+        self.replicators: TopicReplicators | None = None  # a source's, one per shadow
 
     def attach_producer(self, pub: Publisher) -> None:
         """Register a producer, within the `max_producers` policy (0 = no limit)."""

@@ -36,6 +36,7 @@ from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.broker.ownership import BrokerSession
 from source.broker.rates import TopicCounters
 from source.broker.topic import Topic, ledger_config
+from source.replication.shadows import Channels, TopicReplicators
 from source.subscriptions import TopicSubscriptions
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class TopicManager:
         self.entry_cache = EntryCache(entry_cache_bytes)
         self._loaded: dict[TopicName, Topic] = {}
         self.shadow_loader = shadow_loader
+        self.channels = Channels()  # to the brokers of this broker's sources' shadows
         self._shadow_sources: dict[TopicName, str] = {}  # loaded shadows -> their sources
         self._loading: dict[TopicName, asyncio.Future] = {}
         self._closing: dict[TopicName, asyncio.Task] = {}
@@ -328,6 +330,10 @@ class TopicManager:
             raise
         ml.on_sealed = lambda _info, name=topic: self._schedule_retention(name)
         ml.on_fenced = lambda _ml, owned=t: self._on_fenced(owned)
+        t.replicators = TopicReplicators(
+            topic, info, ml, self.store, self.session.cluster, lambda: (key, value, epoch),
+            lambda: t.policies.replicator_auto_reset_backlog_entries or 0,
+            self.channels).start()
         log.info("loaded %s (epoch %d, %d ledgers)", topic, epoch, len(ml.ledgers()))
         return t, None
 
@@ -353,6 +359,8 @@ class TopicManager:
     def _start_close(self, t: Topic, reason: errors.ShadowTopicError | None = None) -> None:
         async def close() -> None:
             try:
+                if t.replicators is not None:
+                    await t.replicators.close()
                 if t.subscriptions is not None:
                     await t.subscriptions.close(reason)
                 await t.ledger.close()
@@ -378,6 +386,7 @@ class TopicManager:
             await self.unload(topic)
         if self._retention_task:
             self._retention_task.cancel()
+        await self.channels.close()
         self.executor.shutdown(wait=True)
         log.info("entry cache: %s", self.entry_cache.describe())
 

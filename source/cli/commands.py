@@ -33,7 +33,7 @@ def _client(args: argparse.Namespace) -> Client:
 def standalone(args) -> int:
     from source import standalone as sa
     return sa.run(args.data_dir, args.wipe_data, args.port, args.etcd_port,
-                  etcd_peer_port=args.etcd_peer_port,
+                  etcd_peer_port=args.etcd_peer_port, shadow_port=args.shadow_port,
                   broker_args=[] if args.entry_cache_bytes is None
                   else ["--entry-cache-bytes", str(args.entry_cache_bytes)])
 

@@ -74,10 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
     _common(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("standalone", help="run etcd and a broker on one data dir")
+    p = sub.add_parser("standalone", help="run etcd, a source broker and a shadow broker "
+                                          "on one data dir")
     p.add_argument("--data-dir", default="./data")
     p.add_argument("--wipe-data", action="store_true", help="delete the data dir first")
     p.add_argument("--port", type=int, default=6650)
+    p.add_argument("--shadow-port", type=int, default=None,
+                   help="the shadow broker's port (default --port + 1)")
     p.add_argument("--etcd-port", type=int, default=2379)
     p.add_argument("--etcd-peer-port", type=int, default=None,
                    help="etcd's peer port (default --etcd-port + 1)")

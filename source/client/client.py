@@ -48,7 +48,10 @@ class Client:
         self._conn = Connection(url, timeout)
         self.url = self._conn.url
         self.admin = Admin(self._conn)
-        self._mux: Multiplexer | None = None
+        self._timeout = timeout
+        # per broker address: its connection and its consumer stream (the first is `url`'s)
+        self._conns: dict[str, Connection] = {self.url: self._conn}
+        self._muxes: dict[str, Multiplexer] = {}
         self._lock = threading.Lock()
         self._children: list = []
         self._closed = False
@@ -56,10 +59,27 @@ class Client:
     def _partitions(self, topic: str) -> int:
         return self.admin.get_topic(topic).partitions
 
+    def _route(self, topic: str) -> Connection:
+        """The connection to the broker that serves `topic` (Lookup; any broker answers,
+        so the user names one broker and never needs to know which process serves a
+        shadow). A connection per broker, reused."""
+        try:
+            url = self.admin.lookup(topic).get("brokerUrl") or self.url
+        except (errors.Unimplemented, errors.ServiceUnavailable):
+            url = self.url  # no lookup, or no broker for it: the given broker says why
+        with self._lock:
+            if self._closed:
+                raise errors.AlreadyClosed("client is closed")
+            conn = self._conns.get(url)
+            if conn is None:
+                conn = self._conns[url] = Connection(url, self._timeout)
+            return conn
+
     def create_producer(self, topic: str, producer_name: str = "", **options) -> Producer:
         """A producer; options: batch_max_messages, batch_max_bytes, linger_ms, max_inflight."""
         topic = canonical(topic)
-        p = Producer(self._conn, topic, self._partitions(topic), producer_name, **options)
+        partitions = self._partitions(topic)
+        p = Producer(self._route(topic), topic, partitions, producer_name, **options)
         self._children.append(p)
         return p
 
@@ -68,7 +88,8 @@ class Client:
         """A non-durable reader from "earliest", "latest" or a MessageId ("L:E" text too)."""
         topic = canonical(topic)
         partitions = self._partitions(topic)
-        r = Reader(self._conn, self._multiplexer(), topic, partitions, start, inclusive,
+        conn = self._route(topic)
+        r = Reader(conn, self._multiplexer(conn), topic, partitions, start, inclusive,
                    receiver_queue_size)
         self._children.append(r)
         return r
@@ -95,7 +116,8 @@ class Client:
                       negative_ack_redelivery_delay_ms, on_active_change)
         topic = canonical(topic)
         partitions = self._partitions(topic)
-        c = Consumer(self._conn, self._multiplexer(), topic, partitions, subscription_name,
+        conn = self._route(topic)
+        c = Consumer(conn, self._multiplexer(conn), topic, partitions, subscription_name,
                      consumer_type, initial_position, consumer_name, receiver_queue_size,
                      priority, negative_ack_redelivery_delay_ms, on_active_change)
         self._children.append(c)
@@ -133,13 +155,14 @@ class Client:
             _check_listener(message_listener)
         topic = canonical(topic)
         partitions = self._partitions(topic)
-        mux = self._multiplexer()
+        conn = self._route(topic)
+        mux = self._multiplexer(conn)
         listeners = Listeners(message_listener, mux) if message_listener is not None else None
         consumers: list[Consumer] = []
         try:
             for name in names:
                 consumers.append(Consumer(
-                    self._conn, mux, topic, partitions, name, consumer_type, initial_position,
+                    conn, mux, topic, partitions, name, consumer_type, initial_position,
                     consumer_name, receiver_queue_size, message_listener=listeners,
                     wait=False))
             deadline = time.monotonic() + self._conn.timeout + len(names) / 1000
@@ -156,16 +179,19 @@ class Client:
             self._children.append(listeners)
         return consumers
 
-    def _multiplexer(self) -> Multiplexer:
-        """The client's consumer stream (a broken one is replaced)."""
+    def _multiplexer(self, conn: Connection | None = None) -> Multiplexer:
+        """The client's consumer stream to `conn`'s broker (default: the one it was given;
+        a broken stream is replaced)."""
+        conn = conn or self._conn
         with self._lock:
             if self._closed:
                 raise errors.AlreadyClosed("client is closed")
-            if self._mux is None or self._mux.dead:
-                if self._mux is not None:
-                    self._mux.close()
-                self._mux = Multiplexer(self._conn)
-            return self._mux
+            mux = self._muxes.get(conn.url)
+            if mux is None or mux.dead:
+                if mux is not None:
+                    mux.close()
+                mux = self._muxes[conn.url] = Multiplexer(conn)
+            return mux
 
     def close(self) -> None:
         """Close every producer, reader and consumer, then the consumer stream, then the
@@ -177,7 +203,7 @@ class Client:
                 return
             self._closed = True
             children, self._children = self._children, []
-            mux = self._mux
+            muxes = list(self._muxes.values())
         try:
             # consumers first send every close, then wait once for all the answers
             closing = [(c, c._start_close()) for c in children if isinstance(c, Consumer)]
@@ -192,10 +218,11 @@ class Client:
                     child.close()
                 except Exception:  # noqa: BLE001 - closing everything regardless
                     pass
-            if mux is not None:
+            for mux in muxes:
                 mux.close()
         finally:
-            self._conn.close()
+            for conn in self._conns.values():
+                conn.close()
 
     def __enter__(self) -> "Client":
         return self

@@ -97,7 +97,7 @@ class Standalone:
     output in files. `close()` kills it and anything it or its children left behind."""
 
     def __init__(self, tmp_path):
-        self.port, self.etcd_port, self.peer_port = free_ports(3)
+        self.port, self.etcd_port, self.peer_port, self.shadow_port = free_ports(4)
         self.data_dir = str(tmp_path / "data")
         self.out_path, self.err_path = tmp_path / "stdout", tmp_path / "stderr"
         self.url = f"127.0.0.1:{self.port}"
@@ -108,7 +108,8 @@ class Standalone:
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(
                 [EXE, "standalone", "--data-dir", self.data_dir, "--port", str(self.port),
-                 "--etcd-port", str(self.etcd_port), "--etcd-peer-port", str(self.peer_port)],
+                 "--etcd-port", str(self.etcd_port), "--etcd-peer-port", str(self.peer_port),
+                 "--shadow-port", str(self.shadow_port)],
                 stdout=out, stderr=err, stdin=subprocess.DEVNULL)
         return self
 

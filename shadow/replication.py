@@ -1,0 +1,81 @@
+"""The Replication service of a shadow broker: the receiving end of a source's
+`ShadowReplicator` (source/replication/replicator.py).
+
+Each `ReplicateBatch` names a shadow and its source. The batch is refused (an `error` in
+the ack, then the stream ends) when the shadow is not a shadow of that source, or when the
+sender is a deposed source owner: its `source_epoch` is below the source's ownership epoch
+in etcd (read when a stream starts and again whenever a batch claims a newer epoch). An
+accepted batch loads the shadow here if it is not loaded (this broker takes ownership),
+then tells the shadow's `ShadowLedger` the newest id the source confirmed (the last entry
+of the batch, or the batch's `last_confirmed`): ids only move forward, so a resent batch
+changes nothing (R5). The ack carries the shadow's last confirmed id and whether it wants
+the entries' bytes (not yet: the shadow reads the shared ledgers).
+"""
+from __future__ import annotations
+
+import logging
+
+from source.broker.rpc import error_status, typed
+from source.broker.topics import TopicManager
+from source.core import errors
+from source.core.message_id import MessageId
+from source.core.names import TopicName
+from source.metadata import keys
+from source.pb.storage.v1 import metadata_pb2 as mpb
+from source.pb.v1 import replication_pb2, replication_pb2_grpc
+
+from shadow.ledger import ShadowLedger
+
+log = logging.getLogger(__name__)
+
+
+class ReplicationService(replication_pb2_grpc.ReplicationServicer):
+    def __init__(self, topics: TopicManager, cluster: str):
+        self.topics = topics
+        self.cluster = cluster
+
+    async def _source_epoch(self, source: TopicName) -> int:
+        kv = await self.topics.store.get(keys.ownership(self.cluster, source))
+        return mpb.Ownership.FromString(kv.value).epoch if kv is not None else 0
+
+    async def Replicate(self, request_iterator, context):
+        epochs: dict[str, int] = {}
+        async for batch in request_iterator:
+            try:
+                view = await self._accept(batch, epochs)
+            except Exception as exc:  # noqa: BLE001 - the sender hears why; the stream ends
+                err = typed(exc, "Replicate")
+                log.warning("replication %s -> %s refused: %s", batch.source, batch.shadow, err)
+                yield replication_pb2.ReplicateAck(batch_id=batch.batch_id,
+                                                   error=error_status(err))
+                return
+            last = view.last_confirmed()
+            yield replication_pb2.ReplicateAck(
+                batch_id=batch.batch_id, last_persisted=last.to_pb() if last else None,
+                want_raw=False)
+
+    async def _accept(self, batch: replication_pb2.ReplicateBatch,
+                      epochs: dict[str, int]) -> ShadowLedger:
+        shadow = TopicName.parse(batch.shadow)
+        source = TopicName.parse(batch.source)
+        known = epochs.get(batch.source)
+        if known is None or batch.source_epoch > known:
+            known = epochs[batch.source] = await self._source_epoch(source)
+        if batch.source_epoch < known:
+            raise errors.Fenced(
+                f"replication of {source} at epoch {batch.source_epoch} refused: the source's "
+                f"owner is at epoch {known}")
+        t = await self.topics.topic(shadow)
+        view = t.ledger
+        if not isinstance(view, ShadowLedger) or view.source != source:
+            raise errors.InvalidArgument(f"{shadow} is not a shadow of {source}")
+        newest = None
+        if batch.entries:
+            e = batch.entries[-1]
+            newest = MessageId(e.ledger_id, e.entry_id)
+        if batch.HasField("last_confirmed"):
+            lc = MessageId(batch.last_confirmed.ledger_id, batch.last_confirmed.entry_id)
+            newest = lc if newest is None or lc > newest else newest
+        if newest is not None:
+            view.on_replicated(newest)
+        return view

@@ -1,0 +1,97 @@
+"""The replicators of one loaded source topic: one `ShadowReplicator` per shadow.
+
+`TopicReplicators` follows the source's shadow list in etcd (`keys.shadows` of the topic,
+or of its parent for a partition: partition i replicates to partition i of each shadow;
+list-then-watch, `MetadataStore.follow_prefix`) and starts or stops replicators as shadows
+are created and deleted while the topic is loaded. `Channels` keeps one gRPC channel per
+shadow broker address for all replicators of a broker.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable
+
+import grpc
+
+from source.core.names import TopicName
+from source.ledger.view import LedgerView
+from source.metadata import keys
+from source.metadata.base import MetadataStore, Snapshot, WatchEvent
+from source.pb.storage.v1 import metadata_pb2 as mpb
+from source.replication.replicator import ShadowReplicator
+
+log = logging.getLogger(__name__)
+
+
+class Channels:
+    """One channel per address, shared (closed with the broker)."""
+
+    def __init__(self) -> None:
+        self._by_url: dict[str, grpc.aio.Channel] = {}
+
+    def get(self, url: str) -> grpc.aio.Channel:
+        ch = self._by_url.get(url)
+        if ch is None:
+            ch = self._by_url[url] = grpc.aio.insecure_channel(url)
+        return ch
+
+    async def close(self) -> None:
+        channels, self._by_url = list(self._by_url.values()), {}
+        for ch in channels:
+            await ch.close()
+
+
+class TopicReplicators:
+    def __init__(self, topic: TopicName, info: mpb.TopicInfo, view: LedgerView,
+                 store: MetadataStore, cluster: str,
+                 ownership: Callable[[], tuple[str, bytes, int]],
+                 auto_reset: Callable[[], int], channels: Channels):
+        self.topic = topic
+        self._partition = info.partition_index if info.partition_of else -1
+        self._list_key = keys.shadows(TopicName.parse(info.partition_of)
+                                      if info.partition_of else topic)
+        self._make = lambda shadow: ShadowReplicator(
+            topic, shadow, view, store, cluster, ownership, auto_reset, channels.get)
+        self.store = store
+        self.replicators: dict[TopicName, ShadowReplicator] = {}
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> "TopicReplicators":
+        self._task = asyncio.get_running_loop().create_task(
+            self.store.follow_prefix(self._list_key, self._on_snapshot, self._on_events),
+            name=f"shadow list of {self.topic}")
+        return self
+
+    async def _on_snapshot(self, snap: Snapshot) -> None:
+        value = next((kv.value for kv in snap.items if kv.key == self._list_key), None)
+        await self._apply(value)
+
+    async def _on_events(self, events: list[WatchEvent]) -> None:
+        for ev in events:
+            if ev.key == self._list_key:
+                await self._apply(None if ev.type == "delete" else ev.value)
+
+    async def _apply(self, value: bytes | None) -> None:
+        names = mpb.ShadowList.FromString(value).shadows if value else ()
+        wanted = set()
+        for name in names:
+            shadow = TopicName.parse(name)
+            wanted.add(shadow.partition(self._partition) if self._partition >= 0 else shadow)
+        for shadow in [s for s in self.replicators if s not in wanted]:
+            await self.replicators.pop(shadow).stop()
+            log.info("%s: replicator to %s stopped (shadow deleted)", self.topic, shadow)
+        for shadow in sorted(wanted - set(self.replicators), key=str):
+            self.replicators[shadow] = self._make(shadow).start()
+            log.info("%s: replicating to %s", self.topic, shadow)
+
+    def stats(self) -> dict[str, dict]:
+        return {str(s): r.stats() for s, r in self.replicators.items()}
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for r in list(self.replicators.values()):
+            await r.stop()
+        self.replicators.clear()

@@ -1,0 +1,276 @@
+"""Shadow topics end to end (SCENARIOS R1-R9, C8, S7): a source broker and a shadow broker
+(`python -m shadow.broker`) on one shared storage root and the session's etcd. Users name
+any broker (here always the source broker's URL): the client looks the shadow up and talks
+to the shadow broker."""
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import time
+import uuid
+
+import grpc
+import pytest
+
+from source.broker.server import free_port
+from source.client import Client, Policies, errors
+from source.pb.v1 import common_pb2, replication_pb2
+from source.standalone import BrokerProcess
+
+
+@pytest.fixture
+def pair(etcd_server, tmp_path):
+    """(source broker, shadow broker) on one storage root, short leases."""
+    shared = str(tmp_path / "shared-storage")
+    # a cluster of their own: brokers of earlier tests (killed, their leases not yet
+    # expired) are still registered in the session's etcd and must not be picked
+    args = ["--lease-ttl", "3", "--storage-root", shared, "--cluster", f"c-{uuid.uuid4().hex[:8]}"]
+    src = BrokerProcess(etcd_server.endpoint, str(tmp_path / "src"), free_port(),
+                        extra_args=args)
+    sh = BrokerProcess(etcd_server.endpoint, str(tmp_path / "sh"), free_port(),
+                       extra_args=args, module="shadow.broker")
+    src.start(timeout=60)
+    sh.start(timeout=60)
+    try:
+        yield src, sh
+    finally:
+        for b in (src, sh):
+            if b.proc is not None and b.proc.poll() is None:
+                os.kill(b.proc.pid, signal.SIGCONT)
+            b.kill()
+
+
+def files(root: str) -> dict[str, int]:
+    out = {}
+    for d, _, names in os.walk(root):
+        for n in names:
+            p = os.path.join(d, n)
+            out[os.path.relpath(p, root)] = os.path.getsize(p)
+    return out
+
+
+def drain(consumer, n: int, timeout: float = 15.0, ack: bool = True) -> list:
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n:
+        left = deadline - time.monotonic()
+        assert left > 0, f"got {len(got)} of {n}"
+        m = consumer.receive(timeout=left)
+        got.append(m)
+        if ack:
+            consumer.acknowledge(m)
+    return got
+
+
+def nothing_more(consumer, wait: float = 0.5) -> bool:
+    try:
+        consumer.receive(timeout=wait)
+    except errors.Timeout:
+        return True
+    return False
+
+
+def wait_for(cond, timeout: float = 20.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def fields(m) -> tuple:
+    return (m.message_id, m.key, m.payload, dict(m.properties), m.publish_time, m.event_time)
+
+
+def test_r1_r3_a_shadow_delivers_the_sources_messages_with_the_same_ids(pair, topic):
+    src, sh = pair
+    root = os.path.dirname(src.data_dir) + "/shared-storage"
+    with Client(src.url) as c:
+        c.admin.create_topic(topic, policies=Policies(ledger_max_entries=40))
+        with c.create_producer(topic) as p:
+            for i in range(100):  # history before the shadow exists (sealed + open ledgers)
+                p.send_async(f"m{i}".encode(), key=f"k{i % 7}", properties={"i": str(i)},
+                             event_time=1_000 + i)
+            p.flush()
+        before = files(root)
+        c.admin.create_shadow_topic(f"{topic}-shadow", topic)
+        assert files(root) == before  # S7: creating a shadow writes no ledger file
+        with c.create_reader(topic, start="earliest") as r:
+            want = [fields(r.read_next(timeout=10)) for _ in range(100)]
+        with c.subscribe(f"{topic}-shadow", "s", initial_position="earliest") as cons:
+            got = drain(cons, 100)
+            assert [fields(m)[1:] for m in got] == [w[1:] for w in want]
+            assert [(m.message_id.ledger_id, m.message_id.entry_id) for m in got] == \
+                [(w[0].ledger_id, w[0].entry_id) for w in want]
+            # live messages follow, with their ids
+            with c.create_producer(topic) as p:
+                live = [p.send(f"live{i}".encode(), key="k") for i in range(20)]
+            got = drain(cons, 20)
+            assert [(m.message_id.ledger_id, m.message_id.entry_id) for m in got] == \
+                [(x.ledger_id, x.entry_id) for x in live]
+            assert nothing_more(cons)
+        assert not [f for f in files(root) if "shadow" in f]  # the shadow owns no file
+
+
+def test_r2_two_shadows_and_the_source_each_get_every_message(pair, topic):
+    src, _ = pair
+    with Client(src.url) as c:
+        c.admin.create_topic(topic)
+        for s in ("a", "b"):
+            c.admin.create_shadow_topic(f"{topic}-{s}", topic)
+        consumers = [c.subscribe(t, "same-name", initial_position="earliest")
+                     for t in (topic, f"{topic}-a", f"{topic}-b")]
+        with c.create_producer(topic) as p:
+            ids = [p.send(f"m{i}".encode()) for i in range(50)]
+        for cons in consumers:
+            got = drain(cons, 50)
+            assert [(m.message_id.ledger_id, m.message_id.entry_id) for m in got] == \
+                [(x.ledger_id, x.entry_id) for x in ids]
+            assert nothing_more(cons, 0.3)
+        stats = c.admin.stats(topic)["shadowReplication"]
+        assert set(stats) == {f"{topic}-a", f"{topic}-b"}
+        for name, st in stats.items():  # R8
+            assert st["connected"] is True, (name, st)
+            assert int(st.get("replicationBacklog", 0)) == 0
+            assert st["replicatedPosition"] == f"{ids[-1].ledger_id}:{ids[-1].entry_id}"
+            assert int(st["msgOutCounter"]) >= 50
+        for cons in consumers:
+            cons.close()
+
+
+def test_r6_the_shadow_broker_killed_and_restarted_catches_up(pair, topic):
+    src, sh = pair
+    with Client(src.url) as c:
+        c.admin.create_topic(topic)
+        c.admin.create_shadow_topic(f"{topic}-shadow", topic)
+        cons = c.subscribe(f"{topic}-shadow", "s", initial_position="earliest")
+        with c.create_producer(topic) as p:
+            first = [p.send(f"a{i}".encode()) for i in range(10)]
+        drain(cons, 10)
+        time.sleep(1.5)  # its cursor is flushed
+        sh.kill()
+        with c.create_producer(topic) as p:
+            meanwhile = [p.send(f"b{i}".encode()) for i in range(10)]
+        wait_for(lambda: not c.admin.stats(topic)["shadowReplication"][f"{topic}-shadow"]
+                 .get("connected"), what="the replicator to see the shadow broker gone")
+        sh.start(timeout=60)
+    with Client(src.url) as c:
+        cons = c.subscribe(f"{topic}-shadow", "s")
+        got = drain(cons, 10)
+        assert [m.message_id.entry_id for m in got] == [x.entry_id for x in meanwhile]
+        with c.create_producer(topic) as p:
+            after = p.send(b"after")
+        assert drain(cons, 1)[0].message_id.entry_id == after.entry_id
+        assert nothing_more(cons)
+        assert first  # (used above)
+
+
+def test_r7_a_backlog_past_the_policy_resets_and_the_shadow_still_reads_it(pair, topic):
+    src, sh = pair
+    with Client(src.url) as c:
+        c.admin.create_topic(topic, policies=Policies(replicator_auto_reset_backlog_entries=10))
+        c.admin.create_shadow_topic(f"{topic}-shadow", topic)
+        c.admin.create_subscription(f"{topic}-shadow", "s", "earliest")
+        with c.create_producer(topic) as p:  # the source loads: its replicator starts
+            ids = [p.send(b"first")]
+        wait_for(lambda: c.admin.stats(topic).get("shadowReplication", {})
+                 .get(f"{topic}-shadow", {}).get("connected"), what="replicator connected")
+        sh.kill()
+        with c.create_producer(topic) as p:
+            ids += [p.send(f"m{i}".encode()) for i in range(100)]
+        sh.start(timeout=60)
+        st = wait_for(lambda: (s := c.admin.stats(topic)["shadowReplication"]
+                               [f"{topic}-shadow"]).get("connected") and s, what="reconnect")
+        assert int(st["autoResets"]) >= 1
+        with c.subscribe(f"{topic}-shadow", "s") as cons:
+            got = drain(cons, 101)
+            assert [m.message_id.entry_id for m in got] == [x.entry_id for x in ids]
+
+
+def test_r9_the_last_message_of_a_quiet_topic_shows_on_the_shadow(pair, topic):
+    src, _ = pair
+    with Client(src.url) as c:
+        c.admin.create_topic(topic)
+        c.admin.create_shadow_topic(f"{topic}-shadow", topic)
+        with c.create_reader(f"{topic}-shadow", start="latest") as r:
+            with c.create_producer(topic) as p:
+                mid = p.send(b"the only one")
+            m = r.read_next(timeout=10)  # bounded: far less in practice (bench/)
+            assert (m.message_id.ledger_id, m.message_id.entry_id) == \
+                (mid.ledger_id, mid.entry_id)
+
+
+def _replicate(url: str, batches: list) -> list:
+    up: queue.SimpleQueue = queue.SimpleQueue()
+    for b in batches:
+        up.put(b)
+    up.put(None)
+
+    def gen():
+        while (b := up.get()) is not None:
+            yield b
+
+    with grpc.insecure_channel(url) as ch:
+        call = ch.stream_stream("/shadowtopic.v1.Replication/Replicate",
+                                request_serializer=replication_pb2.ReplicateBatch.SerializeToString,
+                                response_deserializer=replication_pb2.ReplicateAck.FromString)
+        return list(call(gen(), timeout=30))
+
+
+def test_r5_resent_and_stale_batches_change_nothing_and_a_deposed_owner_is_refused(pair, topic):
+    src, sh = pair
+    shadow = f"{topic}-shadow"
+    with Client(src.url) as c:
+        c.admin.create_topic(topic)
+        c.admin.create_shadow_topic(shadow, topic)
+        cons = c.subscribe(shadow, "s", initial_position="earliest")
+        with c.create_producer(topic) as p:
+            ids = [p.send(f"m{i}".encode()) for i in range(5)]
+        drain(cons, 5)
+        epoch = int(c.admin.lookup(topic)["epoch"])
+        from source.core.names import canonical
+        old = replication_pb2.ReplicateBatch(
+            shadow=canonical(shadow), source=canonical(topic), batch_id=1, source_epoch=epoch,
+            entries=[common_pb2.EncodedEntry(ledger_id=ids[0].ledger_id, entry_id=0)],
+            last_confirmed=common_pb2.MessageIdData(ledger_id=ids[0].ledger_id, entry_id=0))
+        acks = _replicate(sh.url, [old, old])  # resent, older than what the shadow has
+        assert [a.HasField("error") for a in acks] == [False, False]
+        assert all(a.last_persisted.entry_id == ids[-1].entry_id for a in acks)
+        assert nothing_more(cons)  # no duplicate reached the subscription
+        deposed = replication_pb2.ReplicateBatch()
+        deposed.CopyFrom(old)
+        deposed.source_epoch = epoch - 1
+        acks = _replicate(sh.url, [deposed])
+        assert acks[0].HasField("error") and acks[0].error.reason == "Fenced"
+        with c.create_producer(topic) as p:  # replication goes on
+            more = p.send(b"more")
+        assert drain(cons, 1)[0].message_id.entry_id == more.entry_id
+        cons.close()
+
+
+def test_c8_source_truncation_moves_shadow_cursors_past_deleted_ledgers(pair, topic):
+    src, _ = pair
+    shadow = f"{topic}-shadow"
+    with Client(src.url) as c:
+        c.admin.create_topic(topic, policies=Policies(ledger_max_entries=10))
+        c.admin.create_shadow_topic(shadow, topic)
+        c.admin.create_subscription(shadow, "lagging", "earliest")
+        with c.create_producer(topic) as p:
+            for i in range(35):
+                p.send(f"m{i}".encode())
+        c.admin.truncate(topic)  # seals the open ledger, deletes every sealed one
+        with c.create_producer(topic) as p:
+            after = [p.send(f"n{i}".encode()) for i in range(3)]
+        with c.subscribe(shadow, "lagging") as cons:
+            got = drain(cons, 3)
+            assert [m.message_id.entry_id for m in got] == [x.entry_id for x in after]
+            assert [m.message_id.ledger_id for m in got] == [x.ledger_id for x in after]
+        sub = wait_for(lambda: c.admin.stats(shadow)["subscriptions"]["lagging"],
+                       what="shadow stats")
+        assert int(sub["skippedEntries"]) == 35
+        # the source still reads what is left, and the shadow's reader too
+        with c.create_reader(shadow, start="earliest") as r:
+            assert r.read_next(timeout=10).message_id.entry_id == after[0].entry_id
