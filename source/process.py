@@ -2,7 +2,9 @@
 `Supervisor` keeps one running, restarting it with a bounded back-off.
 
 `spawn()` starts a child in a session of its own (the terminal's Ctrl-C reaches only the
-parent, which stops its children in order) with Linux's PR_SET_PDEATHSIG = SIGKILL, so a
+parent, which stops its children in order) with Linux's PR_SET_PDEATHSIG = SIGKILL (set by
+util-linux `setpriv` before it execs the command; a prctl `preexec_fn` where setpriv is
+missing), so a
 `kill -9` of the parent takes its children along instead of leaving them under PID 1 holding
 the ports. The kernel sends that signal when the *thread* that forked the child exits, so it
 is only set when spawning from the main thread (a child forked from a worker thread, like a
@@ -24,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -45,6 +48,8 @@ def _load_prctl() -> Callable[..., int] | None:
 
 
 _PRCTL = _load_prctl()
+#: util-linux's setpriv (Linux): sets PR_SET_PDEATHSIG, then execs the command
+_SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
 
 
 def _die_with(parent_pid: int) -> Callable[[], None]:
@@ -64,8 +69,14 @@ def spawn(args: list[str], log_path: str | os.PathLike,
     """Start `args` (stdin /dev/null, stdout+stderr appended to `log_path`), in its own
     session, dying with this process when spawned from the main thread on Linux."""
     preexec = None
-    if _PRCTL is not None and threading.current_thread() is threading.main_thread():
-        preexec = _die_with(os.getpid())
+    if threading.current_thread() is threading.main_thread():
+        if _SETPRIV is not None:
+            # setpriv sets PDEATHSIG and execs: no Python runs between fork and exec. A
+            # `preexec_fn` makes CPython fork the slow way, holding the import lock and
+            # running fork handlers, which deadlocked once in a process full of gRPC threads
+            args = [_SETPRIV, "--pdeathsig", "KILL", "--", *args]
+        elif _PRCTL is not None:
+            preexec = _die_with(os.getpid())
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     with open(log_path, "ab") as log:
         return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,

@@ -125,6 +125,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def _ledgers(self, topic: TopicName, t: Topic | None) -> stats.Ledgers:
         if t is not None:
             return stats.of_topic(t)
+        info = await self.topics.info(topic)
+        if info.kind == SHADOW:  # nobody serves it: its ledgers are its source's
+            topic = TopicName.parse(info.source)
         return await stats.stored(self.topics.store, self.topics.storage, self.topics.executor,
                                   topic)
 
@@ -138,7 +141,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         if t is None and not shadow and await self.topics.has_subscriptions(part):
             t = await self.topics.topic(part)  # durable cursors live with an owner: load it
         ledgers = await self._ledgers(part, t)
-        out = apb.TopicStats(storage_size=ledgers.size, topic_epoch=ledgers.epoch)
+        # a shadow stores nothing of its own (its ledgers are its source's: stats-internal)
+        out = apb.TopicStats(storage_size=0 if shadow else ledgers.size,
+                             topic_epoch=ledgers.epoch)
         if t is not None:
             c = t.counters
             (out.msg_rate_in, out.msg_throughput_in, out.msg_rate_out,

@@ -22,10 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Awaitable, Callable
 
 from source.core import errors
+from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.core.policies import Policies, validate_partitions, validate_properties
 from source.cursors.snapshot import SnapshotCursorStore
 from source.cursors.store import Fence
+from source.ledger import retention
 from source.ledger.entry_cache import DEFAULT_BYTES, EntryCache
 from source.ledger.managed import ManagedLedger
 from source.ledger.storage import Storage
@@ -402,13 +404,41 @@ class TopicManager:
         try:
             p = await self.policies(topic)
             if p.retention_time_seconds >= 0 or p.retention_size_bytes >= 0:
+                keep = t.subscriptions.oldest_needed() if t.subscriptions is not None else None
+                if p.retention_keeps_shadow_backlog:  # a failed read skips this pass
+                    keep = retention.earliest(keep, await self._shadow_needs(topic))
                 n, entries = await t.ledger.apply_retention(
-                    p.retention_time_seconds, p.retention_size_bytes,
-                    t.subscriptions.oldest_needed() if t.subscriptions is not None else None)
+                    p.retention_time_seconds, p.retention_size_bytes, keep)
                 if n:
                     log.info("%s: retention deleted %d ledgers (%d entries)", topic, n, entries)
         except Exception as exc:  # noqa: BLE001 - retention is retried by the loop
             log.warning("%s: retention skipped: %s", topic, exc)
+
+    async def _shadow_needs(self, topic: TopicName) -> MessageId | None:
+        """The earliest position the durable subscriptions of `topic`'s shadows still need
+        (source/ledger/retention.py): every need under `keys.shadow_needs_prefix` in one
+        read, counted for the shadows the source lists now (of a partition: partition i of
+        each shadow of its parent). A deleted shadow's need is ignored and removed."""
+        snap = await self.store.get_prefix(keys.shadow_needs_prefix(topic))
+        if not snap.items:
+            return None
+        parent = topic.partitioned_parent
+        kv = await self.store.get(keys.shadows(parent or topic))
+        listed = mpb.ShadowList.FromString(kv.value).shadows if kv is not None else ()
+        current = {TopicName.parse(s).partition(topic.partition_index) if parent is not None
+                   else TopicName.parse(s) for s in listed}
+        needs = [(keys.shadow_from_needs_key(topic, item.key), item) for item in snap.items]
+        for shadow, item in needs:
+            if shadow is not None and shadow not in current:
+                try:  # left by a deleted shadow: removed, unless the shadow exists again
+                    await self.store.txn(
+                        [Compare(item.key, "mod_revision", "==", item.mod_revision),
+                         Compare(keys.topic_info(shadow), "version", "==", 0)],
+                        [Delete(item.key)])
+                except MetadataUnavailable as exc:
+                    log.info("%s: need of deleted shadow %s not removed: %s", topic, shadow,
+                             exc)
+        return retention.shadow_keep_from(((s, item.value) for s, item in needs), current)
 
     async def _retention_loop(self) -> None:
         """Once a `retention_interval`: roll quiet ledgers past their age, apply retention."""

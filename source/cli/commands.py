@@ -18,6 +18,7 @@ _POLICY_FLAGS = {
     "ledger_max_age": "ledger_max_age_seconds",
     "max_producers": "max_producers", "max_subscriptions": "max_subscriptions",
     "max_consumers": "max_consumers",
+    "retention_keeps_shadow_backlog": "retention_keeps_shadow_backlog",
 }
 
 

@@ -62,6 +62,9 @@ def _policy_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-producers", type=count, help="0 = no limit")
     g.add_argument("--max-subscriptions", type=count, help="0 = no limit")
     g.add_argument("--max-consumers", type=count, help="per subscription, 0 = no limit")
+    g.add_argument("--retention-keeps-shadow-backlog", type=boolean, metavar="true|false",
+                   help="retention also keeps the ledgers the shadows' durable subscriptions "
+                        "still need (default false; truncate still deletes)")
 
 
 def _subscription(p: argparse.ArgumentParser) -> None:

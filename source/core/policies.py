@@ -17,6 +17,13 @@ the defaults. Sizes are bytes, times seconds. Every field has an explicit allowe
     max_producers, max_subscriptions        0 (no limit) .. 1e6               uint32
     max_consumers (per subscription)        0 (no limit) .. 1e6               uint32
     retain_null_key                         a bool
+    retention_keeps_shadow_backlog          a bool (default false)
+
+`retention_keeps_shadow_backlog`: retention also keeps every ledger from the oldest position
+the topic's shadows' durable subscriptions still need (each shadow broker publishes it in
+etcd: `keys.shadow_needs`), so a lagging shadow subscription reads everything instead of
+skipping what retention deleted. Off by default (a shadow that never reads would then hold
+the source's ledgers forever). Truncate is explicit and still deletes every sealed ledger.
 
 `validate()` raises `InvalidPolicies` naming the field and its range; `to_pb()` validates
 first, so an out-of-range value never reaches protobuf's own ValueError.
@@ -49,6 +56,9 @@ RANGES: dict[str, tuple[int, int]] = {
     "max_consumers": (0, 1_000_000),
 }
 
+#: the policies that are booleans (every other field has a range in RANGES)
+BOOL_FIELDS = ("retain_null_key", "retention_keeps_shadow_backlog")
+
 #: a topic has 0 (non-partitioned) .. MAX_PARTITIONS partitions
 MAX_PARTITIONS = 1024
 #: user properties of a topic: at most this many, keys and values together this many bytes
@@ -70,6 +80,7 @@ class Policies:
     max_producers: int | None = None
     max_subscriptions: int | None = None
     max_consumers: int | None = None
+    retention_keeps_shadow_backlog: bool | None = None
 
     @classmethod
     def from_pb(cls, pb: common_pb2.Policies) -> "Policies":
@@ -93,7 +104,7 @@ class Policies:
     def validate(self) -> "Policies":
         """Self, when every set field is of its type and within `RANGES`."""
         for name, value in self.as_dict().items():
-            if name == "retain_null_key":
+            if name in BOOL_FIELDS:
                 if not isinstance(value, bool):
                     raise InvalidPolicies(f"{name} must be true or false, got {value!r}")
                 continue
@@ -111,6 +122,7 @@ DEFAULTS = Policies(
     compaction_threshold_bytes=0, retain_null_key=True, replicator_auto_reset_backlog_entries=0,
     ledger_max_entries=200_000, ledger_max_bytes=64 << 20, ledger_max_age_seconds=4 * 3600,
     max_producers=0, max_subscriptions=0, max_consumers=0,
+    retention_keeps_shadow_backlog=False,
 )
 
 

@@ -4,13 +4,25 @@ From the oldest, sealed ledgers go while the oldest is past the time limit or th
 past the size limit (-1 = no limit), and only up to the ledger holding the first entry some
 durable subscription has not acknowledged (`keep_from`): retention applies to acknowledged
 data only, as in Pulsar. The open ledger never goes (truncate seals it first).
+
+Shadows' needs (policy `retention_keeps_shadow_backlog`, off by default). Each shadow's
+owner publishes the oldest position its durable subscriptions still need under
+`keys.shadow_needs(source, shadow)` as ascii "L:E" (absent: no durable subscription). With
+the policy on, the source's retention pass reads them all (one `get_prefix`) and keeps from
+the earliest of its own subscriptions' and the needs of the shadows the source lists now
+(`shadow_keep_from`): a need left behind by a deleted shadow holds nothing. Truncate is an
+explicit request and still deletes every sealed ledger; shadow cursors skip it (C8).
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+import logging
+from typing import Callable, Collection, Iterable
 
 from source.core.message_id import MessageId
+from source.core.names import TopicName
 from source.pb.storage.v1 import metadata_pb2 as mpb
+
+log = logging.getLogger(__name__)
 
 
 def victims(ledgers: Iterable[mpb.LedgerInfo], size_of: Callable[[mpb.LedgerInfo], int],
@@ -33,3 +45,43 @@ def victims(ledgers: Iterable[mpb.LedgerInfo], size_of: Callable[[mpb.LedgerInfo
         out.append(info)
         total -= info.size_bytes
     return out
+
+
+def earliest(a: MessageId | None, b: MessageId | None) -> MessageId | None:
+    """The earlier of two positions to keep from (None: nothing to keep)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(MessageId(a.ledger_id, a.entry_id), MessageId(b.ledger_id, b.entry_id))
+
+
+def encode_need(need: MessageId) -> bytes:
+    """A shadow's need as stored: ascii "L:E"."""
+    return f"{need.ledger_id}:{need.entry_id}".encode()
+
+
+def parse_need(value: bytes) -> MessageId | None:
+    """A stored need (None when it does not parse)."""
+    try:
+        m = MessageId.parse(value.decode("ascii"))
+    except Exception:  # noqa: BLE001 - a damaged record
+        return None
+    return MessageId(m.ledger_id, m.entry_id)
+
+
+def shadow_keep_from(needs: Iterable[tuple[TopicName | None, bytes]],
+                     shadows: Collection[TopicName]) -> MessageId | None:
+    """The earliest need of the shadows in `shadows` (the source's current shadows), from
+    (shadow, stored value) pairs; needs of other shadows (deleted ones) and damaged values
+    are left out. None: no current shadow needs anything."""
+    keep = None
+    for shadow, value in needs:
+        if shadow is None or shadow not in shadows:
+            continue
+        need = parse_need(value)
+        if need is None:
+            log.warning("the need of shadow %s does not parse: %r", shadow, value[:40])
+            continue
+        keep = earliest(keep, need)
+    return keep

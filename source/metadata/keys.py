@@ -9,6 +9,10 @@ messages (see proto/source/pb/storage/v1/metadata.proto) unless noted.
     /shadowtopic/topics/<topic-path>/shadows          ShadowList (on a partitioned source: the parent's)
     /shadowtopic/topics/<topic-path>/replicators/<shadow-topic-path>
                                                       ascii "L:E": the replicator's durable position
+    /shadowtopic/topics/<topic-path>/shadow-needs/<shadow-topic-path>
+                                                      ascii "L:E": the oldest position the shadow's
+                                                      durable subscriptions still need (written
+                                                      by the shadow's owner; absent: none)
     /shadowtopic/topics/<topic-path>/compaction       CompactionPointer
     /shadowtopic/topics/<topic-path>/compaction/jobs/<id>
     /shadowtopic/topics/<topic-path>/subscriptions/<sub>
@@ -58,6 +62,28 @@ def replicator(source: TopicName, shadow: TopicName) -> str:
     """The durable position of the replicator from `source` to `shadow` (under the source's
     prefix: deleting the source deletes it; deleting the shadow deletes it too)."""
     return _t(source) + f"/replicators/{shadow.path}"
+
+
+def shadow_needs(source: TopicName, shadow: TopicName) -> str:
+    """The oldest position the durable subscriptions of `shadow` still need, published by
+    the shadow's owner for the source's retention (policy retention_keeps_shadow_backlog).
+    Under the source's prefix, so deleting the source deletes it; a shadow of a partitioned
+    source publishes partition i under partition i of the source."""
+    return _t(source) + f"/shadow-needs/{shadow.path}"
+
+
+def shadow_needs_prefix(source: TopicName) -> str:
+    return _t(source) + "/shadow-needs/"
+
+
+def shadow_from_needs_key(source: TopicName, key: str) -> TopicName | None:
+    """Inverse of `shadow_needs`: the shadow a key under `shadow_needs_prefix(source)` is
+    for (None: not such a key)."""
+    prefix = shadow_needs_prefix(source) + "persistent/"
+    if not key.startswith(prefix):
+        return None
+    parts = key[len(prefix):].split("/")
+    return TopicName(*parts) if len(parts) == 3 and all(parts) else None
 
 
 def compaction(topic: TopicName) -> str:

@@ -83,7 +83,7 @@ def test_client_close_ends_the_stream_thread_and_frees_the_call(broker, topic):
                 p.send_async(f"m{i}")
         reader = c.create_reader(topic, start="earliest")
         assert [reader.read_next(timeout=10).value() for _ in range(3)] == ["m0", "m1", "m2"]
-        mux = c._mux
+        mux = c._multiplexer()  # the stream to the broker serving the topic (the only one)
         call = weakref.ref(mux._responses)
         rx = mux._thread
     # no garbage collection needed: refcounting alone freed it while every thread ran
@@ -102,7 +102,7 @@ def read_one(url, topic):  # like the CLI: the client lives in a function, not i
     with Client(url, timeout=10) as client:
         with client.create_reader(topic, start="earliest") as reader:
             reader.read_next(timeout=10)
-            return client._mux._responses._state.condition  # gRPC's lock of the call
+            return client._multiplexer()._responses._state.condition  # gRPC's lock of the call
 
 
 def frozen_grpc_thread(lock):  # a daemon thread stopped inside the lock at exit

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from source.core import errors
 from source.core.message_id import EARLIEST, LATEST, MessageId
 from source.core.names import TopicName, canonical
-from source.core.policies import (DEFAULTS, MAX_MESSAGE_SIZE, MAX_PARTITIONS, MAX_PROPERTIES,
+from source.core.policies import (BOOL_FIELDS, DEFAULTS, MAX_MESSAGE_SIZE, MAX_PARTITIONS, MAX_PROPERTIES,
                                   MAX_PROPERTIES_BYTES, RANGES, Policies, validate_partitions,
                                   validate_properties)
 
@@ -140,7 +140,7 @@ def test_any_policy_value_round_trips_or_is_invalid_policies(name, value):
 
 def test_defaults_are_within_the_ranges():
     assert DEFAULTS.validate() is DEFAULTS
-    assert set(RANGES) | {"retain_null_key"} == set(DEFAULTS.as_dict())
+    assert set(RANGES) | set(BOOL_FIELDS) == set(DEFAULTS.as_dict())
 
 
 @pytest.mark.parametrize("ok", [0, 1, MAX_PARTITIONS])
