@@ -208,16 +208,21 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def Lookup(self, request, context):
         topic = TopicName.parse(request.topic)
         info = await self.topics.info(topic)
+        role = "shadow" if info.kind == SHADOW else "source"
+        redirect = role not in self.session.roles
         owner = await self.session.owner_of(topic)
         if owner is None:  # nobody serves it yet: a broker of the topic's role will
-            role = "shadow" if info.kind == SHADOW else "source"
             picked = await self.session.serving(topic, role)
             if picked is None:
                 raise errors.ServiceUnavailable(f"no broker with the {role} role is "
                                                 f"registered to serve {topic}")
-            return apb.LookupResponse(broker_url=picked.url, broker_id=picked.broker_id)
+            return apb.LookupResponse(broker_url=picked.url, broker_id=picked.broker_id,
+                                      redirect=redirect)
+        if owner.broker_id == self.session.broker_id:  # ours (perhaps a dead incarnation's)
+            return apb.LookupResponse(broker_url=self.session.url,
+                                      broker_id=self.session.broker_id, epoch=owner.epoch)
         return apb.LookupResponse(broker_url=owner.broker_url, broker_id=owner.broker_id,
-                                  epoch=owner.epoch)
+                                  epoch=owner.epoch, redirect=redirect)
 
     @unary
     async def RollLedger(self, request, context):

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Callable
 
-from source.client.admin import Admin, position_pb
+from source.client.admin import Admin, TopicMetadata, position_pb
 from source.client.connection import Connection
 from source.client.consumer import Consumer, check_options, parse_consumer_type
 from source.client.listener import Callback, Listeners
@@ -56,17 +56,22 @@ class Client:
         self._children: list = []
         self._closed = False
 
-    def _partitions(self, topic: str) -> int:
-        return self.admin.get_topic(topic).partitions
+    def _meta(self, topic: str) -> TopicMetadata:
+        return self.admin.get_topic(topic)
 
-    def _route(self, topic: str) -> Connection:
-        """The connection to the broker that serves `topic` (Lookup; any broker answers,
-        so the user names one broker and never needs to know which process serves a
-        shadow). A connection per broker, reused."""
+    def _route(self, meta: TopicMetadata) -> Connection:
+        """The connection for a topic: by Lookup (any broker answers, so a user names one
+        broker and never needs to know which process serves a shadow), followed for a
+        shadow, or when the asked broker says it does not serve the topic's kind; a source
+        topic otherwise stays with the broker this client was given (it serves the topic
+        or takes it over from a dead owner). A connection per broker, reused."""
         try:
-            url = self.admin.lookup(topic).get("brokerUrl") or self.url
+            answer = self.admin.lookup(meta.topic)
         except (errors.Unimplemented, errors.ServiceUnavailable):
-            url = self.url  # no lookup, or no broker for it: the given broker says why
+            return self._conn  # no lookup, or no broker for it: the given broker says why
+        url = answer.get("brokerUrl") or self.url
+        if meta.kind != "shadow" and not answer.get("redirect"):
+            return self._conn
         with self._lock:
             if self._closed:
                 raise errors.AlreadyClosed("client is closed")
@@ -78,8 +83,8 @@ class Client:
     def create_producer(self, topic: str, producer_name: str = "", **options) -> Producer:
         """A producer; options: batch_max_messages, batch_max_bytes, linger_ms, max_inflight."""
         topic = canonical(topic)
-        partitions = self._partitions(topic)
-        p = Producer(self._route(topic), topic, partitions, producer_name, **options)
+        meta = self._meta(topic)
+        p = Producer(self._route(meta), topic, meta.partitions, producer_name, **options)
         self._children.append(p)
         return p
 
@@ -87,8 +92,8 @@ class Client:
                       inclusive: bool = False, receiver_queue_size: int = 1000) -> Reader:
         """A non-durable reader from "earliest", "latest" or a MessageId ("L:E" text too)."""
         topic = canonical(topic)
-        partitions = self._partitions(topic)
-        conn = self._route(topic)
+        meta = self._meta(topic)
+        partitions, conn = meta.partitions, self._route(meta)
         r = Reader(conn, self._multiplexer(conn), topic, partitions, start, inclusive,
                    receiver_queue_size)
         self._children.append(r)
@@ -115,8 +120,8 @@ class Client:
         check_options(consumer_name, receiver_queue_size, priority,
                       negative_ack_redelivery_delay_ms, on_active_change)
         topic = canonical(topic)
-        partitions = self._partitions(topic)
-        conn = self._route(topic)
+        meta = self._meta(topic)
+        partitions, conn = meta.partitions, self._route(meta)
         c = Consumer(conn, self._multiplexer(conn), topic, partitions, subscription_name,
                      consumer_type, initial_position, consumer_name, receiver_queue_size,
                      priority, negative_ack_redelivery_delay_ms, on_active_change)
@@ -154,8 +159,8 @@ class Client:
         if message_listener is not None:
             _check_listener(message_listener)
         topic = canonical(topic)
-        partitions = self._partitions(topic)
-        conn = self._route(topic)
+        meta = self._meta(topic)
+        partitions, conn = meta.partitions, self._route(meta)
         mux = self._multiplexer(conn)
         listeners = Listeners(message_listener, mux) if message_listener is not None else None
         consumers: list[Consumer] = []

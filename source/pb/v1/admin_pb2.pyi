@@ -333,14 +333,16 @@ class EntryCacheStats(_message.Message):
     def __init__(self, limit: _Optional[int] = ..., held: _Optional[int] = ..., peak: _Optional[int] = ..., items: _Optional[int] = ..., evictions: _Optional[int] = ..., evicted_bytes: _Optional[int] = ...) -> None: ...
 
 class LookupResponse(_message.Message):
-    __slots__ = ("broker_url", "broker_id", "epoch")
+    __slots__ = ("broker_url", "broker_id", "epoch", "redirect")
     BROKER_URL_FIELD_NUMBER: _ClassVar[int]
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    REDIRECT_FIELD_NUMBER: _ClassVar[int]
     broker_url: str
     broker_id: str
     epoch: int
-    def __init__(self, broker_url: _Optional[str] = ..., broker_id: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+    redirect: bool
+    def __init__(self, broker_url: _Optional[str] = ..., broker_id: _Optional[str] = ..., epoch: _Optional[int] = ..., redirect: _Optional[bool] = ...) -> None: ...
 
 class TruncateResponse(_message.Message):
     __slots__ = ("ledgers_deleted", "entries_deleted")
