@@ -20,7 +20,8 @@ from typing import Callable
 
 from source.client.admin import Admin, TopicMetadata, position_pb
 from source.client.connection import Connection
-from source.client.consumer import Consumer, check_options, parse_consumer_type
+from source.client.consumer import Consumer
+from source.client.options import check_options, parse_consumer_type
 from source.client.listener import Callback, Listeners
 from source.client.producer import Producer
 from source.client.reader import CLOSE_TIMEOUT_S, Multiplexer, Reader

@@ -37,6 +37,7 @@ from typing import Callable
 from source.client.admin import position_pb
 from source.client.connection import Connection
 from source.client.listener import Listeners
+from source.client.options import check_options, parse_consumer_type
 from source.client.message import Message
 from source.client.reader import CLOSE_TIMEOUT_S, Multiplexer, seek_targets
 from source.core import errors
@@ -47,47 +48,6 @@ from source.pb.v1 import consumer_pb2
 log = logging.getLogger(__name__)
 
 WAIT_SLICE_S = 0.2  # a blocked receive wakes this often, so Ctrl-C interrupts it promptly
-MAX_NACK_DELAY_MS = (1 << 32) - 1
-
-#: accepted spellings (case-insensitive) -> (canonical name, wire enum)
-_TYPES = {
-    "exclusive": ("exclusive", consumer_pb2.EXCLUSIVE),
-    "shared": ("shared", consumer_pb2.SHARED),
-    "failover": ("failover", consumer_pb2.FAILOVER),
-    "key_shared": ("key_shared", consumer_pb2.KEY_SHARED),
-    "key-shared": ("key_shared", consumer_pb2.KEY_SHARED),
-    "keyshared": ("key_shared", consumer_pb2.KEY_SHARED),
-}
-CONSUMER_TYPES = ("exclusive", "shared", "failover", "key_shared")
-
-
-def parse_consumer_type(consumer_type: str) -> tuple[str, int]:
-    """("shared", consumer_pb2.SHARED) for "shared", "Shared", "SHARED", ...;
-    `InvalidArgument` for anything that is not one of the four types."""
-    found = _TYPES.get(consumer_type.strip().lower()) if isinstance(consumer_type, str) else None
-    if found is None:
-        raise errors.InvalidArgument(f"consumer type must be one of {', '.join(CONSUMER_TYPES)}"
-                                     f", got {consumer_type!r}")
-    return found
-
-
-def check_options(consumer_name: str, receiver_queue_size: int, priority: int,
-                  negative_ack_redelivery_delay_ms: int, on_active_change=None) -> None:
-    """`InvalidArgument` unless every consumer option is of its type and range."""
-    for name, value, low, high in [
-            ("receiver_queue_size", receiver_queue_size, 1, (1 << 32) - 1),
-            ("priority", priority, -(1 << 31), (1 << 31) - 1),
-            ("negative_ack_redelivery_delay_ms", negative_ack_redelivery_delay_ms, 0,
-             MAX_NACK_DELAY_MS)]:
-        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-            raise errors.InvalidArgument(f"{name} must be an integer in {low}..{high}, "
-                                         f"got {value!r}")
-    if not isinstance(consumer_name, str):
-        raise errors.InvalidArgument(f"consumer_name must be a string, got {consumer_name!r}")
-    if on_active_change is not None and not callable(on_active_change):
-        raise errors.InvalidArgument("on_active_change must be callable")
-
-
 def _typed(status) -> errors.ShadowTopicError:
     return errors.from_reason(status.reason, status.message, status.code)
 

@@ -39,6 +39,7 @@ from source.cursors.state import CursorState, pack, unpack
 from source.ledger.view import ReadEntry
 from source.read.engine import MAX_FRAME_BYTES, MAX_FRAME_ENTRIES, Frames, Outbox
 from source.subscriptions.keyring import KeyRing, key_hash
+from source.subscriptions.positions import UNUSED, Positions
 
 if TYPE_CHECKING:
     from source.read.engine import TopicReaders
@@ -65,44 +66,6 @@ class CursorMoved:
     position: MessageId
     clamped: bool
     by_admin: bool
-
-
-class Positions(dict):
-    """A set of packed positions held as a dict's keys: empty, it is 64 bytes where a set is
-    216, and every idle subscription and consumer holds a few of them."""
-
-    __slots__ = ()
-
-    def add(self, p: int) -> None:
-        self[p] = None
-
-    def discard(self, p: int) -> None:
-        self.pop(p, None)
-
-    def difference_update(self, ps) -> None:
-        for p in ps:
-            self.pop(p, None)
-
-
-class _Unused(Positions):
-    """The one empty stand-in for the Shared / Key_Shared structures of subscriptions that
-    do not use them (an Exclusive subscription has no holder, no redo): reading it is
-    reading an empty dict; writing to it is a bug and raises. Saves ~400 bytes per idle
-    subscription."""
-
-    __slots__ = ()
-
-    def __setitem__(self, key, value):
-        raise TypeError("write to the shared empty stand-in: allocate first")
-
-    def setdefault(self, key, default=None):
-        raise TypeError("write to the shared empty stand-in: allocate first")
-
-    def update(self, *args, **kwargs):
-        raise TypeError("write to the shared empty stand-in: allocate first")
-
-
-UNUSED = _Unused()
 
 
 class ConsumerOutbox(Outbox, Protocol):

@@ -26,7 +26,7 @@ from source.cli import main as cli
 from source.cli.parse import subscription_type, time_ms
 from source.client import Client, Consumer, MessageId, errors
 from source.client.admin import position_pb
-from source.client.consumer import parse_consumer_type
+from source.client.options import parse_consumer_type
 from source.client.reader import seek_targets
 from source.pb.v1 import admin_pb2 as apb
 from source.pb.v1 import common_pb2, consumer_pb2
