@@ -128,8 +128,10 @@ class ShadowReplicator:
     async def _load(self) -> MessageId:
         kv = await self.store.get(keys.replicator(self.source, self.shadow))
         pos = parse_position(kv.value.decode()) if kv is not None else None
-        if pos is None:  # a new shadow reads history from the ledgers: replicate the tail
-            pos = self.view.first_position() or self.view.next_position()
+        if pos is None:
+            # a new shadow reads the history from the shared ledgers; what it needs from
+            # here on is how far the tail goes (every batch carries the last confirmed id)
+            pos = self.view.next_position()
         self._saved = pos
         return self.view.valid_position(pos)
 

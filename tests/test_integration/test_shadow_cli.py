@@ -186,7 +186,9 @@ def test_read_consume_and_admin_commands_work_on_a_shadow_through_the_source_bro
         return rep if rep and rep.get("connected") and rep.get("replicatedPosition") == last \
             else None
     rep = wait_for(replicated, 30, "shadowReplication of the source's stats to catch up")
-    assert int(rep.get("replicationBacklog", 0)) == 0 and int(rep["msgOutCounter"]) >= 65, rep
+    # a new shadow's replicator starts at the tail (the history is read from the ledgers):
+    # it carried the 5 live messages' ids
+    assert int(rep.get("replicationBacklog", 0)) == 0 and int(rep["msgOutCounter"]) >= 5, rep
     st = jdoc(cli("topics", "stats", shadow, "-o", "json"))
     assert (st["kind"], st["source"]) == ("SHADOW", topic)
     sub = st["subscriptions"]["sub"]
