@@ -2,12 +2,18 @@
 """`make bench`: acked produce throughput and ack latency through the public client, reader
 fan-out (bench/fanout.py), consume-and-ack of durable subscriptions (bench/consume.py), the
 cursor flush rate with 10,000 subscriptions acking (bench/cursor_flush.py), fan-out to 100
-durable subscriptions and broadcast to 100,000 (bench/broadcast.py), each measured in one
-run next to the machine's ceilings (../shared/peers/limits.py) and NATS JetStream
-(../shared/peers/nats_jetstream.py). Writes bench/RESULTS.md and bench/out/<stamp>.json.
+durable subscriptions and broadcast to 100,000 (bench/broadcast.py), shadow topics
+(bench/shadows.py: create on a 1M-message source, produce -> shadow reader latency, catch-up
+beside a NATS mirror, source CPU per message with 0-8 shadows) and fan-out / broadcast over
+shadows (bench/shadows_scale.py), each measured in one run next to the machine's ceilings
+(../shared/peers/limits.py) and NATS JetStream (../shared/peers/nats_jetstream.py). Writes
+bench/RESULTS.md and bench/out/<stamp>.json.
 
     .venv/bin/python bench/run.py --shared ../shared [--messages 400000] [--rounds 3]
-                    [--only produce,fanout,consume,flush,fanout100,broadcast]
+                    [--only produce,fanout,consume,flush,fanout100,broadcast,shadows,shadows-scale]
+
+`--shadows-*` and `--shadows-scale-*` pass bench/shadows.py's and bench/shadows_scale.py's
+options (e.g. `--shadows-parts latency,cpu`, `--shadows-scale-broadcast-subs 10000`).
 
 `--only` runs a subset; RESULTS.md then keeps the other parts' sections from the newest
 bench/out/*.json that has them, marked as carried over from that earlier run.
@@ -229,7 +235,10 @@ def produce_lines(args, rounds: list[dict]) -> list[str]:
     return lines + [""]
 
 
-PARTS = ("produce", "fanout", "consume", "flush", "fanout100", "broadcast")
+PARTS = ("produce", "fanout", "consume", "flush", "fanout100", "broadcast", "shadows",
+         "shadows-scale")
+#: the key of each part's results in bench/out/*.json (produce: "rounds")
+KEYS = {"produce": "rounds", "shadows-scale": "shadows_scale"}
 
 
 def carried_over(parts: set[str], out_dir: str) -> dict:
@@ -246,9 +255,8 @@ def carried_over(parts: set[str], out_dir: str) -> dict:
                 doc = json.load(f)
         except (OSError, ValueError):
             continue
-        for part, key in (("produce", "rounds"), ("fanout", "fanout"),
-                          ("consume", "consume"), ("flush", "flush"),
-                          ("fanout100", "fanout100"), ("broadcast", "broadcast")):
+        for part in PARTS:
+            key = KEYS.get(part, part)
             if part not in parts and part not in found and doc.get(key):
                 found[part] = (name, doc)
     return found
@@ -258,6 +266,8 @@ def carried_over(parts: set[str], out_dir: str) -> dict:
 HEADINGS = {"produce": "## Produce (", "fanout": "## Reader fan-out (bench/",
             "consume": "## Consume and acknowledge (bench/", "flush": "## Cursor flush with",
             "fanout100": "## Fan-out to ", "broadcast": "## Broadcast: ",
+            "shadows": "## Shadow topics (bench/",
+            "shadows-scale": "## Fan-out and broadcast over shadow topics (bench/",
             "limits": "## Machine ceilings (", "nats": "## NATS JetStream ("}
 
 
@@ -302,8 +312,11 @@ def previous_sections(path: str, only: str) -> dict[str, list[str]]:
 def write_results(path: str, args, rounds: list[dict], limits: dict | None,
                   nats: dict | None, fan: dict | None = None, consume: dict | None = None,
                   flush: dict | None = None, old: dict | None = None,
-                  fan100: dict | None = None, bcast: dict | None = None) -> None:
+                  fan100: dict | None = None, bcast: dict | None = None,
+                  shadows: dict | None = None, scale: dict | None = None,
+                  load: tuple | None = None) -> None:
     from broadcast import broadcast_lines, fanout100_lines  # bench/broadcast.py
+    from shadows_report import scale_lines, shadows_lines  # bench/shadows_report.py
     from consume import consume_lines  # bench/consume.py, beside this script
     from cursor_flush import flush_lines  # bench/cursor_flush.py
 
@@ -321,7 +334,15 @@ def write_results(path: str, args, rounds: list[dict], limits: dict | None,
         f"--fanout100-messages {args.fanout100_messages} --fanout100-procs "
         f"{args.fanout100_procs} --broadcast-subs {args.broadcast_subs} --broadcast-procs "
         f"{args.broadcast_procs} --broadcast-duration {args.broadcast_duration:g} "
-        f"--only {args.only}`.", ""]
+        f"--only {args.only}`" + (" with bench/shadows.py's defaults" + "".join(
+            f" `--{k.replace('_', '-')} {v}`" for k, v in sorted(vars(args).items())
+            if k.startswith("shadows_") and v != DEFAULTS.get(k))
+            if {"shadows", "shadows-scale"} & set(args.only.split(",")) else "") + ".",
+        ""]
+    if load:
+        lines[-1:-1] = ["Load average (1 / 5 / 15 min, 2 cores) when this run started: " +
+                        " / ".join(f"{x:.2f}" for x in load[0]) + "; when it ended: " +
+                        " / ".join(f"{x:.2f}" for x in load[1]) + "."]
 
     def note(part: str) -> list[str]:
         return [f"*Carried over from an earlier run (bench/out/{old[part][0]}); this run "
@@ -342,11 +363,13 @@ def write_results(path: str, args, rounds: list[dict], limits: dict | None,
     for part, res, render in (("fanout", fan, fanout_lines), ("consume", consume, consume_lines),
                               ("flush", flush, flush_lines),
                               ("fanout100", fan100, fanout100_lines),
-                              ("broadcast", bcast, broadcast_lines)):
+                              ("broadcast", bcast, broadcast_lines),
+                              ("shadows", shadows, shadows_lines),
+                              ("shadows-scale", scale, scale_lines)):
         if res:
             lines += render(res)
         elif part in old:
-            body = render(old[part][1][part])
+            body = render(old[part][1][KEYS.get(part, part)])
             lines += body[:2] + note(part) + body[2:]
         elif part in text:
             lines += text[part]
@@ -364,6 +387,15 @@ def write_results(path: str, args, rounds: list[dict], limits: dict | None,
             lines += [f.read()]
     with open(path, "w") as f:
         f.write("\n".join(lines))
+
+
+DEFAULTS: dict = {}
+
+
+def sub_args(args, prefix: str, extra: dict) -> argparse.Namespace:
+    """bench/shadows*.py's options from run.py's `--<prefix>*` ones."""
+    return argparse.Namespace(**extra, **{k[len(prefix):]: v for k, v in vars(args).items()
+                                          if k.startswith(prefix)})
 
 
 def main() -> None:
@@ -413,8 +445,15 @@ def main() -> None:
                    help="broadcast: client processes the subscriptions are spread over")
     p.add_argument("--broadcast-duration", type=float, default=60.0,
                    help="broadcast: seconds of 1 msg/s after attaching")
+    from shadows import add_args as shadows_args  # bench/shadows.py
+    from shadows_scale import add_args as scale_args  # bench/shadows_scale.py
+
+    shadows_args(p, "shadows-")
+    scale_args(p, "shadows-scale-")
+    DEFAULTS.update((k, p.get_default(k)) for k in vars(p.parse_args([])))
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     args = p.parse_args()
+    load0 = os.getloadavg()
     peers = os.path.join(args.shared, "peers")
     if not args.no_peers and not os.path.isdir(peers):
         sys.exit(f"bench: {peers} not found (../shared sits beside a developer's clone); "
@@ -427,7 +466,7 @@ def main() -> None:
     out_dir = os.path.join(ROOT, "bench", "out")
     old = carried_over(parts, out_dir)
     with tempfile.TemporaryDirectory(dir=base) as data_dir:
-        limits = nats = fan = consume = flush = fan100 = bcast = None
+        limits = nats = fan = consume = flush = fan100 = bcast = shadows = scale = None
         rounds: list[dict] = []
         if "produce" in parts:
             if not args.no_peers:
@@ -479,15 +518,27 @@ def main() -> None:
                   f"{args.broadcast_duration:g} s at 1 msg/s)", flush=True)
             bcast = run_broadcast(data_dir, args.broadcast_subs, args.broadcast_procs,
                                   args.broadcast_duration)
+        common = dict(rounds=args.rounds, payload=args.payload, profile=None)
+        if "shadows" in parts:
+            from shadows import run_shadows  # bench/shadows.py
+
+            shadows = run_shadows(data_dir, None if args.no_peers else peers,
+                                  sub_args(args, "shadows_", common))
+        if "shadows-scale" in parts:
+            from shadows_scale import run_scale  # bench/shadows_scale.py
+
+            scale = run_scale(data_dir, None if args.no_peers else peers,
+                              sub_args(args, "shadows_scale_", common))
     write_results(args.out, args, rounds, limits, nats, fan, consume, flush, old, fan100,
-                  bcast)
+                  bcast, shadows, scale, (load0, os.getloadavg()))
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, time.strftime("%Y%m%d-%H%M%S") + ".json"), "w") as f:
         json.dump({"args": {k: getattr(args, k) for k in ("messages", "producers", "payload",
                                                           "rounds", "sample", "only")},
                    "rounds": rounds, "limits": limits, "nats": nats, "fanout": fan,
                    "consume": consume, "flush": flush, "fanout100": fan100,
-                   "broadcast": bcast}, f, indent=1)
+                   "broadcast": bcast, "shadows": shadows, "shadows_scale": scale,
+                   "load": [load0, os.getloadavg()]}, f, indent=1)
     print(open(args.out).read())
 
 

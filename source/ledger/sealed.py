@@ -352,6 +352,10 @@ class SealedLedger:
         self.num_entries = self._file.metadata.num_rows
         self._groups: OrderedDict[int, pa.Table] = OrderedDict()
         self._lock = threading.Lock()
+        # one reader of the file at a time: pyarrow's ParquetFile is not safe to read from
+        # several threads at once (concurrent read_row_group calls crashed the broker in
+        # libarrow, bench/NOTES.md); executor threads of several readers share this object
+        self._read_lock = threading.Lock()
 
     def _group(self, index: int) -> pa.Table:
         """One row group (publish_time, raw), from a small per-ledger cache."""
@@ -361,7 +365,8 @@ class SealedLedger:
                 self._groups.move_to_end(index)
                 return table
         try:
-            table = self._file.read_row_group(index, columns=["publish_time", "raw"])
+            with self._read_lock:
+                table = self._file.read_row_group(index, columns=["publish_time", "raw"])
         except Exception as exc:  # noqa: BLE001
             raise ChecksumError(f"corrupt row group {index} in {self.path}: {exc}") from None
         with self._lock:
@@ -373,7 +378,9 @@ class SealedLedger:
     def publish_times(self) -> list[int]:
         """Every entry's publish time, in entry order (for seeks by time)."""
         try:
-            return self._file.read(columns=["publish_time"]).column(0).to_pylist()
+            with self._read_lock:
+                table = self._file.read(columns=["publish_time"])
+            return table.column(0).to_pylist()
         except Exception as exc:  # noqa: BLE001
             raise ChecksumError(f"corrupt sealed ledger {self.path}: {exc}") from None
 
