@@ -73,3 +73,33 @@ def two_brokers(etcd_server, tmp_path):
             if broker.proc is not None and broker.proc.poll() is None:
                 os.kill(broker.proc.pid, signal.SIGCONT)  # a test may have paused it
             broker.kill()
+
+
+@pytest.fixture
+def start_pair(etcd_server, tmp_path):
+    """start_pair(*extra_broker_args) -> (source broker, shadow broker): both on one shared
+    storage root, short leases, and a cluster of their own (brokers of earlier tests, killed
+    with their leases not yet expired, are still registered in the session's etcd and must
+    not be picked for a shadow). Killed at teardown."""
+    started = []
+
+    def start(*extra: str):
+        shared = str(tmp_path / "shared-storage")
+        args = ["--lease-ttl", "3", "--storage-root", shared,
+                "--cluster", f"c-{uuid.uuid4().hex[:8]}", *extra]
+        src = BrokerProcess(etcd_server.endpoint, str(tmp_path / "src"), free_port(),
+                            extra_args=args)
+        sh = BrokerProcess(etcd_server.endpoint, str(tmp_path / "sh"), free_port(),
+                           extra_args=args, module="shadow.broker")
+        started.extend([src, sh])
+        src.start(timeout=60)
+        sh.start(timeout=60)
+        return src, sh
+
+    try:
+        yield start
+    finally:
+        for b in started:
+            if b.proc is not None and b.proc.poll() is None:
+                os.kill(b.proc.pid, signal.SIGCONT)  # a test may have paused it
+            b.kill()

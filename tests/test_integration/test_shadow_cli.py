@@ -26,24 +26,9 @@ EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 # ---- fixtures -------------------------------------------------------------------------------
 
 @pytest.fixture
-def pair(etcd_server, tmp_path):
-    """(source broker, shadow broker) on one storage root, short leases, a cluster of their
-    own (as in test_shadows.py)."""
-    shared = str(tmp_path / "shared-storage")
-    args = ["--lease-ttl", "3", "--storage-root", shared, "--cluster", f"c-{uuid.uuid4().hex[:8]}"]
-    src = BrokerProcess(etcd_server.endpoint, str(tmp_path / "src"), free_port(),
-                        extra_args=args)
-    sh = BrokerProcess(etcd_server.endpoint, str(tmp_path / "sh"), free_port(),
-                       extra_args=args, module="shadow.broker")
-    src.start(timeout=60)
-    sh.start(timeout=60)
-    try:
-        yield src, sh
-    finally:
-        for b in (src, sh):
-            if b.proc is not None and b.proc.poll() is None:
-                os.kill(b.proc.pid, signal.SIGCONT)
-            b.kill()
+def pair(start_pair):
+    """(source broker, shadow broker): see conftest's `start_pair`."""
+    return start_pair()
 
 
 @pytest.fixture

@@ -34,25 +34,9 @@ SMALL = dict(ledger_max_entries=10, retention_time_seconds=0)  # every sealed le
 
 
 @pytest.fixture
-def pair(etcd_server, tmp_path):
-    """(source broker, shadow broker) on one storage root, short leases, retention every
-    0.5 s, a cluster of their own."""
-    shared = str(tmp_path / "shared-storage")
-    args = ["--lease-ttl", "3", "--storage-root", shared, "--cluster", f"c-{uuid.uuid4().hex[:8]}",
-            "--retention-interval", "0.5"]
-    src = BrokerProcess(etcd_server.endpoint, str(tmp_path / "src"), free_port(),
-                        extra_args=args)
-    sh = BrokerProcess(etcd_server.endpoint, str(tmp_path / "sh"), free_port(),
-                       extra_args=args, module="shadow.broker")
-    src.start(timeout=60)
-    sh.start(timeout=60)
-    try:
-        yield src, sh
-    finally:
-        for b in (src, sh):
-            if b.proc is not None and b.proc.poll() is None:
-                os.kill(b.proc.pid, signal.SIGCONT)
-            b.kill()
+def pair(start_pair):
+    """(source broker, shadow broker): see conftest's `start_pair`."""
+    return start_pair("--retention-interval", "0.5")
 
 
 def etcd(etcd_server, prefix: str) -> dict[str, bytes]:
