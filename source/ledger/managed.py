@@ -159,7 +159,8 @@ class ManagedLedger:
                 path, keep_raws=False))
         except FileNotFoundError:
             if self.storage.shared_wal:  # the WAL was never created or already removed
-                await self._update_list(lambda lst: _remove(lst, {info.ledger_id}))
+                gone = {info.ledger_id}
+                await self._update_list(lambda lst: retention.remove_ledgers(lst, gone))
             else:
                 log.warning("%s: WAL of open ledger %d is on another broker's disk",
                             self.topic, info.ledger_id)
@@ -522,7 +523,7 @@ class ManagedLedger:
         """Write a ledger that takes no more appends to Parquet from its WAL (the `count`
         entries of `frames`, streamed: source/ledger/sealed.py), then mark it SEALED."""
         if count == 0:
-            await self._update_list(lambda lst: _remove(lst, {lid}))
+            await self._update_list(lambda lst: retention.remove_ledgers(lst, {lid}))
             self._forget_tail(lid)
             self.storage.delete_wal(wal_rel)
             return None
@@ -571,7 +572,7 @@ class ManagedLedger:
         concurrent retention and truncate never count a ledger twice."""
         def drop(lst: mpb.LedgerList) -> list[mpb.LedgerInfo]:
             victims = [mpb.LedgerInfo.FromString(i.SerializeToString()) for i in select(lst)]
-            _remove(lst, {i.ledger_id for i in victims})
+            retention.remove_ledgers(lst, {i.ledger_id for i in victims})
             lst.entries_deleted += sum(i.entries for i in victims)
             return victims
 
@@ -596,9 +597,3 @@ def _consume(task: asyncio.Task) -> None:
     """Retrieve a background task's exception (it is reported where it matters)."""
     if not task.cancelled():
         task.exception()
-
-
-def _remove(lst: mpb.LedgerList, ids: set[int]) -> None:
-    keep = [i for i in lst.ledgers if i.ledger_id not in ids]
-    del lst.ledgers[:]
-    lst.ledgers.extend(keep)

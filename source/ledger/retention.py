@@ -85,3 +85,10 @@ def shadow_keep_from(needs: Iterable[tuple[TopicName | None, bytes]],
             continue
         keep = earliest(keep, need)
     return keep
+
+
+def remove_ledgers(lst: mpb.LedgerList, ids: set[int]) -> None:
+    """Drop the ledgers `ids` from a ledger list (retention, truncate, an empty ledger)."""
+    keep = [i for i in lst.ledgers if i.ledger_id not in ids]
+    del lst.ledgers[:]
+    lst.ledgers.extend(keep)
