@@ -1,8 +1,11 @@
 """Sealed ledgers: one immutable Parquet file per ledger, and reads from it by entry id.
 
-Columns: `entry_id` uint64, `key` binary (null for keyless), `is_tombstone` bool,
-`publish_time` int64 (ms since epoch), `raw` binary (the serialized Message exactly as the
-producer sent it). Row groups hold `ROWS_PER_GROUP` entries, so entry e lives in row group
+Columns: `ledger_id` int64 (the same in every row: a directory of sealed ledgers reads as
+one dataset in Spark, DuckDB or pyarrow with the full MessageId visible), `entry_id` int64
+(signed: Spark reads an unsigned 64-bit column as a decimal), `key` binary (null for
+keyless), `is_tombstone` bool, `publish_time` int64 (ms since epoch), `raw` binary (the
+serialized Message exactly as the producer sent it). Compacted ledgers
+(source/ledger/compacted.py) have the same columns. Row groups hold `ROWS_PER_GROUP` entries, so entry e lives in row group
 e // ROWS_PER_GROUP and a read by id touches one row group; Spark reads only the columns it
 needs. Integrity: Parquet page checksums, plus the crc32c of the whole file recorded in the
 ledger list (streamed through when a broker first opens the file; a mismatch is
@@ -43,7 +46,8 @@ from source.pb.storage.v1 import views_pb2
 
 ROWS_PER_GROUP = 1024
 SCHEMA = pa.schema([
-    ("entry_id", pa.uint64()),
+    ("ledger_id", pa.int64()),
+    ("entry_id", pa.int64()),
     ("key", pa.binary()),
     ("is_tombstone", pa.bool_()),
     ("publish_time", pa.int64()),
@@ -52,7 +56,8 @@ SCHEMA = pa.schema([
 ZERO_COPY_BYTES = 4 << 10
 WRITER_OPTIONS = dict(compression="zstd", write_page_checksum=True,
                       write_statistics=["entry_id", "publish_time"],
-                      use_dictionary=["entry_id", "key", "is_tombstone", "publish_time"])
+                      use_dictionary=["ledger_id", "entry_id", "key", "is_tombstone",
+                                      "publish_time"])
 _OFFSETS = struct.Struct("<ii")
 Buffer = bytes | memoryview
 
@@ -90,7 +95,8 @@ class SealResult:
 class _RowGroup:
     """The columns of one row group as they fill, a run of entries at a time."""
 
-    def __init__(self, base: int):
+    def __init__(self, ledger_id: int, base: int):
+        self.ledger_id = ledger_id
         self.base = base
         self.rows = 0
         self.keys: list[bytes | None] = []
@@ -123,7 +129,8 @@ class _RowGroup:
     def table(self) -> pa.Table:
         self._flush_small()
         return pa.table({
-            "entry_id": pa.array(range(self.base, self.base + self.rows), pa.uint64()),
+            "ledger_id": pa.repeat(pa.scalar(self.ledger_id, pa.int64()), self.rows),
+            "entry_id": pa.array(range(self.base, self.base + self.rows), pa.int64()),
             "key": pa.array(self.keys, pa.binary()),
             "is_tombstone": pa.array(self.tombs, pa.bool_()),
             "publish_time": pa.array(self.pubs, pa.int64()),
@@ -158,13 +165,13 @@ class _Sink:
         self.closed = True
 
 
-def _write(out, runs: Iterable[tuple[int, Sequence[Buffer]]],
+def _write(out, ledger_id: int, runs: Iterable[tuple[int, Sequence[Buffer]]],
            on_write: Callable[[], None] | None) -> SealResult:
     """Write the Parquet file of the entries in `runs` ((publish_ms, raws) in entry order)
     to `out`, one row group at a time."""
     sink = _Sink(out, on_write)
     writer = pq.ParquetWriter(sink, SCHEMA, **WRITER_OPTIONS)
-    group = _RowGroup(0)
+    group = _RowGroup(ledger_id, 0)
     raw_bytes = 0
     first = last = None
     try:
@@ -181,7 +188,7 @@ def _write(out, runs: Iterable[tuple[int, Sequence[Buffer]]],
                 i += take
                 if group.rows == ROWS_PER_GROUP:
                     writer.write_table(group.table(), row_group_size=ROWS_PER_GROUP)
-                    group = _RowGroup(group.base + ROWS_PER_GROUP)
+                    group = _RowGroup(ledger_id, group.base + ROWS_PER_GROUP)
             raws = None  # hold no view of a frame already written
         if group.rows:
             writer.write_table(group.table(), row_group_size=ROWS_PER_GROUP)
@@ -215,19 +222,20 @@ def _check(fs: pafs.FileSystem, path: str, res: SealResult, expect: int | None) 
 
 def write_runs(fs: pafs.FileSystem, path: str, runs: Iterable[tuple[int, Sequence[Buffer]]],
                expect: int | None = None,
-               on_write: Callable[[], None] | None = None) -> SealResult:
+               on_write: Callable[[], None] | None = None, *, ledger_id: int) -> SealResult:
     """Write a sealed ledger durably from `runs` ((publish_ms, raws) in entry order) and
     check it. Written to a temp name, fsynced and renamed, so a crash leaves either no file
     or a whole one; on an object store a failed write's object is deleted (the ledger is not
-    SEALED yet: nobody reads it)."""
-    parent = path.rsplit("/", 1)[0]
+    SEALED yet: nobody reads it). The temp name is hidden (`.<name>.tmp`), so a dataset
+    reader of the directory never sees a half-written file."""
+    parent, name = path.rsplit("/", 1)
     fs.create_dir(parent, recursive=True)
     try:
         if isinstance(fs, pafs.LocalFileSystem):
-            tmp = path + ".tmp"
+            tmp = f"{parent}/.{name}.tmp"
             try:
                 with open(tmp, "wb") as f:
-                    res = _write(f, runs, on_write)
+                    res = _write(f, ledger_id, runs, on_write)
                     f.flush()
                     os.fsync(f.fileno())
                 _check(fs, tmp, res, expect)
@@ -239,7 +247,7 @@ def write_runs(fs: pafs.FileSystem, path: str, runs: Iterable[tuple[int, Sequenc
         else:  # object stores: the object appears whole when the stream closes
             try:
                 with fs.open_output_stream(path) as out:
-                    res = _write(out, runs, on_write)
+                    res = _write(out, ledger_id, runs, on_write)
                 _check(fs, path, res, expect)
             except BaseException:
                 try:
@@ -253,7 +261,7 @@ def write_runs(fs: pafs.FileSystem, path: str, runs: Iterable[tuple[int, Sequenc
 
 
 def seal_wal(fs: pafs.FileSystem, path: str, wal_path: str, frames: walmod.FrameIndex,
-             expect: int) -> SealResult:
+             expect: int, *, ledger_id: int) -> SealResult:
     """Seal a ledger that takes no more appends from its WAL: the `expect` entries of
     `frames`, read back (CRC-checked) a frame at a time."""
     try:
@@ -266,16 +274,17 @@ def seal_wal(fs: pafs.FileSystem, path: str, wal_path: str, frames: walmod.Frame
         _release_default()
 
     with wal:
-        return write_runs(fs, path, wal.runs(), expect, on_write=on_write)
+        return write_runs(fs, path, wal.runs(), expect, on_write=on_write, ledger_id=ledger_id)
 
 
-def write_sealed(fs: pafs.FileSystem, path: str, entries: Entries) -> tuple[int, int]:
+def write_sealed(fs: pafs.FileSystem, path: str, entries: Entries, *, ledger_id: int
+                 ) -> tuple[int, int]:
     """Write the Parquet file of entries held in memory; return (size_bytes, crc32c)."""
     if entries.offset:
         raise ValueError("entries dropped from memory: seal from the WAL")
     runs = ((pub, [raw for _, raw in group]) for pub, group in
             itertools.groupby(zip(entries.publish_ms, entries.raws), key=lambda pr: pr[0]))
-    res = write_runs(fs, path, runs, len(entries))
+    res = write_runs(fs, path, runs, len(entries), ledger_id=ledger_id)
     return res.file_bytes, res.crc32c
 
 

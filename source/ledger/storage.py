@@ -1,6 +1,7 @@
 """Where ledgers live: a pyarrow filesystem root shared by every broker and by Spark.
 
     <root>/ledgers/<topic-dir>/<ledger_id>.parquet   sealed ledgers
+    <root>/compacted/<topic-dir>/<job_id>/           compacted ledgers (source/ledger/compacted.py)
     <wal_root>/wal/<topic-dir>/<ledger_id>.wal       open ledgers' WALs
 
 `root` is a URI pyarrow.fs understands (`file:///data`, `s3://bucket/prefix`, ...); a plain path
@@ -80,6 +81,15 @@ class Storage:
     def topic_wal_dir(topic: TopicName) -> str:
         return f"wal/{topic_dir(topic)}"
 
+    @staticmethod
+    def topic_compacted_dir(topic: TopicName) -> str:
+        return f"compacted/{topic_dir(topic)}"
+
+    @classmethod
+    def compacted_rel(cls, topic: TopicName, job_id: str) -> str:
+        """The directory of the compacted ledger that job `job_id` writes."""
+        return f"{cls.topic_compacted_dir(topic)}/{path_segment(job_id)}"
+
     @classmethod
     def sealed_rel(cls, topic: TopicName, ledger_id: int) -> str:
         return f"{cls.topic_sealed_dir(topic)}/{ledger_id}.parquet"
@@ -117,3 +127,15 @@ class Storage:
         sel = pafs.FileSelector(self.full(rel_dir), allow_not_found=True)
         return [f"{rel_dir}/{info.base_name}" for info in self.fs.get_file_info(sel)
                 if info.type == pafs.FileType.File]
+
+    def list_subdirs(self, rel_dir: str) -> list[str]:
+        """Relative paths of the directories directly under `rel_dir` (storage root)."""
+        sel = pafs.FileSelector(self.full(rel_dir), allow_not_found=True)
+        return [f"{rel_dir}/{info.base_name}" for info in self.fs.get_file_info(sel)
+                if info.type == pafs.FileType.Directory]
+
+    def delete_dir(self, rel_dir: str) -> None:
+        try:
+            self.fs.delete_dir(self.full(rel_dir))
+        except (FileNotFoundError, OSError):
+            pass

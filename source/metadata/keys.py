@@ -18,6 +18,7 @@ messages (see proto/source/pb/storage/v1/metadata.proto) unless noted.
     /shadowtopic/topics/<topic-path>/subscriptions/<sub>
     /shadowtopic/topics/<topic-path>/cursors          CursorPointer (cursors.proto): durable cursors
     /shadowtopic/counters/ledger-id                   counter (ascii int): cluster-unique ledger ids
+    /shadowtopic/compaction/requests/<topic-path>     CompactionRequest: a queued or running compaction
 
 <topic-path> is `persistent/<tenant>/<namespace>/<topic>` (TopicName.path), so a namespace's
 topics list under one prefix and no topic name is a prefix of another's keys.
@@ -92,6 +93,25 @@ def compaction(topic: TopicName) -> str:
 
 def compaction_job(topic: TopicName, job_id: str) -> str:
     return _t(topic) + f"/compaction/jobs/{job_id}"
+
+
+def compaction_jobs_prefix(topic: TopicName) -> str:
+    return _t(topic) + "/compaction/jobs/"
+
+
+COMPACTION_REQUESTS = f"{ROOT}/compaction/requests/"
+
+
+def compaction_request(topic: TopicName) -> str:
+    """The topic's queued or running compaction (the worker watches the prefix)."""
+    return COMPACTION_REQUESTS + topic.path
+
+
+def topic_from_compaction_request(key: str) -> TopicName | None:
+    if not key.startswith(COMPACTION_REQUESTS + "persistent/"):
+        return None
+    parts = key[len(COMPACTION_REQUESTS + "persistent/"):].split("/")
+    return TopicName(*parts) if len(parts) == 3 and all(parts) else None
 
 
 def subscription(topic: TopicName, sub: str) -> str:

@@ -117,7 +117,7 @@ def _entries(n: int) -> wal.Entries:
 
 def test_sealed_round_trip_reads_by_entry_id(tmp_path):
     st = Storage(str(tmp_path))
-    size, crc = write_sealed(st.fs, st.full("l/1.parquet"), _entries(3000))
+    size, crc = write_sealed(st.fs, st.full("l/1.parquet"), _entries(3000), ledger_id=7)
     led = SealedLedger(st.fs, st.full("l/1.parquet"), crc)
     assert led.num_entries == 3000 and size > 0
     pubs, raws = led.read(2040, 10, 1 << 20)
@@ -134,7 +134,7 @@ def test_sealed_round_trip_reads_by_entry_id(tmp_path):
 def test_sealed_corruption_and_absence_are_typed(tmp_path):
     st = Storage(str(tmp_path))
     path = st.full("l/2.parquet")
-    _, crc = write_sealed(st.fs, path, _entries(100))
+    _, crc = write_sealed(st.fs, path, _entries(100), ledger_id=7)
     with open(path, "r+b") as f:
         f.seek(200)
         b = f.read(1)
@@ -384,7 +384,7 @@ def test_new_owner_sweeps_orphan_files(tmp_path, arun):
         await ml.close()
         ldir = os.path.dirname(env.storage.full(sealed.path))
         wdir = os.path.dirname(env.storage.wal_path(env.storage.wal_rel(TOPIC, 1)))
-        orphans = [os.path.join(ldir, "999.parquet"), os.path.join(ldir, "5.parquet.tmp"),
+        orphans = [os.path.join(ldir, "999.parquet"), os.path.join(ldir, ".5.parquet.tmp"),
                    os.path.join(wdir, "998.wal")]
         for path in orphans:
             with open(path, "wb") as f:

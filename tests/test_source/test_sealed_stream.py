@@ -94,14 +94,14 @@ def test_a_seal_from_the_wal_writes_the_file_an_in_memory_seal_writes(tmp_path):
     pubs = [1000 + b for b, (raws, _) in enumerate(batches) for _ in raws]
     st = Storage(str(tmp_path / "st"))
 
-    res = seal_wal(st.fs, st.full("l/7.parquet"), wal_path, index, len(sent))
+    res = seal_wal(st.fs, st.full("l/7.parquet"), wal_path, index, len(sent), ledger_id=7)
     assert (res.entries, res.raw_bytes) == (len(sent), sum(map(len, sent)))
     assert (res.first_publish_ms, res.last_publish_ms) == (pubs[0], pubs[-1])
-    assert not os.path.exists(st.full("l/7.parquet") + ".tmp")
+    assert not os.path.exists(st.full("l/.7.parquet.tmp"))
 
     entries = wal.recover(wal_path, truncate=False).entries
     assert entries.raws == sent
-    size, crc = write_sealed(st.fs, st.full("l/mem.parquet"), entries)
+    size, crc = write_sealed(st.fs, st.full("l/mem.parquet"), entries, ledger_id=7)
     streamed, in_memory = _columns(st.full("l/7.parquet")), _columns(st.full("l/mem.parquet"))
     assert streamed == in_memory
     assert streamed["raw"] == sent and streamed["publish_time"] == pubs
@@ -179,7 +179,7 @@ def test_a_seal_holds_neither_the_ledger_nor_a_row_group_in_memory(tmp_path, mon
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        res = seal_wal(st.fs, st.full("l/7.parquet"), wal_path, index, 1120)
+        res = seal_wal(st.fs, st.full("l/7.parquet"), wal_path, index, 1120, ledger_id=7)
     finally:
         done.set()
         sampler.join(5)
@@ -207,13 +207,13 @@ def test_a_damaged_wal_frame_fails_the_seal_and_leaves_no_file(tmp_path, where):
     st = Storage(str(tmp_path / "st"))
     path = st.full("l/7.parquet")
     with pytest.raises(errors.ChecksumError):
-        seal_wal(st.fs, path, wal_path, index, 15)
-    assert not os.path.exists(path) and not os.path.exists(path + ".tmp")
+        seal_wal(st.fs, path, wal_path, index, 15, ledger_id=7)
+    assert not os.path.exists(path) and not os.path.exists(st.full("l/.7.parquet.tmp"))
     with pytest.raises(errors.DataLoss):  # a WAL shorter than its index
         os.truncate(wal_path, stop)
-        seal_wal(st.fs, path, wal_path, index, 15)
+        seal_wal(st.fs, path, wal_path, index, 15, ledger_id=7)
     with pytest.raises(errors.DataLoss):
-        seal_wal(st.fs, path, str(tmp_path / "missing.wal"), index, 15)
+        seal_wal(st.fs, path, str(tmp_path / "missing.wal"), index, 15, ledger_id=7)
 
 
 def test_an_object_store_seal_writes_one_object_and_deletes_a_failed_one(tmp_path):
@@ -223,11 +223,11 @@ def test_an_object_store_seal_writes_one_object_and_deletes_a_failed_one(tmp_pat
     index = _write_wal(wal_path, batches)
     os.makedirs(tmp_path / "bucket")
     fs = pafs.SubTreeFileSystem(str(tmp_path / "bucket"), pafs.LocalFileSystem())
-    res = seal_wal(fs, "l/7.parquet", wal_path, index, 12)
+    res = seal_wal(fs, "l/7.parquet", wal_path, index, 12, ledger_id=7)
     reader = SealedLedger(fs, "l/7.parquet", res.crc32c)
     assert reader.read(0, 100, 1 << 30)[1] == [r for raws, _ in batches for r in raws]
     with pytest.raises(errors.DataLoss):  # more entries were expected: no object stays
-        seal_wal(fs, "l/8.parquet", wal_path, index, 13)
+        seal_wal(fs, "l/8.parquet", wal_path, index, 13, ledger_id=7)
     assert fs.get_file_info("l/8.parquet").type == pafs.FileType.NotFound
 
 

@@ -16,7 +16,7 @@ def test_many_threads_read_one_sealed_ledger(tmp_path):
     entries = wal.Entries()
     entries.extend(1_700_000_000_000, raws, sum(map(len, raws)))
     path = str(tmp_path / "ledger.parquet")
-    _, crc = sealed.write_sealed(pafs.LocalFileSystem(), path, entries)
+    _, crc = sealed.write_sealed(pafs.LocalFileSystem(), path, entries, ledger_id=7)
     ledger = sealed.SealedLedger(pafs.LocalFileSystem(), path, crc)
     failures = []
 

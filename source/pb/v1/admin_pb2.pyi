@@ -13,9 +13,28 @@ class TopicKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOPIC_KIND_UNSPECIFIED: _ClassVar[TopicKind]
     SOURCE: _ClassVar[TopicKind]
     SHADOW: _ClassVar[TopicKind]
+
+class CompactionPhase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COMPACTION_PHASE_UNSPECIFIED: _ClassVar[CompactionPhase]
+    PENDING: _ClassVar[CompactionPhase]
+    SEALING: _ClassVar[CompactionPhase]
+    SCANNING_KEYS: _ClassVar[CompactionPhase]
+    WRITING: _ClassVar[CompactionPhase]
+    COMMITTING: _ClassVar[CompactionPhase]
+    DONE: _ClassVar[CompactionPhase]
+    FAILED: _ClassVar[CompactionPhase]
 TOPIC_KIND_UNSPECIFIED: TopicKind
 SOURCE: TopicKind
 SHADOW: TopicKind
+COMPACTION_PHASE_UNSPECIFIED: CompactionPhase
+PENDING: CompactionPhase
+SEALING: CompactionPhase
+SCANNING_KEYS: CompactionPhase
+WRITING: CompactionPhase
+COMMITTING: CompactionPhase
+DONE: CompactionPhase
+FAILED: CompactionPhase
 
 class Empty(_message.Message):
     __slots__ = ()
@@ -516,7 +535,7 @@ class CompactResponse(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class CompactionJob(_message.Message):
-    __slots__ = ("job_id", "topic", "phase", "entries_read", "entries_total", "keys", "bytes_written", "error", "start_time", "end_time", "horizon")
+    __slots__ = ("job_id", "topic", "phase", "entries_read", "entries_total", "keys", "bytes_written", "error", "start_time", "end_time", "horizon", "entries_written", "bytes_read", "tasks_done", "tasks_total", "trigger", "worker", "input_ledgers", "previous_job_id", "peak_rss_bytes")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
@@ -528,18 +547,36 @@ class CompactionJob(_message.Message):
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     END_TIME_FIELD_NUMBER: _ClassVar[int]
     HORIZON_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_READ_FIELD_NUMBER: _ClassVar[int]
+    TASKS_DONE_FIELD_NUMBER: _ClassVar[int]
+    TASKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    INPUT_LEDGERS_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PEAK_RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     topic: str
-    phase: str
+    phase: CompactionPhase
     entries_read: int
     entries_total: int
     keys: int
     bytes_written: int
-    error: str
+    error: _common_pb2.ErrorStatus
     start_time: int
     end_time: int
     horizon: _common_pb2.MessageIdData
-    def __init__(self, job_id: _Optional[str] = ..., topic: _Optional[str] = ..., phase: _Optional[str] = ..., entries_read: _Optional[int] = ..., entries_total: _Optional[int] = ..., keys: _Optional[int] = ..., bytes_written: _Optional[int] = ..., error: _Optional[str] = ..., start_time: _Optional[int] = ..., end_time: _Optional[int] = ..., horizon: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ...) -> None: ...
+    entries_written: int
+    bytes_read: int
+    tasks_done: int
+    tasks_total: int
+    trigger: str
+    worker: str
+    input_ledgers: int
+    previous_job_id: str
+    peak_rss_bytes: int
+    def __init__(self, job_id: _Optional[str] = ..., topic: _Optional[str] = ..., phase: _Optional[_Union[CompactionPhase, str]] = ..., entries_read: _Optional[int] = ..., entries_total: _Optional[int] = ..., keys: _Optional[int] = ..., bytes_written: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., start_time: _Optional[int] = ..., end_time: _Optional[int] = ..., horizon: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., entries_written: _Optional[int] = ..., bytes_read: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_total: _Optional[int] = ..., trigger: _Optional[str] = ..., worker: _Optional[str] = ..., input_ledgers: _Optional[int] = ..., previous_job_id: _Optional[str] = ..., peak_rss_bytes: _Optional[int] = ...) -> None: ...
 
 class PermissionRequest(_message.Message):
     __slots__ = ("topic", "role", "actions")

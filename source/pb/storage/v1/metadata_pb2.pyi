@@ -137,16 +137,80 @@ class ShadowList(_message.Message):
     def __init__(self, shadows: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CompactionPointer(_message.Message):
-    __slots__ = ("manifest_path", "horizon", "job_id", "published_ms")
+    __slots__ = ("manifest_path", "horizon", "job_id", "published_ms", "manifest")
     MANIFEST_PATH_FIELD_NUMBER: _ClassVar[int]
     HORIZON_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PUBLISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_FIELD_NUMBER: _ClassVar[int]
     manifest_path: str
     horizon: _common_pb2.MessageIdData
     job_id: str
     published_ms: int
-    def __init__(self, manifest_path: _Optional[str] = ..., horizon: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., job_id: _Optional[str] = ..., published_ms: _Optional[int] = ...) -> None: ...
+    manifest: CompactedManifest
+    def __init__(self, manifest_path: _Optional[str] = ..., horizon: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., job_id: _Optional[str] = ..., published_ms: _Optional[int] = ..., manifest: _Optional[_Union[CompactedManifest, _Mapping]] = ...) -> None: ...
+
+class CompactedFile(_message.Message):
+    __slots__ = ("path", "rows", "first", "last", "size_bytes", "crc32c")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CRC32C_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    rows: int
+    first: _common_pb2.MessageIdData
+    last: _common_pb2.MessageIdData
+    size_bytes: int
+    crc32c: int
+    def __init__(self, path: _Optional[str] = ..., rows: _Optional[int] = ..., first: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., last: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., size_bytes: _Optional[int] = ..., crc32c: _Optional[int] = ...) -> None: ...
+
+class CompactedManifest(_message.Message):
+    __slots__ = ("job_id", "topic", "horizon", "files", "entries", "keys", "input_entries", "input_bytes", "output_bytes", "input_ledgers", "previous_job_id", "retain_null_key", "created_ms")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    HORIZON_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    INPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    INPUT_LEDGERS_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RETAIN_NULL_KEY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    topic: str
+    horizon: _common_pb2.MessageIdData
+    files: _containers.RepeatedCompositeFieldContainer[CompactedFile]
+    entries: int
+    keys: int
+    input_entries: int
+    input_bytes: int
+    output_bytes: int
+    input_ledgers: _containers.RepeatedScalarFieldContainer[int]
+    previous_job_id: str
+    retain_null_key: bool
+    created_ms: int
+    def __init__(self, job_id: _Optional[str] = ..., topic: _Optional[str] = ..., horizon: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., files: _Optional[_Iterable[_Union[CompactedFile, _Mapping]]] = ..., entries: _Optional[int] = ..., keys: _Optional[int] = ..., input_entries: _Optional[int] = ..., input_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., input_ledgers: _Optional[_Iterable[int]] = ..., previous_job_id: _Optional[str] = ..., retain_null_key: _Optional[bool] = ..., created_ms: _Optional[int] = ...) -> None: ...
+
+class CompactionRequest(_message.Message):
+    __slots__ = ("topic", "job_id", "horizon", "storage_root", "trigger", "requested_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    HORIZON_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_ROOT_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    job_id: str
+    horizon: _common_pb2.MessageIdData
+    storage_root: str
+    trigger: str
+    requested_ms: int
+    def __init__(self, topic: _Optional[str] = ..., job_id: _Optional[str] = ..., horizon: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., storage_root: _Optional[str] = ..., trigger: _Optional[str] = ..., requested_ms: _Optional[int] = ...) -> None: ...
 
 class SubscriptionMeta(_message.Message):
     __slots__ = ("name", "type", "created_ms", "initial_position")
