@@ -10,9 +10,13 @@ at rollover) and, while it has readers at the tail, the entries' bytes for its c
               `keys.replicator(source, shadow)` as "L:E" text (written at most once a
               `SAVE_INTERVAL_S`, compared with the source's ownership value: a deposed
               owner cannot move it)
-    batch     up to BATCH_ENTRIES ids (+ `raw` when the shadow's last ack said `want_raw`)
-              from `position`, with the source owner's fencing epoch and the source's last
-              confirmed id; one batch in flight, the next one sent when it is acknowledged
+    batch     the source's newest confirmed id as the batch's one entry: it stands for
+              every id from `position` up to it (the shadow reads the entries from the
+              shared ledgers, so the source reads nothing per shadow and its cost per
+              shadow is per batch, not per message); when the shadow's last ack said
+              `want_raw`, up to BATCH_ENTRIES entries from `position` with their `raw`.
+              With the source owner's fencing epoch and the source's last confirmed id;
+              one batch in flight, the next one sent when it is acknowledged
     heartbeat a batch without entries every HEARTBEAT_S while nothing else went: the shadow
               learns the last confirmed id even when a batch was lost with a connection (R9)
 
@@ -240,14 +244,17 @@ class ShadowReplicator:
             shadow=str(self.shadow), source=str(self.source), source_epoch=epoch,
             last_confirmed=last.to_pb() if last is not None else None)
         if pos < view.next_position():
-            entries = await view.read(pos, BATCH_ENTRIES, BATCH_BYTES)
-            for e in entries:
-                entry = batch.entries.add(ledger_id=e.ledger_id, entry_id=e.entry_id,
-                                          publish_time=e.publish_ms)
-                if self.want_raw:
-                    entry.raw = e.raw
-            if entries:
-                return batch
+            if not self.want_raw:  # one id for the whole range up to the newest
+                if last is not None and last >= pos:
+                    batch.entries.add(ledger_id=last.ledger_id, entry_id=last.entry_id)
+                    return batch
+            else:
+                entries = await view.read(pos, BATCH_ENTRIES, BATCH_BYTES)
+                for e in entries:
+                    batch.entries.add(ledger_id=e.ledger_id, entry_id=e.entry_id,
+                                      publish_time=e.publish_ms, raw=e.raw)
+                if entries:
+                    return batch
         try:
             await asyncio.wait_for(self._wake.wait(), HEARTBEAT_S)
             return None
@@ -261,9 +268,11 @@ class ShadowReplicator:
         self.want_raw = ack.want_raw
         if batch.entries:
             last = batch.entries[-1]
+            after = MessageId(last.ledger_id, last.entry_id + 1)
+            self.msg_out += self.view.entries_between(self.position, after) \
+                if self.position is not None else len(batch.entries)
             self.acked = MessageId(last.ledger_id, last.entry_id)
-            self.position = MessageId(last.ledger_id, last.entry_id + 1)
-            self.msg_out += len(batch.entries)
+            self.position = after
             caught_up = self.view.valid_position(self.position) >= self.view.next_position()
             self._behind_since = None if caught_up else time.monotonic()
 
