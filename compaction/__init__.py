@@ -1,1 +1,6 @@
-"""Placeholder package: implemented by later issues (DESIGN.md §5)."""
+"""Compaction (PIP-14) with Spark: the plan (plan.py), the reference semantics
+(reference.py), the Spark job (spark_job.py), the warm session (session.py), publishing and
+collecting (commit.py) and the worker process (worker.py: `python -m compaction.worker`)."""
+from compaction.plan import Plan, make_plan
+
+__all__ = ["Plan", "make_plan"]

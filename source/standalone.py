@@ -72,7 +72,8 @@ class BrokerProcess:
                  log_path: str | None = None, extra_args: list[str] | None = None,
                  module: str = "source.broker.server"):
         self.module = module    # the shadow broker is "shadow.broker"
-        self.role = "shadow broker" if module == "shadow.broker" else "broker"
+        self.role = {"shadow.broker": "shadow broker",
+                     "compaction.worker": "compaction worker"}.get(module, "broker")
         self.etcd = etcd
         self.data_dir = data_dir
         self.host = host
@@ -132,11 +133,13 @@ class BrokerProcess:
 
 def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
         etcd_port: int = 2379, host: str = LOOPBACK, etcd_peer_port: int | None = None,
-        broker_args: list[str] | None = None, shadow_port: int | None = None) -> int:
+        broker_args: list[str] | None = None, shadow_port: int | None = None,
+        compaction_port: int | None = None, worker_args: list[str] | None = None) -> int:
     peer_port = etcd_peer_port or etcd_port + 1
     shadow_port = shadow_port or port + 1
-    for p, h in ((port, host), (shadow_port, host), (etcd_port, LOOPBACK),
-                 (peer_port, LOOPBACK)):
+    compaction_port = compaction_port or port + 2
+    for p, h in ((port, host), (shadow_port, host), (compaction_port, LOOPBACK),
+                 (etcd_port, LOOPBACK), (peer_port, LOOPBACK)):
         try:
             busy = port_in_use(p, h)
         except OSError as exc:
@@ -162,7 +165,12 @@ def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
                            extra_args=[*(broker_args or []), "--storage-root",
                                        os.path.join(data_dir, "storage")],
                            module="shadow.broker")
-    roles = [Supervisor(broker), Supervisor(shadow)]
+    # the compaction worker: one warm SparkSession; its port serves gRPC health only
+    worker = BrokerProcess(etcd.endpoint, os.path.join(data_dir, "compaction-worker"),
+                           compaction_port, host=LOOPBACK,
+                           log_path=os.path.join(logs, "compaction-worker.log"),
+                           extra_args=worker_args or [], module="compaction.worker")
+    roles = [Supervisor(broker), Supervisor(shadow), Supervisor(worker, start_timeout=120)]
     stopping = False
 
     def on_signal(signum, frame):
@@ -174,7 +182,8 @@ def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
     try:
         print(f"starting etcd ({etcd.binary}) ...", flush=True)
         etcd.start(timeout=60)
-        print("starting the source and shadow brokers ...", flush=True)
+        print("starting the source and shadow brokers and the compaction worker ...",
+              flush=True)
         for role in roles:
             role.start()
         announced = False
@@ -193,9 +202,11 @@ def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
                 print(f"shadowtopic standalone is ready (health SERVING)\n"
                       f"  service URL : {broker.url}   (export SHADOWTOPIC_URL={broker.url})\n"
                       f"  shadow broker: {shadow.url}  (shadow topics; any URL serves them)\n"
+                      f"  compaction  : worker health on {worker.url} (Spark)\n"
                       f"  etcd        : http://{etcd.endpoint}\n"
                       f"  data dir    : {data_dir}\n"
-                      f"  broker logs : {broker.log_path}, {shadow.log_path}\n"
+                      f"  logs        : {broker.log_path}, {shadow.log_path},\n"
+                      f"                {worker.log_path}\n"
                       f"  etcd log    : {etcd.log_path}\n"
                       f"Ctrl-C to stop.", flush=True)
             time.sleep(0.2)

@@ -29,3 +29,16 @@ def arun() -> Callable[..., Any]:
         return asyncio.run(asyncio.wait_for(coro, timeout))
 
     return run
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The test run's one SparkSession (local[2]), built on first use (compaction tests)."""
+    from compaction.session import build_session
+    from compaction.worker import stop_spark
+
+    session = build_session("local[2]", {"spark.driver.memory": "1g"})
+    try:
+        yield session
+    finally:
+        stop_spark(session)

@@ -1,14 +1,18 @@
 """Admin service of the source broker: topics, policies, stats, lookup, ledgers.
 
 Durable subscriptions are administered in subscription_admin.py, shadow topics in
-shadow_admin.py. Compaction and permissions are part of the contract
-(proto/source/pb/v1/admin.proto) and answer UNIMPLEMENTED until their issues land.
+shadow_admin.py, compaction requests and status in compaction_admin.py. Permissions are
+part of the contract (proto/source/pb/v1/admin.proto) and answer UNIMPLEMENTED until their
+issue lands.
 """
 from __future__ import annotations
 
+import grpc
+
 from source.broker import stats
+from source.broker.compaction_admin import CompactionAdmin
 from source.broker.ownership import BrokerSession
-from source.broker.rpc import abort_stream, unary
+from source.broker.rpc import abort_stream, typed, unary
 from source.broker.shadow_admin import ShadowAdmin
 from source.broker.subscription_admin import SubscriptionAdmin
 from source.broker.topic import Topic
@@ -56,6 +60,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self.owners = stats.OwnerChannels()
         self.subscriptions = SubscriptionAdmin(topics, self._owner_answer)
         self.shadows = ShadowAdmin(topics)
+        self.compaction = CompactionAdmin(topics, session.cluster)
+        topics.after_retention = self.compaction.check_threshold
 
     # ---- topics ----------------------------------------------------------------------------
 
@@ -319,11 +325,29 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     # ---- later issues ----------------------------------------------------------------------
 
-    Compact = _not_yet("Compact")
-    GetCompactionStatus = _not_yet("GetCompactionStatus")
+    # ---- compaction (compaction_admin.py; the compaction worker runs the jobs) -------------
+
+    @unary
+    async def Compact(self, request, context):
+        return apb.CompactResponse(
+            job_id=await self.compaction.compact(TopicName.parse(request.topic)))
+
+    @unary
+    async def GetCompactionStatus(self, request, context):
+        return await self.compaction.status(TopicName.parse(request.topic))
+
+    async def WatchCompaction(self, request, context):
+        try:
+            async for job in self.compaction.watch(TopicName.parse(request.topic)):
+                yield job
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the server keeps serving others
+            await abort_stream(context, typed(exc, "WatchCompaction"))
+
+    # ---- later issues ----------------------------------------------------------------------
+
     GrantPermission = _not_yet("GrantPermission")
     RevokePermission = _not_yet("RevokePermission")
     GetPermissions = _not_yet("GetPermissions")
 
-    async def WatchCompaction(self, request, context):
-        await abort_stream(context, errors.Unimplemented("WatchCompaction is not implemented yet"))

@@ -101,6 +101,8 @@ class TopicManager:
         self._loading: dict[TopicName, asyncio.Future] = {}
         self._closing: dict[TopicName, asyncio.Task] = {}
         self._retention_interval = retention_interval
+        #: called after each retention pass of an owned source topic (compaction_admin.py)
+        self.after_retention: Callable[[TopicName, Topic], Awaitable[None]] | None = None
         self._retention_task: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -413,6 +415,8 @@ class TopicManager:
                     log.info("%s: retention deleted %d ledgers (%d entries)", topic, n, entries)
         except Exception as exc:  # noqa: BLE001 - retention is retried by the loop
             log.warning("%s: retention skipped: %s", topic, exc)
+        if self.after_retention is not None:  # the compaction threshold trigger
+            await self.after_retention(topic, t)
 
     async def _shadow_needs(self, topic: TopicName) -> MessageId | None:
         """The earliest position the durable subscriptions of `topic`'s shadows still need

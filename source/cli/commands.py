@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from source.cli.output import emit, fail, message_line
@@ -35,6 +36,8 @@ def standalone(args) -> int:
     from source import standalone as sa
     return sa.run(args.data_dir, args.wipe_data, args.port, args.etcd_port,
                   etcd_peer_port=args.etcd_peer_port, shadow_port=args.shadow_port,
+                  compaction_port=args.compaction_port,
+                  worker_args=["--spark-master", args.spark_master] if args.spark_master else [],
                   broker_args=[] if args.entry_cache_bytes is None
                   else ["--entry-cache-bytes", str(args.entry_cache_bytes)])
 
@@ -92,6 +95,42 @@ def topics_delete_shadow_topic(args) -> int:
         c.admin.delete_shadow_topic(args.topic)
     print(f"deleted shadow topic {args.topic}")
     return 0
+
+
+def topics_compact(args) -> int:
+    with _client(args) as c:
+        job_id = c.admin.compact(args.topic)
+    if args.output == "json":
+        emit({"topic": canonical(args.topic), "job_id": job_id}, "json")
+    else:
+        print(job_id)
+    return 0
+
+
+def _job_failed(status) -> int:
+    if status.phase == "failed":
+        err = status.error
+        fail(f"compaction job {status.job_id} failed: "
+             f"{err.reason if err else 'Internal'}: {err.message if err else ''}")
+    return 0
+
+
+def topics_compaction_status(args) -> int:
+    """The newest compaction job; with -w, follow it to its end: a progress bar with ETA on
+    a terminal, one JSON object per change otherwise. Exits 1 when the job failed."""
+    with _client(args) as c:
+        if not args.wait:
+            status = c.admin.compaction_status(args.topic)
+            emit(status.to_dict(), args.output)
+            return _job_failed(status)
+        if sys.stdout.isatty() and args.output != "json":
+            from source.cli.output import compaction_progress
+            status = compaction_progress(c.admin.watch_compaction(args.topic))
+        else:
+            status = None
+            for status in c.admin.watch_compaction(args.topic):
+                print(json.dumps(status.to_dict()), flush=True)
+    return _job_failed(status) if status is not None else 1
 
 
 def topics_list(args) -> int:

@@ -2,7 +2,8 @@
 
     shadowtopic standalone [--data-dir ./data] [--wipe-data]
     shadowtopic topics create|delete|list|stats|stats-internal|truncate|get-policies|
-                       set-policies|lookup|last-message-id|roll-ledger ...
+                       set-policies|lookup|last-message-id|roll-ledger|compact|
+                       compaction-status [-w] ...
     shadowtopic topics create-shadow-topic <shadow> --source SRC [-p k=v ...]
     shadowtopic topics get-shadow-topics <source> | get-shadow-source <shadow> |
                        delete-shadow-topic <shadow>
@@ -77,13 +78,17 @@ def build_parser() -> argparse.ArgumentParser:
     _common(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("standalone", help="run etcd, a source broker and a shadow broker "
-                                          "on one data dir")
+    p = sub.add_parser("standalone", help="run etcd, a source broker, a shadow broker and a "
+                                          "compaction worker on one data dir")
     p.add_argument("--data-dir", default="./data")
     p.add_argument("--wipe-data", action="store_true", help="delete the data dir first")
     p.add_argument("--port", type=int, default=6650)
     p.add_argument("--shadow-port", type=int, default=None,
                    help="the shadow broker's port (default --port + 1)")
+    p.add_argument("--compaction-port", type=int, default=None,
+                   help="the compaction worker's gRPC health port (default --port + 2)")
+    p.add_argument("--spark-master", default=None,
+                   help="the compaction worker's Spark master (default local[*])")
     p.add_argument("--etcd-port", type=int, default=2379)
     p.add_argument("--etcd-peer-port", type=int, default=None,
                    help="etcd's peer port (default --etcd-port + 1)")
@@ -153,6 +158,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("topic", metavar="shadow")
     _common(p, output=False)
     p.set_defaults(func=commands.topics_delete_shadow_topic)
+
+    p = topics.add_parser("compact", help="compact a source topic (latest value per key); "
+                          "prints the job id")
+    p.add_argument("topic")
+    _common(p)
+    p.set_defaults(func=commands.topics_compact)
+
+    p = topics.add_parser("compaction-status", help="the newest compaction job of a topic")
+    p.add_argument("topic")
+    p.add_argument("-w", "--wait", action="store_true",
+                   help="follow the job to its end (progress bar on a terminal, JSON lines "
+                        "otherwise); exit 1 if it failed")
+    _common(p)
+    p.set_defaults(func=commands.topics_compaction_status)
 
     p = topics.add_parser("set-policies", help="change some policies of a topic")
     p.add_argument("topic")

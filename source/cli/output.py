@@ -53,3 +53,27 @@ def fail(message: str) -> NoReturn:
     become one space) and exit 1."""
     sys.stderr.write(f"error: {' '.join(message.split())}\n")
     sys.exit(1)
+
+
+def compaction_progress(statuses) -> object:
+    """Follow compaction statuses with a progress bar (Spark's tasks of the running phase)
+    and an ETA; returns the last status."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+    last = None
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TimeRemainingColumn(), console=console,
+                  transient=False) as progress:
+        bar, phase = None, None
+        for last in statuses:
+            if last.phase != phase:  # a new phase: the previous bar completes, a new one
+                if bar is not None:
+                    done = next(t for t in progress.tasks if t.id == bar)
+                    progress.update(bar, completed=done.total or done.completed)
+                phase = last.phase
+                bar = progress.add_task(f"{last.job_id} {phase}", total=last.tasks_total or None)
+            progress.update(bar, completed=last.tasks_done, total=last.tasks_total or None)
+    if last is not None and last.phase == "done":
+        console.print(f"done: {last.entries_written} messages, {last.keys} keys, "
+                      f"horizon {last.horizon}")
+    return last

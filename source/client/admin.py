@@ -7,6 +7,9 @@ JSON mapping).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterator
+
+import grpc
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.json_format import MessageToDict
@@ -40,6 +43,58 @@ class TopicMetadata:
         return {"topic": self.topic, "kind": self.kind, "partitions": self.partitions,
                 "source": self.source, "properties": self.properties,
                 "policies": self.policies.as_dict()}
+
+
+@dataclass(frozen=True)
+class CompactionStatus:
+    """A compaction job's record (Compact, GetCompactionStatus, WatchCompaction)."""
+    job_id: str
+    topic: str
+    phase: str                # pending | sealing | scanning_keys | writing | committing | done | failed
+    entries_total: int = 0    # input entries planned
+    entries_read: int = 0
+    entries_written: int = 0
+    keys: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    tasks_done: int = 0       # Spark's progress in the running phase
+    tasks_total: int = 0
+    horizon: MessageId | None = None
+    start_ms: int = 0
+    end_ms: int = 0
+    trigger: str = ""
+    previous_job_id: str = ""
+    peak_rss_bytes: int = 0
+    error: errors.ShadowTopicError | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.phase in ("done", "failed")
+
+    @classmethod
+    def from_pb(cls, pb: apb.CompactionJob) -> "CompactionStatus":
+        err = None
+        if pb.phase == apb.FAILED:
+            err = errors.from_reason(pb.error.reason or "Internal",
+                                     pb.error.message or "compaction failed", pb.error.code)
+        return cls(job_id=pb.job_id, topic=pb.topic,
+                   phase=apb.CompactionPhase.Name(pb.phase).lower()
+                   if pb.phase else "unknown",
+                   entries_total=pb.entries_total, entries_read=pb.entries_read,
+                   entries_written=pb.entries_written, keys=pb.keys, bytes_read=pb.bytes_read,
+                   bytes_written=pb.bytes_written, tasks_done=pb.tasks_done,
+                   tasks_total=pb.tasks_total,
+                   horizon=MessageId.from_pb(pb.horizon) if pb.HasField("horizon") else None,
+                   start_ms=pb.start_time, end_ms=pb.end_time, trigger=pb.trigger,
+                   previous_job_id=pb.previous_job_id, peak_rss_bytes=pb.peak_rss_bytes,
+                   error=err)
+
+    def to_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "error"}
+        d["horizon"] = str(self.horizon) if self.horizon is not None else None
+        if self.error is not None:
+            d["error"] = {"reason": self.error.reason, "message": self.error.message}
+        return d
 
 
 _MAX_INT64 = (1 << 63) - 1
@@ -177,6 +232,35 @@ class Admin:
         pb = self._c.call(self._stub.GetLastMessageId,
                           apb.GetLastMessageIdRequest(topic=canonical(topic)))
         return MessageId.from_pb(pb) if pb.ledger_id else None
+
+    # ---- compaction (PIP-14) ----------------------------------------------------------------
+
+    def compact(self, topic: str) -> str:
+        """Ask for a compaction of `topic` (every partition of a partitioned one): the open
+        ledger is sealed now, so the job covers everything produced before this call; a
+        compaction worker runs it. Returns the job id; `CompactionInProgress` while one
+        runs, `NotAllowed` for a shadow (its source is what gets compacted)."""
+        return self._c.call(self._stub.Compact, apb.TopicRequest(topic=canonical(topic))).job_id
+
+    def compaction_status(self, topic: str) -> CompactionStatus:
+        """The newest compaction job's record (`CompactionNotFound`: never compacted)."""
+        return CompactionStatus.from_pb(self._c.call(
+            self._stub.GetCompactionStatus, apb.TopicRequest(topic=canonical(topic))))
+
+    def watch_compaction(self, topic: str, timeout: float | None = None
+                         ) -> Iterator[CompactionStatus]:
+        """The newest job's record now and at each change until the job ends."""
+        if self._c.closed:
+            raise errors.AlreadyClosed("client is closed")
+        stream = self._stub.WatchCompaction(apb.TopicRequest(topic=canonical(topic)),
+                                            timeout=timeout)
+        try:
+            for pb in stream:
+                yield CompactionStatus.from_pb(pb)
+        except grpc.RpcError as exc:
+            raise errors.from_rpc_error(exc) from None
+        finally:
+            stream.cancel()
 
     # ---- shadow topics (PIP-180) ------------------------------------------------------------
 

@@ -18,7 +18,11 @@ messages (see proto/source/pb/storage/v1/metadata.proto) unless noted.
     /shadowtopic/topics/<topic-path>/subscriptions/<sub>
     /shadowtopic/topics/<topic-path>/cursors          CursorPointer (cursors.proto): durable cursors
     /shadowtopic/counters/ledger-id                   counter (ascii int): cluster-unique ledger ids
-    /shadowtopic/compaction/requests/<topic-path>     CompactionRequest: a queued or running compaction
+    /shadowtopic/clusters/<c>/compaction/requests/<topic-path>
+                                                      CompactionRequest: a queued or running
+                                                      compaction (filed by the topic's owner)
+    /shadowtopic/clusters/<c>/compaction/claims/<topic-path>
+                                                      ascii worker id, under that worker's lease
 
 <topic-path> is `persistent/<tenant>/<namespace>/<topic>` (TopicName.path), so a namespace's
 topics list under one prefix and no topic name is a prefix of another's keys.
@@ -99,18 +103,25 @@ def compaction_jobs_prefix(topic: TopicName) -> str:
     return _t(topic) + "/compaction/jobs/"
 
 
-COMPACTION_REQUESTS = f"{ROOT}/compaction/requests/"
+def compaction_requests_prefix(cluster: str) -> str:
+    """Queued or running compactions of the cluster's topics (the worker watches it)."""
+    return f"{ROOT}/clusters/{cluster}/compaction/requests/"
 
 
-def compaction_request(topic: TopicName) -> str:
-    """The topic's queued or running compaction (the worker watches the prefix)."""
-    return COMPACTION_REQUESTS + topic.path
+def compaction_request(cluster: str, topic: TopicName) -> str:
+    return compaction_requests_prefix(cluster) + topic.path
 
 
-def topic_from_compaction_request(key: str) -> TopicName | None:
-    if not key.startswith(COMPACTION_REQUESTS + "persistent/"):
+def compaction_claim(cluster: str, topic: TopicName) -> str:
+    """Held (under its lease) by the compaction worker running the topic's request."""
+    return f"{ROOT}/clusters/{cluster}/compaction/claims/{topic.path}"
+
+
+def topic_from_compaction_request(cluster: str, key: str) -> TopicName | None:
+    prefix = compaction_requests_prefix(cluster) + "persistent/"
+    if not key.startswith(prefix):
         return None
-    parts = key[len(COMPACTION_REQUESTS + "persistent/"):].split("/")
+    parts = key[len(prefix):].split("/")
     return TopicName(*parts) if len(parts) == 3 and all(parts) else None
 
 

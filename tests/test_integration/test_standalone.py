@@ -97,7 +97,8 @@ class Standalone:
     output in files. `close()` kills it and anything it or its children left behind."""
 
     def __init__(self, tmp_path):
-        self.port, self.etcd_port, self.peer_port, self.shadow_port = free_ports(4)
+        (self.port, self.etcd_port, self.peer_port, self.shadow_port,
+         self.compaction_port) = free_ports(5)
         self.data_dir = str(tmp_path / "data")
         self.out_path, self.err_path = tmp_path / "stdout", tmp_path / "stderr"
         self.url = f"127.0.0.1:{self.port}"
@@ -109,7 +110,8 @@ class Standalone:
             self.proc = subprocess.Popen(
                 [EXE, "standalone", "--data-dir", self.data_dir, "--port", str(self.port),
                  "--etcd-port", str(self.etcd_port), "--etcd-peer-port", str(self.peer_port),
-                 "--shadow-port", str(self.shadow_port)],
+                 "--shadow-port", str(self.shadow_port),
+                 "--compaction-port", str(self.compaction_port)],
                 stdout=out, stderr=err, stdin=subprocess.DEVNULL)
         return self
 

@@ -7,7 +7,8 @@ import source.client as client
 
 
 def test_public_names_are_pinned():
-    assert sorted(client.__all__) == ["Admin", "Client", "Consumer", "EARLIEST", "LATEST",
+    assert sorted(client.__all__) == ["Admin", "Client", "CompactionStatus", "Consumer",
+                                      "EARLIEST", "LATEST",
                                       "Message", "MessageId", "Policies", "Producer", "Reader",
                                       "TopicMetadata", "errors"]
     for name in client.__all__:
@@ -28,7 +29,8 @@ def test_client_methods_are_pinned():
     admin = {n for n, _ in inspect.getmembers(client.Admin) if not n.startswith("_")}
     assert {"create_subscription", "delete_subscription", "list_subscriptions", "reset_cursor",
             "skip", "clear_backlog", "peek_messages", "last_message_id", "create_shadow_topic",
-            "get_shadow_topics", "get_shadow_source", "delete_shadow_topic"} <= admin
+            "get_shadow_topics", "get_shadow_source", "delete_shadow_topic", "compact",
+            "compaction_status", "watch_compaction"} <= admin
 
 
 def test_shadow_admin_signatures_are_pinned():

@@ -1,0 +1,94 @@
+"""The reference implementation of compaction semantics (PIP-14), in plain Python: the oracle
+the Spark job and the compacted read path are tested against.
+
+Over all input rows in id order, the latest row of each key wins; a key whose latest row is
+a tombstone (empty payload) is deleted and nothing of it is written; keyless rows pass
+through in place when `retain_null_key`, else they are dropped. Survivors keep their ids,
+their order and every column byte for byte.
+"""
+from __future__ import annotations
+
+import time
+from typing import Iterable, NamedTuple
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from compaction.plan import Plan
+from source.ledger import sealed
+from source.ledger.compacted import describe_file, write_manifest
+from source.ledger.storage import Storage
+from source.pb.storage.v1 import metadata_pb2 as mpb
+
+
+class Row(NamedTuple):
+    ledger_id: int
+    entry_id: int
+    key: bytes | None
+    is_tombstone: bool
+    publish_time: int
+    raw: bytes
+
+
+def compact(rows: Iterable[Row], retain_null_key: bool) -> list[Row]:
+    ordered = sorted(rows, key=lambda r: (r.ledger_id, r.entry_id))
+    latest: dict[bytes, Row] = {}
+    for r in ordered:
+        if r.key is not None:
+            latest[r.key] = r
+    live = {(r.ledger_id, r.entry_id) for r in latest.values() if not r.is_tombstone}
+    return [r for r in ordered
+            if (r.key is None and retain_null_key) or (r.ledger_id, r.entry_id) in live]
+
+
+def live_keys(rows: Iterable[Row]) -> int:
+    return len({r.key for r in rows if r.key is not None})
+
+
+def read_rows(storage: Storage, rel_paths: list[str]) -> list[Row]:
+    out: list[Row] = []
+    for rel in rel_paths:
+        t = pq.read_table(storage.full(rel), columns=list(sealed.SCHEMA.names),
+                          filesystem=storage.fs)
+        cols = [t.column(name).to_pylist() for name in sealed.SCHEMA.names]
+        out.extend(Row(*values) for values in zip(*cols))
+    return out
+
+
+def run(plan: Plan, storage: Storage, out_dir_rel: str) -> mpb.CompactedManifest:
+    """Compact `plan`'s input with `compact` and write it as the Spark job does (one file)."""
+    rows = read_rows(storage, plan.input_files())
+    survivors = compact(rows, plan.retain_null_key)
+    storage.delete_dir(out_dir_rel)
+    storage.fs.create_dir(storage.full(out_dir_rel), recursive=True)
+    manifest = new_manifest(plan)
+    if survivors:
+        rel = f"{out_dir_rel}/part-00000.parquet"
+        table = pa.table([pa.array(list(c), t) for c, t in
+                          zip(zip(*survivors), sealed.SCHEMA.types)], schema=sealed.SCHEMA)
+        pq.write_table(table, storage.full(rel), filesystem=storage.fs, compression="zstd")
+        manifest.files.append(describe_file(storage, rel))
+    finish_manifest(manifest, storage, out_dir_rel, len(rows), live_keys(survivors))
+    return manifest
+
+
+def new_manifest(plan: Plan) -> mpb.CompactedManifest:
+    m = mpb.CompactedManifest(job_id=plan.job_id, topic=str(plan.topic),
+                              input_ledgers=[info.ledger_id for info in plan.ledgers],
+                              input_bytes=plan.input_bytes,
+                              previous_job_id=plan.previous.job_id if plan.previous else "",
+                              retain_null_key=plan.retain_null_key,
+                              created_ms=int(time.time() * 1000))
+    if plan.horizon is not None:
+        m.horizon.CopyFrom(plan.horizon.to_pb())
+    return m
+
+
+def finish_manifest(m: mpb.CompactedManifest, storage: Storage, out_dir_rel: str,
+                    input_entries: int, keys: int) -> None:
+    """Counts from the written files, then the manifest written (last, durably)."""
+    m.input_entries = input_entries
+    m.keys = keys
+    m.entries = sum(f.rows for f in m.files)
+    m.output_bytes = sum(f.size_bytes for f in m.files)
+    write_manifest(storage, out_dir_rel, m)

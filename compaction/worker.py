@@ -1,0 +1,407 @@
+"""The compaction worker: one long-lived process with one warm SparkSession.
+
+    python -m compaction.worker --etcd HOST:PORT --port N [--spark-master local[*]]
+                                [--spark-conf key=value ...] [--grace SECONDS]
+
+It follows its cluster's compaction requests (keys.compaction_requests_prefix; a broker
+files one when a user asks `topics compact` or the threshold policy fires: see
+source/broker/compaction_admin.py) and runs one job at a time:
+
+    claim --> SCANNING_KEYS --> WRITING --> COMMITTING --> DONE     (any step: FAILED)
+
+- claim: a key under this worker's etcd lease (keys.compaction_claim), so two workers never
+  run one job and a dead worker's jobs are taken over once its lease expires (every worker
+  re-lists the requests every `relist` seconds);
+- plan (compaction/plan.py) from the ledger list, the current pointer (its mod revision is
+  what the commit compares) and the topic's `retain_null_key`;
+- the Spark job (compaction/spark_job.py) writes `<root>/compacted/<topic-dir>/<job_id>/`;
+  Spark's progress and the driver's peak memory go into the job record as it runs;
+- commit (compaction/commit.py): one transaction publishes the pointer, marks the job DONE
+  and deletes the request; the replaced compacted ledger is collected after `grace` seconds.
+
+A job that fails is recorded FAILED with its error (an `ErrorStatus`) and its request is
+deleted; a worker killed mid-job leaves the request and its claim's lease expires: the job
+reruns under the same id and gives the same result (K16). gRPC health (on --host:--port)
+says SERVING once Spark is up and etcd answers.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from compaction import commit, plan as planning, spark_job
+from compaction.session import build_session
+from source.broker.rpc import error_status
+from source.broker.topics import decode_info
+from source.core import errors
+from source.core.message_id import MessageId
+from source.core.names import TopicName
+from source.core.policies import Policies
+from source.ledger.storage import Storage
+from source.metadata import EtcdStore, MetadataStore, MetadataUnavailable, keys
+from source.pb.storage.v1 import metadata_pb2 as mpb
+from source.pb.v1 import admin_pb2 as apb
+
+log = logging.getLogger("compaction.worker")
+KEEP_JOBS = 10          # job records kept per topic
+PROGRESS_EVERY = 0.5    # seconds between job-record updates while Spark runs
+
+
+def failpoint(name: str) -> None:
+    """Crash tests' hook: `SHADOWTOPIC_FAILPOINT=<name>` kills this process (SIGKILL, as a
+    crash would) when it reaches `name`. Unset (always, outside tests): nothing."""
+    if os.environ.get("SHADOWTOPIC_FAILPOINT") == name:
+        log.warning("failpoint %s: killing this process", name)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def peak_rss_bytes(jvm_pid: int | None) -> int:
+    """Peak resident memory of this process plus Spark's driver JVM (VmHWM)."""
+    total = 0
+    for pid in ("self", str(jvm_pid) if jvm_pid else None):
+        if pid is None:
+            continue
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return total
+
+
+class Worker:
+    def __init__(self, store: MetadataStore, spark, cluster: str, worker_id: str,
+                 grace: float = 60.0, lease_ttl: int = 10, relist: float = 5.0):
+        self.store = store
+        self.cluster = cluster
+        self.spark = spark
+        self.worker_id = worker_id
+        self.grace = grace
+        self.lease_ttl = lease_ttl
+        self.relist = relist
+        self.lease = 0
+        self._queue: asyncio.Queue[TopicName] = asyncio.Queue()
+        self._queued: set[TopicName] = set()
+        self._storages: dict[str, Storage] = {}
+        self._executor = ThreadPoolExecutor(2, thread_name_prefix="compaction")
+        self._tasks: list[asyncio.Task] = []
+        self.jobs_run = 0
+        try:
+            self._jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
+        except Exception:  # noqa: BLE001 - a remote driver: only our own memory
+            self._jvm_pid = None
+
+    # ---- life ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.lease = await self.store.grant_lease(self.lease_ttl)
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._keep_lease()), loop.create_task(self._follow()),
+                       loop.create_task(self._relist()), loop.create_task(self._run_jobs())]
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        try:
+            await self.store.revoke_lease(self.lease)
+        except Exception:  # noqa: BLE001 - it expires anyway
+            pass
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _keep_lease(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ttl / 3)
+            try:
+                await self.store.refresh_lease(self.lease)
+            except Exception as exc:  # noqa: BLE001 - a lost lease: take a new one
+                log.warning("lease refresh failed (%s); taking a new lease", exc)
+                try:
+                    self.lease = await self.store.grant_lease(self.lease_ttl)
+                except MetadataUnavailable:
+                    pass
+
+    def _enqueue(self, key: str) -> None:
+        topic = keys.topic_from_compaction_request(self.cluster, key)
+        if topic is not None and topic not in self._queued:
+            self._queued.add(topic)
+            self._queue.put_nowait(topic)
+
+    async def _follow(self) -> None:
+        async def on_snapshot(snap):
+            for kv in snap.items:
+                self._enqueue(kv.key)
+
+        async def on_events(events):
+            for ev in events:
+                if ev.type == "put":
+                    self._enqueue(ev.key)
+
+        await self.store.follow_prefix(keys.compaction_requests_prefix(self.cluster),
+                                       on_snapshot, on_events)
+
+    async def _relist(self) -> None:
+        """Requests whose worker died (their claims expire) are found again here."""
+        while True:
+            await asyncio.sleep(self.relist)
+            try:
+                snap = await self.store.get_prefix(
+                    keys.compaction_requests_prefix(self.cluster))
+            except MetadataUnavailable:
+                continue
+            for kv in snap.items:
+                self._enqueue(kv.key)
+
+    async def _run_jobs(self) -> None:
+        while True:
+            topic = await self._queue.get()
+            self._queued.discard(topic)
+            try:
+                await self.run(topic)
+            except Exception:  # noqa: BLE001 - one job never stops the worker
+                log.exception("%s: compaction failed", topic)
+
+    # ---- one job ---------------------------------------------------------------------------
+
+    def storage(self, root: str) -> Storage:
+        st = self._storages.get(root)
+        if st is None:
+            st = self._storages[root] = Storage(root)
+        return st
+
+    async def _put_job(self, topic: TopicName, job: apb.CompactionJob) -> None:
+        await self.store.put(keys.compaction_job(topic, job.job_id), job.SerializeToString())
+
+    async def run(self, topic: TopicName) -> None:
+        kv = await self.store.get(keys.compaction_request(self.cluster, topic))
+        if kv is None:
+            return
+        claim = keys.compaction_claim(self.cluster, topic)
+        if not await self.store.create(claim, self.worker_id.encode(), self.lease):
+            return  # another worker runs it
+        try:
+            req = mpb.CompactionRequest.FromString(kv.value)
+            job = apb.CompactionJob(job_id=req.job_id, topic=str(topic), trigger=req.trigger,
+                                    start_time=int(time.time() * 1000))
+            rec = await self.store.get(keys.compaction_job(topic, req.job_id))
+            if rec is not None:
+                job = apb.CompactionJob.FromString(rec.value)
+            job.worker = self.worker_id
+            job.ClearField("error")
+            try:
+                await self._run(topic, req, kv.value, job)
+            except Exception as exc:  # noqa: BLE001 - recorded in the job, the worker goes on
+                await self._fail(topic, req, kv.value, job, exc)
+            self.jobs_run += 1
+            await self._prune(topic)
+        finally:
+            try:
+                await self.store.delete(claim)
+            except MetadataUnavailable:
+                pass  # it goes with the lease
+
+    async def _run(self, topic: TopicName, req: mpb.CompactionRequest, req_bytes: bytes,
+                   job: apb.CompactionJob) -> None:
+        loop = asyncio.get_running_loop()
+        job.phase = apb.SCANNING_KEYS
+        await self._put_job(topic, job)
+        info_kv = await self.store.get(keys.topic_info(topic))
+        if info_kv is None:
+            raise errors.TopicNotFound(f"topic {topic} was deleted")
+        info = decode_info(info_kv.value)
+        if info.partition_of:
+            parent = await self.store.get(keys.topic_info(TopicName.parse(info.partition_of)))
+            if parent is not None:
+                info = decode_info(parent.value)
+        retain = Policies.from_pb(info.policies).effective().retain_null_key
+        lst_kv = await self.store.get(keys.ledgers(topic))
+        ledgers = mpb.LedgerList.FromString(lst_kv.value) if lst_kv else mpb.LedgerList()
+        ptr_kv = await self.store.get(keys.compaction(topic))
+        pointer = mpb.CompactionPointer.FromString(ptr_kv.value) if ptr_kv else None
+        horizon = MessageId.from_pb(req.horizon) if req.HasField("horizon") else None
+        storage = self.storage(req.storage_root)
+        previous = pointer.horizon if pointer is not None else None
+        if horizon is None or (previous is not None and horizon <= MessageId.from_pb(previous)):
+            # nothing sealed (K6), or nothing after the current horizon: the view stands
+            job.phase, job.end_time = apb.DONE, int(time.time() * 1000)
+            await commit.finish(self.store, topic, keys.compaction_request(self.cluster, topic),
+                                req_bytes, job)
+            return
+        plan = planning.make_plan(topic, job.job_id, ledgers, horizon, pointer, retain)
+        job.entries_total = plan.input_entries
+        job.bytes_read = plan.input_bytes
+        job.input_ledgers = len(plan.ledgers)
+        job.previous_job_id = pointer.job_id if pointer is not None else ""
+        job.horizon.CopyFrom(horizon.to_pb())
+        await self._put_job(topic, job)
+        out_rel = Storage.compacted_rel(topic, job.job_id)
+        last = [0.0]
+
+        def progress(phase: int, done: int, total: int) -> None:  # from Spark's thread
+            now = time.monotonic()
+            if now - last[0] < PROGRESS_EVERY and phase == job.phase:
+                return
+            last[0] = now
+            loop.call_soon_threadsafe(self._progress, topic, job, phase, done, total)
+
+        manifest = await loop.run_in_executor(
+            self._executor, lambda: spark_job.run(self.spark, plan, storage, out_rel, progress))
+        job.phase = apb.COMMITTING
+        job.entries_read = manifest.input_entries
+        job.entries_written = manifest.entries
+        job.keys = manifest.keys
+        job.bytes_written = manifest.output_bytes
+        job.peak_rss_bytes = peak_rss_bytes(self._jvm_pid)
+        await self._put_job(topic, job)
+        failpoint("compaction.before_publish")
+        new_pointer = commit.pointer_for(manifest, f"{out_rel}/manifest.pb")
+        job.phase, job.end_time = apb.DONE, int(time.time() * 1000)
+        await commit.publish(self.store, topic, new_pointer,
+                             ptr_kv.mod_revision if ptr_kv else 0,
+                             keys.compaction_request(self.cluster, topic), req_bytes, job)
+        log.info("%s: job %s published (%d entries, %d keys, horizon %s)", topic, job.job_id,
+                 manifest.entries, manifest.keys, horizon)
+        self._tasks.append(loop.create_task(self._collect_later(topic, storage)))
+
+    async def _collect_later(self, topic: TopicName, storage: Storage) -> None:
+        """After the grace period: every compacted ledger of `topic` that neither the
+        pointer nor a queued or running job names is collected."""
+        await asyncio.sleep(self.grace)
+        try:
+            await self.collect(topic, storage)
+        except Exception as exc:  # noqa: BLE001 - the next job collects it
+            log.info("%s: collection skipped: %s", topic, exc)
+
+    async def collect(self, topic: TopicName, storage: Storage, grace: float = 0.0
+                      ) -> list[str]:
+        keep = set()
+        ptr = await self.store.get(keys.compaction(topic))
+        if ptr is not None:
+            keep.add(mpb.CompactionPointer.FromString(ptr.value).manifest_path.rsplit("/", 1)[0])
+        req = await self.store.get(keys.compaction_request(self.cluster, topic))
+        if req is not None:
+            job_id = mpb.CompactionRequest.FromString(req.value).job_id
+            keep.add(Storage.compacted_rel(topic, job_id))
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, commit.collect, storage, topic, keep, grace)
+
+    def _progress(self, topic: TopicName, job: apb.CompactionJob, phase: int, done: int,
+                  total: int) -> None:
+        if job.phase in (apb.COMMITTING, apb.DONE, apb.FAILED):
+            return
+        job.phase, job.tasks_done, job.tasks_total = phase, done, total
+        job.peak_rss_bytes = peak_rss_bytes(self._jvm_pid)
+        asyncio.get_running_loop().create_task(self._put_job(topic, job))
+
+    async def _fail(self, topic: TopicName, req: mpb.CompactionRequest, req_bytes: bytes,
+                    job: apb.CompactionJob, exc: BaseException) -> None:
+        log.warning("%s: job %s failed: %s", topic, job.job_id, exc)
+        job.phase, job.end_time = apb.FAILED, int(time.time() * 1000)
+        job.error.CopyFrom(error_status(exc))
+        await commit.finish(self.store, topic, keys.compaction_request(self.cluster, topic),
+                                req_bytes, job)
+        if req.storage_root:  # its output, and what earlier crashes left
+            await self.collect(topic, self.storage(req.storage_root))
+
+    async def _prune(self, topic: TopicName) -> None:
+        snap = await self.store.get_prefix(keys.compaction_jobs_prefix(topic))
+        for kv in sorted(snap.items, key=lambda kv: kv.key)[:-KEEP_JOBS]:
+            await self.store.delete(kv.key)
+
+
+# ---- the process ---------------------------------------------------------------------------
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="shadowtopic compaction-worker",
+                                description="run the compaction worker (one warm SparkSession)")
+    p.add_argument("--etcd", default=os.environ.get("SHADOWTOPIC_ETCD", "127.0.0.1:2379"))
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=6660, help="gRPC health port")
+    p.add_argument("--data-dir", default="./data", help="Spark's local scratch space")
+    p.add_argument("--cluster", default="standalone",
+                   help="compact the topics of this cluster's brokers")
+    p.add_argument("--worker-id", default=None)
+    p.add_argument("--spark-master", default="local[*]")
+    p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--grace", type=float, default=60.0,
+                   help="seconds a replaced compacted ledger stays for its readers")
+    p.add_argument("--lease-ttl", type=int, default=10)
+    p.add_argument("--relist", type=float, default=5.0)
+    a = p.parse_args(argv)
+    for item in a.spark_conf:
+        if "=" not in item:
+            p.error(f"--spark-conf {item!r}: expected KEY=VALUE")
+    return a
+
+
+async def serve(a: argparse.Namespace) -> None:
+    server = grpc.aio.server()
+    servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    if server.add_insecure_port(f"{a.host}:{a.port}") == 0:
+        raise OSError(f"cannot bind {a.host}:{a.port}")
+    await servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    await server.start()
+    conf = dict(item.split("=", 1) for item in a.spark_conf)
+    conf.setdefault("spark.local.dir", os.path.join(os.path.abspath(a.data_dir), "spark"))
+    spark = await asyncio.to_thread(build_session, a.spark_master, conf)
+    store = EtcdStore(a.etcd)
+    worker = Worker(store, spark, a.cluster, a.worker_id or f"{socket.gethostname()}:{a.port}",
+                    grace=a.grace, lease_ttl=a.lease_ttl, relist=a.relist)
+    while True:
+        try:
+            await worker.start()
+            break
+        except MetadataUnavailable:
+            await asyncio.sleep(0.5)
+    await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    log.info("compaction worker %s ready (spark %s, etcd %s, health %s:%d)", worker.worker_id,
+             a.spark_master, a.etcd, a.host, a.port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    await worker.close()
+    await server.stop(2)
+    await store.close()
+    stop_spark(spark)
+
+
+def stop_spark(spark) -> None:
+    """Stop the session and its JVM now (the JVM would otherwise exit only when it notices
+    this process is gone)."""
+    from pyspark import SparkContext
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    spark.stop()
+    if gateway is not None:
+        gateway.shutdown()
+    if proc is not None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired: kill it
+            proc.kill()
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()

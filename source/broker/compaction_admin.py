@@ -1,0 +1,182 @@
+"""Compaction requests and status: the broker's side of compaction (the compaction worker in
+compaction/ runs the jobs; source/ledger/compacted.py owns the compacted ledger format).
+
+Compact(topic), on the topic's owner:
+1. a shadow is refused (`NotAllowed`: a shadow reads its source's compacted ledger, the
+   source is what gets compacted); a running or queued job is refused with
+   `CompactionInProgress` naming its job id (K11);
+2. the open ledger is sealed, so the job covers every message produced before the request;
+   its horizon is the last entry of the newest sealed ledger;
+3. one etcd transaction creates, only if the topic has no request yet, the
+   `CompactionRequest` (keys.compaction_request, watched by the cluster's compaction
+   workers) and the job record
+   (keys.compaction_job, phase PENDING). A partitioned topic gets one request per partition,
+   all with the same job id.
+
+Status is the newest job record (job ids sort by time); a partitioned topic's status
+combines its partitions' records of that job. Watch streams the record on every change
+until the job ends. The threshold trigger (K13) runs on the owner after every retention
+pass: when the policy `compaction_threshold_bytes` is set and the bytes in ledgers after
+the current horizon exceed it, it files a request as Compact does (trigger "threshold").
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from typing import AsyncIterator
+
+from source.broker.topic import Topic
+from source.broker.topics import SHADOW, TopicManager, read_only
+from source.core import errors
+from source.core.message_id import MessageId
+from source.core.names import TopicName
+from source.metadata import Compare, MetadataUnavailable, Put, keys
+from source.pb.storage.v1 import metadata_pb2 as mpb
+from source.pb.v1 import admin_pb2 as apb
+
+log = logging.getLogger(__name__)
+ENDED = (apb.DONE, apb.FAILED)
+
+
+def new_job_id() -> str:
+    """Sortable by creation time: `<ms since epoch, 13 digits>-<8 hex>`."""
+    return f"{int(time.time() * 1000):013d}-{secrets.token_hex(4)}"
+
+
+def sealed_horizon(t: Topic) -> MessageId | None:
+    """The last entry of the newest sealed ledger with entries (None: nothing sealed)."""
+    for r in reversed(t.ledger.ranges()):
+        if r.sealed and r.entries:
+            return MessageId(r.ledger_id, r.entries - 1)
+    return None
+
+
+def combine(jobs: list[apb.CompactionJob], topic: TopicName) -> apb.CompactionJob:
+    """One record for a partitioned topic's job: FAILED if any partition failed, DONE when
+    all are done, else the earliest phase; counters summed."""
+    if len(jobs) == 1:
+        return jobs[0]
+    out = apb.CompactionJob(job_id=jobs[0].job_id, topic=str(topic),
+                            trigger=jobs[0].trigger)
+    failed = [j for j in jobs if j.phase == apb.FAILED]
+    out.phase = apb.FAILED if failed else min(j.phase for j in jobs)
+    if failed:
+        out.error.CopyFrom(failed[0].error)
+    for f in ("entries_read", "entries_total", "keys", "bytes_written", "entries_written",
+              "bytes_read", "tasks_done", "tasks_total", "input_ledgers"):
+        setattr(out, f, sum(getattr(j, f) for j in jobs))
+    out.start_time = min(j.start_time for j in jobs)
+    out.end_time = max(j.end_time for j in jobs) if out.phase in ENDED else 0
+    out.peak_rss_bytes = max(j.peak_rss_bytes for j in jobs)
+    return out
+
+
+class CompactionAdmin:
+    def __init__(self, topics: TopicManager, cluster: str):
+        self.topics = topics
+        self.store = topics.store
+        self.cluster = cluster
+
+    async def _parts(self, topic: TopicName) -> list[TopicName]:
+        info = await self.topics.info(topic)
+        if info.kind == SHADOW:
+            raise errors.NotAllowed(
+                f"{topic} is a shadow of {info.source}: compact the source (its shadows read "
+                f"the source's compacted ledger)")
+        return [topic.partition(i) for i in range(info.partitions)] or [topic]
+
+    async def _running(self, part: TopicName) -> str | None:
+        kv = await self.store.get(keys.compaction_request(self.cluster, part))
+        return mpb.CompactionRequest.FromString(kv.value).job_id if kv is not None else None
+
+    async def compact(self, topic: TopicName, trigger: str = "admin") -> str:
+        """File a compaction of `topic` (every partition of a partitioned one); its job id."""
+        parts = await self._parts(topic)
+        for part in parts:
+            running = await self._running(part)
+            if running is not None:
+                raise errors.CompactionInProgress(
+                    f"{part} is being compacted by job {running}")
+        job_id = new_job_id()
+        for part in parts:
+            await self._file(part, job_id, trigger)
+        return job_id
+
+    async def _file(self, part: TopicName, job_id: str, trigger: str) -> None:
+        t = await self.topics.writable(part)
+        await t.ledger.roll()
+        horizon = sealed_horizon(t)
+        now = int(time.time() * 1000)
+        req = mpb.CompactionRequest(topic=str(part), job_id=job_id, trigger=trigger,
+                                    storage_root=self.topics.storage.uri, requested_ms=now)
+        job = apb.CompactionJob(job_id=job_id, topic=str(part), phase=apb.PENDING,
+                                start_time=now, trigger=trigger)
+        if horizon is not None:
+            req.horizon.CopyFrom(horizon.to_pb())
+            job.horizon.CopyFrom(horizon.to_pb())
+        key = keys.compaction_request(self.cluster, part)
+        res = await self.store.txn(
+            [Compare(key, "version", "==", 0)],
+            [Put(key, req.SerializeToString()),
+             Put(keys.compaction_job(part, job_id), job.SerializeToString())])
+        if not res.succeeded:
+            raise errors.CompactionInProgress(
+                f"{part} is being compacted by job {await self._running(part)}")
+
+    async def _latest(self, part: TopicName) -> apb.CompactionJob | None:
+        snap = await self.store.get_prefix(keys.compaction_jobs_prefix(part))
+        if not snap.items:
+            return None
+        newest = max(snap.items, key=lambda kv: kv.key)
+        return apb.CompactionJob.FromString(newest.value)
+
+    async def status(self, topic: TopicName) -> apb.CompactionJob:
+        """The newest job's record (`NotFound` when the topic was never compacted)."""
+        parts = await self._parts(topic)
+        jobs = [j for j in [await self._latest(p) for p in parts] if j is not None]
+        if not jobs:
+            raise errors.CompactionNotFound(f"{topic} has never been compacted")
+        newest = max(j.job_id for j in jobs)
+        return combine([j for j in jobs if j.job_id == newest], topic)
+
+    async def watch(self, topic: TopicName, poll: float = 0.25
+                    ) -> AsyncIterator[apb.CompactionJob]:
+        """The newest job's record now and at every change, until the job ends (polled: a
+        few reads a second of one record per partition)."""
+        current = await self.status(topic)
+        yield current
+        while current.phase not in ENDED:
+            await asyncio.sleep(poll)
+            now = await self.status(topic)
+            if now != current:
+                current = now
+                yield current
+
+    async def check_threshold(self, topic: TopicName, t: Topic) -> None:
+        """The threshold trigger (K13), called after each retention pass of an owned source
+        topic: files a compaction when the bytes after the horizon exceed the policy."""
+        threshold = t.policies.compaction_threshold_bytes
+        if not threshold:
+            return
+        try:
+            if await self.store.get(keys.compaction_request(self.cluster, topic)) is not None:
+                return
+            kv = await self.store.get(keys.compaction(topic))
+            after = MessageId(0, 0)
+            if kv is not None:
+                h = mpb.CompactionPointer.FromString(kv.value).horizon
+                after = MessageId(h.ledger_id, h.entry_id + 1)
+            backlog = sum(r.size_bytes for r in t.ledger.ranges() if r.ledger_id >= after.ledger_id
+                          and (r.ledger_id > after.ledger_id or r.entries > after.entry_id))
+            if backlog < threshold:
+                return
+            job_id = new_job_id()
+            await self._file(topic, job_id, "threshold")
+            log.info("%s: %d bytes since the compaction horizon (threshold %d): job %s",
+                     topic, backlog, threshold, job_id)
+        except errors.CompactionInProgress:
+            return
+        except (MetadataUnavailable, errors.ShadowTopicError) as exc:
+            log.info("%s: compaction threshold check skipped: %s", topic, exc)

@@ -1,0 +1,349 @@
+"""Compaction end to end: a user asks a real broker to compact (client and CLI), a real
+compaction worker process (one warm SparkSession for the module) runs the Spark job, and the
+result is checked in etcd (pointer, job record) and in the compacted ledger it names.
+Reads of the compacted view by consumers are in test_compacted_read.py."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pyarrow.parquet as pq
+import pytest
+
+from source.broker.server import free_port
+from source.client import Client, Policies, errors
+from source.core.names import TopicName
+from source.ledger.storage import Storage
+from source.metadata import EtcdStore, keys
+from source.pb.storage.v1 import metadata_pb2 as mpb
+from source.standalone import BrokerProcess
+
+WORKER_ARGS = ["--spark-master", "local[2]", "--grace", "1", "--lease-ttl", "3",
+               "--relist", "1"]
+
+
+def start_worker(etcd, data_dir: str, cluster: str) -> BrokerProcess:
+    w = BrokerProcess(etcd.endpoint, data_dir, free_port(), module="compaction.worker",
+                      extra_args=[*WORKER_ARGS, "--cluster", cluster])
+    w.start(timeout=180)
+    return w
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    return f"c-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def worker(etcd_server, tmp_path_factory, cluster):
+    w = start_worker(etcd_server, str(tmp_path_factory.mktemp("worker")), cluster)
+    try:
+        yield w
+    finally:
+        w.kill()
+
+
+@pytest.fixture
+def source(etcd_server, tmp_path, cluster, worker):
+    """A source broker of the worker's cluster (retention passes every second, so the
+    threshold trigger is checked often)."""
+    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
+                      extra_args=["--lease-ttl", "3", "--cluster", cluster,
+                                  "--retention-interval", "1"])
+    b.start(timeout=60)
+    try:
+        yield b
+    finally:
+        b.kill()
+
+
+@pytest.fixture
+def client(source):
+    with Client(source.url, timeout=30) as c:
+        yield c
+
+
+@pytest.fixture
+def topic():
+    return f"persistent://public/ns-{uuid.uuid4().hex[:8]}/t"
+
+
+def etcd_get(etcd, key: str):
+    async def get():
+        store = EtcdStore(etcd.endpoint)
+        try:
+            return await store.get(key)
+        finally:
+            await store.close()
+    return asyncio.run(get())
+
+
+def etcd_put(etcd, key: str, value: bytes) -> None:
+    async def put():
+        store = EtcdStore(etcd.endpoint)
+        try:
+            await store.put(key, value)
+        finally:
+            await store.close()
+    asyncio.run(put())
+
+
+def pointer(etcd, topic: str) -> mpb.CompactionPointer | None:
+    kv = etcd_get(etcd, keys.compaction(TopicName.parse(topic)))
+    return mpb.CompactionPointer.FromString(kv.value) if kv else None
+
+
+def wait_done(client, topic: str, job_id: str, timeout: float = 120):
+    deadline = time.monotonic() + timeout
+    last = None
+    for last in client.admin.watch_compaction(topic, timeout=timeout):
+        if last.job_id == job_id and last.done:
+            return last
+        assert time.monotonic() < deadline, f"job {job_id} not done: {last}"
+    raise AssertionError(f"watch ended before job {job_id} was done: {last}")
+
+
+def compacted_rows(source: BrokerProcess, ptr: mpb.CompactionPointer) -> list[tuple]:
+    """(ledger_id, entry_id, key, raw) of the compacted ledger `ptr` names, in id order."""
+    st = Storage(os.path.join(source.data_dir, "storage"))
+    rows = []
+    for f in ptr.manifest.files:
+        t = pq.read_table(st.full(f.path), columns=["ledger_id", "entry_id", "key", "raw"])
+        rows += list(zip(*(t.column(i).to_pylist() for i in range(4))))
+    return rows
+
+
+def produce(client, topic: str, items: list[tuple[str | None, str]]) -> list:
+    try:
+        client.admin.create_topic(topic)
+    except errors.TopicAlreadyExists:
+        pass
+    p = client.create_producer(topic)
+    ids = [p.send(v, key=k) for k, v in items]
+    p.close()
+    return ids
+
+
+def test_compact_keeps_the_latest_value_per_key(client, source, etcd_server, topic):
+    """K1, K2, K4, K5 and K14 through the client: latest value per key with its id, deletes
+    gone, keyless kept in place, a DONE job record with its counts; K3: the raw backlog
+    still reads whole."""
+    items = [("a", "a1"), ("b", "b1"), (None, "free1"), ("a", "a2"), ("c", "c1"),
+             ("b", ""), ("a", "a3"), ("d", "d1"), ("d", ""), ("d", "d2")]
+    ids = produce(client, topic, items)
+    job_id = client.admin.compact(topic)
+    status = wait_done(client, topic, job_id)
+    assert status.phase == "done", status.error
+    assert (status.keys, status.entries_written, status.entries_total) == (3, 4, 10)
+    assert status.horizon == ids[-1]
+    ptr = pointer(etcd_server, topic)
+    assert ptr.job_id == job_id and ptr.horizon.entry_id == ids[-1].entry_id
+    rows = compacted_rows(source, ptr)
+    want = [(ids[i].ledger_id, ids[i].entry_id) for i in (2, 4, 6, 9)]
+    assert [(r[0], r[1]) for r in rows] == want
+    assert [r[2] for r in rows] == [None, b"c", b"a", b"d"]
+    r = client.create_reader(topic, "earliest")
+    got = [r.read_next(timeout=10).message_id for _ in items]
+    assert got == ids and not r.has_message_available()
+    assert client.admin.compaction_status(topic).job_id == job_id
+
+
+def test_second_compaction_while_one_runs_is_refused(client, topic):
+    """K11: the running job's id comes back in the error."""
+    produce(client, topic, [(f"k{i}", f"v{i}") for i in range(50)])
+    first = client.admin.compact(topic)
+    with pytest.raises(errors.CompactionInProgress) as exc:
+        client.admin.compact(topic)
+    assert first in str(exc.value)
+    assert wait_done(client, topic, first).phase == "done"
+    second = client.admin.compact(topic)  # once it ended, a new one runs
+    assert second != first and wait_done(client, topic, second).phase == "done"
+
+
+def test_compacting_an_empty_topic_creates_no_ledger(client, source, topic):
+    """K6: DONE, no pointer, no compacted ledger; later messages still read."""
+    client.admin.create_topic(topic)
+    job_id = client.admin.compact(topic)
+    assert wait_done(client, topic, job_id).phase == "done"
+    st = Storage(os.path.join(source.data_dir, "storage"))
+    assert st.list_subdirs(Storage.topic_compacted_dir(TopicName.parse(topic))) == []
+    ids = produce(client, topic, [("k", "v")])
+    assert client.create_reader(topic, "earliest").read_next(timeout=10).message_id == ids[0]
+
+
+def test_recompaction_is_incremental_and_equals_a_full_one(client, source, etcd_server, topic):
+    """K12: the second job reads the first one's compacted ledger plus only the ledgers
+    sealed since; its result is what compacting everything gives."""
+    first_items = [(f"k{i % 7}", f"v{i}") for i in range(40)]
+    ids = produce(client, topic, first_items)
+    j1 = client.admin.compact(topic)
+    assert wait_done(client, topic, j1).phase == "done"
+    more = [(f"k{i % 11}", f"w{i}") for i in range(30)] + [("k3", "")]
+    ids += produce(client, topic, more)
+    j2 = client.admin.compact(topic)
+    s2 = wait_done(client, topic, j2)
+    assert s2.phase == "done" and s2.previous_job_id == j1
+    ptr = pointer(etcd_server, topic)
+    assert ptr.manifest.previous_job_id == j1
+    assert list(ptr.manifest.input_ledgers) == [ids[-1].ledger_id]  # only the new ledger
+    latest = {}
+    for mid, (k, v) in zip(ids, first_items + more):
+        latest[k] = (mid, v)
+    want = sorted((mid.ledger_id, mid.entry_id) for k, (mid, v) in latest.items() if v)
+    assert [(r[0], r[1]) for r in compacted_rows(source, ptr)] == want
+
+
+def test_threshold_policy_compacts_by_itself(client, etcd_server, topic):
+    """K13: with compaction_threshold_bytes set, the owner files a job once the bytes after
+    the horizon exceed it."""
+    client.admin.create_topic(topic, policies=Policies(compaction_threshold_bytes=2000))
+    produce(client, topic, [(f"k{i % 5}", "x" * 100) for i in range(40)])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ptr = pointer(etcd_server, topic)
+        if ptr is not None:
+            break
+        time.sleep(0.3)
+    assert ptr is not None, "the threshold never triggered a compaction"
+    status = client.admin.compaction_status(topic)
+    assert status.trigger == "threshold" and status.keys == 5
+
+
+def test_cli_compact_and_wait(client, source, topic):
+    """K14 through the CLI: `topics compact` prints the job id, `compaction-status -w`
+    follows it (JSON lines off a terminal) and exits 0; a failed job exits 1 with a
+    one-line error."""
+    produce(client, topic, [(f"k{i % 3}", f"v{i}") for i in range(20)])
+    exe = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
+    env = dict(os.environ, SHADOWTOPIC_URL=source.url)
+
+    def cli(*args):
+        return subprocess.run([exe, *args], capture_output=True, text=True, timeout=120,
+                              env=env, stdin=subprocess.DEVNULL)
+
+    res = cli("topics", "compact", topic)
+    assert res.returncode == 0, res.stderr
+    job_id = res.stdout.strip()
+    res = cli("topics", "compaction-status", topic, "-w")
+    assert res.returncode == 0, res.stderr
+    lines = [json.loads(x) for x in res.stdout.splitlines()]
+    assert lines[-1]["job_id"] == job_id and lines[-1]["phase"] == "done"
+    assert lines[-1]["keys"] == 3
+    res = cli("topics", "compaction-status", topic, "-o", "json")
+    assert res.returncode == 0 and json.loads(res.stdout)["phase"] == "done"
+
+
+def test_failed_job_is_recorded_and_the_cli_exits_non_zero(client, source, etcd_server,
+                                                          cluster, topic):
+    """K14: a job that cannot read its input ends FAILED with its error in the record; the
+    pointer stays as it was; `compaction-status` exits 1 with one error line."""
+    ids = produce(client, topic, [("k", "v1"), ("k", "v2")])
+    client.admin.roll_ledger(topic)
+    name = TopicName.parse(topic)
+    job_id = f"{int(time.time() * 1000):013d}-deadbeef"
+    req = mpb.CompactionRequest(topic=topic, job_id=job_id, trigger="admin",
+                                storage_root=os.path.join(source.data_dir, "nowhere"),
+                                horizon=ids[-1].to_pb())
+    etcd_put(etcd_server, keys.compaction_request(cluster, name), req.SerializeToString())
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            status = client.admin.compaction_status(topic)
+            if status.phase == "failed":
+                break
+        except errors.CompactionNotFound:
+            pass
+        time.sleep(0.2)
+    assert status.job_id == job_id and status.phase == "failed"
+    assert status.error is not None and status.error.reason in ("DataLoss", "Internal")
+    assert pointer(etcd_server, topic) is None
+    exe = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
+    res = subprocess.run([exe, "topics", "compaction-status", topic], capture_output=True,
+                         text=True, timeout=60, stdin=subprocess.DEVNULL,
+                         env=dict(os.environ, SHADOWTOPIC_URL=source.url))
+    assert res.returncode == 1
+    assert res.stderr.startswith("error: compaction job") and res.stderr.count("\n") == 1
+
+
+def test_compacting_a_shadow_is_refused(client, topic):
+    """A shadow reads its source's compacted ledger: compacting it is NotAllowed."""
+    client.admin.create_topic(topic)
+    shadow = topic + "-shadow"
+    client.admin.create_shadow_topic(shadow, topic)
+    with pytest.raises(errors.NotAllowed):
+        client.admin.compact(shadow)
+
+
+def _job_phase(etcd, topic: str, job_id: str) -> int | None:
+    from source.pb.v1 import admin_pb2 as apb
+    kv = etcd_get(etcd, keys.compaction_job(TopicName.parse(topic), job_id))
+    return apb.CompactionJob.FromString(kv.value).phase if kv else None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash", ["spark-running", "before-publish"])
+def test_killed_worker_leaves_the_old_view_and_a_rerun_finishes(etcd_server, tmp_path, crash):
+    """K16: kill -9 the worker while Spark runs, or after the output is written but before
+    the pointer moves: the pointer still names the previous compacted ledger (readers keep
+    the old view), a new worker reruns the job under the same id with the same result, and
+    the orphaned output and the replaced ledger are collected."""
+    from source.pb.v1 import admin_pb2 as apb
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    topic = f"persistent://public/ns-{uuid.uuid4().hex[:8]}/t"
+    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
+                      extra_args=["--lease-ttl", "3", "--cluster", cluster])
+    workers = []
+    try:
+        b.start(timeout=60)
+        workers.append(start_worker(etcd_server, str(tmp_path / "w0"), cluster))
+        with Client(b.url, timeout=30) as c:
+            ids = produce(c, topic, [(f"k{i % 10}", f"v{i}") for i in range(200)])
+            j1 = c.admin.compact(topic)
+            assert wait_done(c, topic, j1).phase == "done"
+            workers[0].kill()
+            ids += produce(c, topic, [(f"k{i % 13}", f"w{i}") for i in range(3000)])
+            if crash == "before-publish":
+                os.environ["SHADOWTOPIC_FAILPOINT"] = "compaction.before_publish"
+            try:
+                workers.append(start_worker(etcd_server, str(tmp_path / "w1"), cluster))
+            finally:
+                os.environ.pop("SHADOWTOPIC_FAILPOINT", None)
+            j2 = c.admin.compact(topic)
+            deadline = time.monotonic() + 120
+            if crash == "spark-running":
+                while _job_phase(etcd_server, topic, j2) not in (apb.SCANNING_KEYS,
+                                                                 apb.WRITING):
+                    assert time.monotonic() < deadline, "the job never started"
+                    time.sleep(0.02)
+                workers[1].kill()
+            else:  # the failpoint kills it
+                while workers[1].proc.poll() is None:
+                    assert time.monotonic() < deadline, "the worker did not reach the failpoint"
+                    time.sleep(0.05)
+            assert pointer(etcd_server, topic).job_id == j1  # the old view, whole
+            st = Storage(os.path.join(b.data_dir, "storage"))
+            tdir = Storage.topic_compacted_dir(TopicName.parse(topic))
+            workers.append(start_worker(etcd_server, str(tmp_path / "w2"), cluster))
+            s2 = wait_done(c, topic, j2, timeout=120)
+            assert s2.phase == "done", s2.error
+            ptr = pointer(etcd_server, topic)
+            assert ptr.job_id == j2
+            latest = {}
+            for mid, i in zip(ids, range(len(ids))):
+                k = f"k{i % 10}" if i < 200 else f"k{(i - 200) % 13}"
+                latest[k] = mid
+            assert [(r[0], r[1]) for r in compacted_rows(b, ptr)] == sorted(
+                (m.ledger_id, m.entry_id) for m in latest.values())
+            deadline = time.monotonic() + 30
+            while st.list_subdirs(tdir) != [Storage.compacted_rel(TopicName.parse(topic), j2)]:
+                assert time.monotonic() < deadline, f"not collected: {st.list_subdirs(tdir)}"
+                time.sleep(0.2)
+    finally:
+        for w in workers:
+            w.kill()
+        b.kill()
