@@ -253,7 +253,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     @unary
     async def GetLastMessageId(self, request, context):
         """The newest message's id (`0:0` when there is none). With `read_compacted`, as the
-        compacted view sees it: the same id until the topic has a compacted ledger."""
+        compacted view sees it (K9: the last surviving message when the newest ones were
+        compacted away): the same id until the topic has a compacted ledger."""
         topic = TopicName.parse(request.topic)
         if request.subscription:
             check_subscription(request.subscription)
@@ -261,8 +262,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         t, remote = await self._owner_answer(topic, context, "GetLastMessageId", request)
         if remote is not None:
             return remote
-        last = t.ledger.last_confirmed() if t is not None else \
-            (await self._ledgers(topic, None)).last()
+        if request.read_compacted:  # as a compacted reader sees it (loads the topic here)
+            last = (await self.topics.compacted_view(topic)).last_confirmed()
+        else:
+            last = t.ledger.last_confirmed() if t is not None else \
+                (await self._ledgers(topic, None)).last()
         if last is None:
             return common_pb2.MessageIdData(ledger_id=0, entry_id=0)
         return last.with_partition(topic.partition_index).to_pb()

@@ -155,7 +155,7 @@ class StreamOutbox:
 class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
     def __init__(self, topics: TopicManager):
         self.topics = topics
-        self.engine = ReadEngine(topics.view, topics.counters_for)
+        self.engine = ReadEngine(topics.view, topics.counters_for, topics.compacted_view)
         self._streams: set[StreamOutbox] = set()
 
     def shutdown(self) -> None:
@@ -303,7 +303,8 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                 await self._subscribe(cmd, topic, outbox, handles, peer)
                 return
             start = start_from_pb(sub.start, sub.start_inclusive)
-            reader, last = await self.engine.open(outbox, handle, topic, start)
+            reader, last = await self.engine.open(outbox, handle, topic, start,
+                                                  compacted=sub.read_compacted)
             handles[handle] = reader
             outbox.send_event(handle, subscribed=consumer_pb2.Subscribed(
                 topic=str(topic), last_message_id=last.to_pb() if last else None))

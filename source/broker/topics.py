@@ -30,6 +30,7 @@ from source.cursors.store import Fence
 from source.ledger import retention
 from source.ledger.entry_cache import DEFAULT_BYTES, EntryCache
 from source.ledger.managed import ManagedLedger
+from source.ledger.view import LedgerView
 from source.ledger.storage import Storage
 from source.metadata import keys
 from source.metadata.base import (Compare, Delete, KeyValue, MetadataStore,
@@ -299,6 +300,11 @@ class TopicManager:
         """The topic's `LedgerView` (what the read engine resolves a topic to)."""
         return (await self.topic(topic)).ledger
 
+    async def compacted_view(self, topic: TopicName) -> LedgerView:
+        """The topic's view for `read_compacted` readers (source/ledger/compacted_view.py)."""
+        t = await self.topic(topic)
+        return await t.compacted_view(self.store, self.storage, self.executor)
+
     @metadata_errors
     async def _load(self, topic: TopicName) -> tuple[Topic, str | None]:
         """(the Topic, its source when it is a shadow)."""
@@ -365,6 +371,7 @@ class TopicManager:
             try:
                 if t.replicators is not None:
                     await t.replicators.close()
+                await t.close_compacted()
                 if t.subscriptions is not None:
                     await t.subscriptions.close(reason)
                 await t.ledger.close()

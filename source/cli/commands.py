@@ -266,7 +266,8 @@ def read(args) -> int:
         limit = 0 if args.until_end else 1
     count = 0
     with _client(args) as c:
-        with c.create_reader(args.topic, start=args.start, inclusive=args.inclusive) as r:
+        with c.create_reader(args.topic, start=args.start, inclusive=args.inclusive,
+                             read_compacted=args.compacted) as r:
             while limit == 0 or count < limit:
                 if args.until_end and not r.has_message_available():
                     break

@@ -10,7 +10,7 @@
     shadowtopic topics subscriptions|create-subscription|unsubscribe|reset-cursor|skip|
                        clear-backlog|peek-messages <topic> -s SUB ...
     shadowtopic produce <topic> -m MSG [-k KEY] [-n N] [-p k=v ...]
-    shadowtopic read <topic> [--start earliest|latest|L:E] [-n N | --until-end]
+    shadowtopic read <topic> [--start earliest|latest|L:E] [-n N | --until-end] [--compacted]
     shadowtopic consume <topic> -s SUB [-t TYPE] [-p earliest|latest|L:E] [-n N] [--no-ack]
 
 Every command that prints data takes `-o table` (default) or `-o json`; the broker is
@@ -251,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--num-messages", type=count, default=None,
                    help="stop after N messages (default 1 without --until-end; 0 = no limit)")
     p.add_argument("--until-end", action="store_true", help="stop at the end of the topic")
+    p.add_argument("--compacted", action="store_true",
+                   help="read the compacted view (latest value per key up to the horizon)")
     p.add_argument("--timeout", type=seconds, default=30.0,
                    help="seconds to wait for the next message")
     _common(p)

@@ -227,10 +227,11 @@ class Admin:
     def truncate(self, topic: str) -> dict:
         return to_dict(self._c.call(self._stub.Truncate, apb.TopicRequest(topic=canonical(topic))))
 
-    def last_message_id(self, topic: str) -> MessageId | None:
-        """The newest message's id, or None when the topic holds no message."""
-        pb = self._c.call(self._stub.GetLastMessageId,
-                          apb.GetLastMessageIdRequest(topic=canonical(topic)))
+    def last_message_id(self, topic: str, read_compacted: bool = False) -> MessageId | None:
+        """The newest message's id, or None when the topic holds no message; with
+        `read_compacted`, the newest one a compacted reader can read."""
+        pb = self._c.call(self._stub.GetLastMessageId, apb.GetLastMessageIdRequest(
+            topic=canonical(topic), read_compacted=read_compacted))
         return MessageId.from_pb(pb) if pb.ledger_id else None
 
     # ---- compaction (PIP-14) ----------------------------------------------------------------

@@ -90,13 +90,16 @@ class Client:
         return p
 
     def create_reader(self, topic: str, start: str | MessageId = "earliest",
-                      inclusive: bool = False, receiver_queue_size: int = 1000) -> Reader:
-        """A non-durable reader from "earliest", "latest" or a MessageId ("L:E" text too)."""
+                      inclusive: bool = False, receiver_queue_size: int = 1000,
+                      read_compacted: bool = False) -> Reader:
+        """A non-durable reader from "earliest", "latest" or a MessageId ("L:E" text too).
+        With `read_compacted`, it reads the topic's compacted view: the latest message of
+        each key up to the compaction horizon, then every message after it."""
         topic = canonical(topic)
         meta = self._meta(topic)
         partitions, conn = meta.partitions, self._route(meta)
         r = Reader(conn, self._multiplexer(conn), topic, partitions, start, inclusive,
-                   receiver_queue_size)
+                   receiver_queue_size, read_compacted=read_compacted)
         self._children.append(r)
         return r
 

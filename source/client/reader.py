@@ -303,8 +303,10 @@ class _Partition:
 class Reader:
     def __init__(self, conn: Connection, mux: Multiplexer, topic: str, partitions: int,
                  start: str | MessageId = "earliest", inclusive: bool = False,
-                 receiver_queue_size: int = 1000, subscribe_timeout: float = 30.0):
+                 receiver_queue_size: int = 1000, subscribe_timeout: float = 30.0,
+                 read_compacted: bool = False):
         self.topic = topic
+        self.read_compacted = read_compacted
         self._seeks: dict[int, object] | None = None  # handle -> seek answer, while seeking
         self._conn = conn
         self._mux = mux
@@ -323,7 +325,8 @@ class Reader:
                            handle)
             self._parts[handle] = p
             mux.send(consumer_pb2.ClientCommand(handle=handle, subscribe=consumer_pb2.Subscribe(
-                topic=name, start=pos, start_inclusive=inclusive)))
+                topic=name, start=pos, start_inclusive=inclusive,
+                read_compacted=read_compacted)))
         self._parts_by_index = {p.index: p for p in self._parts.values()}
         pending = set(self._parts)
         while pending:
@@ -460,7 +463,7 @@ class Reader:
             return True
         admin = Admin(self._conn)
         for p in self._parts.values():
-            last = admin.last_message_id(p.topic)
+            last = admin.last_message_id(p.topic, self.read_compacted)
             if last is None:
                 continue
             last = MessageId(last.ledger_id, last.entry_id)

@@ -21,11 +21,15 @@ pointer names is garbage once its job is over (the compaction worker collects it
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 
 import google_crc32c
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from source.core.errors import DataLoss
+from source.core.errors import ChecksumError, DataLoss
 from source.ledger.storage import Storage
 from source.ledger import wal as walmod
 from source.pb.storage.v1 import metadata_pb2 as mpb
@@ -93,3 +97,120 @@ def read_manifest(storage: Storage, rel: str) -> mpb.CompactedManifest:
             return mpb.CompactedManifest.FromString(f.read())
     except (FileNotFoundError, OSError) as exc:
         raise DataLoss(f"compaction manifest missing: {rel} ({exc})") from None
+
+
+def position(ledger_id, entry_id):
+    """A message id as one int64 (`ledger_id << 32 | entry_id`), the order of ids."""
+    return (ledger_id << 32) | entry_id
+
+
+class _File:
+    """One data file: an open reader, its row groups' first rows, a small group cache."""
+
+    def __init__(self, storage: Storage, f: mpb.CompactedFile):
+        self.path = f.path
+        try:
+            if _crc(storage, f.path) != f.crc32c:
+                raise ChecksumError(f"checksum mismatch in compacted ledger file {f.path}")
+            self.source = storage.fs.open_input_file(storage.full(f.path))
+        except (FileNotFoundError, OSError) as exc:
+            raise DataLoss(f"compacted ledger file missing: {f.path} ({exc})") from None
+        try:
+            self.pf = pq.ParquetFile(self.source, page_checksum_verification=True)
+            ids = self.pf.read(columns=["ledger_id", "entry_id", "publish_time"])
+        except Exception as exc:  # noqa: BLE001 - a corrupt file raises assorted errors
+            raise ChecksumError(f"corrupt compacted ledger file {f.path}: {exc}") from None
+        if ids.num_rows != f.rows:
+            raise DataLoss(f"{f.path}: {ids.num_rows} rows, the manifest says {f.rows}")
+        self.positions = position(ids.column(0).to_numpy().astype(np.int64),
+                                  ids.column(1).to_numpy().astype(np.int64))
+        self.publish = ids.column(2).to_numpy().astype(np.int64)
+        meta = self.pf.metadata
+        self.group_starts = np.cumsum([0] + [meta.row_group(i).num_rows
+                                             for i in range(meta.num_row_groups)])
+        self.groups: OrderedDict[int, pa.Table] = OrderedDict()
+        self.lock = threading.Lock()   # ParquetFile is not safe from several threads
+
+    def group(self, index: int) -> pa.Table:
+        with self.lock:
+            table = self.groups.get(index)
+            if table is None:
+                try:
+                    table = self.pf.read_row_group(index, columns=["publish_time", "raw"])
+                except Exception as exc:  # noqa: BLE001
+                    raise ChecksumError(f"corrupt row group {index} in {self.path}: "
+                                        f"{exc}") from None
+                self.groups[index] = table
+                while len(self.groups) > 4:
+                    self.groups.popitem(last=False)
+            else:
+                self.groups.move_to_end(index)
+            return table
+
+
+class CompactedLedger:
+    """Reads of one compacted ledger (what a manifest describes), by row index and by id.
+
+    Opening it (blocking: do it in an executor) checks every file against the manifest
+    (missing: `DataLoss`; crc32c or rows differ: `ChecksumError` / `DataLoss`) and keeps the
+    ids and publish times of all rows in memory (16 bytes per row), so finding the first
+    surviving id at or after a position is a binary search; entries are read a row group
+    at a time."""
+
+    def __init__(self, storage: Storage, manifest: mpb.CompactedManifest):
+        self.manifest = manifest
+        self.job_id = manifest.job_id
+        self._files = [_File(storage, f) for f in manifest.files]
+        self.positions = np.concatenate([f.positions for f in self._files]) \
+            if self._files else np.empty(0, np.int64)
+        self.publish = np.concatenate([f.publish for f in self._files]) \
+            if self._files else np.empty(0, np.int64)
+        self._starts = np.cumsum([0] + [len(f.positions) for f in self._files])
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def find(self, ledger_id: int, entry_id: int) -> int:
+        """Index of the first row with id >= (ledger_id, entry_id) (len(self) if none)."""
+        return int(np.searchsorted(self.positions, position(ledger_id, entry_id), "left"))
+
+    def id_at(self, index: int) -> tuple[int, int]:
+        p = int(self.positions[index])
+        return p >> 32, p & 0xFFFFFFFF
+
+    def first_published_at(self, publish_ms: int) -> int:
+        """Index of the first row published at or after `publish_ms` (len(self) if none)."""
+        hits = np.flatnonzero(self.publish >= publish_ms)
+        return int(hits[0]) if len(hits) else len(self)
+
+    def read(self, index: int, max_entries: int, max_bytes: int
+             ) -> list[tuple[int, int, int, bytes]]:
+        """(ledger_id, entry_id, publish_ms, raw) of rows from `index` on, within limits."""
+        out: list[tuple[int, int, int, bytes]] = []
+        size = 0
+        i = index
+        while i < len(self) and len(out) < max_entries and size < max_bytes:
+            fi = int(np.searchsorted(self._starts, i, "right")) - 1
+            f = self._files[fi]
+            row = i - int(self._starts[fi])
+            g = int(np.searchsorted(f.group_starts, row, "right")) - 1
+            table = f.group(g)
+            start = row - int(f.group_starts[g])
+            stop = min(table.num_rows, start + (max_entries - len(out)))
+            raws = table.column("raw").slice(start, stop - start).to_pylist()
+            pubs = table.column("publish_time").slice(start, stop - start).to_pylist()
+            for pub, raw in zip(pubs, raws):
+                lid, eid = self.id_at(i)
+                out.append((lid, eid, pub, raw))
+                size += len(raw)
+                i += 1
+                if size >= max_bytes:
+                    break
+        return out
+
+    def close(self) -> None:
+        for f in self._files:
+            try:
+                f.source.close()
+            except Exception:  # noqa: BLE001 - closing a reader: nothing to report
+                pass

@@ -156,6 +156,7 @@ class TopicReaders:
         self.owner = owner
         self.topic = topic
         self.view = view
+        self.compacted = False  # reads the topic's compacted view (read_compacted readers)
         self.groups: dict[MessageId, set[Member]] = {}
         self.replays: set[Replayer] = set()   # members with entries waiting for redelivery
         self.count = 0
@@ -350,35 +351,46 @@ class ReadEngine:
     it when needed); `counters` the topic's delivery counters."""
 
     def __init__(self, resolve: Callable[[TopicName], Awaitable[LedgerView]],
-                 counters: Callable[[TopicName], Counters]):
+                 counters: Callable[[TopicName], Counters],
+                 resolve_compacted: Callable[[TopicName], Awaitable[LedgerView]] | None = None):
         self._resolve = resolve
+        self._resolve_compacted = resolve_compacted
         self._counters = counters
-        self._topics: dict[TopicName, TopicReaders] = {}
+        #: (topic, read_compacted) -> its readers: compacted readers read another view
+        self._topics: dict[tuple[TopicName, bool], TopicReaders] = {}
         self._rehoming: set[asyncio.Task] = set()
 
     def counters(self, topic: TopicName) -> Counters:
         return self._counters(topic)
 
-    def _readers_of(self, topic: TopicName, view: LedgerView) -> TopicReaders:
-        tr = self._topics.get(topic)
+    def _resolver(self, compacted: bool) -> Callable[[TopicName], Awaitable[LedgerView]]:
+        if compacted and self._resolve_compacted is None:
+            raise errors.Unimplemented("this broker does not serve compacted reads")
+        return self._resolve_compacted if compacted else self._resolve
+
+    def _readers_of(self, topic: TopicName, view: LedgerView, compacted: bool
+                    ) -> TopicReaders:
+        tr = self._topics.get((topic, compacted))
         if tr is None or tr.view is not view:
             if tr is not None:
                 self.rehome(tr)
-            tr = self._topics[topic] = TopicReaders(self, topic, view)
+            tr = self._topics[(topic, compacted)] = TopicReaders(self, topic, view)
+            tr.compacted = compacted
         return tr
 
-    async def open(self, outbox: Outbox, handle: int, topic: TopicName, start: Start
-                   ) -> tuple[Reader, MessageId | None]:
-        """A new reader at `start`; returns it and the topic's last message id."""
+    async def open(self, outbox: Outbox, handle: int, topic: TopicName, start: Start,
+                   compacted: bool = False) -> tuple[Reader, MessageId | None]:
+        """A new reader at `start` (of the compacted view with `compacted`); returns it and
+        the last message id it can read."""
         for _attempt in range(3):
-            view = await self._resolve(topic)
+            view = await self._resolver(compacted)(topic)
             position = await resolve(view, start)
             if view.closed is None:  # it may have closed while the position resolved
                 break
         else:
             raise errors.TopicNotOwned(f"{topic} keeps reloading; try again")
         reader = Reader(handle, outbox, position)
-        self._readers_of(topic, view).add(reader)
+        self._readers_of(topic, view, compacted).add(reader)
         return reader, view.last_confirmed()
 
     def flow(self, reader: Reader, permits: int) -> None:
@@ -412,8 +424,8 @@ class ReadEngine:
             if not tr.count:
                 tr.view.remove_listener(tr)
                 tr.drop_encodings()
-                if self._topics.get(tr.topic) is tr:
-                    del self._topics[tr.topic]
+                if self._topics.get((tr.topic, tr.compacted)) is tr:
+                    del self._topics[(tr.topic, tr.compacted)]
 
     def fail(self, reader: Reader, error: errors.ShadowTopicError) -> None:
         self.close(reader)
@@ -423,8 +435,8 @@ class ReadEngine:
         """`tr`'s view closed: move its readers to the topic's next view."""
         tr.view.remove_listener(tr)
         tr.drop_encodings()
-        if self._topics.get(tr.topic) is tr:
-            del self._topics[tr.topic]
+        if self._topics.get((tr.topic, tr.compacted)) is tr:
+            del self._topics[(tr.topic, tr.compacted)]
         readers = tr.readers()
         for r in readers:
             tr.remove(r)
@@ -433,7 +445,7 @@ class ReadEngine:
 
         async def follow() -> None:
             try:
-                view = await self._resolve(tr.topic)
+                view = await self._resolver(tr.compacted)(tr.topic)
             except BaseException as exc:  # noqa: BLE001 - every reader hears why it stops
                 error = typed(exc, f"{tr.topic}: reload")
                 for r in readers:
@@ -443,7 +455,7 @@ class ReadEngine:
                 if isinstance(exc, asyncio.CancelledError):
                     raise
                 return
-            new = self._readers_of(tr.topic, view)
+            new = self._readers_of(tr.topic, view, tr.compacted)
             for r in readers:
                 if not r.closed:
                     new.add(r)  # at its position (a seek meanwhile has set it)

@@ -347,3 +347,126 @@ def test_killed_worker_leaves_the_old_view_and_a_rerun_finishes(etcd_server, tmp
         for w in workers:
             w.kill()
         b.kill()
+
+
+# ---- reading the compacted view (read_compacted) ---------------------------------------------
+
+def compacted_ids(client, topic: str, start="earliest", inclusive=False, limit=10_000):
+    """Every id a compacted reader from `start` reads, until has_message_available says
+    the end was reached (K9: the loop ends)."""
+    out = []
+    with client.create_reader(topic, start, inclusive=inclusive, read_compacted=True) as r:
+        while len(out) < limit and r.has_message_available():
+            out.append(r.read_next(timeout=10).message_id)
+    return out
+
+
+def test_compacted_reader_crosses_the_horizon(client, source, topic):
+    """K1, K7, K8, K9 through the client: the compacted prefix (latest per key, ids kept),
+    then everything produced after the horizon; a start at a compacted-away id lands on the
+    next survivor; the read loop ends although the last compacted messages were
+    tombstones; plain readers still read everything (K3)."""
+    items = [("a", "a1"), ("b", "b1"), ("a", "a2"), ("c", "c1"), ("b", "b2"), ("c", ""),
+             ("d", "d1"), ("d", "")]
+    ids = produce(client, topic, items)
+    assert wait_done(client, topic, client.admin.compact(topic)).phase == "done"
+    survivors = [ids[2], ids[4]]                       # a2, b2 (c and d deleted)
+    assert compacted_ids(client, topic) == survivors
+    assert client.admin.last_message_id(topic, read_compacted=True) == ids[4]
+    assert client.admin.last_message_id(topic) == ids[-1]
+    more = produce(client, topic, [("a", "a3"), ("e", "")])
+    assert compacted_ids(client, topic) == survivors + more  # the raw tail, tombstone too
+    assert compacted_ids(client, topic, ids[0]) == [ids[2], ids[4]] + more  # after a1
+    assert compacted_ids(client, topic, ids[3], inclusive=True) == [ids[4]] + more
+    assert compacted_ids(client, topic, ids[5]) == more  # beyond the last compacted entry
+    with client.create_reader(topic, "earliest") as r:
+        assert [r.read_next(timeout=10).message_id for _ in ids + more] == ids + more
+    msg = next(m for m in [client.create_reader(topic, ids[1], inclusive=True,
+                                                read_compacted=True).read_next(timeout=10)])
+    assert (msg.key, msg.payload) == (b"a", b"a2")
+
+
+def test_cli_reads_the_compacted_view(client, source, topic):
+    ids = produce(client, topic, [("k", "v1"), ("k", "v2"), ("j", "x"), ("j", "")])
+    assert wait_done(client, topic, client.admin.compact(topic)).phase == "done"
+    exe = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
+    res = subprocess.run([exe, "read", topic, "--compacted", "--until-end", "-o", "json"],
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                         env=dict(os.environ, SHADOWTOPIC_URL=source.url))
+    assert res.returncode == 0, res.stderr
+    lines = [json.loads(x) for x in res.stdout.splitlines()]
+    assert [x["message_id"] for x in lines] == [str(ids[1])]
+
+
+def test_shadows_read_the_sources_compacted_view(etcd_server, tmp_path, cluster, worker,
+                                                 client, source, topic):
+    """K10: a shadow (served by a shadow broker) reads the source's compacted ledger: the
+    same view, and no compaction runs for the shadow."""
+    ids = produce(client, topic, [(f"k{i % 4}", f"v{i}") for i in range(20)])
+    job = client.admin.compact(topic)
+    assert wait_done(client, topic, job).phase == "done"
+    shadow = topic + "-shadow"
+    client.admin.create_shadow_topic(shadow, topic)
+    sh = BrokerProcess(etcd_server.endpoint, str(tmp_path / "shadow-broker"), free_port(),
+                       extra_args=["--lease-ttl", "3", "--cluster", cluster, "--storage-root",
+                                   os.path.join(source.data_dir, "storage")],
+                       module="shadow.broker")
+    sh.start(timeout=60)
+    try:
+        want = compacted_ids(client, topic)
+        assert want == ids[-4:]
+        assert compacted_ids(client, shadow) == want
+        with Client(sh.url, timeout=30) as c2:
+            assert compacted_ids(c2, shadow) == want
+        with pytest.raises(errors.NotAllowed):
+            client.admin.compact(shadow)
+        assert client.admin.compaction_status(topic).job_id == job
+    finally:
+        sh.kill()
+
+
+def test_compacted_view_survives_restart_and_raw_retention(etcd_server, tmp_path, cluster,
+                                                           worker, topic):
+    """K15: after a broker restart and a truncate of every raw ledger, a compacted reader
+    still reads the compacted prefix (then the new raw tail)."""
+    args = ["--lease-ttl", "3", "--cluster", cluster]
+    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "b"), free_port(), extra_args=args)
+    b.start(timeout=60)
+    try:
+        with Client(b.url, timeout=30) as c:
+            ids = produce(c, topic, [(f"k{i % 3}", f"v{i}") for i in range(12)])
+            assert wait_done(c, topic, c.admin.compact(topic)).phase == "done"
+        b.kill()
+        b.start(timeout=60)
+        with Client(b.url, timeout=30) as c:
+            assert compacted_ids(c, topic) == ids[-3:]
+            assert c.admin.truncate(topic)["ledgersDeleted"] >= 1
+            with c.create_reader(topic, "earliest") as r:
+                assert not r.has_message_available()  # the raw ledgers are gone
+            more = produce(c, topic, [("k0", "new")])
+            assert compacted_ids(c, topic) == ids[-3:] + more
+    finally:
+        b.kill()
+
+
+def test_pointer_to_a_missing_ledger_fails_compacted_reads_only(client, source, etcd_server,
+                                                                 topic):
+    """K17: compacted reads fail with DATA_LOSS; plain reads go on."""
+    ids = produce(client, topic, [("k", "v1"), ("k", "v2")])
+    assert wait_done(client, topic, client.admin.compact(topic)).phase == "done"
+    ptr = pointer(etcd_server, topic)
+    ptr.job_id = "gone"
+    ptr.manifest.files[0].path = ptr.manifest.files[0].path.replace(".parquet", "-gone.parquet")
+    etcd_put(etcd_server, keys.compaction(TopicName.parse(topic)), ptr.SerializeToString())
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with client.create_reader(topic, "earliest", read_compacted=True) as r:
+                r.read_next(timeout=5)
+        except errors.DataLoss as exc:
+            assert "missing" in str(exc)
+            break
+        assert time.monotonic() < deadline, "compacted reads never failed"
+        time.sleep(0.2)
+    with client.create_reader(topic, "earliest") as r:
+        assert [r.read_next(timeout=10).message_id for _ in ids] == ids

@@ -1,0 +1,238 @@
+"""`CompactedView`: a topic as `read_compacted` readers see it, a `LedgerView` wrapper.
+
+Ids at or before the horizon are served from the compacted ledger (source/ledger/compacted.py:
+the latest message of each key, keyless ones by policy); ids after it from the topic's own
+view (the raw ledgers), so a reader crosses the horizon with no gap and no duplicate (K7). A
+position at a compacted-away id lands on the next surviving id, or past the horizon on the
+first raw entry after it (K8). Without a compacted ledger the view is the raw view. The raw
+ledgers before the horizon may be gone (retention): the compacted prefix does not need them
+(K15). A pointer whose ledger cannot be opened (a file is missing or corrupt) makes reads at
+or before the horizon fail with that error (`DataLoss`, K17); the raw view is untouched.
+
+`CompactionFollower` keeps one topic's view on its current `CompactionPointer`
+(keys.compaction of the topic whose ledgers are read: a shadow follows its source's, K10):
+list-then-watch, each new pointer opened in an executor and swapped in whole, readers woken
+to go on by id in the new one.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import Executor
+
+from source.core import errors
+from source.core.message_id import MessageId
+from source.core.names import TopicName
+from source.ledger.compacted import CompactedLedger
+from source.ledger.storage import Storage
+from source.ledger.view import LedgerRange, LedgerView, ReadEntry, Trimmed, ViewListener
+from source.metadata import MetadataStore, keys
+from source.pb.storage.v1 import metadata_pb2 as mpb
+
+log = logging.getLogger(__name__)
+
+
+class CompactedView:
+    def __init__(self, raw: LedgerView, executor: Executor | None = None):
+        self.raw = raw
+        self.executor = executor
+        self.ledger: CompactedLedger | None = None
+        self.horizon: MessageId | None = None
+        self.broken: errors.ShadowTopicError | None = None  # the pointer's ledger is unreadable
+        self.pointer: mpb.CompactionPointer | None = None
+        self._listeners: list[ViewListener] = []
+
+    @property
+    def entry_cache(self):
+        return getattr(self.raw, "entry_cache", None)
+
+    # ---- the compacted ledger ---------------------------------------------------------------
+
+    def swap(self, pointer: mpb.CompactionPointer | None, ledger: CompactedLedger | None,
+             broken: errors.ShadowTopicError | None = None) -> None:
+        """Serve `pointer` now (its opened ledger, or the error opening it gave)."""
+        # the replaced ledger is not closed here: a read of it may be running in the
+        # executor; its files close when the last reference goes
+        self.pointer, self.ledger, self.broken = pointer, ledger, broken
+        self.horizon = MessageId(pointer.horizon.ledger_id, pointer.horizon.entry_id) \
+            if pointer is not None else None
+        for listener in list(self._listeners):
+            listener.on_entries()
+
+    def _after(self) -> MessageId:
+        h = self.horizon
+        return MessageId(h.ledger_id, h.entry_id + 1)
+
+    def _in_prefix(self, position: MessageId) -> bool:
+        h = self.horizon
+        return h is not None and (position.ledger_id, position.entry_id) <= (h.ledger_id,
+                                                                             h.entry_id)
+
+    def _raw_after_horizon(self) -> MessageId:
+        return self.raw.valid_position(self._after())
+
+    # ---- LedgerView -------------------------------------------------------------------------
+
+    def ranges(self) -> list[LedgerRange]:
+        return self.raw.ranges()
+
+    def first_position(self) -> MessageId | None:
+        if self.horizon is None:
+            return self.raw.first_position()
+        if self.broken is not None:
+            return MessageId(0, 0)  # where reads fail with the error
+        if self.ledger is not None and len(self.ledger):
+            return MessageId(*self.ledger.id_at(0))
+        nxt = self._raw_after_horizon()
+        return nxt if nxt < self.raw.next_position() else None
+
+    def last_confirmed(self) -> MessageId | None:
+        last = self.raw.last_confirmed()
+        if self.horizon is None or (last is not None and not self._in_prefix(last)):
+            return last
+        if self.ledger is not None and len(self.ledger):
+            return MessageId(*self.ledger.id_at(len(self.ledger) - 1))
+        return None
+
+    def next_position(self) -> MessageId:
+        return self.raw.next_position()
+
+    def valid_position(self, position: MessageId) -> MessageId:
+        if not self._in_prefix(position):
+            return self.raw.valid_position(position)
+        if self.ledger is None:  # broken: reads there fail; the position stays
+            return position
+        i = self.ledger.find(position.ledger_id, position.entry_id)
+        if i < len(self.ledger):
+            return MessageId(*self.ledger.id_at(i))
+        return self._raw_after_horizon()
+
+    def entries_between(self, start: MessageId, end: MessageId) -> int:
+        if self.horizon is None:
+            return self.raw.entries_between(start, end)
+        after = self._after()
+        n = 0
+        if self.ledger is not None and start < after:
+            stop = min(end, after)
+            n += max(0, self.ledger.find(stop.ledger_id, stop.entry_id)
+                     - self.ledger.find(start.ledger_id, start.entry_id))
+        if end > after:
+            n += self.raw.entries_between(max(start, after), end)
+        return n
+
+    async def position_at_time(self, publish_ms: int) -> MessageId:
+        if self.ledger is not None and self.horizon is not None:
+            i = self.ledger.first_published_at(publish_ms)
+            if i < len(self.ledger):
+                return MessageId(*self.ledger.id_at(i))
+        found = await self.raw.position_at_time(publish_ms)
+        if self.horizon is not None and self._in_prefix(found):
+            return self._raw_after_horizon()
+        return found
+
+    async def read(self, start: MessageId, max_entries: int, max_bytes: int
+                   ) -> list[ReadEntry]:
+        if not self._in_prefix(start):
+            return await self.raw.read(start, max_entries, max_bytes)
+        if self.broken is not None:
+            raise self.broken
+        ledger = self.ledger
+        rows = await asyncio.get_running_loop().run_in_executor(
+            self.executor, ledger.read, ledger.find(start.ledger_id, start.entry_id), max_entries,
+            max_bytes)
+        out = [ReadEntry(lid, eid, pub, raw) for lid, eid, pub, raw in rows]
+        size = sum(len(e.raw) for e in out)
+        if len(out) < max_entries and size < max_bytes and \
+                (not out or ledger.find(out[-1].ledger_id, out[-1].entry_id + 1) >= len(ledger)):
+            nxt = self._raw_after_horizon()  # the compacted prefix is done: the raw tail
+            if nxt < self.raw.next_position():
+                out += await self.raw.read(nxt, max_entries - len(out), max_bytes - size)
+        return out
+
+    @property
+    def closed(self) -> errors.ShadowTopicError | None:
+        return self.raw.closed
+
+    def add_listener(self, listener: ViewListener) -> None:
+        if not self._listeners:
+            self.raw.add_listener(self)
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: ViewListener) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+            if not self._listeners:
+                self.raw.remove_listener(self)
+
+    # ---- the raw view's signals, passed on ---------------------------------------------------
+
+    def on_entries(self) -> None:
+        for listener in list(self._listeners):
+            listener.on_entries()
+
+    def on_trimmed(self, trimmed: Trimmed) -> None:
+        for listener in list(self._listeners):
+            listener.on_trimmed(trimmed)
+
+    def on_closed(self, reason: errors.ShadowTopicError) -> None:
+        for listener in list(self._listeners):
+            listener.on_closed(reason)
+
+
+class CompactionFollower:
+    """Keeps `view` on the current compaction pointer of `of` (see the module doc)."""
+
+    def __init__(self, store: MetadataStore, storage: Storage, executor: Executor,
+                 of: TopicName, raw: LedgerView):
+        self.store = store
+        self.storage = storage
+        self.executor = executor
+        self.key = keys.compaction(of)
+        self.view = CompactedView(raw, executor)
+        self._task: asyncio.Task | None = None
+        self._ready = asyncio.Event()
+
+    async def start(self, timeout: float = 10.0) -> CompactedView:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._follow())
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready.wait()), timeout)
+        except asyncio.TimeoutError:
+            raise errors.MetadataUnavailable(
+                f"the compaction pointer {self.key} could not be read") from None
+        return self.view
+
+    async def _follow(self) -> None:
+        async def on_snapshot(snap) -> None:
+            kv = next((kv for kv in snap.items if kv.key == self.key), None)
+            await self._apply(kv.value if kv is not None else None)
+            self._ready.set()
+
+        async def on_events(events) -> None:
+            for ev in events:
+                if ev.key == self.key:  # the prefix holds the job records too
+                    await self._apply(ev.value if ev.type == "put" else None)
+
+        await self.store.follow_prefix(self.key, on_snapshot, on_events)
+
+    async def _apply(self, value: bytes | None) -> None:
+        pointer = mpb.CompactionPointer.FromString(value) if value else None
+        current = self.view.pointer
+        if pointer == current:
+            return
+        if pointer is None:
+            self.view.swap(None, None)
+            return
+        try:
+            ledger = await asyncio.get_running_loop().run_in_executor(
+                self.executor, CompactedLedger, self.storage, pointer.manifest)
+        except errors.ShadowTopicError as exc:  # missing or corrupt: compacted reads fail
+            log.error("compacted ledger of job %s unreadable: %s", pointer.job_id, exc)
+            self.view.swap(pointer, None, exc)
+            return
+        self.view.swap(pointer, ledger)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
