@@ -338,14 +338,18 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                  else Start(LATEST))  # Pulsar's default initial position
         t = await self.topics.topic(topic)
         ts: TopicSubscriptions = t.subscriptions
+        view = t.ledger
+        if sub.read_compacted:
+            view = await self.topics.compacted_view(topic)
+            ts.use_compacted(view)
         consumer, created, position = await ts.subscribe(
             outbox, cmd.handle, sub.subscription, type_, start, sub.consumer_name,
-            sub.priority, peer)
+            sub.priority, peer, read_compacted=sub.read_compacted)
         if handles.get(cmd.handle) is not _RESERVED:  # the stream ended meanwhile
             ts.close_consumer(consumer)
             return
         handles[cmd.handle] = (ts, consumer)
-        last = t.ledger.last_confirmed()
+        last = view.last_confirmed()
         outbox.send_event(cmd.handle, subscribed=consumer_pb2.Subscribed(
             topic=str(topic), last_message_id=last.to_pb() if last else None,
             position=position.to_pb(), created=created))

@@ -107,13 +107,17 @@ class Client:
                   initial_position: str | MessageId | int = "latest", consumer_name: str = "",
                   receiver_queue_size: int = 1000, priority: int = 0,
                   negative_ack_redelivery_delay_ms: int = 1000,
-                  on_active_change: Callable[[bool], None] | None = None) -> Consumer:
+                  on_active_change: Callable[[bool], None] | None = None,
+                  read_compacted: bool = False) -> Consumer:
         """A consumer of the durable subscription `subscription_name` (created when missing,
         at `initial_position`: "latest" (default, as Pulsar), "earliest", a MessageId or
         "L:E", or a publish time in ms since the epoch). `consumer_type`: "exclusive",
         "shared", "failover" or "key_shared" (any case). `priority`: failover, lower
         values become active first. `on_active_change(is_active)` is called (on a thread of
         the consumer's own) when the broker makes this consumer active or inactive.
+        `read_compacted` (Exclusive or Failover only, as in Pulsar): the subscription reads
+        the topic's compacted view, the latest message of each key up to the compaction
+        horizon and then every message after it.
 
         Raises `InvalidArgument` for a bad argument before sending anything, and the broker's
         typed error when it refuses (`ConsumerBusy`: a second exclusive consumer or another
@@ -128,7 +132,8 @@ class Client:
         partitions, conn = meta.partitions, self._route(meta)
         c = Consumer(conn, self._multiplexer(conn), topic, partitions, subscription_name,
                      consumer_type, initial_position, consumer_name, receiver_queue_size,
-                     priority, negative_ack_redelivery_delay_ms, on_active_change)
+                     priority, negative_ack_redelivery_delay_ms, on_active_change,
+                     read_compacted=read_compacted)
         self._children.append(c)
         return c
 
@@ -136,7 +141,8 @@ class Client:
                        consumer_type: str = "exclusive",
                        initial_position: str | MessageId | int = "latest",
                        consumer_name: str = "", receiver_queue_size: int = 1000,
-                       message_listener: Callback | None = None) -> list[Consumer]:
+                       message_listener: Callback | None = None,
+                       read_compacted: bool = False) -> list[Consumer]:
         """One consumer per name in `subscription_names`, all on this client's one stream:
         the subscribes go up together (a few stream messages for thousands of them) and are
         answered together, and the broker writes their metadata in batched etcd
@@ -173,7 +179,7 @@ class Client:
                 consumers.append(Consumer(
                     conn, mux, topic, partitions, name, consumer_type, initial_position,
                     consumer_name, receiver_queue_size, message_listener=listeners,
-                    wait=False))
+                    wait=False, read_compacted=read_compacted))
             deadline = time.monotonic() + self._conn.timeout + len(names) / 1000
             for c in consumers:
                 c._await_subscribed(deadline)

@@ -95,7 +95,8 @@ class Consumer:
                  receiver_queue_size: int = 1000, priority: int = 0,
                  negative_ack_redelivery_delay_ms: int = 1000,
                  on_active_change: Callable[[bool], None] | None = None,
-                 message_listener: "Listeners | None" = None, wait: bool = True):
+                 message_listener: "Listeners | None" = None, wait: bool = True,
+                 read_compacted: bool = False):
         """Use `Client.subscribe` (or `Client.subscribe_many`). Subscribes every partition
         and waits for the broker's answers; raises the first typed error (ConsumerBusy,
         TooManyConsumers, SubscriptionNotFound, ...) after leaving the partitions that did
@@ -145,7 +146,8 @@ class Consumer:
                     mux.send(consumer_pb2.ClientCommand(
                         handle=p.handle, subscribe=consumer_pb2.Subscribe(
                             topic=p.topic, subscription=subscription_name, type=type_pb,
-                            start=start, consumer_name=consumer_name, priority=priority)))
+                            start=start, consumer_name=consumer_name, priority=priority,
+                            read_compacted=read_compacted)))
             except BaseException:
                 self._closed = True
                 self._abandon(list(self._parts.values()))

@@ -36,7 +36,7 @@ from source import wire
 from source.core import errors
 from source.core.message_id import MessageId
 from source.cursors.state import CursorState, pack, unpack
-from source.ledger.view import ReadEntry
+from source.ledger.view import LedgerView, ReadEntry
 from source.read.engine import MAX_FRAME_BYTES, MAX_FRAME_ENTRIES, Frames, Outbox
 from source.subscriptions.keyring import KeyRing, key_hash
 from source.subscriptions.positions import UNUSED, Positions
@@ -110,7 +110,7 @@ class Subscription:
     __slots__ = ("name", "type", "cursor", "position", "topic", "ts", "consumers", "active",
                  "ring", "holder", "redo", "redo_hash", "unknown", "counts", "rr", "msg_out",
                  "bytes_out",
-                 "redelivered", "skipped", "created_ms", "__weakref__")
+                 "redelivered", "skipped", "created_ms", "compacted", "__weakref__")
 
     def __init__(self, ts: "TopicSubscriptions", name: str, type_: str, cursor: CursorState,
                  created_ms: int = 0):
@@ -132,10 +132,28 @@ class Subscription:
         self.rr = 0
         self.msg_out = self.bytes_out = self.redelivered = self.skipped = 0
         self.created_ms = created_ms
+        #: its consumers read the compacted view (read_compacted; set by the first consumer)
+        self.compacted = False
+
+    @property
+    def view(self) -> LedgerView:
+        """What it reads: the topic's view, or its compacted view (read_compacted)."""
+        return self.ts.compacted if self.compacted else self.ts.view
+
+    @property
+    def readers(self) -> TopicReaders:
+        return self.ts.compacted_readers if self.compacted else self.ts.readers
 
     # ---- consumers -------------------------------------------------------------------------
 
-    def check_attach(self, type_: str, max_consumers: int) -> None:
+    def check_attach(self, type_: str, max_consumers: int, compacted: bool = False) -> None:
+        if compacted and type_ not in (EXCLUSIVE, FAILOVER):
+            raise errors.InvalidArgument(
+                f"read_compacted needs an Exclusive or Failover subscription, not {type_}")
+        if self.consumers and compacted != self.compacted:
+            raise errors.ConsumerBusy(
+                f"subscription {self.name} is read with read_compacted={self.compacted}; "
+                f"a consumer with read_compacted={compacted} cannot join")
         if self.consumers:
             if type_ != self.type:
                 raise errors.ConsumerBusy(
@@ -181,7 +199,7 @@ class Subscription:
         if self.type in (EXCLUSIVE, FAILOVER):
             self._elect()
         if self.topic is None:
-            self.ts.readers.add(self)
+            self.readers.add(self)
 
     def detach(self, c: SubConsumer) -> None:
         """`c` left (closed, its stream ended): its unacknowledged entries go to others."""
@@ -206,7 +224,7 @@ class Subscription:
             if self.topic is not None:
                 self.topic.remove(self)
             self.topic = None
-            self.ts.readers.replays.discard(self)
+            self.readers.replays.discard(self)
             self._clear_redo()
             self.holder.clear()
             # redelivery counts stay: the next consumer gets these entries as redelivered
@@ -378,7 +396,7 @@ class Subscription:
         if not any(c.can_take(tr.wake) for c in self.consumers):
             return False
         waiting = len(self.redo)
-        view = self.ts.view
+        view = self.view
         todo = heapq.nsmallest(MAX_FRAME_ENTRIES, self.redo)
         live = {r.ledger_id: r.entries for r in view.ranges()}
         want = set(todo)
@@ -431,7 +449,7 @@ class Subscription:
         """Acknowledge packed positions (`pack`), individually or up to the highest. Ids of
         entries not written yet are refused (`InvalidArgument`, the others are acked):
         acknowledging them would skip those messages once they are written."""
-        end = pack(self.ts.view.next_position())
+        end = pack(self.view.next_position())
         future = [p for p in ps if p >= end]
         if future:
             ps = [p for p in ps if p < end]
@@ -573,7 +591,7 @@ class Subscription:
             return len(c.pending)
         if c is not self.active:
             return 0
-        return self.cursor.backlog(self.ts.view.entries_between, self.position)
+        return self.cursor.backlog(self.view.entries_between, self.position)
 
     def ranges_text(self, limit: int = 100) -> str:
         """The acknowledged ranges above the mark-delete as Pulsar prints them:

@@ -35,7 +35,7 @@ from source.metadata.base import MetadataStore
 from source.read.engine import Counters, Member, TopicReaders
 from source.read.positions import MESSAGE_ID, PUBLISH_TIME, Start, resolve
 from source.subscriptions.meta import MetaWriter, SubscriptionMeta
-from source.subscriptions.subscription import (EXCLUSIVE, ConsumerOutbox, CursorMoved,
+from source.subscriptions.subscription import (EXCLUSIVE, FAILOVER, ConsumerOutbox, CursorMoved,
                                                SubConsumer, Subscription)
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,10 @@ class TopicSubscriptions:
         self.out = counters
         self.next_after = next_after_in(view)
         self.readers = TopicReaders(self, topic, view)
+        #: the compacted view and its dispatch groups, for subscriptions read with
+        #: read_compacted (set by `use_compacted` before the first such consumer attaches)
+        self.compacted: LedgerView | None = None
+        self.compacted_readers: TopicReaders | None = None
         self.flusher = CursorFlusher(cursors, topic, fence, flush_interval)
         self.metas = MetaWriter(metadata, topic, fence)
         self.cursors = cursors
@@ -116,6 +120,8 @@ class TopicSubscriptions:
         """Ledgers were deleted (retention, truncate): cursors move past them."""
         gone = {r.ledger_id for r in trimmed.ledgers}
         for sub in self.subs.values():
+            if sub.compacted:
+                continue  # its view serves the compacted prefix without the raw ledgers
             sub.skipped += sub.cursor.skip_trimmed(trimmed.ledgers, self.next_after)
             for p in [p for p in sub.holder if (p >> 64) in gone]:
                 sub.holder.pop(p).pending.discard(p)
@@ -134,20 +140,38 @@ class TopicSubscriptions:
         if self.closed is not None:
             raise self.closed
 
+    def use_compacted(self, view: LedgerView) -> None:
+        """Serve `read_compacted` consumers from `view` (the topic's CompactedView)."""
+        if self.compacted is None:
+            self.compacted = view
+            self.compacted_readers = TopicReaders(self, self.topic, view)
+
     async def subscribe(self, outbox: ConsumerOutbox, handle: int, name: str, type_: str,
                         start: Start, consumer_name: str = "", priority: int = 0,
-                        address: str = "") -> tuple[SubConsumer, bool, MessageId]:
+                        address: str = "", read_compacted: bool = False
+                        ) -> tuple[SubConsumer, bool, MessageId]:
         """Attach a consumer, creating the subscription at `start` if it does not exist.
-        Returns the consumer, whether it was created, and where it will read."""
+        Returns the consumer, whether it was created, and where it will read. A
+        `read_compacted` consumer (Exclusive or Failover, as in Pulsar) reads the compacted
+        view; consumers of one subscription all read it the same way (the first decides)."""
         self._check_open()
+        if read_compacted:
+            if type_ not in (EXCLUSIVE, FAILOVER):  # refused before anything is created
+                raise errors.InvalidArgument(
+                    f"read_compacted needs an Exclusive or Failover subscription, not {type_}")
+            if self.compacted is None:
+                raise errors.Internal(f"{self.topic}: no compacted view to read")
         sub, created = self.subs.get(name), False
         if sub is None:
-            sub, created = await self._create(name, type_, start, must_be_new=False)
+            sub, created = await self._create(name, type_, start, must_be_new=False,
+                                              view=self.compacted if read_compacted else None)
         self._check_open()
         if self.subs.get(name) is not sub:
             raise errors.SubscriptionNotFound(f"subscription {name} was deleted meanwhile")
-        sub.check_attach(type_, self.policies().max_consumers or 0)
+        sub.check_attach(type_, self.policies().max_consumers or 0, read_compacted)
         c = SubConsumer(handle, outbox, consumer_name, priority, next(self._seq), address)
+        if not sub.consumers:
+            sub.compacted = read_compacted
         sub.attach(c, type_)
         return c, created, sub.position
 
@@ -228,8 +252,10 @@ class TopicSubscriptions:
 
     # ---- lifecycle of subscriptions --------------------------------------------------------
 
-    async def _create(self, name: str, type_: str, start: Start, must_be_new: bool
-                      ) -> tuple[Subscription, bool]:
+    async def _create(self, name: str, type_: str, start: Start, must_be_new: bool,
+                      view: LedgerView | None = None) -> tuple[Subscription, bool]:
+        """(`view`: where `start` resolves; the compacted view for a read_compacted
+        consumer, whose `earliest` is the first compacted entry.)"""
         while name in self._creating:
             await asyncio.shield(self._creating[name])
         sub = self.subs.get(name)
@@ -245,7 +271,7 @@ class TopicSubscriptions:
         done = asyncio.get_running_loop().create_future()
         self._creating[name] = done
         try:
-            position = await resolve(self.view, start)
+            position = await resolve(view or self.view, start)
             created_ms = int(time.time() * 1000)
             await self.metas.put(SubscriptionMeta(name, type_, created_ms, position))
             self._check_open()
@@ -459,6 +485,8 @@ class TopicSubscriptions:
         self._drop_all(self.closed)
         self.view.remove_listener(self)
         self.view.remove_listener(self.readers)
+        if self.compacted is not None:
+            self.compacted.remove_listener(self.compacted_readers)
         if not flush:
             self.flusher.discard()
         try:

@@ -470,3 +470,30 @@ def test_pointer_to_a_missing_ledger_fails_compacted_reads_only(client, source, 
         time.sleep(0.2)
     with client.create_reader(topic, "earliest") as r:
         assert [r.read_next(timeout=10).message_id for _ in ids] == ids
+
+
+def test_compacted_subscriptions(client, source, topic):
+    """Durable subscriptions with read_compacted (Exclusive / Failover, as in Pulsar): the
+    compacted prefix then the raw tail, acknowledged and resumed like any subscription;
+    Shared is refused; a consumer that reads differently cannot join."""
+    ids = produce(client, topic, [(f"k{i % 3}", f"v{i}") for i in range(9)] + [("k0", "")])
+    assert wait_done(client, topic, client.admin.compact(topic)).phase == "done"
+    more = produce(client, topic, [("k1", "new")])
+    c = client.subscribe(topic, "snap", initial_position="earliest", read_compacted=True)
+    got = [c.receive(timeout=10) for _ in range(3)]
+    assert [m.message_id for m in got] == [ids[7], ids[8], more[0]]  # k1 v7, k2 v8, new
+    c.acknowledge(got[0])
+    with pytest.raises(errors.ConsumerBusy):
+        client.subscribe(topic, "snap", read_compacted=False)
+    c.close()
+    c = client.subscribe(topic, "snap", read_compacted=True)  # resumes after the ack
+    assert c.receive(timeout=10).message_id == ids[8]
+    c.close()
+    with pytest.raises(errors.InvalidArgument):
+        client.subscribe(topic, "shared-one", consumer_type="shared", read_compacted=True)
+    assert "shared-one" not in client.admin.list_subscriptions(topic)
+    many = client.subscribe_many(topic, [f"s{i}" for i in range(5)],
+                                 initial_position="earliest", read_compacted=True)
+    for m in many:
+        assert [m.receive(timeout=10).message_id for _ in range(3)] == \
+            [ids[7], ids[8], more[0]]
