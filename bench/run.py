@@ -5,15 +5,20 @@ cursor flush rate with 10,000 subscriptions acking (bench/cursor_flush.py), fan-
 durable subscriptions and broadcast to 100,000 (bench/broadcast.py), shadow topics
 (bench/shadows.py: create on a 1M-message source, produce -> shadow reader latency, catch-up
 beside a NATS mirror, source CPU per message with 0-8 shadows) and fan-out / broadcast over
-shadows (bench/shadows_scale.py), each measured in one run next to the machine's ceilings
+shadows (bench/shadows_scale.py), and compaction (bench/compaction_bench.py: full and
+incremental compaction with the warm worker beside DuckDB and Polars over the same Parquet
+files, compacted load vs the whole backlog, 100 read_compacted subscriptions over the source
+and 4 shadows), each measured in one run next to the machine's ceilings
 (../shared/peers/limits.py) and NATS JetStream (../shared/peers/nats_jetstream.py). Writes
 bench/RESULTS.md and bench/out/<stamp>.json.
 
     .venv/bin/python bench/run.py --shared ../shared [--messages 400000] [--rounds 3]
-                    [--only produce,fanout,consume,flush,fanout100,broadcast,shadows,shadows-scale]
+                    [--only produce,fanout,consume,flush,fanout100,broadcast,shadows,shadows-scale,
+                           compaction]
 
-`--shadows-*` and `--shadows-scale-*` pass bench/shadows.py's and bench/shadows_scale.py's
-options (e.g. `--shadows-parts latency,cpu`, `--shadows-scale-broadcast-subs 10000`).
+`--shadows-*`, `--shadows-scale-*` and `--compaction-*` pass bench/shadows.py's,
+bench/shadows_scale.py's and bench/compaction_bench.py's options (e.g. `--shadows-parts
+latency,cpu`, `--shadows-scale-broadcast-subs 10000`, `--compaction-messages 1000000`).
 
 `--only` runs a subset; RESULTS.md then keeps the other parts' sections from the newest
 bench/out/*.json that has them, marked as carried over from that earlier run.
@@ -236,7 +241,7 @@ def produce_lines(args, rounds: list[dict]) -> list[str]:
 
 
 PARTS = ("produce", "fanout", "consume", "flush", "fanout100", "broadcast", "shadows",
-         "shadows-scale")
+         "shadows-scale", "compaction")
 #: the key of each part's results in bench/out/*.json (produce: "rounds")
 KEYS = {"produce": "rounds", "shadows-scale": "shadows_scale"}
 
@@ -268,6 +273,7 @@ HEADINGS = {"produce": "## Produce (", "fanout": "## Reader fan-out (bench/",
             "fanout100": "## Fan-out to ", "broadcast": "## Broadcast: ",
             "shadows": "## Shadow topics (bench/",
             "shadows-scale": "## Fan-out and broadcast over shadow topics (bench/",
+            "compaction": "## Compaction (bench/",
             "limits": "## Machine ceilings (", "nats": "## NATS JetStream ("}
 
 
@@ -314,9 +320,10 @@ def write_results(path: str, args, rounds: list[dict], limits: dict | None,
                   flush: dict | None = None, old: dict | None = None,
                   fan100: dict | None = None, bcast: dict | None = None,
                   shadows: dict | None = None, scale: dict | None = None,
-                  load: tuple | None = None) -> None:
+                  load: tuple | None = None, compaction: dict | None = None) -> None:
     from broadcast import broadcast_lines, fanout100_lines  # bench/broadcast.py
     from shadows_report import scale_lines, shadows_lines  # bench/shadows_report.py
+    from compaction_bench import report_lines as compaction_lines  # bench/compaction_bench.py
     from consume import consume_lines  # bench/consume.py, beside this script
     from cursor_flush import flush_lines  # bench/cursor_flush.py
 
@@ -365,7 +372,8 @@ def write_results(path: str, args, rounds: list[dict], limits: dict | None,
                               ("fanout100", fan100, fanout100_lines),
                               ("broadcast", bcast, broadcast_lines),
                               ("shadows", shadows, shadows_lines),
-                              ("shadows-scale", scale, scale_lines)):
+                              ("shadows-scale", scale, scale_lines),
+                              ("compaction", compaction, compaction_lines)):
         if res:
             lines += render(res)
         elif part in old:
@@ -447,9 +455,11 @@ def main() -> None:
                    help="broadcast: seconds of 1 msg/s after attaching")
     from shadows import add_args as shadows_args  # bench/shadows.py
     from shadows_scale import add_args as scale_args  # bench/shadows_scale.py
+    from compaction_bench import add_args as compaction_args  # bench/compaction_bench.py
 
     shadows_args(p, "shadows-")
     scale_args(p, "shadows-scale-")
+    compaction_args(p, "compaction-")
     DEFAULTS.update((k, p.get_default(k)) for k in vars(p.parse_args([])))
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
     args = p.parse_args()
@@ -529,8 +539,14 @@ def main() -> None:
 
             scale = run_scale(data_dir, None if args.no_peers else peers,
                               sub_args(args, "shadows_scale_", common))
+        compaction = None
+        if "compaction" in parts:
+            from compaction_bench import run_compaction  # bench/compaction_bench.py
+
+            print("running compaction", flush=True)
+            compaction = run_compaction(data_dir, sub_args(args, "compaction_", common))
     write_results(args.out, args, rounds, limits, nats, fan, consume, flush, old, fan100,
-                  bcast, shadows, scale, (load0, os.getloadavg()))
+                  bcast, shadows, scale, (load0, os.getloadavg()), compaction)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, time.strftime("%Y%m%d-%H%M%S") + ".json"), "w") as f:
         json.dump({"args": {k: getattr(args, k) for k in ("messages", "producers", "payload",
@@ -538,6 +554,7 @@ def main() -> None:
                    "rounds": rounds, "limits": limits, "nats": nats, "fanout": fan,
                    "consume": consume, "flush": flush, "fanout100": fan100,
                    "broadcast": bcast, "shadows": shadows, "shadows_scale": scale,
+                   "compaction": compaction,
                    "load": [load0, os.getloadavg()]}, f, indent=1)
     print(open(args.out).read())
 

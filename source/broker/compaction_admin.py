@@ -106,7 +106,15 @@ class CompactionAdmin:
 
     async def _file(self, part: TopicName, job_id: str, trigger: str) -> None:
         t = await self.topics.writable(part)
-        await t.ledger.roll()
+        self.topics.compaction_filing.add(part)  # retention keeps the ledgers from now on
+        try:
+            await t.ledger.roll()
+            await self._put_request(part, t, job_id, trigger)
+        finally:
+            self.topics.compaction_filing.discard(part)
+
+    async def _put_request(self, part: TopicName, t: Topic, job_id: str, trigger: str
+                           ) -> None:
         horizon = sealed_horizon(t)
         now = int(time.time() * 1000)
         req = mpb.CompactionRequest(topic=str(part), job_id=job_id, trigger=trigger,

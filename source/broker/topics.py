@@ -102,6 +102,9 @@ class TopicManager:
         self._loading: dict[TopicName, asyncio.Future] = {}
         self._closing: dict[TopicName, asyncio.Task] = {}
         self._retention_interval = retention_interval
+        #: topics whose compaction request is being filed (sealed, not yet in etcd):
+        #: retention keeps their ledgers meanwhile
+        self.compaction_filing: set[TopicName] = set()
         #: called after each retention pass of an owned source topic (compaction_admin.py)
         self.after_retention: Callable[[TopicName, Topic], Awaitable[None]] | None = None
         self._retention_task: asyncio.Task | None = None
@@ -416,6 +419,7 @@ class TopicManager:
                 keep = t.subscriptions.oldest_needed() if t.subscriptions is not None else None
                 if p.retention_keeps_shadow_backlog:  # a failed read skips this pass
                     keep = retention.earliest(keep, await self._shadow_needs(topic))
+                keep = retention.earliest(keep, await self._compaction_needs(topic, p))
                 n, entries = await t.ledger.apply_retention(
                     p.retention_time_seconds, p.retention_size_bytes, keep)
                 if n:
@@ -424,6 +428,20 @@ class TopicManager:
             log.warning("%s: retention skipped: %s", topic, exc)
         if self.after_retention is not None:  # the compaction threshold trigger
             await self.after_retention(topic, t)
+
+    async def _compaction_needs(self, topic: TopicName, p: Policies) -> MessageId | None:
+        """What compaction has not read yet (as Pulsar's compaction cursor holds it): the
+        messages after the compaction horizon, of a topic that is compacted (it has a
+        pointer) or is about to be (a request waits, or a threshold policy); else None."""
+        kv = await self.store.get(keys.compaction(topic))
+        if kv is None:
+            if p.compaction_threshold_bytes or topic in self.compaction_filing:
+                return MessageId(0, 0)
+            requested = await self.store.get(
+                keys.compaction_request(self.session.cluster, topic))
+            return MessageId(0, 0) if requested else None
+        h = mpb.CompactionPointer.FromString(kv.value).horizon
+        return MessageId(h.ledger_id, h.entry_id + 1)
 
     async def _shadow_needs(self, topic: TopicName) -> MessageId | None:
         """The earliest position the durable subscriptions of `topic`'s shadows still need

@@ -50,7 +50,11 @@ def test_client_signatures_are_pinned():
     assert list(sig.parameters) == [
         "self", "topic", "subscription_name", "consumer_type", "initial_position",
         "consumer_name", "receiver_queue_size", "priority", "negative_ack_redelivery_delay_ms",
-        "on_active_change"]
+        "on_active_change", "read_compacted"]
+    assert sig.parameters["read_compacted"].default is False
+    reader = inspect.signature(client.Client.create_reader)
+    assert list(reader.parameters) == ["self", "topic", "start", "inclusive",
+                                       "receiver_queue_size", "read_compacted"]
     assert sig.parameters["consumer_type"].default == "exclusive"
     assert sig.parameters["initial_position"].default == "latest"
     assert sig.parameters["receiver_queue_size"].default == 1000
