@@ -255,8 +255,10 @@ class Worker:
             last[0] = now
             loop.call_soon_threadsafe(self._progress, topic, job, phase, done, total)
 
+        t_spark = time.monotonic()
         manifest = await loop.run_in_executor(
             self._executor, lambda: spark_job.run(self.spark, plan, storage, out_rel, progress))
+        t_spark = time.monotonic() - t_spark
         job.phase = apb.COMMITTING
         job.entries_read = manifest.input_entries
         job.entries_written = manifest.entries
@@ -270,8 +272,9 @@ class Worker:
         await commit.publish(self.store, topic, new_pointer,
                              ptr_kv.mod_revision if ptr_kv else 0,
                              keys.compaction_request(self.cluster, topic), req_bytes, job)
-        log.info("%s: job %s published (%d entries, %d keys, horizon %s)", topic, job.job_id,
-                 manifest.entries, manifest.keys, horizon)
+        log.info("%s: job %s published (%d entries, %d keys, horizon %s; %.3f s from the "
+                 "request, %.3f s in Spark)", topic, job.job_id, manifest.entries, manifest.keys,
+                 horizon, time.time() - req.requested_ms / 1000, t_spark)
         self._tasks.append(loop.create_task(self._collect_later(topic, storage)))
 
     async def _collect_later(self, topic: TopicName, storage: Storage) -> None:

@@ -439,6 +439,7 @@ def test_compacted_view_survives_restart_and_raw_retention(etcd_server, tmp_path
         b.kill()
         b.start(timeout=60)
         with Client(b.url, timeout=30) as c:
+            assert c.admin.compaction_status(topic).phase == "done"  # K14: the record stays
             assert compacted_ids(c, topic) == ids[-3:]
             assert c.admin.truncate(topic)["ledgersDeleted"] >= 1
             with c.create_reader(topic, "earliest") as r:
@@ -514,3 +515,11 @@ def test_retention_keeps_what_compaction_has_not_read(client, source, topic):
     assert str(second[0].ledger_id) in map(str, ledgers), ledgers
     assert wait_done(client, topic, client.admin.compact(topic)).phase == "done"
     assert compacted_ids(client, topic) == [first[1], second[0], second[1]]
+
+
+def test_keyless_messages_dropped_by_policy(client, topic):
+    """K5 with the topic's policy: retain_null_key false drops keyless messages."""
+    client.admin.create_topic(topic, policies=Policies(retain_null_key=False))
+    ids = produce(client, topic, [(None, "free"), ("k", "v"), (None, "free2")])
+    assert wait_done(client, topic, client.admin.compact(topic)).phase == "done"
+    assert compacted_ids(client, topic) == [ids[1]]
