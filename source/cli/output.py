@@ -71,9 +71,11 @@ def compaction_progress(statuses) -> object:
                     done = next(t for t in progress.tasks if t.id == bar)
                     progress.update(bar, completed=done.total or done.completed)
                 phase = last.phase
+                if last.done:
+                    break
                 bar = progress.add_task(f"{last.job_id} {phase}", total=last.tasks_total or None)
             progress.update(bar, completed=last.tasks_done, total=last.tasks_total or None)
     if last is not None and last.phase == "done":
         console.print(f"done: {last.entries_written} messages, {last.keys} keys, "
-                      f"horizon {last.horizon}")
+                      f"horizon {last.horizon}", highlight=False)
     return last

@@ -523,3 +523,33 @@ def test_keyless_messages_dropped_by_policy(client, topic):
     ids = produce(client, topic, [(None, "free"), ("k", "v"), (None, "free2")])
     assert wait_done(client, topic, client.admin.compact(topic)).phase == "done"
     assert compacted_ids(client, topic) == [ids[1]]
+
+
+def test_cli_wait_on_a_terminal_shows_progress(client, source, topic):
+    """K14 on a terminal: `compaction-status -w` draws its progress (phase bars, elapsed and
+    remaining time) and ends with the result line."""
+    import pty
+    produce(client, topic, [(f"k{i % 5}", f"v{i}") for i in range(200)])
+    job = client.admin.compact(topic)
+    exe = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([exe, "topics", "compaction-status", topic, "-w"], stdout=slave,
+                            stderr=slave, stdin=subprocess.DEVNULL,
+                            env=dict(os.environ, SHADOWTOPIC_URL=source.url, COLUMNS="120"))
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.wait(30) == 0
+    import re
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode(errors="replace"))
+    assert f"{job} scanning_keys" in text and f"{job} writing" in text, text[-2000:]
+    assert "done: 5 messages, 5 keys" in text, text[-2000:]
