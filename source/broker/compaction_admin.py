@@ -28,7 +28,7 @@ import time
 from typing import AsyncIterator
 
 from source.broker.topic import Topic
-from source.broker.topics import SHADOW, TopicManager, read_only
+from source.broker.topics import SHADOW, TopicManager
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import TopicName

@@ -5,7 +5,6 @@ ledger twin and a real `CompactedLedger` of Parquet files): every read equals wh
 reference semantics give for that start."""
 from __future__ import annotations
 
-import asyncio
 import random
 
 import pytest
