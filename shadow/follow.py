@@ -12,8 +12,9 @@ update written after the list and before the watch exists is replayed by the wat
 the store compacted that revision meanwhile, found by the re-list the watch's
 `RevisionCompacted` leads to).
 
-The `ShadowLedger` follows the source's ledger list with it; the compacted view (a later
-issue) can follow the source's compaction pointer (`keys.compaction(source)`) the same way.
+The `ShadowLedger` follows the source's ledger list with it. (A shadow's compacted view
+follows the source's compaction pointer, `keys.compaction(source)`, with source's own
+`CompactionFollower` in source/ledger/compacted_view.py.)
 It only reads: no method of the store that writes is ever called.
 """
 from __future__ import annotations

@@ -35,9 +35,10 @@ frontier's next id and never moves back; listeners hear `on_entries` once per ad
 A read that finds a WAL or a Parquet file gone (the source sealed or deleted that ledger
 and the watch has not told us yet) reads the list again and retries once.
 
-Seams: the compacted view (a later issue) can follow `keys.compaction(source)` with the
-same `KeyFollower` and wrap this view; replicated payloads, if the replicator sends them,
-can be served from memory through the reader's `tail` (not built: reads use storage).
+Seams: the shadow's compacted view (source/ledger/compacted_view.py) wraps this view and
+follows `keys.compaction(source)` (its `source` attribute says whose pointer: K10);
+replicated payloads, if the replicator sends them, can be served from memory through the
+reader's `tail` (not built: reads use storage).
 """
 from __future__ import annotations
 

@@ -192,6 +192,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         ledgers = await self._ledgers(topic, t)
         last = ledgers.last()
         entries, size = ledgers.current()
+        pointer = await self.topics.compaction_pointer(topic)  # a shadow's: its source's
         cursors = {}
         if t is not None and t.subscriptions is not None:
             ts = t.subscriptions
@@ -208,6 +209,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             current_ledger_entries=entries, current_ledger_size=size,
             last_confirmed_entry=str(last) if last else "-1:-1",
             state="LedgerOpened" if t is not None else "Unloaded",
+            compacted_ledger=(pointer.manifest_path or pointer.job_id) if pointer else "",
             ledgers=[stats.ledger_stats(i) for i in ledgers.infos])
 
     @unary
@@ -254,7 +256,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def GetLastMessageId(self, request, context):
         """The newest message's id (`0:0` when there is none). With `read_compacted`, as the
         compacted view sees it (K9: the last surviving message when the newest ones were
-        compacted away): the same id until the topic has a compacted ledger."""
+        compacted away): the same id until the topic has a compacted ledger; `DataLoss` when
+        that ledger is unreadable and the answer would come from it (K17)."""
         topic = TopicName.parse(request.topic)
         if request.subscription:
             check_subscription(request.subscription)
@@ -263,7 +266,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         if remote is not None:
             return remote
         if request.read_compacted:  # as a compacted reader sees it (loads the topic here)
-            last = (await self.topics.compacted_view(topic)).last_confirmed()
+            last = (await self.topics.compacted_view(topic)).last_readable()
         else:
             last = t.ledger.last_confirmed() if t is not None else \
                 (await self._ledgers(topic, None)).last()

@@ -303,6 +303,14 @@ class TopicManager:
         """The topic's `LedgerView` (what the read engine resolves a topic to)."""
         return (await self.topic(topic)).ledger
 
+    @metadata_errors
+    async def compaction_pointer(self, topic: TopicName) -> mpb.CompactionPointer | None:
+        """The compaction pointer `topic` is read by (a shadow's: its source's), or None."""
+        info = await self.info(topic)
+        of = TopicName.parse(info.source) if info.kind == SHADOW else topic
+        kv = await self.store.get(keys.compaction(of))
+        return mpb.CompactionPointer.FromString(kv.value) if kv is not None else None
+
     async def compacted_view(self, topic: TopicName) -> LedgerView:
         """The topic's view for `read_compacted` readers (source/ledger/compacted_view.py)."""
         t = await self.topic(topic)

@@ -48,9 +48,14 @@ def unpack(p: int) -> MessageId:
     return MessageId(ledger, entry)
 
 
-def next_after_in(view: LedgerView) -> NextAfter:
-    """`next_after` over a ledger view: the first valid position after an id."""
-    return lambda mid: view.valid_position(MessageId(mid.ledger_id, mid.entry_id + 1))
+def next_after_in(view: LedgerView, sparse: bool = False) -> NextAfter:
+    """`next_after` over a ledger view: the first valid position after an id. `sparse`: the
+    view skips ids inside a ledger too (a compacted view), so a cursor asks it about every
+    gap, not only about ledger ends."""
+    def next_after(mid: MessageId) -> MessageId:
+        return view.valid_position(MessageId(mid.ledger_id, mid.entry_id + 1))
+    next_after.sparse = sparse
+    return next_after
 
 
 class CursorState:
@@ -184,12 +189,14 @@ class CursorState:
 
     def normalize(self, next_after: NextAfter | None = None) -> None:
         """Move the mark-delete over acknowledged ranges that are contiguous with it: inside a
-        ledger always, across ledger ends (or deleted ledgers) when `next_after` is given."""
+        ledger always, across ledger ends (or deleted ledgers) when `next_after` is given,
+        and across any gap when `next_after` is sparse (ids compacted away)."""
         r = self._r
         while r:
             first = r[0]
             if first != self._md + 1:
-                if next_after is None or first >> 64 == (self._md + 1) >> 64:
+                if next_after is None or first >> 64 == (self._md + 1) >> 64 and \
+                        not getattr(next_after, "sparse", False):
                     break  # a gap inside one ledger holds unacknowledged entries
                 if pack(next_after(unpack(self._md))) < first:
                     break

@@ -104,6 +104,17 @@ def position(ledger_id, entry_id):
     return (ledger_id << 32) | entry_id
 
 
+_MAX_POSITION = (1 << 63) - 1
+
+
+def _search_key(ledger_id: int, entry_id: int) -> int:
+    """`position` of any id a client may send (entry ids past 32 bits are past every entry
+    of their ledger; ids past int64 are past everything), for a search in int64 positions."""
+    if entry_id >= 1 << 32:
+        ledger_id, entry_id = ledger_id + 1, 0
+    return min(position(ledger_id, entry_id), _MAX_POSITION)
+
+
 class _File:
     """One data file: an open reader, its row groups' first rows, a small group cache."""
 
@@ -172,11 +183,21 @@ class CompactedLedger:
 
     def find(self, ledger_id: int, entry_id: int) -> int:
         """Index of the first row with id >= (ledger_id, entry_id) (len(self) if none)."""
-        return int(np.searchsorted(self.positions, position(ledger_id, entry_id), "left"))
+        return int(np.searchsorted(self.positions, _search_key(ledger_id, entry_id), "left"))
+
+    def count_between(self, start: tuple[int, int], end: tuple[int, int]) -> int:
+        """Rows with ids in [start, end) (ids as MessageId or (ledger_id, entry_id))."""
+        return max(0, self.find(end[0], end[1]) - self.find(start[0], start[1]))
 
     def id_at(self, index: int) -> tuple[int, int]:
         p = int(self.positions[index])
         return p >> 32, p & 0xFFFFFFFF
+
+    def first_id(self) -> tuple[int, int] | None:
+        return self.id_at(0) if len(self) else None
+
+    def last_id(self) -> tuple[int, int] | None:
+        return self.id_at(len(self) - 1) if len(self) else None
 
     def first_published_at(self, publish_ms: int) -> int:
         """Index of the first row published at or after `publish_ms` (len(self) if none)."""

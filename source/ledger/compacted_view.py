@@ -7,7 +7,16 @@ position at a compacted-away id lands on the next surviving id, or past the hori
 first raw entry after it (K8). Without a compacted ledger the view is the raw view. The raw
 ledgers before the horizon may be gone (retention): the compacted prefix does not need them
 (K15). A pointer whose ledger cannot be opened (a file is missing or corrupt) makes reads at
-or before the horizon fail with that error (`DataLoss`, K17); the raw view is untouched.
+or before the horizon fail with that error (`DataLoss`, K17), and `last_readable` (what
+GetLastMessageId with read_compacted answers) too when its answer would come from there; the
+raw view is untouched.
+
+Pointer swaps (`update`: open in the executor, then `swap`) wake the listeners; readers go on
+by id (a position the new ledger compacted away moves to the next survivor at the next
+dispatch). A read takes one pointer for its whole call, so a swap while the executor reads
+never pairs the old ledger's rows with the new horizon. Raw trims are passed on, but they
+move nobody in the prefix: `valid_position` there answers from the compacted ledger, and
+durable subscriptions reading this view skip `on_trimmed` (source/subscriptions/topic.py).
 
 `CompactionFollower` keeps one topic's view on its current `CompactionPointer`
 (keys.compaction of the topic whose ledgers are read: a shadow follows its source's, K10):
@@ -33,14 +42,17 @@ log = logging.getLogger(__name__)
 
 
 class CompactedView:
-    def __init__(self, raw: LedgerView, executor: Executor | None = None):
+    def __init__(self, raw: LedgerView, executor: Executor | None = None,
+                 storage: Storage | None = None):
         self.raw = raw
         self.executor = executor
+        self.storage = storage  # where `update` opens compacted ledgers
         self.ledger: CompactedLedger | None = None
         self.horizon: MessageId | None = None
         self.broken: errors.ShadowTopicError | None = None  # the pointer's ledger is unreadable
         self.pointer: mpb.CompactionPointer | None = None
         self._listeners: list[ViewListener] = []
+        self._updates = 0  # `update` calls started: an older one never swaps over a newer
 
     @property
     def entry_cache(self):
@@ -50,7 +62,9 @@ class CompactedView:
 
     def swap(self, pointer: mpb.CompactionPointer | None, ledger: CompactedLedger | None,
              broken: errors.ShadowTopicError | None = None) -> None:
-        """Serve `pointer` now (its opened ledger, or the error opening it gave)."""
+        """Serve `pointer` now (its opened ledger, or the error opening it gave). Listeners
+        hear `on_entries`: readers go on by id in the new view (a position the new ledger
+        compacted away moves to the next survivor at the next dispatch)."""
         # the replaced ledger is not closed here: a read of it may be running in the
         # executor; its files close when the last reference goes
         self.pointer, self.ledger, self.broken = pointer, ledger, broken
@@ -59,17 +73,42 @@ class CompactedView:
         for listener in list(self._listeners):
             listener.on_entries()
 
-    def _after(self) -> MessageId:
-        h = self.horizon
-        return MessageId(h.ledger_id, h.entry_id + 1)
+    async def update(self, pointer: mpb.CompactionPointer | None) -> None:
+        """Open `pointer`'s compacted ledger (in the executor) and swap it in; a ledger that
+        cannot be opened (a file missing or corrupt) is swapped in as broken: reads at or
+        before its horizon raise that error (K17). The same pointer again changes nothing."""
+        if pointer == self.pointer:
+            return
+        self._updates += 1
+        mine = self._updates
+        if pointer is None:
+            self.swap(None, None)
+            return
+        ledger, broken = None, None
+        try:
+            ledger = await asyncio.get_running_loop().run_in_executor(
+                self.executor, CompactedLedger, self.storage, pointer.manifest)
+        except errors.ShadowTopicError as exc:  # missing or corrupt: compacted reads fail
+            log.error("compacted ledger of job %s unreadable: %s", pointer.job_id, exc)
+            broken = exc
+        if mine == self._updates:  # no newer pointer arrived while this one opened
+            self.swap(pointer, ledger, broken)
 
-    def _in_prefix(self, position: MessageId) -> bool:
-        h = self.horizon
+    def _in_prefix(self, position: MessageId, horizon: MessageId | None = None) -> bool:
+        h = horizon if horizon is not None else self.horizon
         return h is not None and (position.ledger_id, position.entry_id) <= (h.ledger_id,
                                                                              h.entry_id)
 
-    def _raw_after_horizon(self) -> MessageId:
-        return self.raw.valid_position(self._after())
+    def _raw_after(self, horizon: MessageId) -> MessageId:
+        """The first raw position after `horizon` (an entry, or where the next one goes)."""
+        return self.raw.valid_position(MessageId(horizon.ledger_id, horizon.entry_id + 1))
+
+    def raw_needed(self, position: MessageId) -> MessageId:
+        """The first raw position a reader at `position` reads (retention keeps from there):
+        past the horizon while the compacted ledger serves its prefix."""
+        if self.ledger is not None and self._in_prefix(position):
+            return MessageId(self.horizon.ledger_id, self.horizon.entry_id + 1)
+        return position
 
     # ---- LedgerView -------------------------------------------------------------------------
 
@@ -81,18 +120,29 @@ class CompactedView:
             return self.raw.first_position()
         if self.broken is not None:
             return MessageId(0, 0)  # where reads fail with the error
-        if self.ledger is not None and len(self.ledger):
+        if len(self.ledger):
             return MessageId(*self.ledger.id_at(0))
-        nxt = self._raw_after_horizon()
+        nxt = self._raw_after(self.horizon)
         return nxt if nxt < self.raw.next_position() else None
 
     def last_confirmed(self) -> MessageId | None:
+        """The newest id a compacted reader can read: the raw view's newest when it is past
+        the horizon, else the last survivor (K9: not a compacted-away tombstone), else None.
+        (Of a broken ledger: None; `last_readable` raises its error instead.)"""
         last = self.raw.last_confirmed()
         if self.horizon is None or (last is not None and not self._in_prefix(last)):
             return last
         if self.ledger is not None and len(self.ledger):
             return MessageId(*self.ledger.id_at(len(self.ledger) - 1))
         return None
+
+    def last_readable(self) -> MessageId | None:
+        """`last_confirmed`, raising the broken ledger's error when the answer would come
+        from the compacted prefix (GetLastMessageId(read_compacted) fails loudly, K17)."""
+        last = self.raw.last_confirmed()
+        if self.broken is not None and (last is None or self._in_prefix(last)):
+            raise self.broken
+        return self.last_confirmed()
 
     def next_position(self) -> MessageId:
         return self.raw.next_position()
@@ -105,38 +155,39 @@ class CompactedView:
         i = self.ledger.find(position.ledger_id, position.entry_id)
         if i < len(self.ledger):
             return MessageId(*self.ledger.id_at(i))
-        return self._raw_after_horizon()
+        return self._raw_after(self.horizon)
 
     def entries_between(self, start: MessageId, end: MessageId) -> int:
         if self.horizon is None:
             return self.raw.entries_between(start, end)
-        after = self._after()
+        after = MessageId(self.horizon.ledger_id, self.horizon.entry_id + 1)
         n = 0
         if self.ledger is not None and start < after:
-            stop = min(end, after)
-            n += max(0, self.ledger.find(stop.ledger_id, stop.entry_id)
-                     - self.ledger.find(start.ledger_id, start.entry_id))
+            n += self.ledger.count_between(start, min(end, after))
         if end > after:
             n += self.raw.entries_between(max(start, after), end)
         return n
 
     async def position_at_time(self, publish_ms: int) -> MessageId:
-        if self.ledger is not None and self.horizon is not None:
-            i = self.ledger.first_published_at(publish_ms)
-            if i < len(self.ledger):
-                return MessageId(*self.ledger.id_at(i))
+        ledger, horizon = self.ledger, self.horizon
+        if ledger is not None and horizon is not None:
+            i = ledger.first_published_at(publish_ms)
+            if i < len(ledger):
+                return MessageId(*ledger.id_at(i))
         found = await self.raw.position_at_time(publish_ms)
-        if self.horizon is not None and self._in_prefix(found):
-            return self._raw_after_horizon()
-        return found
+        if self.ledger is not None and self._in_prefix(found):
+            return self._raw_after(self.horizon)  # after every survivor: past the horizon
+        return found  # (a broken prefix: there, where reads fail loudly)
 
     async def read(self, start: MessageId, max_entries: int, max_bytes: int
                    ) -> list[ReadEntry]:
-        if not self._in_prefix(start):
+        # one pointer for the whole read: a swap while the executor reads must not pair the
+        # old ledger's rows with the new horizon (the survivors between the two would be lost)
+        ledger, horizon, broken = self.ledger, self.horizon, self.broken
+        if not self._in_prefix(start, horizon):
             return await self.raw.read(start, max_entries, max_bytes)
-        if self.broken is not None:
-            raise self.broken
-        ledger = self.ledger
+        if broken is not None:
+            raise broken
         rows = await asyncio.get_running_loop().run_in_executor(
             self.executor, ledger.read, ledger.find(start.ledger_id, start.entry_id), max_entries,
             max_bytes)
@@ -144,7 +195,7 @@ class CompactedView:
         size = sum(len(e.raw) for e in out)
         if len(out) < max_entries and size < max_bytes and \
                 (not out or ledger.find(out[-1].ledger_id, out[-1].entry_id + 1) >= len(ledger)):
-            nxt = self._raw_after_horizon()  # the compacted prefix is done: the raw tail
+            nxt = self._raw_after(horizon)  # the compacted prefix is done: the raw tail
             if nxt < self.raw.next_position():
                 out += await self.raw.read(nxt, max_entries - len(out), max_bytes - size)
         return out
@@ -188,7 +239,7 @@ class CompactionFollower:
         self.storage = storage
         self.executor = executor
         self.key = keys.compaction(of)
-        self.view = CompactedView(raw, executor)
+        self.view = CompactedView(raw, executor, storage)
         self._task: asyncio.Task | None = None
         self._ready = asyncio.Event()
 
@@ -216,21 +267,7 @@ class CompactionFollower:
         await self.store.follow_prefix(self.key, on_snapshot, on_events)
 
     async def _apply(self, value: bytes | None) -> None:
-        pointer = mpb.CompactionPointer.FromString(value) if value else None
-        current = self.view.pointer
-        if pointer == current:
-            return
-        if pointer is None:
-            self.view.swap(None, None)
-            return
-        try:
-            ledger = await asyncio.get_running_loop().run_in_executor(
-                self.executor, CompactedLedger, self.storage, pointer.manifest)
-        except errors.ShadowTopicError as exc:  # missing or corrupt: compacted reads fail
-            log.error("compacted ledger of job %s unreadable: %s", pointer.job_id, exc)
-            self.view.swap(pointer, None, exc)
-            return
-        self.view.swap(pointer, ledger)
+        await self.view.update(mpb.CompactionPointer.FromString(value) if value else None)
 
     async def close(self) -> None:
         if self._task is not None:

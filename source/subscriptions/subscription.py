@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 from source import wire
 from source.core import errors
 from source.core.message_id import MessageId
-from source.cursors.state import CursorState, pack, unpack
+from source.cursors.state import CursorState, NextAfter, pack, unpack
 from source.ledger.view import LedgerView, ReadEntry
 from source.read.engine import MAX_FRAME_BYTES, MAX_FRAME_ENTRIES, Frames, Outbox
 from source.subscriptions.keyring import KeyRing, key_hash
@@ -109,8 +109,7 @@ class SubConsumer:
 class Subscription:
     __slots__ = ("name", "type", "cursor", "position", "topic", "ts", "consumers", "active",
                  "ring", "holder", "redo", "redo_hash", "unknown", "counts", "rr", "msg_out",
-                 "bytes_out",
-                 "redelivered", "skipped", "created_ms", "compacted", "__weakref__")
+                 "bytes_out", "redelivered", "skipped", "created_ms", "compacted", "__weakref__")
 
     def __init__(self, ts: "TopicSubscriptions", name: str, type_: str, cursor: CursorState,
                  created_ms: int = 0):
@@ -136,9 +135,12 @@ class Subscription:
         self.compacted = False
 
     @property
-    def view(self) -> LedgerView:
-        """What it reads: the topic's view, or its compacted view (read_compacted)."""
+    def view(self) -> LedgerView:  # what it reads: the topic's or the compacted view
         return self.ts.compacted if self.compacted else self.ts.view
+
+    @property
+    def next_after(self) -> NextAfter:  # ids compacted away are skipped as if deleted
+        return self.ts.compacted_next_after if self.compacted else self.ts.next_after
 
     @property
     def readers(self) -> TopicReaders:
@@ -147,9 +149,7 @@ class Subscription:
     # ---- consumers -------------------------------------------------------------------------
 
     def check_attach(self, type_: str, max_consumers: int, compacted: bool = False) -> None:
-        if compacted and type_ not in (EXCLUSIVE, FAILOVER):
-            raise errors.InvalidArgument(
-                f"read_compacted needs an Exclusive or Failover subscription, not {type_}")
+        """(`compacted` is Exclusive or Failover here: TopicSubscriptions.subscribe checks.)"""
         if self.consumers and compacted != self.compacted:
             raise errors.ConsumerBusy(
                 f"subscription {self.name} is read with read_compacted={self.compacted}; "
@@ -182,7 +182,7 @@ class Subscription:
         self._touch()
         if not self.consumers:
             self.type = type_
-            self.position = self.cursor.read_position(self.ts.next_after)
+            self.position = self.cursor.read_position(self.next_after)
         if self.type in (SHARED, KEY_SHARED):
             if self.holder is UNUSED:
                 self.holder, self.redo_hash = {}, {}
@@ -228,7 +228,7 @@ class Subscription:
             self._clear_redo()
             self.holder.clear()
             # redelivery counts stay: the next consumer gets these entries as redelivered
-            self.position = self.cursor.read_position(self.ts.next_after)
+            self.position = self.cursor.read_position(self.next_after)
         elif self.topic is not None:
             self.topic.wake()
 
@@ -324,7 +324,7 @@ class Subscription:
         room = {c: c.permits for c in takers}
         picks: dict[SubConsumer, list[int]] = {}
         key_shared = self.type == KEY_SHARED
-        first_unacked = pack(self.cursor.read_position(self.ts.next_after)) if key_shared else 0
+        first_unacked = pack(self.cursor.read_position(self.next_after)) if key_shared else 0
         waiting: set[int] = set()  # key hashes with an earlier entry still in redo
         if key_shared and fresh and self.redo:
             waiting = {h for p, h in self.redo_hash.items() if p in self.redo}
@@ -469,11 +469,11 @@ class Subscription:
             if not ps:
                 return
             top = max(ps)
-            self.cursor.ack_cumulative(unpack(top), self.ts.next_after)
+            self.cursor.ack_cumulative(unpack(top), self.next_after)
             if self.counts:
                 self.counts = {p: n for p, n in self.counts.items() if p > top}
         else:
-            self.cursor.ack_packed(ps, self.ts.next_after)
+            self.cursor.ack_packed(ps, self.next_after)
             if self.holder or self.counts:
                 holder, counts, redo = self.holder, self.counts, self.redo
                 for p in ps:
@@ -524,7 +524,7 @@ class Subscription:
     def rewind(self) -> None:
         """Exclusive / Failover: dispatch again from the first unacknowledged entry,
         counting a redelivery for each unacknowledged entry already sent."""
-        next_after = self.ts.next_after
+        next_after = self.next_after
         start = self.cursor.read_position(next_after)
         if start >= self.position:
             return
@@ -558,7 +558,7 @@ class Subscription:
         permits (they are told and send a fresh flow)."""
         self._touch()
         self.cursor.seek(position)
-        self.cursor.normalize(self.ts.next_after)
+        self.cursor.normalize(self.next_after)
         self.holder.clear()
         self._clear_redo()
         self.counts.clear()
@@ -569,12 +569,12 @@ class Subscription:
                 c.pending = Positions()
             c.permits = 0
             c.join = None
-        self._move(self.cursor.read_position(self.ts.next_after))
+        self._move(self.cursor.read_position(self.next_after))
         self.ts.changed(self)
 
     def acked_by_admin(self) -> None:
         """Skip / clear-backlog acknowledged entries: forget them where they wait."""
-        first = self.cursor.read_position(self.ts.next_after)
+        first = self.cursor.read_position(self.next_after)
         for p in [p for p in self.holder if self.cursor.is_acked(unpack(p))]:
             self.holder.pop(p).pending.discard(p)
         for p in [p for p in self.redo if self.cursor.is_acked(unpack(p))]:

@@ -8,6 +8,16 @@ unchanged over its own view. Everything a consumer or an admin does to a subscri
 comes through here: subscribe, flow, ack, nack, seek, unsubscribe; create, delete, reset,
 skip, clear-backlog, peek, stats; and what retention must keep (`oldest_needed`).
 
+`read_compacted` (Exclusive and Failover only, as in Pulsar; Shared and Key_Shared are
+refused with `InvalidArgument`): such a subscription reads the topic's `CompactedView`
+(source/ledger/compacted_view.py) through a second `TopicReaders` (`compacted_readers`). The
+first consumer to attach decides how a subscription reads; one that reads the other way is
+refused (`ConsumerBusy`) while consumers are attached. Its cursor moves by the compacted
+view (`compacted_next_after`: ids compacted away count as absent, so acknowledging each
+survivor leaves no holes), raw trims do not move it, and retention keeps for it only the raw
+ledgers after the horizon. The flag is not stored (SubscriptionMeta has no field for it):
+after a reload the subscription counts as a plain one until such a consumer attaches.
+
 Restart (SCENARIOS C4): `load` reads the subscription metas and the cursor snapshot; a
 subscription resumes at its first unacknowledged entry, skipping entries acknowledged
 individually above it. At most one flush interval of acknowledgements is lost to a crash:
@@ -72,6 +82,7 @@ class TopicSubscriptions:
         #: read_compacted (set by `use_compacted` before the first such consumer attaches)
         self.compacted: LedgerView | None = None
         self.compacted_readers: TopicReaders | None = None
+        self.compacted_next_after = self.next_after  # over `compacted`, once it is set
         self.flusher = CursorFlusher(cursors, topic, fence, flush_interval)
         self.metas = MetaWriter(metadata, topic, fence)
         self.cursors = cursors
@@ -145,6 +156,7 @@ class TopicSubscriptions:
         if self.compacted is None:
             self.compacted = view
             self.compacted_readers = TopicReaders(self, self.topic, view)
+            self.compacted_next_after = next_after_in(view, sparse=True)
 
     async def subscribe(self, outbox: ConsumerOutbox, handle: int, name: str, type_: str,
                         start: Start, consumer_name: str = "", priority: int = 0,
@@ -203,7 +215,7 @@ class TopicSubscriptions:
                 if c.closed or sub is None:
                     raise errors.AlreadyClosed("consumer is closed")
                 if one is not None and not (sub.holder or sub.counts or sub.redo):
-                    if sub.cursor.ack_packed(ps, self.next_after):
+                    if sub.cursor.ack_packed(ps, sub.next_after):
                         dirty.append(sub)
                 else:
                     sub.ack(c, ps, cumulative)
@@ -327,10 +339,12 @@ class TopicSubscriptions:
 
     # ---- admin -----------------------------------------------------------------------------
 
-    async def landing(self, start: Start) -> tuple[MessageId, bool]:
-        """Where a reset to `start` lands, and whether it was clamped (before the first
-        entry or after the last)."""
-        view = self.view
+    async def landing(self, start: Start, view: LedgerView | None = None
+                      ) -> tuple[MessageId, bool]:
+        """Where a reset to `start` lands in `view` (the topic's view by default; a
+        read_compacted subscription's is the compacted one), and whether it was clamped
+        (before the first entry or after the last)."""
+        view = view or self.view
         position = await resolve(view, start)
         first, end = view.first_position(), view.next_position()
         position = min(position, end)
@@ -353,7 +367,7 @@ class TopicSubscriptions:
 
     async def _reset(self, sub: Subscription, start: Start, dry_run: bool,
                      seeker: SubConsumer | None) -> tuple[MessageId, bool]:
-        position, clamped = await self.landing(start)
+        position, clamped = await self.landing(start, sub.view)
         if dry_run:
             return position, clamped
         sub.reset(position)
@@ -364,18 +378,19 @@ class TopicSubscriptions:
     async def skip(self, name: str, count: int, dry_run: bool) -> Change:
         sub = self.get(name)
         cursor = sub.cursor if not dry_run else sub.cursor.copy()
-        ids, p, end = [], cursor.read_position(self.next_after), self.view.next_position()
+        next_after = sub.next_after
+        ids, p, end = [], cursor.read_position(next_after), self.view.next_position()
         while len(ids) < count and p < end:
             if not cursor.is_acked(p):
                 ids.append(p)
-            nxt = self.next_after(p)
+            nxt = next_after(p)
             if nxt <= p:
                 break
             p = nxt
-        cursor.ack(ids, self.next_after)
+        cursor.ack(ids, next_after)
         if not dry_run:
             sub.acked_by_admin()
-        return Change(cursor.mark_delete, self._backlog_of(cursor), len(ids),
+        return Change(cursor.mark_delete, self._backlog_of(cursor, sub.view), len(ids),
                       len(sub.consumers), dry_run)
 
     async def clear_backlog(self, name: str, dry_run: bool) -> Change:
@@ -384,37 +399,38 @@ class TopicSubscriptions:
         cursor = sub.cursor if not dry_run else sub.cursor.copy()
         last = self.view.last_confirmed()
         if last is not None:
-            cursor.ack_cumulative(last, self.next_after)
+            cursor.ack_cumulative(last, sub.next_after)
         if not dry_run:
             sub.acked_by_admin()
-        return Change(cursor.mark_delete, self._backlog_of(cursor),
-                      before - self._backlog_of(cursor), len(sub.consumers), dry_run)
+        after = self._backlog_of(cursor, sub.view)
+        return Change(cursor.mark_delete, after, before - after, len(sub.consumers), dry_run)
 
     async def peek(self, name: str, count: int) -> list[ReadEntry]:
         """The first `count` unacknowledged entries, without moving anything."""
         sub = self.get(name)
+        view = sub.view
         out: list[ReadEntry] = []
-        p = sub.cursor.read_position(self.next_after)
-        while len(out) < count and p < self.view.next_position():
-            got = await self.view.read(p, min(500, count - len(out) + sub.cursor.holes * 64),
-                                       4 << 20)
+        p = sub.cursor.read_position(sub.next_after)
+        while len(out) < count and p < view.next_position():
+            got = await view.read(p, min(500, count - len(out) + sub.cursor.holes * 64), 4 << 20)
             if not got:
-                nxt = self.view.valid_position(p)
+                nxt = view.valid_position(p)
                 if nxt <= p:
                     break
                 p = nxt
                 continue
             out += [e for e in got if not sub.cursor.is_acked(MessageId(e.ledger_id, e.entry_id))]
-            p = self.view.valid_position(MessageId(got[-1].ledger_id, got[-1].entry_id + 1))
+            p = view.valid_position(MessageId(got[-1].ledger_id, got[-1].entry_id + 1))
         return out[:count]
 
     # ---- numbers ---------------------------------------------------------------------------
 
-    def _backlog_of(self, cursor: CursorState) -> int:
-        return cursor.backlog(self.view.entries_between, self.view.next_position())
+    def _backlog_of(self, cursor: CursorState, view: LedgerView | None = None) -> int:
+        view = view or self.view
+        return cursor.backlog(view.entries_between, view.next_position())
 
     def backlog(self, sub: Subscription) -> int:
-        return self._backlog_of(sub.cursor)
+        return self._backlog_of(sub.cursor, sub.view)
 
     def connected(self) -> int:
         """Consumers attached to any subscription of the topic."""
@@ -425,7 +441,13 @@ class TopicSubscriptions:
         its ledger and every later one); None without subscriptions."""
         if not self.subs:
             return None
-        return self.next_after(min(s.cursor.mark_delete for s in self.subs.values()))
+        raw = [s.cursor.mark_delete for s in self.subs.values() if not s.compacted]
+        need = self.next_after(min(raw)) if raw else None
+        compacted = [s.cursor.mark_delete for s in self.subs.values() if s.compacted]
+        if compacted:  # what the compacted ledger serves needs no raw ledger (K15)
+            mine = self.compacted.raw_needed(self.compacted_next_after(min(compacted)))
+            need = mine if need is None else min(need, mine)
+        return need
 
     def stats(self) -> dict[str, dict]:
         """Per subscription, Pulsar's numbers (snake_case of its names). A topic with more
