@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import errno
 import logging
 import time
@@ -530,9 +529,9 @@ class ManagedLedger:
             return None
         rel = self.storage.sealed_rel(self.topic, lid)
         res = await asyncio.get_running_loop().run_in_executor(
-            self._executor, functools.partial(
-                seal_wal, self.storage.fs, self.storage.full(rel),
-                self.storage.wal_path(wal_rel), frames, count, ledger_id=lid))
+            self._executor, lambda: seal_wal(self.storage.fs, self.storage.full(rel),
+                                             self.storage.wal_path(wal_rel), frames, count,
+                                             ledger_id=lid))
 
         def mark(lst: mpb.LedgerList) -> None:
             for info in lst.ledgers:
