@@ -41,7 +41,7 @@ def wait_serving(url: str, timeout: float = 30.0, proc: subprocess.Popen | None 
         stub = health_pb2_grpc.HealthStub(ch)
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"broker exited with code {proc.returncode}")
+                raise RuntimeError(f"exited with code {proc.returncode}")
             try:
                 resp = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
                 if resp.status == health_pb2.HealthCheckResponse.SERVING:
@@ -91,7 +91,11 @@ class BrokerProcess:
                            "--data-dir", self.data_dir, "--host", self.host,
                            "--port", str(self.port), *self.extra_args], self.log_path)
         if wait:
-            wait_serving(self.url, timeout, self.proc)
+            try:
+                wait_serving(self.url, timeout, self.proc)
+            except RuntimeError as exc:  # it exited: say why, from its log
+                raise RuntimeError(f"{self.role} {exc}; the end of {self.log_path}:\n"
+                                   f"{self.log_tail(30)}") from None
         return self
 
     def launch(self) -> None:

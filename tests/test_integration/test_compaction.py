@@ -28,10 +28,23 @@ WORKER_ARGS = ["--spark-master", "local[2]", "--grace", "1", "--lease-ttl", "3",
 
 
 def start_worker(etcd, data_dir: str, cluster: str) -> BrokerProcess:
-    w = BrokerProcess(etcd.endpoint, data_dir, free_port(), module="compaction.worker",
-                      extra_args=[*WORKER_ARGS, "--cluster", cluster])
-    w.start(timeout=180)
-    return w
+    """A worker process, SERVING. One start that exits during start-up (once, in a CI run
+    of the whole suite on the shared 2-core machine: a port taken between `free_port` and
+    the bind, or a JVM that did not come up) is retried once on a fresh port; a second
+    failure fails the test with both logs."""
+    def launch(attempt: int) -> BrokerProcess:
+        w = BrokerProcess(etcd.endpoint, os.path.join(data_dir, f"try{attempt}"), free_port(),
+                          module="compaction.worker",
+                          extra_args=[*WORKER_ARGS, "--cluster", cluster])
+        return w.start(timeout=180)
+
+    try:
+        return launch(0)
+    except RuntimeError as first:
+        try:
+            return launch(1)
+        except RuntimeError as again:
+            raise RuntimeError(f"{first}\n--- and again ---\n{again}") from None
 
 
 @pytest.fixture(scope="module")
