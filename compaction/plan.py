@@ -31,6 +31,11 @@ class Plan:
         prev = [f.path for f in self.previous.files] if self.previous is not None else []
         return prev + [info.path for info in self.ledgers]
 
+    def input_sizes(self) -> list[int]:
+        """The bytes of each of `input_files`."""
+        prev = [f.size_bytes for f in self.previous.files] if self.previous is not None else []
+        return prev + [info.size_bytes for info in self.ledgers]
+
     @property
     def input_entries(self) -> int:
         prev = self.previous.entries if self.previous is not None else 0

@@ -64,12 +64,27 @@ def failpoint(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    kids = [int(c) for c in f.read().split()]
+                out += kids
+                todo += kids
+        except OSError:
+            pass
+    return out
+
+
 def peak_rss_bytes(jvm_pid: int | None) -> int:
-    """Peak resident memory of this process plus Spark's driver JVM (VmHWM)."""
+    """Peak resident memory (VmHWM) of this process plus Spark's driver JVM and the Python
+    workers it runs tasks in (its descendants)."""
     total = 0
-    for pid in ("self", str(jvm_pid) if jvm_pid else None):
-        if pid is None:
-            continue
+    pids = ["self"] + ([str(p) for p in [jvm_pid, *_descendants(jvm_pid)]] if jvm_pid else [])
+    for pid in pids:
         try:
             with open(f"/proc/{pid}/status") as f:
                 for line in f:

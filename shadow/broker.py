@@ -174,8 +174,10 @@ class ShadowRole:
             try:
                 t.subscriptions = await TopicSubscriptions(
                     topic, view, broker.store, topics.cursors, Fence(key, value),
-                    lambda: t.policies, t.counters, topics.cursor_flush_interval).load()
+                    lambda: t.policies, t.counters, topics.cursor_flush_interval).load(
+                        lambda: t.compacted_view(broker.store, broker.storage, topics.executor))
             except BaseException:
+                await t.close_compacted()
                 await view.close()
                 await broker.session.release(key, value)
                 raise
@@ -187,6 +189,7 @@ class ShadowRole:
             except BaseException:
                 await served.follower.close()
                 await t.subscriptions.close(flush=False)
+                await t.close_compacted()
                 await view.close()
                 await broker.session.release(key, value)
                 raise

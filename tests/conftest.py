@@ -33,11 +33,14 @@ def arun() -> Callable[..., Any]:
 
 @pytest.fixture(scope="session")
 def spark():
-    """The test run's one SparkSession (local[2]), built on first use (compaction tests)."""
+    """The test run's one SparkSession (local[2]), built on first use (compaction tests).
+    Jobs cut any input into a task per core (no least bytes per task), so small test data
+    still runs several tasks and writes several parts."""
     from compaction.session import build_session
+    from compaction.spark_job import MIN_TASK_BYTES
     from compaction.worker import stop_spark
 
-    session = build_session("local[2]", {"spark.driver.memory": "1g"})
+    session = build_session("local[2]", {"spark.driver.memory": "1g", MIN_TASK_BYTES: "0"})
     try:
         yield session
     finally:

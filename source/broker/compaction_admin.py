@@ -149,18 +149,39 @@ class CompactionAdmin:
         newest = max(j.job_id for j in jobs)
         return combine([j for j in jobs if j.job_id == newest], topic)
 
-    async def watch(self, topic: TopicName, poll: float = 0.25
+    async def watch(self, topic: TopicName, recheck: float = 1.0
                     ) -> AsyncIterator[apb.CompactionJob]:
-        """The newest job's record now and at every change, until the job ends (polled: a
-        few reads a second of one record per partition)."""
+        """The newest job's record now and at every change, until the job ends: an etcd
+        watch on each partition's job records from the revision the first answer was read
+        at (re-read at least every `recheck` seconds, should a watch fail)."""
+        parts = await self._parts(topic)
+        revision = (await self.store.get_prefix(keys.compaction_jobs_prefix(parts[0]))).revision
         current = await self.status(topic)
         yield current
-        while current.phase not in ENDED:
-            await asyncio.sleep(poll)
-            now = await self.status(topic)
-            if now != current:
-                current = now
-                yield current
+        if current.phase in ENDED:
+            return
+        changed = asyncio.Event()
+
+        async def follow(part: TopicName) -> None:
+            async for _ in self.store.watch_prefix(keys.compaction_jobs_prefix(part),
+                                                   revision + 1):
+                changed.set()
+        tasks = [asyncio.create_task(follow(p)) for p in parts]
+        try:
+            while current.phase not in ENDED:
+                try:
+                    await asyncio.wait_for(changed.wait(), recheck)
+                except asyncio.TimeoutError:
+                    pass
+                changed.clear()
+                now = await self.status(topic)
+                if now != current:
+                    current = now
+                    yield current
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def check_threshold(self, topic: TopicName, t: Topic) -> None:
         """The threshold trigger (K13), called after each retention pass of an owned source

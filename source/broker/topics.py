@@ -344,8 +344,10 @@ class TopicManager:
         try:
             t.subscriptions = await TopicSubscriptions(
                 topic, ml, self.store, self.cursors, Fence(key, value), lambda: t.policies,
-                t.counters, self.cursor_flush_interval).load()
+                t.counters, self.cursor_flush_interval).load(
+                    lambda: t.compacted_view(self.store, self.storage, self.executor))
         except BaseException:
+            await t.close_compacted()
             await ml.close()
             await self.session.release(key, value)
             raise

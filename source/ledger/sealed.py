@@ -5,9 +5,12 @@ one dataset in Spark, DuckDB or pyarrow with the full MessageId visible), `entry
 (signed: Spark reads an unsigned 64-bit column as a decimal), `key` binary (null for
 keyless), `is_tombstone` bool, `publish_time` int64 (ms since epoch), `raw` binary (the
 serialized Message exactly as the producer sent it). Compacted ledgers
-(source/ledger/compacted.py) have the same columns. Row groups hold `ROWS_PER_GROUP` entries, so entry e lives in row group
-e // ROWS_PER_GROUP and a read by id touches one row group; Spark reads only the columns it
-needs. Integrity: Parquet page checksums, plus the crc32c of the whole file recorded in the
+(source/ledger/compacted.py) have the same columns. A row group closes at
+`GROUP_BYTES` of raw or `GROUP_ROWS` entries, whichever comes first (8,000 entries of 130
+bytes; a few of 1 MiB): a read by id touches one row group of about a MiB, found from the
+footer's row counts, and a scan (Spark, pyarrow, DuckDB) pays the per-group cost once per
+MiB, not once per 1,024 entries. Files sealed with 1,024-entry groups read the same way.
+Spark reads only the columns it needs. Integrity: Parquet page checksums, plus the crc32c of the whole file recorded in the
 ledger list (streamed through when a broker first opens the file; a mismatch is
 `ChecksumError`); row groups are then read from the file on demand, so an open reader holds
 a file handle, not the file.
@@ -24,6 +27,7 @@ handed back after each seal.
 """
 from __future__ import annotations
 
+import bisect
 import ctypes
 import itertools
 import os
@@ -44,7 +48,8 @@ from source.ledger.wal import Entries
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.storage.v1 import views_pb2
 
-ROWS_PER_GROUP = 1024
+GROUP_BYTES = 1 << 20    # raw bytes that close a row group
+GROUP_ROWS = 16384       # entries that close a row group of small entries
 SCHEMA = pa.schema([
     ("ledger_id", pa.int64()),
     ("entry_id", pa.int64()),
@@ -99,16 +104,29 @@ class _RowGroup:
         self.ledger_id = ledger_id
         self.base = base
         self.rows = 0
+        self.bytes = 0
         self.keys: list[bytes | None] = []
         self.tombs: list[bool] = []
         self.pubs: list[int] = []
         self.chunks: list[pa.Array] = []
         self.small: list[Buffer] = []  # raws still to be copied into one array
 
-    def extend(self, publish_ms: int, raws: Sequence[Buffer]) -> None:
+    @property
+    def full(self) -> bool:
+        return self.rows >= GROUP_ROWS or self.bytes >= GROUP_BYTES
+
+    def room(self, sizes: list[int], i: int) -> int:
+        """How many of the raws from i on go into this group, given their running total
+        `sizes` (the one that reaches GROUP_BYTES included)."""
+        before = sizes[i - 1] if i else 0
+        upto = bisect.bisect_left(sizes, before + GROUP_BYTES - self.bytes, i) + 1
+        return min(min(upto, len(sizes)) - i, GROUP_ROWS - self.rows)
+
+    def extend(self, publish_ms: int, raws: Sequence[Buffer], size: int) -> None:
         key_columns(raws, self.keys, self.tombs)
         self.pubs.extend([publish_ms] * len(raws))
         self.rows += len(raws)
+        self.bytes += size
         if max(map(len, raws)) < ZERO_COPY_BYTES:
             self.small.extend(raws)
             return
@@ -180,18 +198,20 @@ def _write(out, ledger_id: int, runs: Iterable[tuple[int, Sequence[Buffer]]],
                 continue
             first = publish_ms if first is None else first
             last = publish_ms
-            raw_bytes += sum(map(len, raws))
+            sizes = list(itertools.accumulate(map(len, raws)))
+            raw_bytes += sizes[-1]
             i = 0
             while i < len(raws):
-                take = min(len(raws) - i, ROWS_PER_GROUP - group.rows)
-                group.extend(publish_ms, raws[i:i + take] if take < len(raws) else raws)
+                take = group.room(sizes, i)
+                size = sizes[i + take - 1] - (sizes[i - 1] if i else 0)
+                group.extend(publish_ms, raws[i:i + take] if take < len(raws) else raws, size)
                 i += take
-                if group.rows == ROWS_PER_GROUP:
-                    writer.write_table(group.table(), row_group_size=ROWS_PER_GROUP)
-                    group = _RowGroup(ledger_id, group.base + ROWS_PER_GROUP)
+                if group.full:
+                    writer.write_table(group.table(), row_group_size=group.rows)
+                    group = _RowGroup(ledger_id, group.base + group.rows)
             raws = None  # hold no view of a frame already written
         if group.rows:
-            writer.write_table(group.table(), row_group_size=ROWS_PER_GROUP)
+            writer.write_table(group.table(), row_group_size=group.rows)
         entries = group.base + group.rows
     except BaseException:
         group = None
@@ -214,9 +234,8 @@ def _check(fs: pafs.FileSystem, path: str, res: SealResult, expect: int | None) 
     with fs.open_input_file(path) as f:
         meta = pq.ParquetFile(f).metadata
         groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-    full, rest = divmod(res.entries, ROWS_PER_GROUP)
     if (info.size != res.file_bytes or meta.num_rows != res.entries
-            or groups != [ROWS_PER_GROUP] * full + ([rest] if rest else [])):
+            or sum(groups) != res.entries or not all(0 < g <= GROUP_ROWS for g in groups)):
         raise DataLoss(f"{path}: the sealed file does not hold what was written")
 
 
@@ -358,7 +377,11 @@ class SealedLedger:
         except Exception as exc:  # noqa: BLE001 - a corrupt footer raises assorted errors
             raise ChecksumError(f"corrupt sealed ledger {path}: {exc}") from None
         self.path = path
-        self.num_entries = self._file.metadata.num_rows
+        meta = self._file.metadata
+        self.num_entries = meta.num_rows
+        #: the first entry of each row group
+        self._starts = list(itertools.accumulate(
+            (meta.row_group(i).num_rows for i in range(meta.num_row_groups - 1)), initial=0))
         self._groups: OrderedDict[int, pa.Table] = OrderedDict()
         self._lock = threading.Lock()
         # one reader of the file at a time: pyarrow's ParquetFile is not safe to read from
@@ -400,9 +423,9 @@ class SealedLedger:
         size = 0
         entry = from_entry
         while entry < self.num_entries and len(raws) < max_entries and size < max_bytes:
-            g = entry // ROWS_PER_GROUP
+            g = bisect.bisect_right(self._starts, entry) - 1
             table = self._group(g)
-            start = entry - g * ROWS_PER_GROUP
+            start = entry - self._starts[g]
             stop = min(table.num_rows, start + (max_entries - len(raws)))
             col_raw = table.column("raw").slice(start, stop - start).to_pylist()
             col_pub = table.column("publish_time").slice(start, stop - start).to_pylist()

@@ -73,6 +73,11 @@ class Storage:
         self.wal_base = os.path.abspath(wal_dir)
         self.shared_wal = local and self.wal_base == self.base
 
+    @property
+    def root_uri(self) -> str:
+        """The root as a URI `pyarrow.fs.FileSystem.from_uri` opens (file:// when local)."""
+        return "file://" + self.base if isinstance(self.fs, pafs.LocalFileSystem) else self.uri
+
     @staticmethod
     def topic_sealed_dir(topic: TopicName) -> str:
         return f"ledgers/{topic_dir(topic)}"

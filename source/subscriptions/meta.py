@@ -1,7 +1,8 @@
 """Subscription metadata in etcd, written in batches.
 
     /shadowtopic/topics/<topic-path>/subscriptions/<name>   SubscriptionMeta
-        (proto/source/pb/storage/v1/metadata.proto: name, type, created_ms, initial_position)
+        (proto/source/pb/storage/v1/metadata.proto: name, type, created_ms, initial_position,
+        read_compacted)
 
 A subscription exists once its meta key does: its cursor (source/cursors/) starts at
 `initial_position` until the cursor store holds a newer state. Creates and deletes that
@@ -36,18 +37,20 @@ class SubscriptionMeta:
     type: str
     created_ms: int
     initial_position: MessageId
+    read_compacted: bool = False
 
     def encode(self) -> bytes:
         return mpb.SubscriptionMeta(
             name=self.name, type=_TYPES.get(self.type, 0), created_ms=self.created_ms,
-            initial_position=self.initial_position.to_pb()).SerializeToString()
+            initial_position=self.initial_position.to_pb(),
+            read_compacted=self.read_compacted).SerializeToString()
 
     @classmethod
     def decode(cls, data: bytes) -> "SubscriptionMeta":
         pb = mpb.SubscriptionMeta.FromString(data)
         pos = pb.initial_position
         return cls(pb.name, _NAMES.get(pb.type, "Exclusive"), pb.created_ms,
-                   MessageId(pos.ledger_id, pos.entry_id))
+                   MessageId(pos.ledger_id, pos.entry_id), pb.read_compacted)
 
 
 class MetaWriter:
@@ -71,6 +74,13 @@ class MetaWriter:
             meta = SubscriptionMeta.decode(kv.value)
             out[meta.name] = meta
         return out
+
+    async def get(self, name: str) -> SubscriptionMeta | None:
+        try:
+            kv = await self.metadata.get(keys.subscription(self.topic, name))
+        except MetadataUnavailable as exc:
+            raise errors.MetadataUnavailable(f"metadata store unavailable: {exc}") from None
+        return None if kv is None else SubscriptionMeta.decode(kv.value)
 
     async def put(self, meta: SubscriptionMeta) -> None:
         await self._submit(keys.subscription(self.topic, meta.name), meta.encode())

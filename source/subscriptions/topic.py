@@ -15,8 +15,9 @@ first consumer to attach decides how a subscription reads; one that reads the ot
 refused (`ConsumerBusy`) while consumers are attached. Its cursor moves by the compacted
 view (`compacted_next_after`: ids compacted away count as absent, so acknowledging each
 survivor leaves no holes), raw trims do not move it, and retention keeps for it only the raw
-ledgers after the horizon. The flag is not stored (SubscriptionMeta has no field for it):
-after a reload the subscription counts as a plain one until such a consumer attaches.
+ledgers after the horizon. The flag is stored in the SubscriptionMeta (written again when a
+first consumer reads the other way), so a subscription without consumers keeps reading the
+compacted view across a reload: `load` opens that view when a stored subscription needs it.
 
 Restart (SCENARIOS C4): `load` reads the subscription metas and the cursor snapshot; a
 subscription resumes at its first unacknowledged entry, skipping entries acknowledged
@@ -30,8 +31,8 @@ import datetime
 import itertools
 import logging
 import time
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, replace
+from typing import Awaitable, Callable
 
 from source.core import errors
 from source.core.message_id import MessageId
@@ -97,12 +98,20 @@ class TopicSubscriptions:
         self.closed: errors.ShadowTopicError | None = None
         view.add_listener(self)
 
-    async def load(self) -> "TopicSubscriptions":
+    async def load(self, compacted: Callable[[], Awaitable[LedgerView]] | None = None
+                   ) -> "TopicSubscriptions":
+        """Read the subscriptions and their cursors. `compacted` opens the topic's compacted
+        view, asked for only when a stored subscription reads it (without it, such a
+        subscription loads as a plain one)."""
         metas = await self.metas.load()
+        if compacted is not None and any(m.read_compacted for m in metas.values()):
+            self.use_compacted(await compacted())
         states = await self.cursors.load(self.topic)
         for name, meta in metas.items():
             state = states.pop(name, None) or CursorState.starting_at(meta.initial_position)
-            self.subs[name] = Subscription(self, name, meta.type, state, meta.created_ms)
+            sub = Subscription(self, name, meta.type, state, meta.created_ms)
+            sub.compacted = meta.read_compacted and self.compacted is not None
+            self.subs[name] = sub
         self.flusher.start()
         for name in states:  # a cursor whose subscription was deleted before it was saved
             self.flusher.remove(name)
@@ -176,7 +185,9 @@ class TopicSubscriptions:
         sub, created = self.subs.get(name), False
         if sub is None:
             sub, created = await self._create(name, type_, start, must_be_new=False,
-                                              view=self.compacted if read_compacted else None)
+                                              compacted=read_compacted)
+        elif not sub.consumers and sub.compacted != read_compacted:
+            await self._store_compacted(name, read_compacted)  # the first consumer decides
         self._check_open()
         if self.subs.get(name) is not sub:
             raise errors.SubscriptionNotFound(f"subscription {name} was deleted meanwhile")
@@ -264,10 +275,15 @@ class TopicSubscriptions:
 
     # ---- lifecycle of subscriptions --------------------------------------------------------
 
+    async def _store_compacted(self, name: str, read_compacted: bool) -> None:
+        meta = await self.metas.get(name)
+        if meta is not None and meta.read_compacted != read_compacted:
+            await self.metas.put(replace(meta, read_compacted=read_compacted))
+
     async def _create(self, name: str, type_: str, start: Start, must_be_new: bool,
-                      view: LedgerView | None = None) -> tuple[Subscription, bool]:
-        """(`view`: where `start` resolves; the compacted view for a read_compacted
-        consumer, whose `earliest` is the first compacted entry.)"""
+                      compacted: bool = False) -> tuple[Subscription, bool]:
+        """(`compacted`: for a read_compacted consumer: `start` resolves in the compacted
+        view, whose `earliest` is the first compacted entry.)"""
         while name in self._creating:
             await asyncio.shield(self._creating[name])
         sub = self.subs.get(name)
@@ -283,9 +299,9 @@ class TopicSubscriptions:
         done = asyncio.get_running_loop().create_future()
         self._creating[name] = done
         try:
-            position = await resolve(view or self.view, start)
+            position = await resolve(self.compacted if compacted else self.view, start)
             created_ms = int(time.time() * 1000)
-            await self.metas.put(SubscriptionMeta(name, type_, created_ms, position))
+            await self.metas.put(SubscriptionMeta(name, type_, created_ms, position, compacted))
             self._check_open()
             sub = Subscription(self, name, type_, CursorState.starting_at(position), created_ms)
             self.subs[name] = sub

@@ -32,13 +32,14 @@ def test_the_job_runs_on_a_local_cluster(tmp_path, ledgers):
         from source.ledger.storage import Storage
         from source.pb.storage.v1 import metadata_pb2 as mpb
         lst = mpb.LedgerList.FromString(open({str(tmp_path / "ledgers.pb")!r}, "rb").read())
-        spark = build_session("local-cluster[2,1,1024]")
+        spark = build_session("local-cluster[2,1,1024]", {{spark_job.MIN_TASK_BYTES: "0"}})
         try:
             plan = make_plan(TopicName("t", "ns", "compact-me"), "cluster-job", lst,
                              MessageId({h.ledger_id}, {h.entries - 1}), None, True)
             m = spark_job.run(spark, plan, Storage({str(tmp_path / "storage")!r}), "c/job")
             print("executors", spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size())
             print("entries", m.entries)
+            print("parts", len(m.files))
         finally:
             stop_spark(spark)
     """)
@@ -51,3 +52,4 @@ def test_the_job_runs_on_a_local_cluster(tmp_path, ledgers):
     m = mpb.CompactedManifest.FromString((tmp_path / "storage/c/job/manifest.pb").read_bytes())
     assert read_rows(st, [f.path for f in m.files]) == compact(led.rows, True)
     assert int(lines["entries"]) == m.entries > 0
+    assert int(lines["parts"]) == 2  # a task per core, each writing its part on an executor

@@ -158,7 +158,8 @@ def test_compacted_view_outlives_truncate_and_restart_with_subscriptions(etcd_se
     """K15: after the raw ledgers up to the horizon are truncated and the broker restarts,
     compacted readers read the compacted prefix then the new raw tail, and a read_compacted
     subscription resumes right after what it acknowledged (acked one by one over ids that
-    were compacted away), nothing compacted skipped."""
+    were compacted away), nothing compacted skipped; before its consumer is back, it peeks
+    and counts its backlog in the compacted view."""
     with Client(broker.url, timeout=20) as c:
         c.admin.create_topic(topic)
         ids = produce(c, topic, [(f"k{i % 4}", f"v{i}") for i in range(12)]
@@ -186,6 +187,11 @@ def test_compacted_view_outlives_truncate_and_restart_with_subscriptions(etcd_se
     with Client(broker.url, timeout=20) as c:
         more = produce(c, topic, [("k1", "new")])
         assert compacted_ids(c, topic) == survivors + more
+        # no consumer attached since the restart: the subscription still reads the
+        # compacted view (its read_compacted is stored with it)
+        assert [m.message_id for m in c.admin.peek_messages(topic, "snap", 3)] == \
+            survivors[2:] + more
+        assert c.admin.stats(topic)["subscriptions"]["snap"]["msgBacklog"] == 3
         sub = c.subscribe(topic, "snap", read_compacted=True)
         assert [sub.receive(timeout=10).message_id for _ in range(3)] == survivors[2:] + more
         sub.close()

@@ -605,14 +605,25 @@ async def settle():
         await asyncio.sleep(0.01)
 
 
-async def subscriptions(view: CompactedView, mem: MemoryView) -> TopicSubscriptions:
-    meta = MemoryStore()
+async def subscriptions(view: CompactedView, mem: MemoryView,
+                        meta: MemoryStore | None = None, reload: bool = False
+                        ) -> TopicSubscriptions:
+    """TopicSubscriptions over `mem` serving read_compacted from `view`; `reload`: as a
+    broker loads them (the view opened only when a stored subscription reads it)."""
+    meta = meta or MemoryStore()
     own = keys.ownership("c", TOPIC)
     value = mpb.Ownership(broker_id="b", epoch=1).SerializeToString()
     await meta.put(own, value)
+    opened = []
+
+    async def open_view():
+        opened.append(view)
+        return view
     ts = await TopicSubscriptions(TOPIC, mem, meta, MemoryCursorStore(meta, {}),
-                                  Fence(own, value), Policies, Count(), 0.05).load()
-    ts.use_compacted(view)
+                                  Fence(own, value), Policies, Count(), 0.05).load(open_view)
+    assert opened == ([view] if ts.compacted is not None else [])
+    if not reload:
+        ts.use_compacted(view)
     return ts
 
 
@@ -703,4 +714,40 @@ def test_admin_operations_on_a_compacted_subscription_use_its_view(storage):
         change = await ts.clear_backlog("s", dry_run=False)
         assert change.backlog == 0 and change.acked == 2
         ts.close_consumer(c)
+    run(main())
+
+
+def test_read_compacted_is_stored_with_the_subscription(storage):
+    """A subscription keeps reading the compacted view across a reload with no consumer
+    attached (its backlog and peek are the compacted view's); a first consumer that reads
+    the other way changes what is stored; a topic whose subscriptions all read the raw
+    view does not open the compacted one at load."""
+    async def main():
+        t = Topic()
+        ids = t.produce([("a", "1"), ("b", "1"), ("a", "2"), ("c", "1"), ("b", "2"),
+                         ("c", "")])
+        view = await view_of(t, storage, compact(storage, t, "j1"))
+        store = MemoryStore()
+        ts = await subscriptions(view, t.mem, store)
+        c, _, _ = await ts.subscribe(Outbox(), 1, "s", EXCLUSIVE, Start(EARLIEST),
+                                     read_compacted=True)
+        ts.close_consumer(c)
+        await ts.close()
+
+        again = await subscriptions(view, t.mem, store, reload=True)
+        assert again.compacted is view
+        sub = again.get("s")
+        assert sub.compacted and again.backlog(sub) == 2
+        assert [(e.ledger_id, e.entry_id) for e in await again.peek("s", 10)] == \
+            [ids[2], ids[4]]
+        c, _, pos = await again.subscribe(Outbox(), 2, "s", EXCLUSIVE, Start(EARLIEST))
+        assert not sub.compacted and pos == MessageId(*ids[2])  # where it was
+        again.close_consumer(c)
+        await again.close()
+
+        plain = await subscriptions(view, t.mem, store, reload=True)
+        assert plain.compacted is None  # nothing stored reads it: not opened
+        assert not plain.get("s").compacted
+        assert plain.backlog(plain.get("s")) == 4  # ids[2:] in the raw view
+        await plain.close()
     run(main())

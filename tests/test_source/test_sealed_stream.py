@@ -5,6 +5,7 @@ and byte-identical; recovery keeps only the frame index."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import random
 import threading
@@ -21,7 +22,7 @@ from source.core.names import TopicName
 from source.ledger import sealed, wal
 from source.ledger.entry_cache import EntryCache
 from source.ledger.managed import LedgerConfig, ManagedLedger
-from source.ledger.sealed import ROWS_PER_GROUP, SealedLedger, seal_wal, write_sealed
+from source.ledger.sealed import GROUP_BYTES, GROUP_ROWS, SealedLedger, seal_wal, write_sealed
 from source.ledger.storage import Storage
 from source.metadata import keys
 from source.metadata.memory import MemoryStore
@@ -83,11 +84,24 @@ def _columns(path: str) -> dict:
     return pq.read_table(path).to_pydict()
 
 
+def expected_groups(sizes: list[int]) -> list[int]:
+    """Row groups as the format says: one closes at GROUP_ROWS entries or once its raws
+    reach GROUP_BYTES."""
+    groups, rows, size = [], 0, 0
+    for n in sizes:
+        rows, size = rows + 1, size + n
+        if rows == GROUP_ROWS or size >= GROUP_BYTES:
+            groups.append(rows)
+            rows = size = 0
+    return groups + ([rows] if rows else [])
+
+
 def test_a_seal_from_the_wal_writes_the_file_an_in_memory_seal_writes(tmp_path):
     rng = random.Random(1)
     batches = _mixed_batches(rng)
-    while sum(len(r) for r, _ in batches) < 2 * ROWS_PER_GROUP + 100:
-        batches += _mixed_batches(rng)[1::4]  # small-message frames
+    batches += [([_msg(rng, rng.randint(0, 20), b"t") for _ in range(2000)], None)
+                for _ in range(20)]  # tiny messages: groups closed by count
+    batches += _mixed_batches(rng)
     wal_path = str(tmp_path / "7.wal")
     index = _write_wal(wal_path, batches)
     sent = [r for raws, _ in batches for r in raws]
@@ -112,13 +126,18 @@ def test_a_seal_from_the_wal_writes_the_file_an_in_memory_seal_writes(tmp_path):
 
     meta = pq.ParquetFile(st.full("l/7.parquet")).metadata
     groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-    assert groups[:-1] == [ROWS_PER_GROUP] * (len(groups) - 1) and sum(groups) == len(sent)
+    assert groups == expected_groups(list(map(len, sent)))
+    assert GROUP_ROWS in groups and min(groups[:-1]) < GROUP_ROWS  # closed by count and by size
     assert meta.schema.to_arrow_schema().equals(sealed.SCHEMA)
     assert res.file_bytes == os.path.getsize(st.full("l/7.parquet"))
     assert res.crc32c == sealed._file_crc(st.fs, st.full("l/7.parquet"))
     reader = SealedLedger(st.fs, st.full("l/7.parquet"), res.crc32c)  # checksums hold
     got_pubs, got = reader.read(0, len(sent) + 1, 1 << 40)
     assert got == sent and got_pubs == pubs
+    for start in itertools.accumulate(groups):  # reads by id across group boundaries
+        for at in (start - 1, start):
+            if at < len(sent):
+                assert reader.read(at, 3, 1 << 40) == (pubs[at:at + 3], sent[at:at + 3])
 
 
 def test_message_spans_agree_with_protobuf():
@@ -146,8 +165,9 @@ def _vm(field: str) -> int:
 
 
 def test_a_seal_holds_neither_the_ledger_nor_a_row_group_in_memory(tmp_path, monkeypatch):
-    """64 MiB of 60 KiB entries: a row group alone is 60 MiB. The peak resident set (file
-    pages of the mapped WAL included) grows by a fraction of that, and RSS comes back."""
+    """64 MiB of 60 KiB entries: the peak resident set (file pages of the mapped WAL
+    included) grows by a fraction of that, RSS comes back, and the row groups close at a
+    MiB (18 entries), not at a count of entries."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # resets VmHWM, the peak resident set
@@ -158,6 +178,7 @@ def test_a_seal_holds_neither_the_ledger_nor_a_row_group_in_memory(tmp_path, mon
     payload = rng.randbytes(60 << 10)
     batches = [([_msg(rng, 0) + payload[i:] + payload[:i] for i in range(b, b + 40)], None)
                for b in range(28)]  # distinct entries, 1120 of them
+    sizes = [len(r) for raws, _ in batches for r in raws]
     wal_path = str(tmp_path / "7.wal")
     index = _write_wal(wal_path, batches)
     del batches
@@ -188,7 +209,8 @@ def test_a_seal_holds_neither_the_ledger_nor_a_row_group_in_memory(tmp_path, mon
     assert peak < 32 << 20, f"sealing 64 MiB took {peak >> 20} MiB"
     assert _vm("VmRSS") - before < 16 << 20
     meta = pq.ParquetFile(st.full("l/7.parquet")).metadata
-    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [1024, 96]
+    groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert groups == expected_groups(sizes) and groups[0] == 18
 
 
 @pytest.mark.parametrize("where", ["large", "small"])

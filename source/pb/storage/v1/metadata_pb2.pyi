@@ -213,13 +213,15 @@ class CompactionRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., job_id: _Optional[str] = ..., horizon: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., storage_root: _Optional[str] = ..., trigger: _Optional[str] = ..., requested_ms: _Optional[int] = ...) -> None: ...
 
 class SubscriptionMeta(_message.Message):
-    __slots__ = ("name", "type", "created_ms", "initial_position")
+    __slots__ = ("name", "type", "created_ms", "initial_position", "read_compacted")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
     INITIAL_POSITION_FIELD_NUMBER: _ClassVar[int]
+    READ_COMPACTED_FIELD_NUMBER: _ClassVar[int]
     name: str
     type: SubscriptionType
     created_ms: int
     initial_position: _common_pb2.MessageIdData
-    def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., created_ms: _Optional[int] = ..., initial_position: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ...) -> None: ...
+    read_compacted: bool
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., created_ms: _Optional[int] = ..., initial_position: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., read_compacted: _Optional[bool] = ...) -> None: ...

@@ -1,0 +1,192 @@
+"""What the compaction job's Spark tasks run: Arrow compute over one group of input files.
+
+The Spark job (compaction/spark_job.py) cuts its input files into groups, contiguous in id
+order, and runs one task per group through `mapInArrow`. Each task reads its files with
+pyarrow from the storage root (`root`: a URI pyarrow's filesystems open, the same from every
+executor) a few row groups at a time, single-threaded (Spark runs one task per core). This
+module imports pyarrow, numpy and the sealed format (source/ledger/sealed.py: the columns
+and writer options parts share with sealed ledgers): it is what every Python worker of every
+executor loads.
+
+Task input: Arrow batches of rows `(task BIGINT, root STRING, files ARRAY<STRING>)`, the
+files storage-relative, in id order.
+
+- `latest_per_key` (phase one) reads `key`, the ids and `is_tombstone` only and yields one
+  row per key of its files: `(key BINARY, m BIGINT)` with `m` the max over the key's rows of
+  `position << 1 | is_tombstone` (`position = ledger_id << 32 | entry_id`): the key's latest
+  message and whether it deleted the key.
+- `write_survivors` (phase two) reads every column, keeps the rows whose position is in the
+  broadcast sorted set of live positions (and keyless rows when `retain_null_key`), and
+  writes them to `<out_dir>/part-<task>.parquet` in row groups of about `GROUP_BYTES` of
+  raw: a task's files are contiguous in id order and each is in id order, so every part is
+  sorted and the parts follow the task order. The part is written under a hidden temp name
+  and renamed (fsynced first on a local root), so a retried or killed attempt never leaves
+  half a part under the final name. Yields `(task BIGINT, rows BIGINT)`.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from source.ledger.sealed import GROUP_BYTES, GROUP_ROWS, SCHEMA, WRITER_OPTIONS
+
+KEY_COLUMNS = ["ledger_id", "entry_id", "key", "is_tombstone"]
+PARTIAL_SCHEMA = "key BINARY, m BIGINT"
+WRITTEN_SCHEMA = "task BIGINT, rows BIGINT"
+CHUNK_ROWS = 1 << 20        # rows read at a time (whole row groups)
+REDUCE_ROWS = 4 << 20       # partial rows a task holds before it reduces them
+
+
+def _chunks(fs: pafs.FileSystem, path: str, columns: list[str] | None) -> Iterator[pa.Table]:
+    """The file at `path` a few whole row groups (about CHUNK_ROWS rows) at a time."""
+    with fs.open_input_file(path) as f:
+        pf = pq.ParquetFile(f)
+        meta = pf.metadata
+        groups: list[int] = []
+        rows = 0
+        for i in range(meta.num_row_groups):
+            groups.append(i)
+            rows += meta.row_group(i).num_rows
+            if rows >= CHUNK_ROWS:
+                yield pf.read_row_groups(groups, columns=columns, use_threads=False)
+                groups, rows = [], 0
+        if groups:
+            yield pf.read_row_groups(groups, columns=columns, use_threads=False)
+
+
+def _positions(t: pa.Table) -> pa.Array:
+    return pc.add(pc.shift_left(t["ledger_id"], 32), t["entry_id"])
+
+
+def _reduce(parts: list[pa.Table]) -> pa.Table:
+    t = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+    return t.group_by("key", use_threads=False).aggregate([("m", "max")]) \
+        .rename_columns(["key", "m"])
+
+
+def _groups(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pafs.FileSystem, str,
+                                                                  list[str]]]:
+    for batch in batches:
+        for task, root, files in zip(batch.column("task").to_pylist(),
+                                     batch.column("root").to_pylist(),
+                                     batch.column("files").to_pylist()):
+            fs, base = pafs.FileSystem.from_uri(root)
+            yield task, fs, base.rstrip("/"), files
+
+
+def latest_per_key(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Phase one over each group: (key, max of position << 1 | is_tombstone)."""
+    for _task, fs, base, files in _groups(batches):
+        parts: list[pa.Table] = []
+        held = 0
+        for rel in files:
+            for t in _chunks(fs, f"{base}/{rel}", KEY_COLUMNS):
+                marked = pc.add(pc.shift_left(_positions(t), 1),
+                                pc.cast(t["is_tombstone"], pa.int64()))
+                keyed = pa.table({"key": t["key"], "m": marked}).filter(pc.is_valid(t["key"]))
+                parts.append(keyed)
+                held += keyed.num_rows
+                if held >= REDUCE_ROWS:
+                    parts = [_reduce(parts)]
+                    held = parts[0].num_rows
+        if parts:
+            yield from _reduce(parts).to_batches()
+
+
+class _PartWriter:
+    """One part file written in row groups of about GROUP_BYTES of raw, under a temp name
+    until `close` renames it (after an fsync, on a local root)."""
+
+    def __init__(self, fs: pafs.FileSystem, path: str):
+        self.fs, self.path = fs, path
+        parent, name = path.rsplit("/", 1)
+        self.local = isinstance(fs, pafs.LocalFileSystem)
+        self.tmp = f"{parent}/.{name}.{uuid.uuid4().hex[:8]}.tmp" if self.local else path
+        self.out = open(self.tmp, "wb") if self.local else fs.open_output_stream(path)
+        self.writer = pq.ParquetWriter(self.out, SCHEMA, **WRITER_OPTIONS)
+        self.held: list[pa.Table] = []
+        self.held_bytes = 0
+        self.rows = 0
+
+    def write(self, t: pa.Table) -> None:
+        self.held.append(t)
+        self.held_bytes += t["raw"].nbytes
+        self.rows += t.num_rows
+        if self.held_bytes >= 4 * GROUP_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.held:
+            return
+        t = pa.concat_tables(self.held)
+        per_row = max(1, t["raw"].nbytes // max(1, t.num_rows))
+        self.writer.write_table(t, row_group_size=max(1, min(GROUP_ROWS, GROUP_BYTES // per_row)))
+        self.held, self.held_bytes = [], 0
+
+    def close(self) -> None:
+        self._flush()
+        self.writer.close()
+        if self.local:
+            self.out.flush()
+            os.fsync(self.out.fileno())
+            self.out.close()
+            os.replace(self.tmp, self.path)
+            fd = os.open(os.path.dirname(self.path), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        else:
+            self.out.close()
+
+    def abort(self) -> None:
+        try:
+            self.writer.close()
+            self.out.close()
+        finally:
+            if self.local and os.path.exists(self.tmp):
+                os.unlink(self.tmp)
+
+
+def write_survivors(live, retain_null_key: bool, out_dir: str):
+    """Phase two over each group, against `live` (a Spark broadcast of the sorted live
+    positions, a numpy int64 array): writes `<out_dir>/part-<task>.parquet`."""
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        positions = live.value
+        for task, fs, base, files in _groups(batches):
+            rows = 0
+            part = None
+            try:
+                for rel in files:
+                    for t in _chunks(fs, f"{base}/{rel}", None):
+                        t = t.select(SCHEMA.names).cast(SCHEMA)  # Spark-written: same columns
+                        pos = _positions(t)
+                        span = pc.min_max(pos).as_py()  # the live positions in this range
+                        lo = np.searchsorted(positions, span["min"], side="left")
+                        hi = np.searchsorted(positions, span["max"], side="right")
+                        keep = pc.is_in(pos, value_set=pa.array(positions[lo:hi]))
+                        if retain_null_key:
+                            keep = pc.or_(keep, pc.is_null(t["key"]))
+                        kept = t.filter(keep)
+                        if kept.num_rows:
+                            if part is None:
+                                part = _PartWriter(
+                                    fs, f"{base}/{out_dir}/part-{task:05d}.parquet")
+                            part.write(kept)
+                if part is not None:
+                    rows = part.rows
+                    part.close()
+            except BaseException:
+                if part is not None:
+                    part.abort()
+                raise
+            yield pa.record_batch({"task": pa.array([task], pa.int64()),
+                                   "rows": pa.array([rows], pa.int64())})
+    return run
