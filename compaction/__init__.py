@@ -1,5 +1,6 @@
 """Compaction (PIP-14) with Spark: the plan (plan.py), the reference semantics
-(reference.py), the Spark job (spark_job.py), the warm session (session.py), publishing and
+(reference.py), the Spark job (spark_job.py) and what its tasks run (arrow_tasks.py), the
+warm session (session.py), publishing and
 collecting (commit.py) and the worker process (worker.py: `python -m compaction.worker`)."""
 from compaction.plan import Plan, make_plan
 

@@ -103,13 +103,35 @@ class _Tracker:
                 self.progress(self.phase, done, total)
 
 
+def _tasks(spark, root: str, cut: list[list[str]]):
+    """The DataFrame of the job's tasks: one row (task, root, files) per partition."""
+    rows = [(i, root, g) for i, g in enumerate(cut)]
+    return spark.createDataFrame(spark.sparkContext.parallelize(rows, len(rows)),
+                                 "task BIGINT, root STRING, files ARRAY<STRING>")
+
+
+def _live_positions(tasks):
+    """Phase one: the sorted positions of every key's latest message, tombstones dropped."""
+    import numpy as np
+    from pyspark.sql import functions as F
+    latest = (tasks.mapInArrow(arrow_tasks.latest_per_key, arrow_tasks.PARTIAL_SCHEMA)
+              .groupBy("key").agg(F.max("m").alias("m"))
+              .where(F.col("m") % 2 == 0)
+              .select(F.shiftright("m", 1).alias("pos")))
+    return np.sort(latest.toArrow().column("pos").to_numpy())
+
+
+def warm_up(spark) -> None:
+    """Run phase one over no files in a task per core: the Python workers that run the
+    tasks start and import what they need before the first job, not during it."""
+    _live_positions(_tasks(spark, "file:///", [[] for _ in range(
+        spark.sparkContext.defaultParallelism)]))
+
+
 def run(spark, plan: Plan, storage: Storage, out_dir_rel: str,
         progress: Progress | None = None) -> mpb.CompactedManifest:
     """Compact `plan`'s input into `out_dir_rel` (replaced if it exists: a rerun of a
     crashed job writes the same result) and write its manifest; returns the manifest."""
-    import numpy as np
-    from pyspark.sql import functions as F
-
     storage.delete_dir(out_dir_rel)
     storage.fs.create_dir(storage.full(out_dir_rel), recursive=True)
     manifest = new_manifest(plan)
@@ -120,16 +142,10 @@ def run(spark, plan: Plan, storage: Storage, out_dir_rel: str,
     sc = spark.sparkContext
     cut = groups(files, plan.input_sizes(), sc.defaultParallelism,
                  int(spark.conf.get(MIN_TASK_BYTES, str(MIN_TASK_BYTES_DEFAULT))))
-    rows = [(i, storage.root_uri, g) for i, g in enumerate(cut)]
-    tasks = spark.createDataFrame(sc.parallelize(rows, len(rows)),
-                                  "task BIGINT, root STRING, files ARRAY<STRING>")
+    tasks = _tasks(spark, storage.root_uri, cut)
     with _Tracker(spark, progress) as tracker:
         tracker.set(apb.SCANNING_KEYS)
-        latest = (tasks.mapInArrow(arrow_tasks.latest_per_key, arrow_tasks.PARTIAL_SCHEMA)
-                  .groupBy("key").agg(F.max("m").alias("m"))
-                  .where(F.col("m") % 2 == 0)
-                  .select(F.shiftright("m", 1).alias("pos")))
-        live = np.sort(latest.toArrow().column("pos").to_numpy())
+        live = _live_positions(tasks)
         keys = len(live)
         tracker.set(apb.WRITING)
         broadcast = sc.broadcast(live)

@@ -22,7 +22,8 @@ source/broker/compaction_admin.py) and runs one job at a time:
 A job that fails is recorded FAILED with its error (an `ErrorStatus`) and its request is
 deleted; a worker killed mid-job leaves the request and its claim's lease expires: the job
 reruns under the same id and gives the same result (K16). gRPC health (on --host:--port)
-says SERVING once Spark is up and etcd answers.
+says SERVING once Spark is up (its Python workers warmed by a job over no files) and etcd
+answers.
 """
 from __future__ import annotations
 
@@ -374,6 +375,7 @@ async def serve(a: argparse.Namespace) -> None:
     conf = dict(item.split("=", 1) for item in a.spark_conf)
     conf.setdefault("spark.local.dir", os.path.join(os.path.abspath(a.data_dir), "spark"))
     spark = await asyncio.to_thread(build_session, a.spark_master, conf)
+    await asyncio.to_thread(spark_job.warm_up, spark)
     store = EtcdStore(a.etcd)
     worker = Worker(store, spark, a.cluster, a.worker_id or f"{socket.gethostname()}:{a.port}",
                     grace=a.grace, lease_ttl=a.lease_ttl, relist=a.relist)

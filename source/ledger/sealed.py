@@ -61,8 +61,7 @@ SCHEMA = pa.schema([
 ZERO_COPY_BYTES = 4 << 10
 WRITER_OPTIONS = dict(compression="zstd", write_page_checksum=True,
                       write_statistics=["entry_id", "publish_time"],
-                      use_dictionary=["ledger_id", "entry_id", "key", "is_tombstone",
-                                      "publish_time"])
+                      use_dictionary=["ledger_id", "key", "publish_time"])
 _OFFSETS = struct.Struct("<ii")
 Buffer = bytes | memoryview
 
@@ -75,16 +74,20 @@ def key_columns(raws: Sequence[Buffer], keys: list | None = None, tombs: list | 
     keys = [] if keys is None else keys
     tombs = [] if tombs is None else tombs
     parse = views_pb2.MessageKeyView.FromString
-    for raw in raws:
-        try:
-            m = parse(raw)
-        except Exception:  # noqa: BLE001 - opaque bytes: keep them, keyless
-            keys.append(None)
-            tombs.append(False)
-            continue
-        keys.append(m.key if m.HasField("key") else None)
-        tombs.append(not m.payload)
+    try:  # the common case, all Messages: comprehensions, no per-entry try
+        views = [parse(raw) for raw in raws]
+    except Exception:  # noqa: BLE001 - some opaque bytes: one at a time
+        views = [_parse_or_none(parse, raw) for raw in raws]
+    keys.extend([None if m is None or not m.HasField("key") else m.key for m in views])
+    tombs.extend([m is not None and not m.payload for m in views])
     return keys, tombs
+
+
+def _parse_or_none(parse, raw: Buffer):
+    try:
+        return parse(raw)
+    except Exception:  # noqa: BLE001 - opaque bytes: keyless data
+        return None
 
 
 @dataclass
