@@ -1,27 +1,27 @@
 """What the compaction job's Spark tasks run: Arrow compute over one group of input files.
 
 The Spark job (compaction/spark_job.py) cuts its input files into groups, contiguous in id
-order, and runs one task per group through `mapInArrow`. Each task reads its files with
-pyarrow from the storage root (`root`: a URI pyarrow's filesystems open, the same from every
-executor) a few row groups at a time, single-threaded (Spark runs one task per core). This
-module imports pyarrow, numpy and the sealed format (source/ledger/sealed.py: the columns
-and writer options parts share with sealed ledgers): it is what every Python worker of every
-executor loads.
-
-Task input: Arrow batches of rows `(task BIGINT, root STRING, files ARRAY<STRING>)`, the
-files storage-relative, in id order.
+order, and runs one task per group (an RDD partition holding one `(task, root, files)`:
+`root` a URI pyarrow's filesystems open, the same from every executor; `files`
+storage-relative, in id order). Each task reads its files with pyarrow a few row groups at a
+time, single-threaded (Spark runs one task per core). This module imports pyarrow, numpy
+and the sealed format (source/ledger/sealed.py: the columns and writer options parts share
+with sealed ledgers): it is what every Python worker of every executor loads. It needs no
+pandas (which pyarrow would then import lazily into every broker, ~90 MiB each).
 
 - `latest_per_key` (phase one) reads `key`, the ids and `is_tombstone` only and yields one
-  row per key of its files: `(key BINARY, m BIGINT)` with `m` the max over the key's rows of
-  `position << 1 | is_tombstone` (`position = ledger_id << 32 | entry_id`): the key's latest
-  message and whether it deleted the key.
+  table per group, `(key binary, m int64)`: per key of its files the max of
+  `position << 1 | is_tombstone` (`position = ledger_id << 32 | entry_id`), the key's
+  latest message and whether it deleted the key. `merge_latest` merges two such tables
+  (Spark's treeReduce runs it on the executors) and `live_positions` keeps the positions of
+  the keys whose latest message is not a tombstone, sorted.
 - `write_survivors` (phase two) reads every column, keeps the rows whose position is in the
   broadcast sorted set of live positions (and keyless rows when `retain_null_key`), and
   writes them to `<out_dir>/part-<task>.parquet` in row groups of about `GROUP_BYTES` of
   raw: a task's files are contiguous in id order and each is in id order, so every part is
   sorted and the parts follow the task order. The part is written under a hidden temp name
   and renamed (fsynced first on a local root), so a retried or killed attempt never leaves
-  half a part under the final name. Yields `(task BIGINT, rows BIGINT)`.
+  half a part under the final name. Yields `(task, rows written)`.
 """
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ import pyarrow.parquet as pq
 from source.ledger.sealed import GROUP_BYTES, GROUP_ROWS, SCHEMA, WRITER_OPTIONS
 
 KEY_COLUMNS = ["ledger_id", "entry_id", "key", "is_tombstone"]
-PARTIAL_SCHEMA = "key BINARY, m BIGINT"
-WRITTEN_SCHEMA = "task BIGINT, rows BIGINT"
+PARTIAL = pa.schema([("key", pa.binary()), ("m", pa.int64())])
+Group = tuple[int, str, list[str]]   # (task, root, files)
 CHUNK_ROWS = 1 << 20        # rows read at a time (whole row groups)
 REDUCE_ROWS = 4 << 20       # partial rows a task holds before it reduces them
 
@@ -67,24 +67,20 @@ def _positions(t: pa.Table) -> pa.Array:
 
 def _reduce(parts: list[pa.Table]) -> pa.Table:
     t = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-    return t.group_by("key", use_threads=False).aggregate([("m", "max")]) \
-        .rename_columns(["key", "m"])
+    out = t.group_by("key", use_threads=False).aggregate([("m", "max")])
+    return out.select(["key", "m_max"]).rename_columns(["key", "m"])
 
 
-def _groups(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, pafs.FileSystem, str,
-                                                                  list[str]]]:
-    for batch in batches:
-        for task, root, files in zip(batch.column("task").to_pylist(),
-                                     batch.column("root").to_pylist(),
-                                     batch.column("files").to_pylist()):
-            fs, base = pafs.FileSystem.from_uri(root)
-            yield task, fs, base.rstrip("/"), files
+def _groups(groups: Iterator[Group]) -> Iterator[tuple[int, pafs.FileSystem, str, list[str]]]:
+    for task, root, files in groups:
+        fs, base = pafs.FileSystem.from_uri(root)
+        yield task, fs, base.rstrip("/"), files
 
 
-def latest_per_key(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def latest_per_key(groups: Iterator[Group]) -> Iterator[pa.Table]:
     """Phase one over each group: (key, max of position << 1 | is_tombstone)."""
-    for _task, fs, base, files in _groups(batches):
-        parts: list[pa.Table] = []
+    for _task, fs, base, files in _groups(groups):
+        parts: list[pa.Table] = [PARTIAL.empty_table()]
         held = 0
         for rel in files:
             for t in _chunks(fs, f"{base}/{rel}", KEY_COLUMNS):
@@ -96,8 +92,17 @@ def latest_per_key(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
                 if held >= REDUCE_ROWS:
                     parts = [_reduce(parts)]
                     held = parts[0].num_rows
-        if parts:
-            yield from _reduce(parts).to_batches()
+        yield _reduce(parts)
+
+
+def merge_latest(a: pa.Table, b: pa.Table) -> pa.Table:
+    return _reduce([a, b])
+
+
+def live_positions(latest: pa.Table) -> np.ndarray:
+    """The positions of the keys whose latest message is not a tombstone, sorted."""
+    m = latest.column("m").to_numpy()
+    return np.sort(m[(m & 1) == 0] >> 1)
 
 
 class _PartWriter:
@@ -158,10 +163,9 @@ class _PartWriter:
 def write_survivors(live, retain_null_key: bool, out_dir: str):
     """Phase two over each group, against `live` (a Spark broadcast of the sorted live
     positions, a numpy int64 array): writes `<out_dir>/part-<task>.parquet`."""
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def run(groups: Iterator[Group]) -> Iterator[tuple[int, int]]:
         positions = live.value
-        for task, fs, base, files in _groups(batches):
-            rows = 0
+        for task, fs, base, files in _groups(groups):
             part = None
             try:
                 for rel in files:
@@ -181,12 +185,10 @@ def write_survivors(live, retain_null_key: bool, out_dir: str):
                                     fs, f"{base}/{out_dir}/part-{task:05d}.parquet")
                             part.write(kept)
                 if part is not None:
-                    rows = part.rows
                     part.close()
             except BaseException:
                 if part is not None:
                     part.abort()
                 raise
-            yield pa.record_batch({"task": pa.array([task], pa.int64()),
-                                   "rows": pa.array([rows], pa.int64())})
+            yield task, part.rows if part is not None else 0
     return run

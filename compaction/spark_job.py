@@ -8,10 +8,10 @@ that reads its files with pyarrow (compaction/arrow_tasks.py). A message's posit
 long, `ledger_id << 32 | entry_id` (entry ids stay below 2^32 and ledger ids below 2^30).
 
 - Phase one (SCANNING_KEYS) reads only `key`, the ids and `is_tombstone`: each task reduces
-  its rows to the latest `position << 1 | is_tombstone` per key, Spark merges the tasks'
-  partial rows by key (a shuffle of one row per key per task, never payloads), keys whose
-  latest message is a tombstone are dropped, and the live positions (one long per key) are
-  collected sorted and broadcast.
+  its rows to a table of the latest `position << 1 | is_tombstone` per key, the tables are
+  merged pairwise on the executors (`treeReduce`; one row per key, never payloads), keys
+  whose latest message is a tombstone are dropped, and the live positions (one long per
+  key) are broadcast, sorted.
 - Phase two (WRITING) reads every column; each task keeps the rows whose position is in the
   broadcast set, plus keyless rows when `retain_null_key`, and writes them as
   `part-<task>.parquet`. A group's files are contiguous in id order, so the parts are
@@ -22,13 +22,17 @@ ranges, sizes and checksums, and is written last. The job keeps no state on the 
 beyond the broadcast; its tasks need the storage root reachable from every executor and
 this package installed in the executors' Python (`pip install shadowtopic[compaction]`):
 `local-cluster[...]` (separate executor JVMs and Python workers) proves it in a test.
-(Measured on 2 cores, 5,000,000 messages: Spark SQL doing the same two phases over the same
-files, with Spark's Parquet reader, took 2-3x as long as these Arrow tasks; bench/NOTES.md.)
+The job uses Spark's core (RDDs, broadcast, treeReduce), not its SQL engine: on 2 cores and
+5,000,000 messages, Spark SQL doing the same two phases with its own Parquet reader took
+2-3x as long as these Arrow tasks (bench/NOTES.md), and DataFrame `mapInArrow` needs
+pandas, which pyarrow then imports into every broker process.
 """
 from __future__ import annotations
 
 import threading
 from typing import Callable
+
+import numpy as np
 
 from compaction import arrow_tasks
 from compaction.plan import Plan
@@ -104,21 +108,17 @@ class _Tracker:
 
 
 def _tasks(spark, root: str, cut: list[list[str]]):
-    """The DataFrame of the job's tasks: one row (task, root, files) per partition."""
+    """The job's tasks: an RDD with one (task, root, files) per partition."""
     rows = [(i, root, g) for i, g in enumerate(cut)]
-    return spark.createDataFrame(spark.sparkContext.parallelize(rows, len(rows)),
-                                 "task BIGINT, root STRING, files ARRAY<STRING>")
+    return spark.sparkContext.parallelize(rows, len(rows))
 
 
-def _live_positions(tasks):
-    """Phase one: the sorted positions of every key's latest message, tombstones dropped."""
-    import numpy as np
-    from pyspark.sql import functions as F
-    latest = (tasks.mapInArrow(arrow_tasks.latest_per_key, arrow_tasks.PARTIAL_SCHEMA)
-              .groupBy("key").agg(F.max("m").alias("m"))
-              .where(F.col("m") % 2 == 0)
-              .select(F.shiftright("m", 1).alias("pos")))
-    return np.sort(latest.toArrow().column("pos").to_numpy())
+def _live_positions(tasks) -> np.ndarray:
+    """Phase one: the sorted positions of every key's latest message, tombstones dropped
+    (the tasks' partial tables merged on the executors, the last merge on the driver)."""
+    latest = tasks.mapPartitions(arrow_tasks.latest_per_key).treeReduce(
+        arrow_tasks.merge_latest, depth=2)
+    return arrow_tasks.live_positions(latest)
 
 
 def warm_up(spark) -> None:
@@ -150,9 +150,8 @@ def run(spark, plan: Plan, storage: Storage, out_dir_rel: str,
         tracker.set(apb.WRITING)
         broadcast = sc.broadcast(live)
         try:
-            written = tasks.mapInArrow(
-                arrow_tasks.write_survivors(broadcast, plan.retain_null_key, out_dir_rel),
-                arrow_tasks.WRITTEN_SCHEMA).collect()
+            written = tasks.mapPartitions(arrow_tasks.write_survivors(
+                broadcast, plan.retain_null_key, out_dir_rel)).collect()
         finally:
             broadcast.destroy()
     described = []
@@ -163,7 +162,7 @@ def run(spark, plan: Plan, storage: Storage, out_dir_rel: str,
         else:  # a killed attempt's temp file
             storage.delete(rel)
     described.sort(key=lambda f: (f.first.ledger_id, f.first.entry_id))
-    if sum(f.rows for f in described) != sum(r.rows for r in written):
+    if sum(f.rows for f in described) != sum(rows for _task, rows in written):
         raise RuntimeError(f"compaction {plan.job_id}: the parts do not hold what the tasks "
                            "wrote")
     manifest.files.extend(described)

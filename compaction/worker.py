@@ -57,6 +57,13 @@ KEEP_JOBS = 10          # job records kept per topic
 PROGRESS_EVERY = 0.5    # seconds between job-record updates while Spark runs
 
 
+def phase_pause() -> float:
+    """Crash and progress tests' hook: `SHADOWTOPIC_PHASE_PAUSE=<seconds>` holds each job
+    that long at the start of each Spark phase, after the phase is in its record. Unset
+    (always, outside tests): 0."""
+    return float(os.environ.get("SHADOWTOPIC_PHASE_PAUSE", "0") or 0)
+
+
 def failpoint(name: str) -> None:
     """Crash tests' hook: `SHADOWTOPIC_FAILPOINT=<name>` kills this process (SIGKILL, as a
     crash would) when it reaches `name`. Unset (always, outside tests): nothing."""
@@ -264,12 +271,17 @@ class Worker:
         out_rel = Storage.compacted_rel(topic, job.job_id)
         last = [0.0]
 
+        pause, paused = phase_pause(), set()
+
         def progress(phase: int, done: int, total: int) -> None:  # from Spark's thread
             now = time.monotonic()
             if now - last[0] < PROGRESS_EVERY and phase == job.phase:
                 return
             last[0] = now
             loop.call_soon_threadsafe(self._progress, topic, job, phase, done, total)
+            if pause and not total and phase not in paused:  # the job's thread: a phase begins
+                paused.add(phase)
+                time.sleep(pause)
 
         t_spark = time.monotonic()
         manifest = await loop.run_in_executor(

@@ -322,10 +322,13 @@ def test_killed_worker_leaves_the_old_view_and_a_rerun_finishes(etcd_server, tmp
             ids += produce(c, topic, [(f"k{i % 13}", f"w{i}") for i in range(3000)])
             if crash == "before-publish":
                 os.environ["SHADOWTOPIC_FAILPOINT"] = "compaction.before_publish"
+            else:  # the job holds 30 s at each phase: killed while Spark has its job
+                os.environ["SHADOWTOPIC_PHASE_PAUSE"] = "30"
             try:
                 workers.append(start_worker(etcd_server, str(tmp_path / "w1"), cluster))
             finally:
                 os.environ.pop("SHADOWTOPIC_FAILPOINT", None)
+                os.environ.pop("SHADOWTOPIC_PHASE_PAUSE", None)
             j2 = c.admin.compact(topic)
             deadline = time.monotonic() + 120
             if crash == "spark-running":
@@ -538,17 +541,38 @@ def test_keyless_messages_dropped_by_policy(client, topic):
     assert compacted_ids(client, topic) == [ids[1]]
 
 
-def test_cli_wait_on_a_terminal_shows_progress(client, source, topic):
+@pytest.fixture
+def paused(etcd_server, tmp_path):
+    """A broker and a worker of a cluster of their own, the worker holding each job 3 s at
+    the start of each phase (so a watcher sees every phase, however fast the job)."""
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
+                      extra_args=["--lease-ttl", "3", "--cluster", cluster])
+    os.environ["SHADOWTOPIC_PHASE_PAUSE"] = "3"
+    try:
+        w = start_worker(etcd_server, str(tmp_path / "worker"), cluster)
+    finally:
+        os.environ.pop("SHADOWTOPIC_PHASE_PAUSE", None)
+    try:
+        b.start(timeout=60)
+        yield b
+    finally:
+        w.kill()
+        b.kill()
+
+
+def test_cli_wait_on_a_terminal_shows_progress(paused, topic):
     """K14 on a terminal: `compaction-status -w` draws its progress (phase bars, elapsed and
     remaining time) and ends with the result line."""
     import pty
-    produce(client, topic, [(f"k{i % 5}", f"v{i}") for i in range(200)])
-    job = client.admin.compact(topic)
+    with Client(paused.url, timeout=30) as client:
+        produce(client, topic, [(f"k{i % 5}", f"v{i}") for i in range(200)])
+        job = client.admin.compact(topic)
     exe = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
     master, slave = pty.openpty()
     proc = subprocess.Popen([exe, "topics", "compaction-status", topic, "-w"], stdout=slave,
                             stderr=slave, stdin=subprocess.DEVNULL,
-                            env=dict(os.environ, SHADOWTOPIC_URL=source.url, COLUMNS="120"))
+                            env=dict(os.environ, SHADOWTOPIC_URL=paused.url, COLUMNS="120"))
     os.close(slave)
     out = b""
     deadline = time.monotonic() + 120
