@@ -14,7 +14,10 @@ root, driven through the public client.
   the new pointer (the job record DONE). Each round deletes the pointer first, so every run
   is a full one [within 2.5x of the best single-node plan of the same run].
 - incremental: 10% more messages, then `admin.compact` (the previous compacted ledger plus
-  the new ledgers) [faster than the best plan's full run over all the files].
+  the new ledgers) [faster than the best plan's full run over all the files]. The 10% sit
+  in the open ledger, which the broker seals before it files the request; each compaction's
+  time is split by its job record's times into sealing + filing, the worker, and the
+  answer reaching the client (the full rounds start with every ledger sealed).
 - load: a `read_compacted` reader from earliest to the end (the latest state of every key)
   against a plain reader of the whole backlog [>= 20x faster].
 - peak worker memory: the job record's peak_rss_bytes (driver process + its JVM).
@@ -309,6 +312,9 @@ def lines(r: dict, a) -> list[str]:
     inc = r["incremental"]
     load = r["load"]
     m = r["mission"]
+    isp = inc.get("split") or {}
+    inc_job = round(isp.get("worker_s", 0) + isp.get("notify_s", 0), 3)
+
     def split(x: dict) -> str:
         sp = x.get("split") or {}
         return " / ".join(str(sp.get(k, "")) for k in ("seal_and_file_s", "worker_s",
@@ -331,6 +337,9 @@ def lines(r: dict, a) -> list[str]:
         f"| recompaction after +10% (incremental) vs DuckDB's full run of all files | "
         f"{inc['ours_s']} / {inc['duckdb_full_s']} s | faster | "
         f"{'yes' if inc['ours_s'] < inc['duckdb_full_s'] else '**no**'} |",
+        f"| ... of ours: sealing the open ledger (the new 10%) and filing / the compaction "
+        f"from the filed request to the pointer seen | {isp.get('seal_and_file_s')} / "
+        f"{inc_job} s | faster | {'yes' if inc_job < inc['duckdb_full_s'] else '**no**'} |",
         f"| load the latest state ({load['compacted_msgs']:,} msgs) vs the whole backlog "
         f"({load['backlog_msgs']:,}) | {load['compacted_s']} / {load['backlog_s']} s = "
         f"{load['speedup']}x | >= 20x | {'yes' if load['speedup'] >= 20 else '**no**'} |",
