@@ -19,8 +19,9 @@ pandas (which pyarrow would then import lazily into every broker, ~90 MiB each).
   broadcast sorted set of live positions (and keyless rows when `retain_null_key`), and
   writes them to `<out_dir>/part-<task>.parquet` in row groups of about `GROUP_BYTES` of
   raw: a task's files are contiguous in id order and each is in id order, so every part is
-  sorted and the parts follow the task order. The part is written under a hidden temp name
-  and renamed (fsynced first on a local root), so a retried or killed attempt never leaves
+  sorted and the parts follow the task order. On a local root the part is written under a
+  hidden temp name, fsynced and renamed; on an object store it is one object put when the
+  stream closes (deleted again if the task fails). A retried or killed attempt never leaves
   half a part under the final name. Yields `(task, rows written)`.
 """
 from __future__ import annotations
@@ -156,8 +157,11 @@ class _PartWriter:
             self.writer.close()
             self.out.close()
         finally:
-            if self.local and os.path.exists(self.tmp):
-                os.unlink(self.tmp)
+            if self.local:
+                if os.path.exists(self.tmp):
+                    os.unlink(self.tmp)
+            else:  # closing an object store's stream put the object: take it back
+                self.fs.delete_file(self.path)
 
 
 def write_survivors(live, retain_null_key: bool, out_dir: str):
@@ -170,6 +174,8 @@ def write_survivors(live, retain_null_key: bool, out_dir: str):
             try:
                 for rel in files:
                     for t in _chunks(fs, f"{base}/{rel}", None):
+                        if not t.num_rows:
+                            continue
                         t = t.select(SCHEMA.names).cast(SCHEMA)  # Spark-written: same columns
                         pos = _positions(t)
                         span = pc.min_max(pos).as_py()  # the live positions in this range
