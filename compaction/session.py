@@ -1,10 +1,11 @@
 """The compaction worker's SparkSession: built once and kept warm between jobs.
 
 `local[*]` by default; any `spark.master` (a standalone cluster, `local-cluster[...]`) with
-Spark settings passed as `conf`. The defaults suit a job that reads a few columns of many
-small row groups and writes one sorted output: few shuffle partitions, adaptive execution,
-no UI, no `_SUCCESS` marker or Parquet summary files in the compacted ledger's directory,
-and the driver bound to loopback unless `conf` says otherwise.
+Spark settings passed as `conf`. The job (spark_job.py) uses Spark's core only (RDD tasks
+that compute with Arrow, a broadcast, a treeReduce), so the defaults are few: no UI or
+console progress (the job record carries progress), Python workers reused between tasks and
+jobs, memory for the driver's merge of per-task tables, and the driver bound to loopback
+unless `conf` says otherwise.
 """
 from __future__ import annotations
 
@@ -14,18 +15,11 @@ import sys
 DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.sql.adaptive.enabled": "true",
-    "spark.sql.autoBroadcastJoinThreshold": str(64 << 20),
-    "spark.sql.parquet.compression.codec": "zstd",
-    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-    "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
-    "spark.hadoop.parquet.summary.metadata.level": "NONE",
+    "spark.python.worker.reuse": "true",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.driver.memory": "2g",
     "spark.executor.memory": "1g",
-    "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
 
 
