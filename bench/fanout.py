@@ -1,7 +1,8 @@
 """Reader fan-out: `--readers` non-durable readers of one topic in one client process, every
 message decoded by the client (`Message` objects built from `raw`, payload touched), beside
-`grpc_decoded_fanout_msgs_per_s` of ../shared/peers/limits.py (the same number of streams,
-each frame parsed by protobuf in one client process), in alternating rounds (A B A B ...).
+`grpc_decoded_fanout_msgs_per_s` of the peers' limits.py (SHARED/peers, see `make bench`):
+the same number of streams, each frame parsed by protobuf in one client process, in
+alternating rounds (A B A B ...).
 
     .venv/bin/python bench/fanout.py --shared ../shared [--readers 100] [--rounds 3]
 

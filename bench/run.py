@@ -9,8 +9,8 @@ shadows (bench/shadows_scale.py), and compaction (bench/compaction_bench.py: ful
 incremental compaction with the warm worker beside DuckDB and Polars over the same Parquet
 files, compacted load vs the whole backlog, 100 read_compacted subscriptions over the source
 and 4 shadows), each measured in one run next to the machine's ceilings
-(../shared/peers/limits.py) and NATS JetStream (../shared/peers/nats_jetstream.py). Writes
-bench/RESULTS.md and bench/out/<stamp>.json.
+(the peers' limits.py) and NATS JetStream (the peers' nats_jetstream.py; both in SHARED/peers,
+see `make bench`). Writes bench/RESULTS.md and bench/out/<stamp>.json.
 
     .venv/bin/python bench/run.py --shared ../shared [--messages 400000] [--rounds 3]
                     [--only produce,fanout,consume,flush,fanout100,broadcast,shadows,shadows-scale,

@@ -2,7 +2,7 @@
 
 A request's horizon is the last entry of the newest ledger its broker sealed for it (the
 open ledger is sealed first, so the job covers everything produced before the request).
-Incremental (DESIGN.md §6, K12): the input is the previous compacted ledger (the current
+Incremental (K12, docs/BEHAVIOURS.md): the input is the previous compacted ledger (the current
 pointer's manifest) plus the ledgers sealed after its horizon, up to the new horizon; a full
 plan (`full=True`) reads every sealed ledger up to the horizon instead. Ledgers that
 retention deleted are simply not in the list: what they held survives in the previous

@@ -41,6 +41,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from compaction import commit, plan as planning, spark_job
 from compaction.session import build_session
+from source import failpoints
 from source.broker.rpc import error_status
 from source.broker.topics import decode_info
 from source.core import errors
@@ -55,21 +56,6 @@ from source.pb.v1 import admin_pb2 as apb
 log = logging.getLogger("compaction.worker")
 KEEP_JOBS = 10          # job records kept per topic
 PROGRESS_EVERY = 0.5    # seconds between job-record updates while Spark runs
-
-
-def phase_pause() -> float:
-    """Crash and progress tests' hook: `SHADOWTOPIC_PHASE_PAUSE=<seconds>` holds each job
-    that long at the start of each Spark phase, after the phase is in its record. Unset
-    (always, outside tests): 0."""
-    return float(os.environ.get("SHADOWTOPIC_PHASE_PAUSE", "0") or 0)
-
-
-def failpoint(name: str) -> None:
-    """Crash tests' hook: `SHADOWTOPIC_FAILPOINT=<name>` kills this process (SIGKILL, as a
-    crash would) when it reaches `name`. Unset (always, outside tests): nothing."""
-    if os.environ.get("SHADOWTOPIC_FAILPOINT") == name:
-        log.warning("failpoint %s: killing this process", name)
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -271,7 +257,7 @@ class Worker:
         out_rel = Storage.compacted_rel(topic, job.job_id)
         last = [0.0]
 
-        pause, paused = phase_pause(), set()
+        started = set()
 
         def progress(phase: int, done: int, total: int) -> None:  # from Spark's thread
             now = time.monotonic()
@@ -279,9 +265,9 @@ class Worker:
                 return
             last[0] = now
             loop.call_soon_threadsafe(self._progress, topic, job, phase, done, total)
-            if pause and not total and phase not in paused:  # the job's thread: a phase begins
-                paused.add(phase)
-                time.sleep(pause)
+            if not total and phase not in started:  # the job's thread: a phase begins
+                started.add(phase)
+                failpoints.hit("compaction.phase_start")
 
         t_spark = time.monotonic()
         manifest = await loop.run_in_executor(
@@ -294,7 +280,7 @@ class Worker:
         job.bytes_written = manifest.output_bytes
         job.peak_rss_bytes = peak_rss_bytes(self._jvm_pid)
         await self._put_job(topic, job)
-        failpoint("compaction.before_publish")
+        failpoints.hit("compaction.before_publish")
         new_pointer = commit.pointer_for(manifest, f"{out_rel}/manifest.pb")
         job.phase, job.end_time = apb.DONE, int(time.time() * 1000)
         await commit.publish(self.store, topic, new_pointer,

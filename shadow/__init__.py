@@ -1,4 +1,5 @@
-"""The read replica (DESIGN.md §5): a shadow topic's view of its source's ledgers."""
+"""The read replica: a shadow topic's view of its source's ledgers (docs/ARCHITECTURE.md,
+"Replication to shadows")."""
 from shadow.ledger import ShadowLedger
 
 __all__ = ["ShadowLedger"]

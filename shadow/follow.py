@@ -1,4 +1,4 @@
-"""Following one metadata key the way DESIGN.md §4 says watchers do: list, then watch from
+"""Following one metadata key the way docs/ARCHITECTURE.md says watchers do: list, then watch from
 the listed revision; re-list when that revision was compacted away or the store went away.
 
 `KeyFollower` hands every new value of one key (or its deletion) to a synchronous callback,

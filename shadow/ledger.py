@@ -14,7 +14,7 @@ Reads go through a `LedgerListReader` over the storage root the source writes to
 ledgers from their Parquet files, an unsealed ledger's confirmed range from the source's
 WAL (readable when the root is a POSIX filesystem shared with the source: `Storage.
 shared_wal`; with an object-store root unsealed entries are not readable here and the
-shadow sees sealed ledgers only, as DESIGN.md §3 says).
+shadow sees sealed ledgers only: docs/ARCHITECTURE.md, "Storage formats").
 
 What is confirmed. A sealed ledger holds the entries its list record says. An unsealed
 ledger's count comes from two places:

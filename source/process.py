@@ -11,8 +11,8 @@ is only set when spawning from the main thread (a child forked from a worker thr
 test's `asyncio.to_thread`, would otherwise die with that thread). Off Linux, and for children
 forked from other threads, only the parent's own clean-up (finally blocks, atexit) stops them.
 
-`Supervisor` drives one `Role` (the broker today; the shadow broker and the compaction worker
-when they join the standalone) from the standalone's main loop, without blocking it:
+`Supervisor` drives one `Role` (the source broker, the shadow broker or the compaction
+worker) from the standalone's main loop, without blocking it:
 
     starting --ready--> running --exit--> backoff --delay--> starting ...
         \\--exit / timeout / launch error--> backoff, or failed

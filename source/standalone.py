@@ -1,20 +1,20 @@
-"""Standalone: etcd, then the broker as child processes on one data dir (like
-`pulsar standalone`). Ready when the broker it started says SERVING on gRPC health.
+"""Standalone: etcd, then a source broker, a shadow broker and a compaction worker as child
+processes on one data dir (like `pulsar standalone`). Ready when every role it started says
+SERVING on gRPC health.
 
     <data-dir>/etcd       etcd's data
     <data-dir>/storage    ledgers (the storage root) and WALs
-    <data-dir>/logs       etcd.log, broker.log
+    <data-dir>/logs       etcd.log, broker.log, shadow-broker.log, compaction-worker.log
 
 The children die with the standalone, even under kill -9 (`source.process.spawn`). It refuses
 to start when its service port or etcd's ports are taken (say by an earlier standalone), so
-an orphan answering health on the port can never pass for its own broker. A broker that
+an orphan answering health on the port can never pass for its own broker. A role that
 exits is restarted by a `source.process.Supervisor` (back-off 0.5 s doubling to 8 s; 5
 failures within a minute stop everything, exit 1); etcd exiting stops everything. SIGTERM
-or SIGINT stops the broker, then etcd, exit 0.
+or SIGINT stops the roles, then etcd, exit 0.
 
-`BrokerProcess` (start a broker process, wait for SERVING, terminate or kill -9 it) is what
-tests and benchmarks use too. The shadow broker and the compaction worker join here as
-further supervised roles when their issues land.
+`BrokerProcess` (start a broker, shadow broker or worker process, wait for SERVING,
+terminate or kill -9 it) is what tests and benchmarks use too.
 """
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ class BrokerProcess:
 
     def __init__(self, etcd: str, data_dir: str, port: int, host: str = "127.0.0.1",
                  log_path: str | None = None, extra_args: list[str] | None = None,
-                 module: str = "source.broker.server"):
+                 module: str = "source.broker.server", env: dict[str, str] | None = None):
         self.module = module    # the shadow broker is "shadow.broker"
         self.role = {"shadow.broker": "shadow broker",
                      "compaction.worker": "compaction worker"}.get(module, "broker")
@@ -80,6 +80,7 @@ class BrokerProcess:
         self.port = port
         self.log_path = log_path or os.path.join(data_dir, "logs", f"broker-{port}.log")
         self.extra_args = extra_args or []
+        self.env = env          # added to this process's environment (e.g. failpoints.env)
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -89,7 +90,8 @@ class BrokerProcess:
     def start(self, timeout: float = 60.0, wait: bool = True) -> "BrokerProcess":
         self.proc = spawn([sys.executable, "-m", self.module, "--etcd", self.etcd,
                            "--data-dir", self.data_dir, "--host", self.host,
-                           "--port", str(self.port), *self.extra_args], self.log_path)
+                           "--port", str(self.port), *self.extra_args], self.log_path,
+                           env=dict(os.environ, **self.env) if self.env else None)
         if wait:
             try:
                 wait_serving(self.url, timeout, self.proc)

@@ -1,11 +1,26 @@
 """Shared fixtures. There is no pytest-asyncio: tests run coroutines with `arun(...)`
-(asyncio.run with a time bound) inside plain test functions."""
+(asyncio.run with a time bound) inside plain test functions.
+
+Unit and integration tests: an integration test needs a real process (etcd, a broker, a
+compaction worker, Spark). It is one when it lives in tests/test_integration, uses a process
+fixture (`etcd_server`, `spark`), or says so with `@pytest.mark.integration` (a contract
+suite's real-etcd parameter does, with `pytest.param("etcd", marks=pytest.mark.integration)`).
+`make test-unit` runs everything else (`-m "not integration"`); `make test` runs all.
+"""
 from __future__ import annotations
 
 import asyncio
 from typing import Any, Callable, Coroutine
 
 import pytest
+
+PROCESS_FIXTURES = {"etcd_server", "spark"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "test_integration" in item.path.parts or PROCESS_FIXTURES & set(item.fixturenames):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import zlib
 from typing import Callable
 
 from source.core import errors
@@ -23,6 +22,7 @@ from source.core.names import TopicName
 from source.metadata import keys
 from source.metadata.base import (Compare, Delete, LeaseNotFound, MetadataStore,
                                   MetadataUnavailable, Put)
+from source.metadata.placement import pick_broker
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
 log = logging.getLogger(__name__)
@@ -151,16 +151,3 @@ class BrokerSession:
         if role in self.roles:
             return mpb.BrokerInfo(broker_id=self.broker_id, url=self.url, roles=self.roles)
         return await pick_broker(self.store, self.cluster, role, topic)
-
-
-async def pick_broker(store: MetadataStore, cluster: str, role: str,
-                      topic: TopicName) -> mpb.BrokerInfo | None:
-    """A registered broker with `role` for `topic`, the same for every asker (by a hash of
-    the topic's name without its partition suffix, so a topic's partitions go together)."""
-    snap = await store.get_prefix(keys.brokers_prefix(cluster))
-    brokers = sorted((b for b in (mpb.BrokerInfo.FromString(kv.value) for kv in snap.items)
-                      if role in b.roles), key=lambda b: b.broker_id)
-    if not brokers:
-        return None
-    base = str(topic).split("-partition-")[0]
-    return brokers[zlib.crc32(base.encode()) % len(brokers)]

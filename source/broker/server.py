@@ -29,7 +29,7 @@ from source.broker.ownership import BrokerSession
 from source.broker.producer_service import ProducerService
 from source.broker.rpc import RejectMalformed
 from source.broker.topics import ShadowLoader, TopicManager
-from source.cli.parse import size
+from source.core.argtypes import size
 from source.ledger.entry_cache import DEFAULT_BYTES
 from source.ledger.storage import Storage
 from source.metadata.etcd import EtcdStore

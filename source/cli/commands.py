@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from source.cli.output import emit, fail, message_line
@@ -43,9 +44,10 @@ def standalone(args) -> int:
 
 
 def broker(args) -> int:
-    from source.broker import server
-    server.main(args.args)
-    return 0
+    """`shadowtopic broker ...` becomes `python -m source.broker.server ...` (exec, same pid):
+    the CLI is a client and imports no server code."""
+    os.execv(sys.executable, [sys.executable, "-m", "source.broker.server", *args.args])
+    return 1  # not reached: execv returns only by raising
 
 
 def topics_create(args) -> int:

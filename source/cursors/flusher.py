@@ -4,7 +4,7 @@ The subscription engine marks a cursor dirty after it changes (`mark`), or gone 
 ONE asyncio task per topic saves everything marked since the last flush with one
 `CursorStore.save` every `interval` seconds (never a task or a write per subscription). A
 restart restores cursors at most one interval (plus one save) old: acknowledged messages
-of that window are redelivered, nothing unacknowledged is lost (SCENARIOS C4).
+of that window are redelivered, nothing unacknowledged is lost (C4, docs/BEHAVIOURS.md).
 
 A failed save keeps its cursors dirty (a newer mark wins) and is retried at the next tick.
 `errors.Fenced` stops the flusher for good (`fenced` says why; the topic's new owner

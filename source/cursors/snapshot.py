@@ -1,5 +1,6 @@
 """`SnapshotCursorStore`: a topic's cursors in files under the storage root, named by one
-small pointer in etcd (DESIGN.md §4: batched cursor persistence, never one etcd write per ack).
+small pointer in etcd (batched cursor persistence, never one etcd write per ack: see
+docs/ARCHITECTURE.md, "Metadata in etcd").
 
 Layout (formats in proto/source/pb/storage/v1/cursors.proto):
 

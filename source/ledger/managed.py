@@ -28,6 +28,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
+from source import failpoints
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import TopicName
@@ -532,6 +533,7 @@ class ManagedLedger:
             self._executor, lambda: seal_wal(self.storage.fs, self.storage.full(rel),
                                              self.storage.wal_path(wal_rel), frames, count,
                                              ledger_id=lid))
+        failpoints.hit("ledger.seal.before_publish")
 
         def mark(lst: mpb.LedgerList) -> None:
             for info in lst.ledgers:

@@ -1,5 +1,5 @@
-"""Metadata store (DESIGN.md §4): the interface, an etcd implementation, an in-memory twin,
-and a helper that runs a local etcd server."""
+"""Metadata store (docs/ARCHITECTURE.md, "Metadata in etcd"): the interface, an etcd
+implementation, an in-memory twin, and a helper that runs a local etcd server."""
 from .base import (Compare, Delete, KeyValue, LeaseNotFound, MetadataError, MetadataStore,
                    MetadataUnavailable, Put, RevisionCompacted, Snapshot, TxnResult, WatchEvent)
 from .etcd import EtcdStore

@@ -1,4 +1,5 @@
-"""The metadata store interface (DESIGN.md §4): an async key-value store with etcd semantics.
+"""The metadata store interface (docs/ARCHITECTURE.md, "Metadata in etcd"): an async
+key-value store with etcd semantics.
 
 Two implementations share one contract test suite: `EtcdStore` (a real etcd through the
 `etcd3` module, called from asyncio through a thread pool) and `MemoryStore` (an in-memory

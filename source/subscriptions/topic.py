@@ -19,7 +19,7 @@ ledgers after the horizon. The flag is stored in the SubscriptionMeta (written a
 first consumer reads the other way), so a subscription without consumers keeps reading the
 compacted view across a reload: `load` opens that view when a stored subscription needs it.
 
-Restart (SCENARIOS C4): `load` reads the subscription metas and the cursor snapshot; a
+Restart (C4, docs/BEHAVIOURS.md): `load` reads the subscription metas and the cursor snapshot; a
 subscription resumes at its first unacknowledged entry, skipping entries acknowledged
 individually above it. At most one flush interval of acknowledgements is lost to a crash:
 those entries are delivered again; nothing unacknowledged is skipped.

@@ -14,6 +14,7 @@ from source.ledger.storage import Storage
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_the_job_runs_on_a_local_cluster(tmp_path, ledgers):
     st = Storage(str(tmp_path / "storage"))
     led = ledgers(st)

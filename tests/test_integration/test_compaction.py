@@ -15,6 +15,7 @@ import uuid
 import pyarrow.parquet as pq
 import pytest
 
+from source import failpoints
 from source.broker.server import free_port
 from source.client import Client, Policies, errors
 from source.core.names import TopicName
@@ -27,15 +28,17 @@ WORKER_ARGS = ["--spark-master", "local[2]", "--grace", "1", "--lease-ttl", "3",
                "--relist", "1"]
 
 
-def start_worker(etcd, data_dir: str, cluster: str) -> BrokerProcess:
+def start_worker(etcd, data_dir: str, cluster: str,
+                 points: dict[str, str] | None = None) -> BrokerProcess:
     """A worker process, SERVING. One start that exits during start-up (once, in a CI run
     of the whole suite on the shared 2-core machine: a port taken between `free_port` and
     the bind, or a JVM that did not come up) is retried once on a fresh port; a second
-    failure fails the test with both logs."""
+    failure fails the test with both logs. `points`: failpoints enabled in the worker."""
     def launch(attempt: int) -> BrokerProcess:
         w = BrokerProcess(etcd.endpoint, os.path.join(data_dir, f"try{attempt}"), free_port(),
                           module="compaction.worker",
-                          extra_args=[*WORKER_ARGS, "--cluster", cluster])
+                          extra_args=[*WORKER_ARGS, "--cluster", cluster],
+                          env=failpoints.env(points) if points else None)
         return w.start(timeout=180)
 
     try:
@@ -320,15 +323,11 @@ def test_killed_worker_leaves_the_old_view_and_a_rerun_finishes(etcd_server, tmp
             assert wait_done(c, topic, j1).phase == "done"
             workers[0].kill()
             ids += produce(c, topic, [(f"k{i % 13}", f"w{i}") for i in range(3000)])
-            if crash == "before-publish":
-                os.environ["SHADOWTOPIC_FAILPOINT"] = "compaction.before_publish"
-            else:  # the job holds 30 s at each phase: killed while Spark has its job
-                os.environ["SHADOWTOPIC_PHASE_PAUSE"] = "30"
-            try:
-                workers.append(start_worker(etcd_server, str(tmp_path / "w1"), cluster))
-            finally:
-                os.environ.pop("SHADOWTOPIC_FAILPOINT", None)
-                os.environ.pop("SHADOWTOPIC_PHASE_PAUSE", None)
+            # the job holds 30 s at each phase (killed while Spark has its job), or the worker
+            # kills itself once the output is written, before the pointer moves
+            points = ({"compaction.before_publish": "kill"} if crash == "before-publish"
+                      else {"compaction.phase_start": "sleep(30)"})
+            workers.append(start_worker(etcd_server, str(tmp_path / "w1"), cluster, points))
             j2 = c.admin.compact(topic)
             deadline = time.monotonic() + 120
             if crash == "spark-running":
@@ -548,11 +547,8 @@ def paused(etcd_server, tmp_path):
     cluster = f"c-{uuid.uuid4().hex[:8]}"
     b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
                       extra_args=["--lease-ttl", "3", "--cluster", cluster])
-    os.environ["SHADOWTOPIC_PHASE_PAUSE"] = "3"
-    try:
-        w = start_worker(etcd_server, str(tmp_path / "worker"), cluster)
-    finally:
-        os.environ.pop("SHADOWTOPIC_PHASE_PAUSE", None)
+    w = start_worker(etcd_server, str(tmp_path / "worker"), cluster,
+                     {"compaction.phase_start": "sleep(3)"})
     try:
         b.start(timeout=60)
         yield b

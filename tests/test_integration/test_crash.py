@@ -1,8 +1,9 @@
-"""Durability under kill -9, torn WAL tails and corrupt sealed ledgers (SCENARIOS F1-F3)."""
+"""Durability under kill -9, torn WAL tails and corrupt sealed ledgers (docs/BEHAVIOURS.md F1-F3)."""
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -10,9 +11,12 @@ import time
 
 import pytest
 
+from source import failpoints
+from source.broker.server import free_port
 from source.client import Client
 from source.core import errors
 from source.core.message_id import MessageId
+from source.standalone import BrokerProcess
 
 PRODUCER_SCRIPT = textwrap.dedent("""
     import json, sys
@@ -207,3 +211,35 @@ def test_sigterm_under_load_exits_promptly_and_loses_nothing_acknowledged(
     for pid in range(4):
         lost = {s for s in acked[pid] if got[pid].get(s) != acked[pid][s]}
         assert not lost, f"producer {pid}: {len(lost)} acknowledged messages lost or moved"
+
+
+def test_kill9_between_a_seal_and_its_publish_loses_nothing(etcd_server, tmp_path, topic):
+    """F1 at the seal: the broker dies (failpoint `ledger.seal.before_publish`) after a
+    ledger's Parquet file is written and fsynced but before the ledger list says SEALED.
+    The next start seals that ledger again from its WAL: every acknowledged message is read
+    back once with its id, the ledger is SEALED with all its entries, and produce goes on."""
+    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "data"), free_port(),
+                      extra_args=["--lease-ttl", "3"],
+                      env=failpoints.env({"ledger.seal.before_publish": "kill"}))
+    b.start(timeout=60)
+    try:
+        with Client(b.url, timeout=10) as c:
+            c.admin.create_topic(topic)
+            with c.create_producer(topic) as p:
+                ids = [p.send(f"m{i}".encode(), key=f"k{i % 7}") for i in range(300)]
+            with pytest.raises(errors.ShadowTopicError):
+                c.admin.roll_ledger(topic)          # the broker dies sealing ledger 1
+        assert b.proc.wait(30) == -signal.SIGKILL
+        b.env = None
+        b.start(timeout=60)
+        messages = read_all(b.url, topic)
+        assert [m.message_id for m in messages] == ids
+        assert [m.payload for m in messages] == [f"m{i}".encode() for i in range(300)]
+        with Client(b.url, timeout=20) as c:
+            ledgers = c.admin.internal_stats(topic)["ledgers"]
+            first = [l for l in ledgers if int(l["ledgerId"]) == ids[0].ledger_id]
+            assert [(l["state"], int(l["entries"])) for l in first] == [("SEALED", 300)]
+            with c.create_producer(topic) as p:
+                assert p.send(b"after") > ids[-1]
+    finally:
+        b.kill()

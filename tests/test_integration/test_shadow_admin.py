@@ -1,4 +1,4 @@
-"""Shadow topics' admin lifecycle (SCENARIOS S1-S6) and R4, driven as a user drives them:
+"""Shadow topics' admin lifecycle (docs/BEHAVIOURS.md S1-S6) and R4, driven as a user drives them:
 the `shadowtopic` CLI and the Python client against a real broker process and real etcd.
 What must not change is checked where it lives: etcd's keys (values and mod revisions) and
 the files under the broker's storage root, byte for byte."""

@@ -1,5 +1,5 @@
 """Durable subscriptions against a real broker and etcd, driven through the client as a user
-does (SCENARIOS C1-C7, retention honouring cursors)."""
+does (docs/BEHAVIOURS.md C1-C7, retention honouring cursors)."""
 from __future__ import annotations
 
 import threading

@@ -1,6 +1,6 @@
 """kill -9 of a broker holding 1,000 durable subscriptions at different positions with
 individually acknowledged holes: after a restart every cursor and backlog is restored exactly
-(SCENARIOS C4, C6)."""
+(docs/BEHAVIOURS.md C4, C6)."""
 from __future__ import annotations
 
 import time

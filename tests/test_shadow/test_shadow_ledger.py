@@ -35,7 +35,8 @@ SEALED, OPEN = mpb.LedgerState.SEALED, mpb.LedgerState.OPEN
 
 # ---- harness ------------------------------------------------------------------------------
 
-@pytest.fixture(params=["memory", "etcd"])
+@pytest.fixture(params=["memory",
+                        pytest.param("etcd", marks=pytest.mark.integration)])
 def backend(request):
     return request.param
 

@@ -206,7 +206,8 @@ def _env(request, tmp_path):
     return e
 
 
-@pytest.fixture(params=["memory", "snapshot-memory", "snapshot-etcd"])
+@pytest.fixture(params=["memory", "snapshot-memory",
+                        pytest.param("snapshot-etcd", marks=pytest.mark.integration)])
 def env(request, tmp_path):
     """Every CursorStore."""
     e = _env(request, tmp_path)
@@ -214,7 +215,8 @@ def env(request, tmp_path):
     asyncio.run(e.metadata.close())
 
 
-@pytest.fixture(params=["snapshot-memory", "snapshot-etcd"])
+@pytest.fixture(params=["snapshot-memory",
+                        pytest.param("snapshot-etcd", marks=pytest.mark.integration)])
 def snapshot_env(request, tmp_path):
     """The stores that keep files and a pointer (SnapshotCursorStore)."""
     e = _env(request, tmp_path)

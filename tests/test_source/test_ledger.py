@@ -429,7 +429,8 @@ def test_listeners_hear_of_entries_trims_and_closing(tmp_path, arun):
     arun(main())
 
 
-@pytest.mark.parametrize("backend", ["memory", "etcd"])
+@pytest.mark.parametrize("backend", ["memory",
+                                     pytest.param("etcd", marks=pytest.mark.integration)])
 def test_ledger_list_cas_retry_counts_each_ledger_once(tmp_path, request, backend):
     """A ledger-list write that loses its CAS (the list moved: e.g. a write whose reply was
     lost) re-reads the list and runs the mutation again; truncate of 3 ledgers still reports

@@ -18,7 +18,8 @@ from source.metadata import (Compare, Delete, EtcdServer, EtcdStore, LeaseNotFou
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture(params=["memory", "etcd"])
+@pytest.fixture(params=["memory",
+                        pytest.param("etcd", marks=pytest.mark.integration)])
 def store(request):
     if request.param == "memory":
         s = MemoryStore()
@@ -532,7 +533,8 @@ class Outage:
             self.server.close()
 
 
-@pytest.fixture(params=["memory", "etcd"])
+@pytest.fixture(params=["memory",
+                        pytest.param("etcd", marks=pytest.mark.integration)])
 def outage(request):
     o = Outage(request.param)
     yield o

@@ -1,6 +1,7 @@
-"""Parsing of CLI values: sizes (10M, 1G), durations (30s, 5m, 2h, 7d), k=v pairs, booleans,
-counts, seconds, points in time (10m ago, ISO 8601, ms since the epoch) and subscription
-types. A bad value raises ArgumentTypeError, which argparse reports."""
+"""Command-line value types (argparse `type=`), shared by the CLI and the server processes'
+flags: sizes (10M, 1G), durations (30s, 5m, 2h, 7d), k=v pairs, booleans, counts, seconds,
+points in time (10m ago, ISO 8601, ms since the epoch) and subscription types. A bad value
+raises ArgumentTypeError, which argparse reports."""
 from __future__ import annotations
 
 import argparse

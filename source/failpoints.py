@@ -1,0 +1,143 @@
+"""Failpoints: the named places where a test may crash, pause or fail a process (after etcd's
+gofail and TiKV's fail-rs). Every point is listed in `POINTS`; all are off unless enabled.
+
+A process enables points from one environment variable, read when this module is first
+imported (a test sets it in the environment of the child it starts, never in its own):
+
+    SHADOWTOPIC_FAILPOINTS="compaction.before_publish=kill;compaction.phase_start=sleep(3)"
+
+`;`-separated `point=action` pairs. Actions:
+
+    kill         SIGKILL this process at the point (a crash: no finally, no flush, no atexit)
+    sleep(S)     hold the calling thread S seconds (a pause; S may be fractional), then go on
+    error(TEXT)  raise `FailpointError(TEXT)` at the point (an injected failure)
+    off          nothing: the same as not naming the point
+
+An action may be prefixed with `N*` to act only the first N times the point is reached
+(`1*kill`, `2*sleep(0.5)`); after that the point is off. A name not in `POINTS` or an action
+that does not parse raises `ValueError` when the variable is read, so a typo fails the
+process at start-up instead of quietly testing nothing.
+
+In code, a point is one call: `failpoints.hit("compaction.before_publish")`. When nothing is
+enabled that is a dictionary lookup. Unit tests in one process use `enabled(...)` (a context
+manager) instead of the variable; `env(...)` builds the variable's value for a child.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+ENV = "SHADOWTOPIC_FAILPOINTS"
+
+log = logging.getLogger(__name__)
+
+# Every failpoint, with where it is and what a test uses it for.
+POINTS: dict[str, str] = {
+    "compaction.phase_start":
+        "the compaction worker, in the Spark job's thread, when a phase of a job begins "
+        "(after the phase is in the job's record): `sleep(S)` holds each phase so a test "
+        "sees every phase, or kills the worker while Spark has the job",
+    "compaction.before_publish":
+        "the compaction worker after the job's output is written and its record says "
+        "COMMITTING, before the one etcd transaction that moves the compaction pointer",
+    "ledger.seal.before_publish":
+        "a source broker after a ledger's Parquet file is written and fsynced, before the "
+        "ledger list marks the ledger SEALED",
+}
+
+_ACTION = re.compile(r"(?:(\d+)\*)?(kill|off|sleep\(([0-9.]+)\)|error\((.*)\))", re.S)
+
+
+class FailpointError(RuntimeError):
+    """What an `error(TEXT)` failpoint raises."""
+
+
+@dataclass
+class Action:
+    kind: str                 # "kill" | "sleep" | "error" | "off"
+    seconds: float = 0.0      # sleep
+    text: str = ""            # error
+    remaining: int | None = None   # None: every time
+
+    @classmethod
+    def parse(cls, text: str) -> "Action":
+        m = _ACTION.fullmatch(text.strip())
+        if m is None:
+            raise ValueError(f"failpoint action {text!r} is not kill, off, sleep(S) or "
+                             f"error(TEXT), optionally prefixed by N*")
+        count, word, seconds, message = m.groups()
+        kind = word.split("(")[0]
+        return cls(kind, float(seconds) if seconds else 0.0, message or "",
+                   int(count) if count else None)
+
+
+def parse(spec: str) -> dict[str, Action]:
+    """`"a=kill;b=sleep(2)"` -> {name: Action}; raises ValueError naming what is wrong."""
+    points: dict[str, Action] = {}
+    for pair in filter(None, (p.strip() for p in spec.split(";"))):
+        name, sep, action = pair.partition("=")
+        name = name.strip()
+        if not sep:
+            raise ValueError(f"failpoint {pair!r} is not point=action")
+        if name not in POINTS:
+            raise ValueError(f"unknown failpoint {name!r} (known: {', '.join(sorted(POINTS))})")
+        points[name] = Action.parse(action)
+    return points
+
+
+_lock = threading.Lock()
+_active: dict[str, Action] = parse(os.environ.get(ENV, ""))
+
+
+def hit(name: str) -> None:
+    """The point `name` is reached: do what it is enabled to do (usually nothing)."""
+    if not _active:
+        return
+    if name not in POINTS:
+        raise ValueError(f"unknown failpoint {name!r}")
+    with _lock:
+        action = _active.get(name)
+        if action is None or action.kind == "off":
+            return
+        if action.remaining is not None:
+            action.remaining -= 1
+            if action.remaining <= 0:
+                del _active[name]
+    log.warning("failpoint %s: %s", name, action.kind)
+    if action.kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif action.kind == "sleep":
+        time.sleep(action.seconds)
+    elif action.kind == "error":
+        raise FailpointError(action.text or f"failpoint {name}")
+
+
+def env(points: dict[str, str]) -> dict[str, str]:
+    """The environment entry that enables `points` in a child process:
+    `env({"compaction.before_publish": "kill"})` -> {ENV: "compaction.before_publish=kill"}.
+    Checked here, so a test's typo fails in the test."""
+    spec = ";".join(f"{name}={action}" for name, action in points.items())
+    parse(spec)
+    return {ENV: spec}
+
+
+@contextmanager
+def enabled(points: dict[str, str]) -> Iterator[None]:
+    """Enable `points` in this process for the block (unit tests), then restore."""
+    parsed = parse(";".join(f"{n}={a}" for n, a in points.items()))
+    with _lock:
+        saved = dict(_active)
+        _active.update(parsed)
+    try:
+        yield
+    finally:
+        with _lock:
+            _active.clear()
+            _active.update(saved)
