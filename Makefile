@@ -23,7 +23,8 @@ run: install
 	$(VENV)/bin/shadowtopic standalone
 
 # Tests run in parallel processes (pytest-xdist): most of an integration test's time is
-# waiting on its processes. A file runs on one worker (its module-scoped processes start once).
+# waiting on its processes. A file runs in one process (its module-scoped processes start
+# once).
 TEST_WORKERS ?= 4
 
 test: install

@@ -1,7 +1,11 @@
 """Integration fixtures: real broker processes against the session's real etcd.
 
-Each test gets its own broker (own data dir, free loopback port) and unique topic names, so
-tests never see each other's data although they share one etcd.
+Tests use unique topic names (the `topic` fixture: a namespace of its own), so they never
+see each other's data although they share one etcd and, by default, one broker: `broker` is
+the test process's shared broker. A test that kills, restarts or pauses its broker, or
+looks at its data directory or log as a whole, is marked `@pytest.mark.own_broker` and gets
+a broker of its own (own data dir, free loopback port). A test that stops the shared broker
+without the mark fails, and the broker is started again for the tests after it.
 """
 from __future__ import annotations
 
@@ -18,10 +22,35 @@ from source.client import Client
 from source.standalone import BrokerProcess
 
 
+BROKER_ARGS = ["--lease-ttl", "3"]
+
+
+@pytest.fixture(scope="session")
+def shared_broker(etcd_server, tmp_path_factory):
+    """The broker of every test in this test process that does not need its own."""
+    b = BrokerProcess(etcd_server.endpoint, str(tmp_path_factory.mktemp("shared-broker")),
+                      free_port(), extra_args=BROKER_ARGS)
+    b.start(timeout=60)
+    try:
+        yield b
+    finally:
+        b.kill()
+
+
 @pytest.fixture
-def broker(etcd_server, tmp_path):
+def broker(request, etcd_server, tmp_path):
+    """The shared broker, or with `@pytest.mark.own_broker` a fresh one, killed afterwards."""
+    if request.node.get_closest_marker("own_broker") is None:
+        b = request.getfixturevalue("shared_broker")
+        pid = b.proc.pid
+        yield b
+        if b.proc.pid != pid or b.proc.poll() is not None:
+            b.kill()
+            b.start(timeout=60)
+            pytest.fail("the test stopped the shared broker: mark it @pytest.mark.own_broker")
+        return
     b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "data"), free_port(),
-                      extra_args=["--lease-ttl", "3"])
+                      extra_args=BROKER_ARGS)
     b.start(timeout=60)
     try:
         yield b

@@ -1,4 +1,4 @@
-"""Out-of-range and malformed input gets typed errors naming the field and its range, never a
+"""F7: out-of-range and malformed input gets typed errors naming the field and its range, never a
 traceback: from the client library before anything is sent, and from the broker over raw
 gRPC (it validates what arrives itself).
 

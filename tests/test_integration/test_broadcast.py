@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from source.client import Client, MessageId
 from source.core import errors
 
@@ -27,6 +29,7 @@ def _wait(cond, timeout: float, what: str) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.own_broker
 def test_10000_subscriptions_broadcast_exactly_once_and_survive_kill_9(broker, client, topic):
     client.admin.create_topic(topic)
     names = [f"s{i}" for i in range(SUBS)]

@@ -508,6 +508,7 @@ def test_entries_added_counter_is_exact_with_retention_and_truncate(client, topi
 # ---- restart ---------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("how", ["terminate", "kill"])
+@pytest.mark.own_broker
 def test_broker_restart_keeps_every_message(broker, topic, how):
     with Client(broker.url, timeout=20) as c:
         c.admin.create_topic(topic)
@@ -543,6 +544,7 @@ def test_broker_restart_keeps_every_message(broker, topic, how):
         assert [m.message_id for m in read_all(c, topic)] == ids + [new]
 
 
+@pytest.mark.own_broker
 def test_same_client_reads_after_broker_restart(broker, topic):
     """A Client that read before a broker restart can create readers after it (its
     producers already reconnect)."""

@@ -153,6 +153,7 @@ def assert_equal(a, b):
     assert a == b, (a, b)
 
 
+@pytest.mark.own_broker
 def test_compacted_view_outlives_truncate_and_restart_with_subscriptions(etcd_server, broker,
                                                                          topic):
     """K15: after the raw ledgers up to the horizon are truncated and the broker restarts,

@@ -1,10 +1,10 @@
 """Compaction end to end: a user asks a real broker to compact (client and CLI), a real
 compaction worker process (one warm SparkSession for the module) runs the Spark job, and the
 result is checked in etcd (pointer, job record) and in the compacted ledger it names.
-Reads of the compacted view by consumers are in test_compacted_read.py."""
+Reads of the compacted view by consumers are in test_compacted_read.py; workers crashed or
+held by failpoints in test_compaction_failpoints.py."""
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -12,43 +12,17 @@ import sys
 import time
 import uuid
 
-import pyarrow.parquet as pq
 import pytest
 
-from source import failpoints
 from source.broker.server import free_port
 from source.client import Client, Policies, errors
 from source.core.names import TopicName
 from source.ledger.storage import Storage
-from source.metadata import EtcdStore, keys
+from source.metadata import keys
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.standalone import BrokerProcess
-
-WORKER_ARGS = ["--spark-master", "local[2]", "--grace", "1", "--lease-ttl", "3",
-               "--relist", "1"]
-
-
-def start_worker(etcd, data_dir: str, cluster: str,
-                 points: dict[str, str] | None = None) -> BrokerProcess:
-    """A worker process, SERVING. One start that exits during start-up (once, in a CI run
-    of the whole suite on the shared 2-core machine: a port taken between `free_port` and
-    the bind, or a JVM that did not come up) is retried once on a fresh port; a second
-    failure fails the test with both logs. `points`: failpoints enabled in the worker."""
-    def launch(attempt: int) -> BrokerProcess:
-        w = BrokerProcess(etcd.endpoint, os.path.join(data_dir, f"try{attempt}"), free_port(),
-                          module="compaction.worker",
-                          extra_args=[*WORKER_ARGS, "--cluster", cluster],
-                          env=failpoints.env(points) if points else None)
-        return w.start(timeout=180)
-
-    try:
-        return launch(0)
-    except RuntimeError as first:
-        try:
-            return launch(1)
-        except RuntimeError as again:
-            raise RuntimeError(f"{first}\n--- and again ---\n{again}") from None
-
+from tests.test_integration.compaction_support import (compacted_rows, etcd_put, pointer,
+                                                       produce, start_worker, wait_done)
 
 @pytest.fixture(scope="module")
 def cluster():
@@ -87,62 +61,6 @@ def client(source):
 @pytest.fixture
 def topic():
     return f"persistent://public/ns-{uuid.uuid4().hex[:8]}/t"
-
-
-def etcd_get(etcd, key: str):
-    async def get():
-        store = EtcdStore(etcd.endpoint)
-        try:
-            return await store.get(key)
-        finally:
-            await store.close()
-    return asyncio.run(get())
-
-
-def etcd_put(etcd, key: str, value: bytes) -> None:
-    async def put():
-        store = EtcdStore(etcd.endpoint)
-        try:
-            await store.put(key, value)
-        finally:
-            await store.close()
-    asyncio.run(put())
-
-
-def pointer(etcd, topic: str) -> mpb.CompactionPointer | None:
-    kv = etcd_get(etcd, keys.compaction(TopicName.parse(topic)))
-    return mpb.CompactionPointer.FromString(kv.value) if kv else None
-
-
-def wait_done(client, topic: str, job_id: str, timeout: float = 120):
-    deadline = time.monotonic() + timeout
-    last = None
-    for last in client.admin.watch_compaction(topic, timeout=timeout):
-        if last.job_id == job_id and last.done:
-            return last
-        assert time.monotonic() < deadline, f"job {job_id} not done: {last}"
-    raise AssertionError(f"watch ended before job {job_id} was done: {last}")
-
-
-def compacted_rows(source: BrokerProcess, ptr: mpb.CompactionPointer) -> list[tuple]:
-    """(ledger_id, entry_id, key, raw) of the compacted ledger `ptr` names, in id order."""
-    st = Storage(os.path.join(source.data_dir, "storage"))
-    rows = []
-    for f in ptr.manifest.files:
-        t = pq.read_table(st.full(f.path), columns=["ledger_id", "entry_id", "key", "raw"])
-        rows += list(zip(*(t.column(i).to_pylist() for i in range(4))))
-    return rows
-
-
-def produce(client, topic: str, items: list[tuple[str | None, str]]) -> list:
-    try:
-        client.admin.create_topic(topic)
-    except errors.TopicAlreadyExists:
-        pass
-    p = client.create_producer(topic)
-    ids = [p.send(v, key=k) for k, v in items]
-    p.close()
-    return ids
 
 
 def test_compact_keeps_the_latest_value_per_key(client, source, etcd_server, topic):
@@ -293,75 +211,6 @@ def test_compacting_a_shadow_is_refused(client, topic):
     client.admin.create_shadow_topic(shadow, topic)
     with pytest.raises(errors.NotAllowed):
         client.admin.compact(shadow)
-
-
-def _job_phase(etcd, topic: str, job_id: str) -> int | None:
-    from source.pb.v1 import admin_pb2 as apb
-    kv = etcd_get(etcd, keys.compaction_job(TopicName.parse(topic), job_id))
-    return apb.CompactionJob.FromString(kv.value).phase if kv else None
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("crash", ["spark-running", "before-publish"])
-def test_killed_worker_leaves_the_old_view_and_a_rerun_finishes(etcd_server, tmp_path, crash):
-    """K16: kill -9 the worker while Spark runs, or after the output is written but before
-    the pointer moves: the pointer still names the previous compacted ledger (readers keep
-    the old view), a new worker reruns the job under the same id with the same result, and
-    the orphaned output and the replaced ledger are collected."""
-    from source.pb.v1 import admin_pb2 as apb
-    cluster = f"c-{uuid.uuid4().hex[:8]}"
-    topic = f"persistent://public/ns-{uuid.uuid4().hex[:8]}/t"
-    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
-                      extra_args=["--lease-ttl", "3", "--cluster", cluster])
-    workers = []
-    try:
-        b.start(timeout=60)
-        workers.append(start_worker(etcd_server, str(tmp_path / "w0"), cluster))
-        with Client(b.url, timeout=30) as c:
-            ids = produce(c, topic, [(f"k{i % 10}", f"v{i}") for i in range(200)])
-            j1 = c.admin.compact(topic)
-            assert wait_done(c, topic, j1).phase == "done"
-            workers[0].kill()
-            ids += produce(c, topic, [(f"k{i % 13}", f"w{i}") for i in range(3000)])
-            # the job holds 30 s at each phase (killed while Spark has its job), or the worker
-            # kills itself once the output is written, before the pointer moves
-            points = ({"compaction.before_publish": "kill"} if crash == "before-publish"
-                      else {"compaction.phase_start": "sleep(30)"})
-            workers.append(start_worker(etcd_server, str(tmp_path / "w1"), cluster, points))
-            j2 = c.admin.compact(topic)
-            deadline = time.monotonic() + 120
-            if crash == "spark-running":
-                while _job_phase(etcd_server, topic, j2) not in (apb.SCANNING_KEYS,
-                                                                 apb.WRITING):
-                    assert time.monotonic() < deadline, "the job never started"
-                    time.sleep(0.02)
-                workers[1].kill()
-            else:  # the failpoint kills it
-                while workers[1].proc.poll() is None:
-                    assert time.monotonic() < deadline, "the worker did not reach the failpoint"
-                    time.sleep(0.05)
-            assert pointer(etcd_server, topic).job_id == j1  # the old view, whole
-            st = Storage(os.path.join(b.data_dir, "storage"))
-            tdir = Storage.topic_compacted_dir(TopicName.parse(topic))
-            workers.append(start_worker(etcd_server, str(tmp_path / "w2"), cluster))
-            s2 = wait_done(c, topic, j2, timeout=120)
-            assert s2.phase == "done", s2.error
-            ptr = pointer(etcd_server, topic)
-            assert ptr.job_id == j2
-            latest = {}
-            for mid, i in zip(ids, range(len(ids))):
-                k = f"k{i % 10}" if i < 200 else f"k{(i - 200) % 13}"
-                latest[k] = mid
-            assert [(r[0], r[1]) for r in compacted_rows(b, ptr)] == sorted(
-                (m.ledger_id, m.entry_id) for m in latest.values())
-            deadline = time.monotonic() + 30
-            while st.list_subdirs(tdir) != [Storage.compacted_rel(TopicName.parse(topic), j2)]:
-                assert time.monotonic() < deadline, f"not collected: {st.list_subdirs(tdir)}"
-                time.sleep(0.2)
-    finally:
-        for w in workers:
-            w.kill()
-        b.kill()
 
 
 # ---- reading the compacted view (read_compacted) ---------------------------------------------
@@ -538,51 +387,3 @@ def test_keyless_messages_dropped_by_policy(client, topic):
     ids = produce(client, topic, [(None, "free"), ("k", "v"), (None, "free2")])
     assert wait_done(client, topic, client.admin.compact(topic)).phase == "done"
     assert compacted_ids(client, topic) == [ids[1]]
-
-
-@pytest.fixture
-def paused(etcd_server, tmp_path):
-    """A broker and a worker of a cluster of their own, the worker holding each job 3 s at
-    the start of each phase (so a watcher sees every phase, however fast the job)."""
-    cluster = f"c-{uuid.uuid4().hex[:8]}"
-    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
-                      extra_args=["--lease-ttl", "3", "--cluster", cluster])
-    w = start_worker(etcd_server, str(tmp_path / "worker"), cluster,
-                     {"compaction.phase_start": "sleep(3)"})
-    try:
-        b.start(timeout=60)
-        yield b
-    finally:
-        w.kill()
-        b.kill()
-
-
-def test_cli_wait_on_a_terminal_shows_progress(paused, topic):
-    """K14 on a terminal: `compaction-status -w` draws its progress (phase bars, elapsed and
-    remaining time) and ends with the result line."""
-    import pty
-    with Client(paused.url, timeout=30) as client:
-        produce(client, topic, [(f"k{i % 5}", f"v{i}") for i in range(200)])
-        job = client.admin.compact(topic)
-    exe = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([exe, "topics", "compaction-status", topic, "-w"], stdout=slave,
-                            stderr=slave, stdin=subprocess.DEVNULL,
-                            env=dict(os.environ, SHADOWTOPIC_URL=paused.url, COLUMNS="120"))
-    os.close(slave)
-    out = b""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(master)
-    assert proc.wait(30) == 0
-    import re
-    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode(errors="replace"))
-    assert f"{job} scanning_keys" in text and f"{job} writing" in text, text[-2000:]
-    assert "done: 5 messages, 5 keys" in text, text[-2000:]

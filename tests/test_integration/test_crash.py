@@ -86,6 +86,7 @@ def read_all(url: str, topic: str, timeout: float = 60) -> list:
 
 
 @pytest.mark.slow
+@pytest.mark.own_broker
 def test_kill9_during_produce_loses_no_acknowledged_message(broker, client, topic, tmp_path):
     """F1: 4 producer processes, 200,000 messages, kill -9 the broker mid-way, restart."""
     client.admin.create_topic(topic)
@@ -125,6 +126,7 @@ def _open_wal(client: Client, broker, topic: str) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tail", ["partial-frame", "garbage", "cut-last-frame"])
+@pytest.mark.own_broker
 def test_torn_wal_tail_is_truncated_on_recovery(broker, client, topic, tail):
     """F2: recovery cuts the WAL at the last valid frame and serves nothing past it."""
     client.admin.create_topic(topic)
@@ -159,6 +161,7 @@ def test_torn_wal_tail_is_truncated_on_recovery(broker, client, topic, tail):
 
 
 @pytest.mark.slow
+@pytest.mark.own_broker
 def test_flipped_byte_in_sealed_ledger_is_data_loss_and_others_keep_working(
         broker, client, topic):
     """F3: a corrupt sealed ledger gives DATA_LOSS ChecksumError; other topics are unaffected."""
@@ -192,6 +195,7 @@ def test_flipped_byte_in_sealed_ledger_is_data_loss_and_others_keep_working(
 
 
 @pytest.mark.slow
+@pytest.mark.own_broker
 def test_sigterm_under_load_exits_promptly_and_loses_nothing_acknowledged(
         broker, client, topic, tmp_path):
     """F9: graceful stop under produce load: in-flight writes are fsynced and acked or not

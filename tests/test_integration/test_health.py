@@ -51,6 +51,7 @@ def test_broker_started_before_etcd_serves_once_etcd_is_up(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.own_broker
 def test_sigterm_exits_promptly_and_releases_ownership(broker, client, topic, etcd_server, arun):
     """F9 (part): SIGTERM ends the broker within its grace period and frees its topics."""
     from source.metadata.etcd import EtcdStore

@@ -33,6 +33,7 @@ def test_max_producers_refuses_the_extra_producer_and_stats_list_publishers(brok
         assert [r.read_next(5).payload for _ in range(2)] == [b"a", b"c"]
 
 
+@pytest.mark.own_broker
 def test_same_producer_recovers_after_broker_restart(broker, client, topic):
     client.admin.create_topic(topic)
     with Client(broker.url, timeout=10) as c:

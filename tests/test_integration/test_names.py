@@ -21,6 +21,7 @@ def _reason(exc: grpc.RpcError) -> str | None:
 
 
 @pytest.mark.parametrize("name", BAD)
+@pytest.mark.own_broker
 def test_bad_names_are_refused_and_nothing_is_created(broker, client, etcd_server, name):
     with grpc.insecure_channel(broker.url) as channel:
         stub = admin_pb2_grpc.AdminStub(channel)

@@ -87,8 +87,11 @@ def test_a_stalled_subscription_slows_no_one_and_memory_stays_in_budget(budget_b
         # the live subscriptions kept up: never more than a few batches behind the producer
         assert max(behind) <= 4 * PER_BATCH, f"live subscriptions fell behind: {behind}"
         assert got == {n: N for n in names}
-        # what went through (80 MiB) did not stay in the broker's memory
-        assert peak - rss0 < BUDGET + (40 << 20), \
+        # what went through (80 MiB) did not stay in the broker's memory. The broker grows
+        # by 38-42 MiB besides the budget when this test runs alone (Arrow's pool after the
+        # seals, gRPC buffers) and by 49 MiB once in the parallel suite; keeping the 80 MiB
+        # would grow it by over 110 MiB
+        assert peak - rss0 < BUDGET + (56 << 20), \
             f"broker RSS grew {(peak - rss0) >> 20} MiB with an {BUDGET >> 20} MiB budget"
         # the stalled subscription holds only its permits; it now reads all, in order
         seen = []

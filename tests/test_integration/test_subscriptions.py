@@ -184,6 +184,7 @@ def test_c3_a_dead_consumers_unacked_messages_go_to_another_with_a_count(broker,
 
 # ---- C4 / C6: restart, exact backlogs --------------------------------------------------------
 
+@pytest.mark.own_broker
 def test_c4_c6_kill_9_resumes_at_the_last_persisted_cursor_with_exact_backlogs(
         broker, client, topic):
     client.admin.create_topic(topic, policies=Policies(ledger_max_entries=7))

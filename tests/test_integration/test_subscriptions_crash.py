@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from source.client import Client, Policies
 from source.core import errors
 
@@ -25,6 +27,7 @@ def expected_backlog(i: int) -> int:
     return MESSAGES - len(acked)
 
 
+@pytest.mark.own_broker
 def test_1000_subscriptions_survive_kill_9_with_exact_backlogs(broker, client, topic):
     client.admin.create_topic(topic, policies=Policies(ledger_max_entries=50))
     with client.create_producer(topic) as p:

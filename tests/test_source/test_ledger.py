@@ -279,6 +279,8 @@ def test_expired_lease_acknowledges_nothing(tmp_path, arun, monkeypatch):
 
 
 def test_storage_full_acknowledges_nothing_then_recovers(tmp_path, arun, monkeypatch):
+    """F8 at the ledger: a write that finds the disk full fails with StorageFull and
+    acknowledges nothing of its group; once space is back, appends go on."""
     async def main():
         env = Env(tmp_path)
         ml = await env.open()

@@ -1,0 +1,132 @@
+"""Compaction with failpoints in the worker (source/failpoints.py): kill -9 while Spark has
+the job or between the output and the pointer's move (K16), and each phase held so a
+watcher on a terminal sees them all (K14). Each test has a broker and workers of its own,
+so this file runs beside test_compaction.py in `make test`."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from source.broker.server import free_port
+from source.client import Client
+from source.core.names import TopicName
+from source.ledger.storage import Storage
+from source.pb.v1 import admin_pb2 as apb
+from source.standalone import BrokerProcess
+from tests.test_integration.compaction_support import (compacted_rows, job_phase, pointer,
+                                                       produce, start_worker, wait_done)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("crash", ["spark-running", "before-publish"])
+def test_killed_worker_leaves_the_old_view_and_a_rerun_finishes(etcd_server, tmp_path, crash):
+    """K16: kill -9 the worker while Spark runs, or after the output is written but before
+    the pointer moves: the pointer still names the previous compacted ledger (readers keep
+    the old view), a new worker reruns the job under the same id with the same result, and
+    the orphaned output and the replaced ledger are collected."""
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    topic = f"persistent://public/ns-{uuid.uuid4().hex[:8]}/t"
+    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
+                      extra_args=["--lease-ttl", "3", "--cluster", cluster])
+    workers = []
+    try:
+        b.start(timeout=60)
+        workers.append(start_worker(etcd_server, str(tmp_path / "w0"), cluster))
+        with Client(b.url, timeout=30) as c:
+            ids = produce(c, topic, [(f"k{i % 10}", f"v{i}") for i in range(200)])
+            j1 = c.admin.compact(topic)
+            assert wait_done(c, topic, j1).phase == "done"
+            workers[0].kill()
+            ids += produce(c, topic, [(f"k{i % 13}", f"w{i}") for i in range(3000)])
+            # the job holds 30 s at each phase (killed while Spark has its job), or the worker
+            # kills itself once the output is written, before the pointer moves
+            points = ({"compaction.before_publish": "kill"} if crash == "before-publish"
+                      else {"compaction.phase_start": "sleep(30)"})
+            workers.append(start_worker(etcd_server, str(tmp_path / "w1"), cluster, points))
+            j2 = c.admin.compact(topic)
+            deadline = time.monotonic() + 120
+            if crash == "spark-running":
+                while job_phase(etcd_server, topic, j2) not in (apb.SCANNING_KEYS,
+                                                                 apb.WRITING):
+                    assert time.monotonic() < deadline, "the job never started"
+                    time.sleep(0.02)
+                workers[1].kill()
+            else:  # the failpoint kills it
+                while workers[1].proc.poll() is None:
+                    assert time.monotonic() < deadline, "the worker did not reach the failpoint"
+                    time.sleep(0.05)
+            assert pointer(etcd_server, topic).job_id == j1  # the old view, whole
+            st = Storage(os.path.join(b.data_dir, "storage"))
+            tdir = Storage.topic_compacted_dir(TopicName.parse(topic))
+            workers.append(start_worker(etcd_server, str(tmp_path / "w2"), cluster))
+            s2 = wait_done(c, topic, j2, timeout=120)
+            assert s2.phase == "done", s2.error
+            ptr = pointer(etcd_server, topic)
+            assert ptr.job_id == j2
+            latest = {}
+            for mid, i in zip(ids, range(len(ids))):
+                k = f"k{i % 10}" if i < 200 else f"k{(i - 200) % 13}"
+                latest[k] = mid
+            assert [(r[0], r[1]) for r in compacted_rows(b, ptr)] == sorted(
+                (m.ledger_id, m.entry_id) for m in latest.values())
+            deadline = time.monotonic() + 30
+            while st.list_subdirs(tdir) != [Storage.compacted_rel(TopicName.parse(topic), j2)]:
+                assert time.monotonic() < deadline, f"not collected: {st.list_subdirs(tdir)}"
+                time.sleep(0.2)
+    finally:
+        for w in workers:
+            w.kill()
+        b.kill()
+
+
+@pytest.fixture
+def paused(etcd_server, tmp_path):
+    """A broker and a worker of a cluster of their own, the worker holding each job 3 s at
+    the start of each phase (so a watcher sees every phase, however fast the job)."""
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
+                      extra_args=["--lease-ttl", "3", "--cluster", cluster])
+    w = start_worker(etcd_server, str(tmp_path / "worker"), cluster,
+                     {"compaction.phase_start": "sleep(3)"})
+    try:
+        b.start(timeout=60)
+        yield b
+    finally:
+        w.kill()
+        b.kill()
+
+
+def test_cli_wait_on_a_terminal_shows_progress(paused, topic):
+    """K14 on a terminal: `compaction-status -w` draws its progress (phase bars, elapsed and
+    remaining time) and ends with the result line."""
+    import pty
+    with Client(paused.url, timeout=30) as client:
+        produce(client, topic, [(f"k{i % 5}", f"v{i}") for i in range(200)])
+        job = client.admin.compact(topic)
+    exe = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([exe, "topics", "compaction-status", topic, "-w"], stdout=slave,
+                            stderr=slave, stdin=subprocess.DEVNULL,
+                            env=dict(os.environ, SHADOWTOPIC_URL=paused.url, COLUMNS="120"))
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.wait(30) == 0
+    import re
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode(errors="replace"))
+    assert f"{job} scanning_keys" in text and f"{job} writing" in text, text[-2000:]
+    assert "done: 5 messages, 5 keys" in text, text[-2000:]
