@@ -255,18 +255,9 @@ def run_broadcast(data_dir: str, subs: int = 100_000, procs: int = 4, duration: 
                  "rate_per_s": rate, "receiver_queue_size": queue_size, "settle_s": settle}
     with EtcdServer(os.path.join(data_dir, "etcd-broadcast")) as etcd:
         etcd.start()
-        before = os.environ.get("SHADOWTOPIC_PROFILE")
-        if profile:
-            os.environ["SHADOWTOPIC_PROFILE"] = profile
-        try:
-            broker = BrokerProcess(etcd.endpoint, os.path.join(data_dir, "broker-broadcast"),
-                                   free_port())
-            broker.start(timeout=60)
-        finally:
-            if profile and before is None:
-                os.environ.pop("SHADOWTOPIC_PROFILE", None)
-            elif profile:
-                os.environ["SHADOWTOPIC_PROFILE"] = before
+        broker = BrokerProcess(etcd.endpoint, os.path.join(data_dir, "broker-broadcast"),
+                               free_port(), extra_args=["--profile", profile] if profile else [])
+        broker.start(timeout=60)
         bpid, epid = broker.proc.pid, etcd.proc.pid
         ctx = mp.get_context("spawn")  # gRPC channels do not survive fork
         q = ctx.Queue()

@@ -35,7 +35,7 @@ fetch (AckPolicy.ALL); NATS has no Shared subscription, so the shared case is co
 ours because nats-py consumes at ~10-20K msgs/s and the script also produces and reads a
 last-value stream; its figure is a rate either way.
 
-`--profile PATH` runs the broker under cProfile (env SHADOWTOPIC_PROFILE) and leaves its
+`--profile PATH` runs the broker under cProfile (its own `--profile` flag) and leaves its
 stats at PATH when it exits; use it with `--no-peers --rounds 1 --cases shared` (or
 exclusive), as the timing it gives is the profiler's, not the broker's.
 """
@@ -243,20 +243,10 @@ def run_consume(peers: str | None, data_dir: str, messages: int = 200_000, paylo
     from source.metadata.etcd_server import EtcdServer
     from source.standalone import BrokerProcess
 
-    env_before = os.environ.get("SHADOWTOPIC_PROFILE")
     with EtcdServer(os.path.join(data_dir, "etcd-consume")) as etcd:
-        if profile:
-            os.environ["SHADOWTOPIC_PROFILE"] = profile
-        try:
-            broker = BrokerProcess(etcd.endpoint, os.path.join(data_dir, "broker-consume"),
-                                   free_port())
-            broker.start(timeout=60)
-        finally:
-            if profile:
-                if env_before is None:
-                    os.environ.pop("SHADOWTOPIC_PROFILE", None)
-                else:
-                    os.environ["SHADOWTOPIC_PROFILE"] = env_before
+        broker = BrokerProcess(etcd.endpoint, os.path.join(data_dir, "broker-consume"),
+                               free_port(), extra_args=["--profile", profile] if profile else [])
+        broker.start(timeout=60)
         try:
             with Client(broker.url, timeout=60) as c:
                 c.admin.create_topic(TOPIC)

@@ -90,21 +90,16 @@ class Pair:
         self.etcd = EtcdServer(os.path.join(data_dir, f"etcd-{tag}"))
         self.etcd.start()
         args = ["--storage-root", self.root, "--cluster", f"bench-{uuid.uuid4().hex[:8]}"]
+        def profiled(name: str) -> list[str]:
+            return ["--profile", f"{profile}.{name}"] if profile else []
+
         self.src = BrokerProcess(self.etcd.endpoint, os.path.join(data_dir, f"src-{tag}"),
-                                 free_port(), extra_args=args)
+                                 free_port(), extra_args=args + profiled("source"))
         self.sh = BrokerProcess(self.etcd.endpoint, os.path.join(data_dir, f"sh-{tag}"),
-                                free_port(), extra_args=args, module="shadow.broker")
-        saved = os.environ.get("SHADOWTOPIC_PROFILE")
-        try:
-            for b, name in ((self.src, "source"), (self.sh, "shadow")):
-                if profile:
-                    os.environ["SHADOWTOPIC_PROFILE"] = f"{profile}.{name}"
-                b.start(timeout=60)
-        finally:
-            if profile:
-                os.environ.pop("SHADOWTOPIC_PROFILE", None)
-                if saved is not None:
-                    os.environ["SHADOWTOPIC_PROFILE"] = saved
+                                free_port(), extra_args=args + profiled("shadow"),
+                                module="shadow.broker")
+        for b in (self.src, self.sh):
+            b.start(timeout=60)
         self.timeout = 120.0 if profile else 30.0
         self.url = self.src.url
         self.src_pid, self.sh_pid = self.src.proc.pid, self.sh.proc.pid
