@@ -35,8 +35,8 @@ from typing import Callable
 import numpy as np
 
 from compaction import arrow_tasks
+from compaction.manifest import finish_manifest, new_manifest
 from compaction.plan import Plan
-from compaction.reference import finish_manifest, new_manifest
 from source.ledger.compacted import describe_file
 from source.ledger.storage import Storage
 from source.pb.storage.v1 import metadata_pb2 as mpb

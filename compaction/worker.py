@@ -42,14 +42,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from compaction import commit, plan as planning, spark_job
 from compaction.session import build_session
 from source import failpoints
-from source.broker.rpc import error_status
-from source.broker.topics import decode_info
-from source.core import errors
+from source.core.errors import error_status
 from source.core.message_id import MessageId
 from source.core.names import TopicName
-from source.core.policies import Policies
 from source.ledger.storage import Storage
 from source.metadata import EtcdStore, MetadataStore, MetadataUnavailable, keys
+from source.metadata.topic_info import effective_policies
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import admin_pb2 as apb
 
@@ -225,15 +223,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         job.phase = apb.SCANNING_KEYS
         await self._put_job(topic, job)
-        info_kv = await self.store.get(keys.topic_info(topic))
-        if info_kv is None:
-            raise errors.TopicNotFound(f"topic {topic} was deleted")
-        info = decode_info(info_kv.value)
-        if info.partition_of:
-            parent = await self.store.get(keys.topic_info(TopicName.parse(info.partition_of)))
-            if parent is not None:
-                info = decode_info(parent.value)
-        retain = Policies.from_pb(info.policies).effective().retain_null_key
+        retain = (await effective_policies(self.store, topic)).retain_null_key
         lst_kv = await self.store.get(keys.ledgers(topic))
         ledgers = mpb.LedgerList.FromString(lst_kv.value) if lst_kv else mpb.LedgerList()
         ptr_kv = await self.store.get(keys.compaction(topic))

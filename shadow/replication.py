@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import logging
 
-from source.broker.rpc import error_status, typed
 from source.broker.topics import TopicManager
 from source.core import errors
+from source.core.errors import error_status, typed
 from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.metadata import keys

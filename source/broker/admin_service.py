@@ -12,12 +12,13 @@ import grpc
 from source.broker import stats
 from source.broker.compaction_admin import CompactionAdmin
 from source.broker.ownership import BrokerSession
-from source.broker.rpc import abort_stream, typed, unary
+from source.broker.rpc import abort_stream, unary
 from source.broker.shadow_admin import ShadowAdmin
 from source.broker.subscription_admin import SubscriptionAdmin
 from source.broker.topic import Topic
 from source.broker.topics import SHADOW, TopicManager, read_only
 from source.core import errors
+from source.core.errors import typed
 from source.core.names import TopicName, check_subscription, parse_namespace
 from source.core.policies import Policies
 from source.pb.storage.v1 import metadata_pb2 as mpb

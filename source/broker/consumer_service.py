@@ -22,9 +22,10 @@ from collections import deque
 from typing import Callable
 
 from source import wire
-from source.broker.rpc import abort_stream, error_status, typed
+from source.broker.rpc import abort_stream
 from source.broker.topics import TopicManager
 from source.core import errors
+from source.core.errors import error_status, typed
 from source.core.message_id import MessageId
 from source.core.names import TopicName, check_subscription
 from source.pb.v1 import common_pb2, consumer_pb2, consumer_pb2_grpc

@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 
 from source.broker.rates import Publisher
-from source.broker.rpc import error_status
 from source.broker.topic import Topic
 from source.broker.topics import TopicManager
 from source.core import errors
+from source.core.errors import error_status
 from source.core.names import TopicName
 from source.core.policies import MAX_BATCH_MESSAGES
 from source.pb.storage.v1 import views_pb2

@@ -1,14 +1,11 @@
 """Service-side error handling, so that every failure a client sees is typed.
 
 - `unary`: a handler's ShadowTopicError becomes a gRPC status with its reason in trailing
-  metadata (the one table in source.core.errors).
-- `typed`: what any other exception becomes: a request that does not parse is
-  `InvalidArgument`; anything else is `Internal`, logged with its traceback (a bug to fix).
-- `error_status`: the in-band form (`ErrorStatus`) streams report per-item errors with;
-  `abort_stream` ends a stream with a typed status.
-- Messages are cut to MAX_DETAILS characters: a status message travels in trailing metadata,
-  and one above gRPC's 16 KiB metadata limit (an error echoing a 6 MB argument) reached the
-  client as an untyped RESOURCE_EXHAUSTED instead of the error.
+  metadata (the one table in source.core.errors); any other exception becomes what
+  `errors.typed` says (a request that does not parse is
+  `InvalidArgument`, anything else `Internal`, logged); messages are cut by `errors.bounded`.
+- `abort_stream` ends a stream with a typed status (per-item errors inside a stream are
+  `errors.error_status`).
 - `RejectMalformed`: a server interceptor that answers a unary request whose bytes do not
   parse with INVALID_ARGUMENT and its reason (gRPC's own answer is UNKNOWN plus a logged
   traceback). Streamed requests are parsed while the handler reads them, which reports
@@ -21,33 +18,17 @@ import inspect
 import logging
 
 import grpc
-from google.protobuf.message import DecodeError
 
 from source.core import errors
-from source.pb.v1 import common_pb2
+from source.core.errors import bounded, typed
 
 log = logging.getLogger(__name__)
-MAX_DETAILS = 1000  # characters; percent-encoded UTF-8 stays below 16 KiB
-
-
-def _bounded(text: str) -> str:
-    return text if len(text) <= MAX_DETAILS else text[:MAX_DETAILS] + "..."
-
-
-def typed(exc: BaseException, where: str = "a handler") -> errors.ShadowTopicError:
-    """The typed error a client gets for an exception `where` let out."""
-    if isinstance(exc, errors.ShadowTopicError):
-        return exc
-    if isinstance(exc, DecodeError):
-        return errors.InvalidArgument(f"malformed request: {exc}")
-    log.error("%s failed", where, exc_info=exc)
-    return errors.Internal(f"internal error: {exc}")
 
 
 async def abort_stream(context: grpc.aio.ServicerContext, exc: errors.ShadowTopicError):
     code, details, md = errors.to_status(exc)
     context.set_trailing_metadata(md)
-    await context.abort(code, _bounded(details))
+    await context.abort(code, bounded(details))
 
 
 def unary(handler):
@@ -60,12 +41,6 @@ def unary(handler):
         except Exception as exc:  # noqa: BLE001 - the server keeps serving others
             await abort_stream(context, typed(exc, handler.__name__))
     return wrapper
-
-
-def error_status(exc: BaseException, **details: str) -> common_pb2.ErrorStatus:
-    err = typed(exc)
-    return common_pb2.ErrorStatus(code=err.code.name, reason=err.reason,
-                                  message=_bounded(err.message), details=details)
 
 
 class _Malformed:

@@ -34,12 +34,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from source.broker.topics import decode_info, metadata_errors
+from source.broker.topics import metadata_errors
 from source.core import errors
 from source.core.names import TopicName
 from source.core.policies import validate_properties
 from source.metadata import keys
 from source.metadata.base import Compare, Delete, MetadataStore, Put
+from source.metadata.topic_info import decode_info
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
 if TYPE_CHECKING:

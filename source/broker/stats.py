@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from source.broker.rpc import error_status
 from source.broker.topic import Topic
 from source.core import errors
+from source.core.errors import error_status
 from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.ledger import wal as walmod

@@ -35,6 +35,7 @@ from source.ledger.storage import Storage
 from source.metadata import keys
 from source.metadata.base import (Compare, Delete, KeyValue, MetadataStore,
                                   MetadataUnavailable, Put)
+from source.metadata.topic_info import SHADOW, SOURCE, effective_policies, read_info
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.broker.ownership import BrokerSession
 from source.broker.rates import TopicCounters
@@ -43,7 +44,6 @@ from source.replication.shadows import Channels, TopicReplicators
 from source.subscriptions import TopicSubscriptions
 
 log = logging.getLogger(__name__)
-SOURCE, SHADOW = mpb.TopicKind.SOURCE, mpb.TopicKind.SHADOW
 
 #: (shadow topic, its TopicInfo) -> the owned `Topic` serving it. The Topic behaves as one
 #: `_load` makes: its ledger is a LedgerView with `close()`, `fence(exc)`, `ownership` (the
@@ -66,13 +66,6 @@ def metadata_errors(call):
 def read_only(topic: TopicName | str, source: str) -> errors.NotAllowed:
     """What a write to a shadow (produce, roll, truncate) gets."""
     return errors.NotAllowed(f"topic {topic} is a read-only shadow of {source}")
-
-
-def decode_info(data: bytes) -> mpb.TopicInfo:
-    info = mpb.TopicInfo.FromString(data)
-    if info.kind == mpb.TopicKind.TOPIC_KIND_UNSPECIFIED:
-        info.kind = SOURCE  # written before TopicKind had a zero value of its own
-    return info
 
 
 def _refuse_shadows(topic: TopicName, kv: KeyValue | None) -> None:
@@ -116,10 +109,7 @@ class TopicManager:
 
     @metadata_errors
     async def info(self, topic: TopicName) -> mpb.TopicInfo:
-        kv = await self.store.get(keys.topic_info(topic))
-        if kv is None:
-            raise errors.TopicNotFound(f"topic {topic} does not exist")
-        return decode_info(kv.value)
+        return await read_info(self.store, topic)
 
     @metadata_errors
     async def has_subscriptions(self, topic: TopicName) -> bool:
@@ -131,12 +121,10 @@ class TopicManager:
         """Who owns `topic` now (from etcd), or None."""
         return await self.session.owner_of(topic)
 
+    @metadata_errors
     async def policies(self, topic: TopicName) -> Policies:
         """Effective policies (a partition follows its parent)."""
-        info = await self.info(topic)
-        if info.partition_of:
-            info = await self.info(TopicName.parse(info.partition_of))
-        return Policies.from_pb(info.policies).effective()
+        return await effective_policies(self.store, topic)
 
     @metadata_errors
     async def create(self, topic: TopicName, partitions: int, policies: Policies,

@@ -3,11 +3,19 @@
 Every error carries a gRPC status code, a stable `reason` (sent in trailing metadata under
 `REASON_KEY`, and inside streams as `ErrorStatus.reason`) and a `retriable` flag. The server
 turns an exception into a status with `to_status`; the client turns a status back into the
-same class with `from_status`, so users catch `TopicNotFound`, not `grpc.RpcError`.
+same class with `from_status`, so users catch `TopicNotFound`, not `grpc.RpcError`. What
+the server tells a client of any other exception is `typed` (and `error_status`, its in-band
+form inside streams): the one place an untyped failure becomes a typed one.
 """
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import grpc
+from google.protobuf.message import DecodeError
+
+from source.pb.v1 import common_pb2
 
 REASON_KEY = "x-shadowtopic-reason"
 
@@ -118,3 +126,36 @@ def from_reason(reason: str, message: str, code_name: str = "") -> ShadowTopicEr
     """The typed error for an in-stream `ErrorStatus`."""
     code = getattr(grpc.StatusCode, code_name, grpc.StatusCode.INTERNAL) if code_name else None
     return from_status(code, message, reason)
+
+
+# ---- what a server tells a client of a failure ---------------------------------------------
+
+log = logging.getLogger("shadowtopic.errors")
+MAX_DETAILS = 1000  # characters; percent-encoded UTF-8 stays below gRPC's 16 KiB metadata
+
+
+def bounded(text: str) -> str:
+    """A status message cut to MAX_DETAILS characters: a message travels in trailing
+    metadata, and one above gRPC's limit (an error echoing a 6 MB argument) reached the
+    client as an untyped RESOURCE_EXHAUSTED instead of the error."""
+    return text if len(text) <= MAX_DETAILS else text[:MAX_DETAILS] + "..."
+
+
+def typed(exc: BaseException, where: str = "a handler") -> ShadowTopicError:
+    """The typed error a client is told of an exception `where` let out: a typed error as it
+    is; a request that does not parse `InvalidArgument`; anything else `Internal`, logged
+    with its traceback (a bug to fix), a cancellation without one."""
+    if isinstance(exc, ShadowTopicError):
+        return exc
+    if isinstance(exc, DecodeError):
+        return InvalidArgument(f"malformed request: {exc}")
+    if not isinstance(exc, asyncio.CancelledError):
+        log.error("%s failed", where, exc_info=exc)
+    return Internal(f"{where} failed: {type(exc).__name__}: {exc}")
+
+
+def error_status(exc: BaseException, **details: str) -> common_pb2.ErrorStatus:
+    """The in-band form of `typed(exc)`: what a stream reports a failed item with."""
+    err = typed(exc)
+    return common_pb2.ErrorStatus(code=err.code.name, reason=err.reason,
+                                  message=bounded(err.message), details=details)

@@ -35,15 +35,6 @@ ENCODED_CACHE_BYTES = 4 << 20  # per topic: about two frames' worth of recent en
 # (and charged to the broker's entry cache, source/ledger/entry_cache.py, when the view has one)
 
 
-def typed(exc: BaseException, where: str) -> errors.ShadowTopicError:
-    """The error readers are told: typed errors as they are, anything else as Internal."""
-    if isinstance(exc, errors.ShadowTopicError):
-        return exc
-    if not isinstance(exc, asyncio.CancelledError):
-        log.error("%s failed", where, exc_info=exc)
-    return errors.Internal(f"{where} failed: {type(exc).__name__}: {exc}")
-
-
 class Outbox(Protocol):
     """One client stream as the engine sees it."""
 
@@ -316,7 +307,7 @@ class TopicReaders:
             entries = await self.view.read(pos, want, MAX_FRAME_BYTES)
         except Exception as exc:  # noqa: BLE001 - this group's members hear why; others go on
             if self.view.closed is None:  # a broken ledger (checksum, data loss, I/O error)
-                error = typed(exc, f"{self.topic}: read at {pos}")
+                error = errors.typed(exc, f"{self.topic}: read at {pos}")
                 for m in list(self.groups.get(pos, ())):
                     self.owner.fail(m, error)
             return
@@ -447,7 +438,7 @@ class ReadEngine:
             try:
                 view = await self._resolver(tr.compacted)(tr.topic)
             except BaseException as exc:  # noqa: BLE001 - every reader hears why it stops
-                error = typed(exc, f"{tr.topic}: reload")
+                error = errors.typed(exc, f"{tr.topic}: reload")
                 for r in readers:
                     if not r.closed:
                         r.closed = True

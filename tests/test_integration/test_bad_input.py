@@ -15,10 +15,11 @@ import time
 import grpc
 import pytest
 
-from source.broker.rpc import MAX_DETAILS, RejectMalformed, unary
+from source.broker.rpc import RejectMalformed, unary
 from source.broker.server import free_port
 from source.client import Client, Policies
 from source.core import errors
+from source.core.errors import MAX_DETAILS
 from source.core.policies import MAX_BATCH_MESSAGES, MAX_MESSAGE_SIZE, MAX_PARTITIONS
 from source.pb.v1 import admin_pb2 as apb
 from source.pb.v1 import admin_pb2_grpc, common_pb2, consumer_pb2, producer_pb2
@@ -251,7 +252,7 @@ def test_consumer_stream_bad_commands_get_typed_errors(broker, client, topic):
     assert 3 not in errs and subscribed[3].created  # the good one among them went through
 
 
-# ---- the service-side error mapping (source.broker.rpc), in-process --------------------------
+# ---- the service-side error mapping (source.broker.rpc, source.core.errors), in-process -----
 
 class _Servicer(admin_pb2_grpc.AdminServicer):
     @unary

@@ -42,6 +42,10 @@ def test_the_declared_layers_hold():
     ("source/cli/commands.py", "from source.broker import server",
      "the CLI reaches brokers through the client library"),
     ("compaction/plan.py", "import compaction.worker", "compaction/ is layered"),
+    ("compaction/worker.py", "from source.broker import rpc",
+     "the compaction worker meets brokers only through etcd and storage"),
+    ("compaction/spark_job.py", "from compaction import reference",
+     "the production compaction never imports the reference implementation"),
 ])
 def test_a_forbidden_import_breaks_the_check(tmp_path, module, line, contract):
     for part in ("source", "shadow", "compaction"):

@@ -1,0 +1,37 @@
+"""A topic's record in etcd (`keys.topic_info`, a `TopicInfo`): reading it, and the policies
+that apply to a topic, since a partition follows its parent's. The brokers and the
+compaction worker read topics through here."""
+from __future__ import annotations
+
+from source.core import errors
+from source.core.names import TopicName
+from source.core.policies import Policies
+from source.metadata import keys
+from source.metadata.base import MetadataStore
+from source.pb.storage.v1 import metadata_pb2 as mpb
+
+SOURCE, SHADOW = mpb.TopicKind.SOURCE, mpb.TopicKind.SHADOW
+
+
+def decode_info(data: bytes) -> mpb.TopicInfo:
+    info = mpb.TopicInfo.FromString(data)
+    if info.kind == mpb.TopicKind.TOPIC_KIND_UNSPECIFIED:
+        info.kind = SOURCE  # written before TopicKind had a zero value of its own
+    return info
+
+
+async def read_info(store: MetadataStore, topic: TopicName) -> mpb.TopicInfo:
+    """`topic`'s record; `TopicNotFound` when there is none."""
+    kv = await store.get(keys.topic_info(topic))
+    if kv is None:
+        raise errors.TopicNotFound(f"topic {topic} does not exist")
+    return decode_info(kv.value)
+
+
+async def effective_policies(store: MetadataStore, topic: TopicName) -> Policies:
+    """The policies that apply to `topic`, defaults filled in: a partition's are its
+    parent's. `TopicNotFound` when the topic, or a partition's parent, is gone."""
+    info = await read_info(store, topic)
+    if info.partition_of:
+        info = await read_info(store, TopicName.parse(info.partition_of))
+    return Policies.from_pb(info.policies).effective()
