@@ -25,7 +25,7 @@ run: install
 # Tests run in parallel processes (pytest-xdist): most of an integration test's time is
 # waiting on its processes. A file runs in one process (its module-scoped processes start
 # once).
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 3
 
 test: install
 	$(VPY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile
