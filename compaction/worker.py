@@ -353,16 +353,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 async def serve(a: argparse.Namespace) -> None:
+    # Spark's JVM is launched (a fork that runs Python in the child) before gRPC has threads:
+    # forked beside gRPC's threads, it once exited before it answered
+    conf = dict(item.split("=", 1) for item in a.spark_conf)
+    conf.setdefault("spark.local.dir", os.path.join(os.path.abspath(a.data_dir), "spark"))
+    spark = await asyncio.to_thread(start_spark, a.spark_master, conf)
     server = grpc.aio.server()
     servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     if server.add_insecure_port(f"{a.host}:{a.port}") == 0:
+        stop_spark(spark)
         raise OSError(f"cannot bind {a.host}:{a.port}")
     await servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
     await server.start()
-    conf = dict(item.split("=", 1) for item in a.spark_conf)
-    conf.setdefault("spark.local.dir", os.path.join(os.path.abspath(a.data_dir), "spark"))
-    spark = await asyncio.to_thread(build_session, a.spark_master, conf)
     await asyncio.to_thread(spark_job.warm_up, spark)
     store = EtcdStore(a.etcd)
     worker = Worker(store, spark, a.cluster, a.worker_id or f"{socket.gethostname()}:{a.port}",
@@ -386,6 +389,20 @@ async def serve(a: argparse.Namespace) -> None:
     await server.stop(2)
     await store.close()
     stop_spark(spark)
+
+
+def start_spark(master: str, conf: dict[str, str], attempts: int = 2):
+    """`build_session`, started once more when Spark's JVM exits before it answers
+    (JAVA_GATEWAY_EXITED: a JVM that did not come up; seen in loaded test runs)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return build_session(master, conf)
+        except Exception as exc:  # noqa: BLE001 - pyspark's error condition tells which
+            condition = (getattr(exc, "getCondition", None)          # pyspark 4
+                         or getattr(exc, "getErrorClass", lambda: None))  # pyspark 3.5
+            if attempt == attempts or condition() != "JAVA_GATEWAY_EXITED":
+                raise
+            log.warning("Spark's JVM exited while starting (%s); starting it again", exc)
 
 
 def stop_spark(spark) -> None:
