@@ -34,13 +34,17 @@ def pair(start_pair, tmp_path):
 
 
 def files(root: str) -> dict[str, str]:
-    """relative path -> sha256 of every file under the storage root."""
+    """relative path -> sha256 of every file under the storage root (a file deleted between
+    the listing and its read, as a sealed ledger's WAL is, is not there)."""
     out = {}
     for d, _, names in os.walk(root):
         for n in names:
             path = os.path.join(d, n)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+            try:
+                with open(path, "rb") as f:
+                    out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+            except FileNotFoundError:
+                continue
     return out
 
 
