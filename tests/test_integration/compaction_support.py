@@ -3,7 +3,6 @@ test_compaction_failpoints.py): a worker process, etcd reads and writes, waiting
 producing, the rows of a compacted ledger."""
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 
@@ -14,10 +13,11 @@ from source.broker.server import free_port
 from source.client import errors
 from source.core.names import TopicName
 from source.ledger.storage import Storage
-from source.metadata import EtcdStore, keys
+from source.metadata import keys
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import admin_pb2 as apb
 from source.standalone import BrokerProcess
+from tests.test_integration.etcd_support import etcd_get
 
 WORKER_ARGS = ["--spark-master", "local[2]", "--grace", "1", "--lease-ttl", "3",
                "--relist", "1"]
@@ -43,26 +43,6 @@ def start_worker(etcd, data_dir: str, cluster: str,
             return launch(1)
         except RuntimeError as again:
             raise RuntimeError(f"{first}\n--- and again ---\n{again}") from None
-
-
-def etcd_get(etcd, key: str):
-    async def get():
-        store = EtcdStore(etcd.endpoint)
-        try:
-            return await store.get(key)
-        finally:
-            await store.close()
-    return asyncio.run(get())
-
-
-def etcd_put(etcd, key: str, value: bytes) -> None:
-    async def put():
-        store = EtcdStore(etcd.endpoint)
-        try:
-            await store.put(key, value)
-        finally:
-            await store.close()
-    asyncio.run(put())
 
 
 def pointer(etcd, topic: str) -> mpb.CompactionPointer | None:

@@ -5,7 +5,6 @@ source/ledger/compacted.py, pointer put into etcd), so these tests need no Spark
 tests/test_integration/test_compaction.py runs the same reads after the real worker."""
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
@@ -20,22 +19,13 @@ from source.core.names import TopicName
 from source.ledger import sealed
 from source.ledger.compacted import describe_file, write_manifest
 from source.ledger.storage import Storage
-from source.metadata import EtcdStore, keys
+from source.metadata import keys
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import common_pb2
+from tests.test_integration.etcd_support import on_etcd
 
 
 # ---- a compaction, by hand ----------------------------------------------------------------------
-
-def _etcd(etcd, op):
-    async def run():
-        store = EtcdStore(etcd.endpoint)
-        try:
-            return await op(store)
-        finally:
-            await store.close()
-    return asyncio.run(run())
-
 
 def publish_compaction(etcd, storage_root: str, topic: str, job: str,
                        pointer_edit=None) -> mpb.CompactionPointer:
@@ -43,7 +33,7 @@ def publish_compaction(etcd, storage_root: str, topic: str, job: str,
     worker would, and publish the pointer (after `pointer_edit(pointer)`, if given)."""
     name = TopicName.parse(topic)
     st = Storage(storage_root)
-    lst = mpb.LedgerList.FromString(_etcd(etcd, lambda s: s.get(keys.ledgers(name))).value)
+    lst = mpb.LedgerList.FromString(on_etcd(etcd, lambda s: s.get(keys.ledgers(name))).value)
     cols = ["ledger_id", "entry_id", "key", "is_tombstone", "publish_time", "raw"]
     rows = []
     for info in lst.ledgers:
@@ -69,7 +59,7 @@ def publish_compaction(etcd, storage_root: str, topic: str, job: str,
                                 published_ms=int(time.time() * 1000))
     if pointer_edit is not None:
         pointer_edit(ptr)
-    _etcd(etcd, lambda s: s.put(keys.compaction(name), ptr.SerializeToString()))
+    on_etcd(etcd, lambda s: s.put(keys.compaction(name), ptr.SerializeToString()))
     return ptr
 
 

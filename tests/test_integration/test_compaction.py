@@ -21,8 +21,9 @@ from source.ledger.storage import Storage
 from source.metadata import keys
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.standalone import BrokerProcess
-from tests.test_integration.compaction_support import (compacted_rows, etcd_put, pointer,
-                                                       produce, start_worker, wait_done)
+from tests.test_integration.compaction_support import (compacted_rows, pointer, produce,
+                                                       start_worker, wait_done)
+from tests.test_integration.etcd_support import etcd_put
 
 @pytest.fixture(scope="module")
 def cluster():

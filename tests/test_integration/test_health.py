@@ -13,6 +13,7 @@ from source.metadata import keys
 from source.metadata.etcd_server import EtcdServer
 from source.core.names import TopicName
 from source.standalone import BrokerProcess, wait_serving
+from tests.test_integration.etcd_support import etcd_get
 
 
 def health(url: str) -> int:
@@ -54,7 +55,6 @@ def test_broker_started_before_etcd_serves_once_etcd_is_up(tmp_path):
 @pytest.mark.own_broker
 def test_sigterm_exits_promptly_and_releases_ownership(broker, client, topic, etcd_server, arun):
     """F9 (part): SIGTERM ends the broker within its grace period and frees its topics."""
-    from source.metadata.etcd import EtcdStore
 
     client.admin.create_topic(topic)
     with client.create_producer(topic) as p:
@@ -65,11 +65,4 @@ def test_sigterm_exits_promptly_and_releases_ownership(broker, client, topic, et
         assert broker.terminate(timeout=30) == 0
         assert time.monotonic() - t < 8
 
-    async def owner():
-        store = EtcdStore(etcd_server.endpoint)
-        try:
-            return await store.get(keys.ownership("standalone", TopicName.parse(topic)))
-        finally:
-            await store.close()
-
-    assert arun(owner()) is None
+    assert etcd_get(etcd_server, keys.ownership("standalone", TopicName.parse(topic))) is None

@@ -7,7 +7,6 @@ import time
 
 import grpc
 
-from source.client import Client
 from source.core.message_id import MessageId
 from source.core.policies import Policies
 from source.pb.v1 import common_pb2, consumer_pb2

@@ -4,7 +4,6 @@ What must not change is checked where it lives: etcd's keys (values and mod revi
 the files under the broker's storage root, byte for byte."""
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -14,15 +13,15 @@ import time
 import grpc
 import pytest
 
-from source.client import Client, errors
+from source.client import errors
 from source.core.names import TopicName
 from source.ledger.storage import topic_dir
 from source.metadata import keys
-from source.metadata.etcd import EtcdStore
 from source.pb.storage.v1 import cursors_pb2 as cpb
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import admin_pb2 as apb
 from source.pb.v1 import admin_pb2_grpc, producer_pb2, producer_pb2_grpc
+from tests.test_integration.etcd_support import etcd_prefix, etcd_put
 
 SHADOW, SOURCE = mpb.TopicKind.SHADOW, mpb.TopicKind.SOURCE
 
@@ -49,24 +48,7 @@ def one_line_error(res, expected: str) -> str:
 
 def etcd(etcd_server, prefix: str) -> dict[str, tuple[bytes, int]]:
     """key -> (value, mod_revision) of every key under `prefix`."""
-    async def go():
-        store = EtcdStore(etcd_server.endpoint)
-        try:
-            snap = await store.get_prefix(prefix)
-            return {kv.key: (kv.value, kv.mod_revision) for kv in snap.items}
-        finally:
-            await store.close()
-    return asyncio.run(go())
-
-
-def etcd_put(etcd_server, key: str, value: bytes) -> None:
-    async def go():
-        store = EtcdStore(etcd_server.endpoint)
-        try:
-            await store.put(key, value)
-        finally:
-            await store.close()
-    asyncio.run(go())
+    return {k: (kv.value, kv.mod_revision) for k, kv in etcd_prefix(etcd_server, prefix).items()}
 
 
 def info_of(etcd_server, topic: str) -> mpb.TopicInfo | None:

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
-from source.broker.server import free_port
-from source.standalone import BrokerProcess
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 

@@ -11,23 +11,18 @@ broker on one storage root and the session's etcd.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
-from source.broker.server import free_port
 from source.client import Client, Policies, errors
 from source.core.names import TopicName
 from source.metadata import keys
-from source.metadata.etcd import EtcdStore
-from source.standalone import BrokerProcess
+from tests.test_integration.etcd_support import etcd_prefix
 
 N = 35            # messages: 3 sealed ledgers of 10 and an open one of 5
 SMALL = dict(ledger_max_entries=10, retention_time_seconds=0)  # every sealed ledger is "old"
@@ -40,13 +35,7 @@ def pair(start_pair):
 
 
 def etcd(etcd_server, prefix: str) -> dict[str, bytes]:
-    async def go():
-        store = EtcdStore(etcd_server.endpoint)
-        try:
-            return {kv.key: kv.value for kv in (await store.get_prefix(prefix)).items}
-        finally:
-            await store.close()
-    return asyncio.run(go())
+    return {k: kv.value for k, kv in etcd_prefix(etcd_server, prefix).items()}
 
 
 def need(etcd_server, source: str, shadow: str) -> bytes | None:

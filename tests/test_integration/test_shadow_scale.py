@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import time
-import uuid
 
 import pytest
 
-from source.broker.server import free_port
 from source.client import Client, Policies, errors
-from source.standalone import BrokerProcess
 
 N = 1_000_000
 LEDGER_MAX_ENTRIES = 300_000   # a batch may overshoot a ledger by < 1 batch: 3 sealed + open

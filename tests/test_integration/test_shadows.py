@@ -6,17 +6,13 @@ from __future__ import annotations
 
 import os
 import queue
-import signal
 import time
-import uuid
 
 import grpc
 import pytest
 
-from source.broker.server import free_port
 from source.client import Client, Policies, errors
 from source.pb.v1 import common_pb2, replication_pb2
-from source.standalone import BrokerProcess
 
 
 @pytest.fixture

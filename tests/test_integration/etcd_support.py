@@ -1,0 +1,35 @@
+"""The session's etcd as a test reads and writes it: `on_etcd(server, op)` runs `op(store)`
+on a fresh EtcdStore and closes it; `etcd_get`, `etcd_put` and `etcd_prefix` are the usual
+ops."""
+from __future__ import annotations
+
+import asyncio
+from typing import Awaitable, Callable, TypeVar
+
+from source.metadata import EtcdStore, KeyValue
+
+T = TypeVar("T")
+
+
+def on_etcd(etcd_server, op: Callable[[EtcdStore], Awaitable[T]]) -> T:
+    async def run() -> T:
+        store = EtcdStore(etcd_server.endpoint)
+        try:
+            return await op(store)
+        finally:
+            await store.close()
+    return asyncio.run(run())
+
+
+def etcd_get(etcd_server, key: str) -> KeyValue | None:
+    return on_etcd(etcd_server, lambda store: store.get(key))
+
+
+def etcd_put(etcd_server, key: str, value: bytes) -> None:
+    on_etcd(etcd_server, lambda store: store.put(key, value))
+
+
+def etcd_prefix(etcd_server, prefix: str) -> dict[str, KeyValue]:
+    """key -> KeyValue of every key under `prefix`."""
+    snap = on_etcd(etcd_server, lambda store: store.get_prefix(prefix))
+    return {kv.key: kv for kv in snap.items}
