@@ -1,14 +1,14 @@
 """The manifest of one compaction's output: begun from its plan (what it reads, up to which
 id), finished from the files it wrote (counts, sizes), then written last and durably, so a
 compacted ledger without its manifest is never read. The layout is
-source/ledger/compacted.py's; the Spark job and the reference implementation both use this.
+compaction/ledger.py's; the Spark job and the reference implementation both use this.
 """
 from __future__ import annotations
 
 import time
 
 from compaction.plan import Plan
-from source.ledger.compacted import write_manifest
+from compaction.ledger import write_manifest
 from source.ledger.storage import Storage
 from source.pb.storage.v1 import metadata_pb2 as mpb
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from compaction.manifest import finish_manifest, new_manifest
 from compaction.plan import Plan
 from source.ledger import sealed
-from source.ledger.compacted import describe_file
+from compaction.ledger import describe_file
 from source.ledger.storage import Storage
 from source.pb.storage.v1 import metadata_pb2 as mpb
 

@@ -17,7 +17,7 @@ long, `ledger_id << 32 | entry_id` (entry ids stay below 2^32 and ledger ids bel
   `part-<task>.parquet`. A group's files are contiguous in id order, so the parts are
   sorted and their id ranges follow one another: no shuffle and no sort of payloads.
 
-Then the manifest (source/ledger/compacted.py) lists the parts in id order with their id
+Then the manifest (compaction/ledger.py) lists the parts in id order with their id
 ranges, sizes and checksums, and is written last. The job keeps no state on the driver
 beyond the broadcast; its tasks need the storage root reachable from every executor and
 this package installed in the executors' Python (`pip install shadowtopic[compaction]`):
@@ -37,7 +37,7 @@ import numpy as np
 from compaction import arrow_tasks
 from compaction.manifest import finish_manifest, new_manifest
 from compaction.plan import Plan
-from source.ledger.compacted import describe_file
+from compaction.ledger import describe_file
 from source.ledger.storage import Storage
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import admin_pb2 as apb

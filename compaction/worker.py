@@ -5,7 +5,7 @@
 
 It follows its cluster's compaction requests (keys.compaction_requests_prefix; a broker
 files one when a user asks `topics compact` or the threshold policy fires: see
-source/broker/compaction_admin.py) and runs one job at a time:
+compaction/admin.py) and runs one job at a time:
 
     claim --> SCANNING_KEYS --> WRITING --> COMMITTING --> DONE     (any step: FAILED)
 
@@ -47,6 +47,7 @@ from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.ledger.storage import Storage
 from source.metadata import EtcdStore, MetadataStore, MetadataUnavailable, keys
+from source.metadata.migrate import migrate
 from source.metadata.topic_info import effective_policies
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import admin_pb2 as apb
@@ -113,6 +114,7 @@ class Worker:
 
     async def start(self) -> None:
         self.lease = await self.store.grant_lease(self.lease_ttl)
+        await migrate(self.store)  # job records of an older layout move first (once)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._keep_lease()), loop.create_task(self._follow()),
                        loop.create_task(self._relist()), loop.create_task(self._run_jobs())]

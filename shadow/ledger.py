@@ -4,7 +4,7 @@ A shadow owns no ledger (PIP-180): it reads the source's ledgers where they are,
 source's ids, and writes nothing, anywhere (no ledger list, no file, no etcd key).
 
 Following. The source's ledger list (`keys.ledgers(source)`) is followed by a
-`KeyFollower` (shadow/follow.py): listed, then watched from the listed revision, applied
+`KeyFollower` (source/metadata/follow.py): listed, then watched from the listed revision, applied
 only when its mod revision is higher than the one held, listed again after a compacted
 revision or an outage. When the source's list drops ledgers (retention, truncate), the
 shadow drops them too and tells its listeners `on_trimmed`, as the source's
@@ -35,8 +35,8 @@ frontier's next id and never moves back; listeners hear `on_entries` once per ad
 A read that finds a WAL or a Parquet file gone (the source sealed or deleted that ledger
 and the watch has not told us yet) reads the list again and retries once.
 
-Seams: the shadow's compacted view (source/ledger/compacted_view.py) wraps this view and
-follows `keys.compaction(source)` (its `source` attribute says whose pointer: K10);
+Seams: the shadow's compacted view (compaction/view.py) wraps this view and
+follows `keys.compaction(source)` (its `ledgers_of` says whose pointer: K10);
 replicated payloads, if the replicator sends them, can be served from memory through the
 reader's `tail` (not built: reads use storage).
 """
@@ -61,7 +61,7 @@ from source.metadata import keys
 from source.metadata.base import MetadataStore, MetadataUnavailable
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
-from shadow.follow import KeyFollower
+from source.metadata.follow import KeyFollower
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -84,6 +84,7 @@ class ShadowLedger:
                  retry_delay: float = 0.5):
         self.topic = topic      # the shadow
         self.source = source    # whose ledgers it reads
+        self.ledgers_of = source
         self.store = store
         self.storage = storage
         self._executor = executor
@@ -107,11 +108,6 @@ class ShadowLedger:
         self._closed: errors.ShadowTopicError | None = None
         self._follower = KeyFollower(store, keys.ledgers(source), self._on_list, retry_delay)
         self._scan_task: asyncio.Task | None = None
-        # what the broker's TopicManager holds a loaded topic's view to (the shadow broker
-        # sets `ownership`): released when the topic unloads; no ledger config to apply
-        self.ownership: tuple[str, bytes] = ("", b"")
-        self.epoch = 0  # the shadow's ownership epoch on this broker (stats)
-        self.config = None
 
     # ---- lifecycle -------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """The Replication service of a shadow broker: the receiving end of a source's
-`ShadowReplicator` (source/replication/replicator.py).
+`ShadowReplicator` (shadow/replicator.py, on the source's broker).
 
 Each `ReplicateBatch` names a shadow and its source. The batch is refused (an `error` in
 the ack, then the stream ends) when the shadow is not a shadow of that source, or when the
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 
-from source.broker.topics import TopicManager
+from source.broker.feature import Topics
 from source.core import errors
 from source.core.errors import error_status, typed
 from source.core.message_id import MessageId
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 
 class ReplicationService(replication_pb2_grpc.ReplicationServicer):
-    def __init__(self, topics: TopicManager, cluster: str):
+    def __init__(self, topics: Topics, cluster: str):
         self.topics = topics
         self.cluster = cluster
 

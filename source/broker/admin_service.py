@@ -1,26 +1,25 @@
-"""Admin service of the source broker: topics, policies, stats, lookup, ledgers.
+"""Admin service of a broker: topics, policies, stats, lookup, ledgers.
 
-Durable subscriptions are administered in subscription_admin.py, shadow topics in
-shadow_admin.py, compaction requests and status in compaction_admin.py. Permissions are
-part of the contract (proto/source/pb/v1/admin.proto) and answer UNIMPLEMENTED until their
-issue lands.
+Topic metadata is in topic_admin.py, durable subscriptions in subscription_admin.py. The
+RPCs of a feature (shadow topics: shadow/feature.py; compaction: compaction/feature.py) are
+its `admin_handlers`, installed over this class's methods of the same name; on a broker
+assembled without that feature they answer UNIMPLEMENTED. Permissions are part of the
+contract (proto/source/pb/v1/admin.proto) and answer UNIMPLEMENTED until their issue lands.
 """
 from __future__ import annotations
 
-import grpc
-
 from source.broker import stats
-from source.broker.compaction_admin import CompactionAdmin
+from source.broker.feature import BrokerFeature
 from source.broker.ownership import BrokerSession
-from source.broker.rpc import abort_stream, unary
-from source.broker.shadow_admin import ShadowAdmin
+from source.broker.rpc import unary
 from source.broker.subscription_admin import SubscriptionAdmin
 from source.broker.topic import Topic
-from source.broker.topics import SHADOW, TopicManager, read_only
+from source.broker.topic_admin import TopicAdmin
+from source.broker.topics import TopicManager, read_only
 from source.core import errors
-from source.core.errors import typed
 from source.core.names import TopicName, check_subscription, parse_namespace
 from source.core.policies import Policies
+from source.metadata.topic_info import role_of
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import admin_pb2 as apb
 from source.pb.v1 import admin_pb2_grpc, common_pb2
@@ -54,35 +53,48 @@ def _not_yet(what: str):
     return handler
 
 
+def _feature_rpc(what: str, feature: str):
+    """An Admin RPC a feature answers, on a broker assembled without that feature."""
+    @unary
+    async def handler(self, request, context):
+        raise errors.Unimplemented(f"{what} is not served by this broker (it runs without "
+                                   f"the {feature} feature)")
+    handler.__name__ = what
+    return handler
+
+
 class AdminService(admin_pb2_grpc.AdminServicer):
-    def __init__(self, topics: TopicManager, session: BrokerSession):
+    def __init__(self, topics: TopicManager, session: BrokerSession,
+                 features: list[BrokerFeature] = ()):
         self.topics = topics
         self.session = session
+        self.features = list(features)
         self.owners = stats.OwnerChannels()
+        self.topic_admin = TopicAdmin(topics, self.features)
         self.subscriptions = SubscriptionAdmin(topics, self._owner_answer)
-        self.shadows = ShadowAdmin(topics)
-        self.compaction = CompactionAdmin(topics, session.cluster)
-        topics.after_retention = self.compaction.check_threshold
+        for f in self.features:  # registration (grpc) reads these attributes by name
+            for name, handler in f.admin_handlers().items():
+                setattr(self, name, handler)
 
     # ---- topics ----------------------------------------------------------------------------
 
     @unary
     async def CreateTopic(self, request, context):
         topic = TopicName.parse(request.topic)
-        info = await self.topics.create(topic, request.partitions,
+        info = await self.topic_admin.create(topic, request.partitions,
                                         Policies.from_pb(request.policies),
                                         dict(request.properties))
         return topic_metadata(info)
 
     @unary
     async def DeleteTopic(self, request, context):
-        await self.topics.delete(TopicName.parse(request.topic), request.force)
+        await self.topic_admin.delete(TopicName.parse(request.topic), request.force)
         return apb.Empty()
 
     @unary
     async def ListTopics(self, request, context):
         ns = parse_namespace(request.namespace) if request.namespace else None
-        infos = await self.topics.list(ns)
+        infos = await self.topic_admin.list(ns)
         chunk, token = _page(infos, request.page, key=lambda i: i.name)
         return apb.ListTopicsResponse(topics=[topic_metadata(i) for i in chunk],
                                       next_page_token=token)
@@ -99,7 +111,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     @unary
     async def SetPolicies(self, request, context):
         topic = TopicName.parse(request.topic)
-        return (await self.topics.set_policies(topic, Policies.from_pb(request.policies))).to_pb()
+        return (await self.topic_admin.set_policies(topic,
+                                                    Policies.from_pb(request.policies))).to_pb()
 
     async def _partitions(self, topic: TopicName) -> list[TopicName]:
         info = await self.topics.info(topic)
@@ -119,12 +132,14 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         if t is not None or stats.forwarded(context):
             return t, None
         owner = await self.topics.owner(topic)
-        if owner is None and self.topics.shadow_loader is None \
-                and (await self.topics.info(topic)).kind == SHADOW:
-            # a shadow nobody serves yet, asked of a source broker: the broker that will
-            picked = await self.session.serving(topic, "shadow")
-            if picked is not None and picked.broker_id != self.session.broker_id:
-                return None, await self.owners.forward(picked.url, method, request)
+        if owner is None:
+            role = role_of(await self.topics.info(topic))
+            if role not in self.session.roles:
+                # a topic nobody serves yet, of a role this broker has not (a shadow asked
+                # of a source broker): the broker that will serve it answers
+                picked = await self.session.serving(topic, role)
+                if picked is not None and picked.broker_id != self.session.broker_id:
+                    return None, await self.owners.forward(picked.url, method, request)
         if owner is None or owner.broker_id == self.session.broker_id:
             return None, None
         return None, await self.owners.forward(owner.broker_url, method, request)
@@ -133,23 +148,23 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         if t is not None:
             return stats.of_topic(t)
         info = await self.topics.info(topic)
-        if info.kind == SHADOW:  # nobody serves it: its ledgers are its source's
+        if info.source:  # nobody serves it: its ledgers are its source's (a shadow)
             topic = TopicName.parse(info.source)
         return await stats.stored(self.topics.store, self.topics.storage, self.topics.executor,
                                   topic)
 
     async def _partition_stats(self, part: TopicName, context,
-                               shadow: bool) -> apb.TopicStats:
+                               reads_another: bool) -> apb.TopicStats:
         t, remote = await self._owner_answer(part, context, "GetTopicStats",
                                              apb.TopicRequest(topic=str(part)))
         if remote is not None:
             return remote
         # a shadow loads only on a broker that serves shadows (asking never loads it here)
-        if t is None and not shadow and await self.topics.has_subscriptions(part):
+        if t is None and not reads_another and await self.topics.has_subscriptions(part):
             t = await self.topics.topic(part)  # durable cursors live with an owner: load it
         ledgers = await self._ledgers(part, t)
         # a shadow stores nothing of its own (its ledgers are its source's: stats-internal)
-        out = apb.TopicStats(storage_size=0 if shadow else ledgers.size,
+        out = apb.TopicStats(storage_size=0 if reads_another else ledgers.size,
                              topic_epoch=ledgers.epoch)
         if t is not None:
             c = t.counters
@@ -161,9 +176,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             if t.subscriptions is not None:
                 for name, d in t.subscriptions.stats().items():
                     out.subscriptions[name].CopyFrom(stats.subscription_stats(d))
-            if t.replicators is not None:
-                for name, d in t.replicators.stats().items():
-                    out.shadow_replication[name].CopyFrom(stats.replicator_stats(d))
+            for f in self.features:
+                f.topic_stats(t, out)
             for pub in t.producers:
                 prin, ptin, _, _ = pub.counters.rates()
                 out.publishers.add(producer_name=pub.producer_name, msg_rate_in=prin,
@@ -177,8 +191,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         info = await self.topics.info(topic)
         out = apb.TopicStats(topic=str(topic), kind=info.kind, source=info.source)
         for part in await self._partitions(topic):
-            stats.add_up(out, await self._partition_stats(part, context,
-                                                          info.kind == SHADOW))
+            stats.add_up(out, await self._partition_stats(part, context, bool(info.source)))
         if out.msg_in_counter:
             out.average_msg_size = out.bytes_in_counter / out.msg_in_counter
         return out
@@ -186,14 +199,13 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     @unary
     async def GetInternalStats(self, request, context):
         topic = TopicName.parse(request.topic)
-        await self.topics.info(topic)
+        info = await self.topics.info(topic)
         t, remote = await self._owner_answer(topic, context, "GetInternalStats", request)
         if remote is not None:
             return remote
         ledgers = await self._ledgers(topic, t)
         last = ledgers.last()
         entries, size = ledgers.current()
-        pointer = await self.topics.compaction_pointer(topic)  # a shadow's: its source's
         cursors = {}
         if t is not None and t.subscriptions is not None:
             ts = t.subscriptions
@@ -203,21 +215,23 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     read_position=str(sub.position), messages_consumed_counter=sub.msg_out,
                     individually_deleted_messages=sub.ranges_text(),
                     cursor_flushes=ts.flusher.flushes)
-        return apb.InternalStats(
+        out = apb.InternalStats(
             cursors=cursors, entry_cache=apb.EntryCacheStats(**self.topics.entry_cache.stats()),
             entries_added_counter=ledgers.entries + ledgers.entries_deleted,
             number_of_entries=ledgers.entries, total_size=ledgers.size,
             current_ledger_entries=entries, current_ledger_size=size,
             last_confirmed_entry=str(last) if last else "-1:-1",
             state="LedgerOpened" if t is not None else "Unloaded",
-            compacted_ledger=(pointer.manifest_path or pointer.job_id) if pointer else "",
             ledgers=[stats.ledger_stats(i) for i in ledgers.infos])
+        for f in self.features:
+            await f.internal_stats(topic, info, out)
+        return out
 
     @unary
     async def Lookup(self, request, context):
         topic = TopicName.parse(request.topic)
         info = await self.topics.info(topic)
-        role = "shadow" if info.kind == SHADOW else "source"
+        role = role_of(info)
         redirect = role not in self.session.roles
         owner = await self.session.owner_of(topic)
         if owner is None:  # nobody serves it yet: a broker of the topic's role will
@@ -236,19 +250,19 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     @unary
     async def RollLedger(self, request, context):
         t = await self.topics.writable(TopicName.parse(request.topic))
-        info = await t.ledger.roll()
+        info = await t.writer.roll()
         return stats.ledger_stats(info) if info is not None else apb.LedgerStats()
 
     @unary
     async def Truncate(self, request, context):
         topic = TopicName.parse(request.topic)
         info = await self.topics.info(topic)
-        if info.kind == SHADOW:  # named as asked (a partitioned shadow's partitions are too)
+        if info.source:  # named as asked (a partitioned shadow's partitions are too)
             raise read_only(topic, info.source)
         resp = apb.TruncateResponse()
         for part in [topic.partition(i) for i in range(info.partitions)] or [topic]:
             t = await self.topics.writable(part)
-            n, entries = await t.ledger.truncate()
+            n, entries = await t.writer.truncate()
             resp.ledgers_deleted += n
             resp.entries_deleted += entries
         return resp
@@ -307,51 +321,15 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def PeekMessages(self, request, context):
         return await self.subscriptions.peek(request, context)
 
-    # ---- shadow topics (shadow_admin.py) -----------------------------------------------------
+    # ---- features' RPCs (each feature installs its own handlers over these) --------------
 
-    @unary
-    async def CreateShadowTopic(self, request, context):
-        info = await self.shadows.create(TopicName.parse(request.shadow),
-                                         TopicName.parse(request.source),
-                                         dict(request.properties))
-        return topic_metadata(info)
-
-    @unary
-    async def DeleteShadowTopic(self, request, context):
-        await self.shadows.delete(TopicName.parse(request.topic))
-        return apb.Empty()
-
-    @unary
-    async def GetShadowTopics(self, request, context):
-        return apb.ShadowTopicsResponse(
-            shadows=await self.shadows.shadows(TopicName.parse(request.topic)))
-
-    @unary
-    async def GetShadowSource(self, request, context):
-        return apb.ShadowSourceResponse(
-            source=await self.shadows.source_of(TopicName.parse(request.topic)))
-
-    # ---- later issues ----------------------------------------------------------------------
-
-    # ---- compaction (compaction_admin.py; the compaction worker runs the jobs) -------------
-
-    @unary
-    async def Compact(self, request, context):
-        return apb.CompactResponse(
-            job_id=await self.compaction.compact(TopicName.parse(request.topic)))
-
-    @unary
-    async def GetCompactionStatus(self, request, context):
-        return await self.compaction.status(TopicName.parse(request.topic))
-
-    async def WatchCompaction(self, request, context):
-        try:
-            async for job in self.compaction.watch(TopicName.parse(request.topic)):
-                yield job
-        except grpc.aio.AbortError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the server keeps serving others
-            await abort_stream(context, typed(exc, "WatchCompaction"))
+    CreateShadowTopic = _feature_rpc("CreateShadowTopic", "shadow")
+    DeleteShadowTopic = _feature_rpc("DeleteShadowTopic", "shadow")
+    GetShadowTopics = _feature_rpc("GetShadowTopics", "shadow")
+    GetShadowSource = _feature_rpc("GetShadowSource", "shadow")
+    Compact = _feature_rpc("Compact", "compaction")
+    GetCompactionStatus = _feature_rpc("GetCompactionStatus", "compaction")
+    WatchCompaction = _feature_rpc("WatchCompaction", "compaction")
 
     # ---- later issues ----------------------------------------------------------------------
 

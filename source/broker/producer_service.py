@@ -83,7 +83,7 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
             raise errors.MessageTooBig(
                 f"message of {biggest} bytes exceeds max_message_size {limit} of {name}")
         size = sum(map(len, raws))
-        lid, first = await topic.ledger.append(raws, data, size)
+        lid, first = await topic.writer.append(raws, data, size)
         topic.counters.add_in(len(raws), size)
         pub.counters.add_in(len(raws), size)
         return lid, first, len(raws)

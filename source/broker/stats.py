@@ -15,7 +15,6 @@ import grpc
 
 from source.broker.topic import Topic
 from source.core import errors
-from source.core.errors import error_status
 from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.ledger import wal as walmod
@@ -63,7 +62,7 @@ class Ledgers:
 
 
 def of_topic(t: Topic) -> Ledgers:
-    return Ledgers(t.ledger.ledgers(), t.ledger.entries_deleted, t.ledger.epoch)
+    return Ledgers(t.ledger.ledgers(), t.ledger.entries_deleted, t.ownership.epoch)
 
 
 async def stored(store: MetadataStore, storage: Storage, executor: Executor,
@@ -119,16 +118,6 @@ def add_up(total: apb.TopicStats, part: apb.TopicStats) -> None:
         into.consumers.extend(sub.consumers)
     for name, rep in part.shadow_replication.items():  # partition i -> shadow partition i
         total.shadow_replication[name].CopyFrom(rep)
-
-
-def replicator_stats(d: dict) -> apb.ReplicatorStats:
-    """A shadow replicator's numbers (ShadowReplicator.stats) as the protobuf message."""
-    d = dict(d)
-    err = d.pop("last_error")
-    out = apb.ReplicatorStats(**d)
-    if err is not None:
-        out.last_error.CopyFrom(error_status(err))
-    return out
 
 
 def subscription_stats(d: dict) -> apb.SubscriptionStats:

@@ -1,46 +1,70 @@
 """`Topic`: one topic this broker owns, everything the services need of it in one object.
 
-    ledger     the ManagedLedger: the writer, and the topic's `LedgerView` for readers
+    ledger     the topic's `ServedView` (source/ledger/view.py): what readers and
+               subscriptions read; the `ManagedLedger` of a source, the view a feature opens
+               for a topic of its kind (a shadow's `ShadowLedger`)
+    writer     the `ManagedLedger` of a source topic (produce, roll, truncate, retention);
+               None for a topic that reads another's ledgers (a shadow)
+    ownership  the ownership key and value this broker holds the topic under, and its epoch
     policies   the effective policies (a partition follows its parent)
     counters   message and byte counters, rates
     producers  the producers attached to it (`max_producers` is enforced here)
     subscriptions  its durable subscriptions (source/subscriptions/), loaded with it
-    replicators    a source's shadow replicators (source/replication/), one per shadow
-    compacted      the `read_compacted` view (source/ledger/compacted_view.py), made on first
-                   use: it follows the compaction pointer of the topic whose ledgers it reads
-                   (a shadow's source)
+    compacted  how `read_compacted` readers see it, when the compaction feature is there
+               (it sets this as the topic opens: compaction/feature.py)
 
-The `TopicManager` (source/broker/topics.py) loads, holds and drops these; the services ask
-it for a topic and then work on the object, never on the manager's internals. Readers are
-held by the read engine (source/read/engine.py), which follows a topic across reloads.
+The `TopicBuilder` (source/broker/builder.py) makes a Topic and everything that lives with
+it, pushing each close onto the topic's `AsyncExitStack`; `close` unwinds it. The
+`TopicManager` (source/broker/topics.py) loads, holds and drops topics; the services ask it
+for a topic and then work on the object. Readers are held by the read engine
+(source/read/engine.py), which follows a topic across reloads.
 """
 from __future__ import annotations
 
-import asyncio
-from concurrent.futures import Executor
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 from source.broker.rates import Publisher, TopicCounters
 from source.core import errors
 from source.core.names import TopicName
 from source.core.policies import Policies
-from source.ledger.compacted_view import CompactedView, CompactionFollower
 from source.ledger.managed import LedgerConfig, ManagedLedger
-from source.ledger.storage import Storage
-from source.metadata import MetadataStore
-from source.replication.shadows import TopicReplicators
+from source.ledger.view import CompactedReads, ServedView
 from source.subscriptions import TopicSubscriptions
 
 
+@dataclass(frozen=True)
+class Ownership:
+    """This broker's hold on a topic (source/broker/ownership.py): the etcd key and value
+    every fenced write compares, and the fencing epoch."""
+    key: str
+    value: bytes
+    epoch: int
+
+
 class Topic:
-    def __init__(self, name: TopicName, ledger: ManagedLedger, policies: Policies):
+    def __init__(self, name: TopicName, ledger: ServedView, policies: Policies,
+                 ownership: Ownership, writer: ManagedLedger | None = None):
         self.name = name
         self.ledger = ledger
+        self.writer = writer
+        self.ownership = ownership
         self.policies = policies
         self.counters = TopicCounters()
         self.producers: set[Publisher] = set()
         self.subscriptions: TopicSubscriptions | None = None
-        self.replicators: TopicReplicators | None = None  # a source's, one per shadow
-        self._compacted: asyncio.Task | None = None  # -> CompactionFollower, once started
+        #: the topic's `read_compacted` view, opened on first use (set by the compaction
+        #: feature; None: this broker does not serve compacted reads)
+        self.compacted: Callable[[], Awaitable[CompactedReads]] | None = None
+        self.stack = AsyncExitStack()  # what closes with the topic (TopicBuilder)
+        self._close_reason: errors.ShadowTopicError | None = None
+
+    @property
+    def close_reason(self) -> errors.ShadowTopicError | None:
+        """What the topic's consumers hear when it closes (None: it is closing on this
+        broker, or its open failed)."""
+        return self._close_reason
 
     def attach_producer(self, pub: Publisher) -> None:
         """Register a producer, within the `max_producers` policy (0 = no limit)."""
@@ -54,36 +78,23 @@ class Topic:
     def detach_producer(self, pub: Publisher) -> None:
         self.producers.discard(pub)
 
-    async def compacted_view(self, store: MetadataStore, storage: Storage,
-                             executor: Executor) -> CompactedView:
-        """The topic as `read_compacted` readers see it (following its pointer from now)."""
-        if self._compacted is None:
-            of = getattr(self.ledger, "source", None) or self.name  # a shadow reads its source's
-            follower = CompactionFollower(store, storage, executor, of, self.ledger)
-
-            async def start() -> CompactionFollower:
-                await follower.start()
-                return follower
-            self._compacted = asyncio.get_running_loop().create_task(start())
-        try:
-            return (await asyncio.shield(self._compacted)).view
-        except BaseException:
-            if self._compacted.done():
-                self._compacted = None  # the next reader tries again
-            raise
-
-    async def close_compacted(self) -> None:
-        task, self._compacted = self._compacted, None
-        if task is not None:
-            if not task.done():
-                task.cancel()
-            follower = (await asyncio.gather(task, return_exceptions=True))[0]
-            if isinstance(follower, CompactionFollower):
-                await follower.close()
+    async def compacted_view(self) -> CompactedReads:
+        """The topic as `read_compacted` readers see it."""
+        if self.compacted is None:
+            raise errors.NotAllowed(f"{self.name}: read_compacted is not served by this broker "
+                                    "(it runs without the compaction feature)")
+        return await self.compacted()
 
     def set_policies(self, policies: Policies) -> None:
         self.policies = policies
-        self.ledger.config = ledger_config(policies)
+        if self.writer is not None:
+            self.writer.config = ledger_config(policies)
+
+    async def close(self, reason: errors.ShadowTopicError | None = None) -> None:
+        """Close everything that opened with the topic, in reverse order (consumers hear
+        `reason`), last the view and the ownership."""
+        self._close_reason = reason
+        await self.stack.aclose()
 
 
 def ledger_config(p: Policies) -> LedgerConfig:

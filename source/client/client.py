@@ -24,7 +24,8 @@ from source.client.consumer import Consumer
 from source.client.options import check_options, parse_consumer_type
 from source.client.listener import Callback, Listeners
 from source.client.producer import Producer
-from source.client.reader import CLOSE_TIMEOUT_S, Multiplexer, Reader
+from source.client.reader import Reader
+from source.client.stream import CLOSE_TIMEOUT_S, Multiplexer
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import canonical, check_subscription

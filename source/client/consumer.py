@@ -5,7 +5,7 @@
             handle(msg)
             consumer.acknowledge(msg)
 
-A consumer rides on the client's one Consumer.Connect stream (`reader.Multiplexer`), one
+A consumer rides on the client's one Consumer.Connect stream (`stream.Multiplexer`), one
 handle per partition. Unlike a `Reader`, whose frames wait in a queue until `read_next`
 looks at them, a consumer's frames are taken by `_Sink.put` on the stream's receive thread
 as they arrive, so events act at once and in stream order:
@@ -36,10 +36,12 @@ from typing import Callable
 
 from source.client.admin import position_pb
 from source.client.connection import Connection
+from source.client.consumer_part import Part
 from source.client.listener import Listeners
 from source.client.options import check_options, parse_consumer_type
 from source.client.message import Message
-from source.client.reader import CLOSE_TIMEOUT_S, Multiplexer, seek_targets
+from source.client.reader import seek_targets
+from source.client.stream import CLOSE_TIMEOUT_S, Multiplexer
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import TopicName
@@ -48,44 +50,26 @@ from source.pb.v1 import consumer_pb2
 log = logging.getLogger(__name__)
 
 WAIT_SLICE_S = 0.2  # a blocked receive wakes this often, so Ctrl-C interrupts it promptly
+
+
 def _typed(status) -> errors.ShadowTopicError:
     return errors.from_reason(status.reason, status.message, status.code)
 
 
-class _Part:
-    """One partition (one handle) of a consumer. Guarded by the consumer's condition."""
-
-    __slots__ = ("topic", "index", "handle", "epoch", "consumed", "active", "state", "waits")
-
-    def __init__(self, topic: str, index: int, handle: int):
-        self.topic = topic
-        self.index = index              # partition index, -1 for a non-partitioned topic
-        self.handle = handle
-        self.epoch = 0                  # +1 at every seek_done: older messages are dropped
-        self.consumed = 0               # messages returned since the last Flow
-        self.active: bool | None = None
-        self.state = "subscribing"      # -> open -> ended
-        #: what a caller waits for (subscribe | seek | unsubscribe | close) -> the broker's
-        #: answer, an event or a typed error; None until it came
-        self.waits: dict[str, object] = {}
-
-    def answer(self, kind: str, value) -> bool:
-        if kind in self.waits and self.waits[kind] is None:
-            self.waits[kind] = value
-            return True
-        return False
-
-
 class _Sink:
-    """What the Multiplexer hands this consumer's frames to (on its receive thread)."""
+    """This consumer's end of the stream, on the stream's receive thread: the `stream.Sink`
+    its handles are registered with or, with a message listener (which is registered
+    instead and passes events on), the `listener.ItemSink` the listener is given."""
 
-    __slots__ = ("_consumer",)
+    __slots__ = ("consumer", "queue_size", "closed")
 
-    def __init__(self, consumer: "Consumer"):
-        self._consumer = consumer
+    def __init__(self, consumer: "Consumer", queue_size: int):
+        self.consumer = consumer
+        self.queue_size = queue_size
+        self.closed = False  # the consumer's `_closed`, here where a listener reads it fast
 
     def put(self, item) -> None:
-        self._consumer._on_item(*item)
+        self.consumer._on_item(*item)
 
 
 class Consumer:
@@ -122,19 +106,18 @@ class Consumer:
         self._pending: deque = deque()  # (part, epoch, Delivery) not decoded yet
         self._buffer: deque = deque()   # (part, epoch, Message) decoded, not returned yet
         self._error: errors.ShadowTopicError | None = None  # once set, receive raises it
-        self._closed = False
+        self._sink = sink = _Sink(self, receiver_queue_size)  # keeps `_closed` (see there)
         names = [topic] if partitions == 0 else [f"{topic}-partition-{i}"
                                                    for i in range(partitions)]
-        self._parts: dict[int, _Part] = {}
-        sink = _Sink(self) if message_listener is None else message_listener
+        self._parts: dict[int, Part] = {}
         with self._cond:
             try:
                 for i, name in enumerate(names):
-                    handle = mux.register(sink)
+                    handle = mux.register(sink if message_listener is None else message_listener)
                     index = i if partitions else TopicName.parse(name).partition_index
-                    self._parts[handle] = part = _Part(name, index, handle)
+                    self._parts[handle] = part = Part(name, index, handle)
                     if message_listener is not None:
-                        message_listener.add(self, part)
+                        message_listener.add(sink, part)
             except BaseException:
                 self._closed = True
                 self._abandon(list(self._parts.values()))
@@ -177,6 +160,16 @@ class Consumer:
                 p.state = "open"
                 self._flow(p, self._queue_size)
 
+    @property
+    def _closed(self) -> bool:
+        """Closed (by `close`, or a subscribe that failed): kept on the sink, which a
+        message listener's thread checks for every handle of every message."""
+        return self._sink.closed
+
+    @_closed.setter
+    def _closed(self, value: bool) -> None:
+        self._sink.closed = value
+
     # ---- the stream's receive thread ---------------------------------------------------
 
     def _on_item(self, handle: int, item) -> None:
@@ -196,7 +189,7 @@ class Consumer:
                 self._on_event(p, frame.event)
             self._cond.notify_all()
 
-    def _on_event(self, p: _Part, ev: consumer_pb2.Event) -> None:
+    def _on_event(self, p: Part, ev: consumer_pb2.Event) -> None:
         kind = ev.WhichOneof("event")
         if kind == "subscribed":
             p.answer("subscribe", ev.subscribed)
@@ -242,7 +235,7 @@ class Consumer:
             else:
                 self._end(p, errors.AlreadyClosed(f"the broker closed the consumer of {p.topic}"))
 
-    def _end(self, p: _Part, err: errors.ShadowTopicError) -> None:
+    def _end(self, p: Part, err: errors.ShadowTopicError) -> None:
         """The broker (or the stream) ended this handle: answer whoever waits, and an open
         consumer's `receive` raises `err` from now on."""
         if p.state == "open" and not self._closed and self._error is None:
@@ -259,14 +252,14 @@ class Consumer:
 
     # ---- helpers (called with the condition held) ----------------------------------------
 
-    def _flow(self, p: _Part, permits: int) -> None:
+    def _flow(self, p: Part, permits: int) -> None:
         try:
             self._mux.send(consumer_pb2.ClientCommand(handle=p.handle,
                                                       flow=consumer_pb2.Flow(permits=permits)))
         except errors.ShadowTopicError:  # the stream is gone; the sink hears it too
             pass
 
-    def _wait_answers(self, parts: list[_Part], kind: str, timeout: float | None,
+    def _wait_answers(self, parts: list[Part], kind: str, timeout: float | None,
                       what: str) -> list:
         """Wait (condition held) until the broker answered `kind` on each of `parts` (their
         `waits[kind]` is set); return the answers. `Timeout` after `timeout` seconds,
@@ -288,7 +281,7 @@ class Consumer:
             for p in parts:
                 p.waits.pop(kind, None)
 
-    def _abandon(self, parts: list[_Part]) -> None:
+    def _abandon(self, parts: list[Part]) -> None:
         """Leave `parts` without waiting (a subscribe that failed)."""
         for p in parts:
             if p.state != "ended":
@@ -336,7 +329,7 @@ class Consumer:
                                                       redelivery_count=r.count)
             buffer.extend((p, epoch, m) for m in msgs)
 
-    def _part_for(self, message: Message | MessageId | str) -> tuple[_Part, MessageId]:
+    def _part_for(self, message: Message | MessageId | str) -> tuple[Part, MessageId]:
         if isinstance(message, Message):
             mid = message.message_id
         elif isinstance(message, MessageId):
@@ -357,10 +350,10 @@ class Consumer:
                                              f"not one this consumer reads")
         return p, MessageId.checked(mid.ledger_id, mid.entry_id)
 
-    def _send(self, p: _Part, **command) -> None:
+    def _send(self, p: Part, **command) -> None:
         self._mux.send(consumer_pb2.ClientCommand(handle=p.handle, **command))
 
-    def _command(self, parts: list[_Part], kind: str, **command) -> list:
+    def _command(self, parts: list[Part], kind: str, **command) -> list:
         """Send a command that the broker answers to each of `parts`, wait for the answers
         (client timeout) and return them; raise the first typed error among them."""
         try:
@@ -517,7 +510,7 @@ class Consumer:
         self._finish_close(self._start_close(), time.monotonic() + min(self._conn.timeout,
                                                                         CLOSE_TIMEOUT_S))
 
-    def _start_close(self) -> list[_Part] | None:
+    def _start_close(self) -> list[Part] | None:
         """Send the closes (None: closed already); `_finish_close` waits for the answers
         (the client closes thousands of consumers with one wait)."""
         with self._cond:
@@ -537,7 +530,7 @@ class Consumer:
                 sent.append(p)
             return sent
 
-    def _finish_close(self, sent: list[_Part] | None, deadline: float) -> None:
+    def _finish_close(self, sent: list[Part] | None, deadline: float) -> None:
         if sent is None:
             return
         with self._cond:

@@ -24,17 +24,29 @@ import logging
 import queue
 import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import Callable, Iterable, Protocol
 
+from source.client.consumer_part import Part
+from source.client.message import Message
+from source.client.stream import Delivery, Multiplexer, Sink
 from source.core import errors
 from source.pb.v1 import consumer_pb2
 
-if TYPE_CHECKING:
-    from source.client.consumer import Consumer
-    from source.client.message import Message
-    from source.client.reader import Delivery, Multiplexer
-
 log = logging.getLogger(__name__)
+
+
+class ItemSink(Sink, Protocol):
+    """What a consumer gives its `Listeners` (`add`), one per consumer: the stream's `Sink`
+    of its handles (`put` takes a handle's event frames and the stream's end, on the
+    stream's receive thread) and what the listener thread reads of it."""
+
+    #: what `Recipients` lists for this consumer: the user's consumer object
+    consumer: object
+    #: the consumer's `receiver_queue_size`: permits go up again once half were called back
+    queue_size: int
+    #: the consumer was closed: the listener passes it nothing more (a plain attribute: it is
+    #: read for every handle of every message)
+    closed: bool
 
 
 class Recipients(list):
@@ -42,12 +54,12 @@ class Recipients(list):
 
     __slots__ = ("_mux", "_handles")
 
-    def __init__(self, consumers: Iterable["Consumer"], handles: list[int], mux: "Multiplexer"):
+    def __init__(self, consumers: Iterable[object], handles: list[int], mux: Multiplexer):
         super().__init__(consumers)
         self._mux = mux
         self._handles = handles
 
-    def acknowledge(self, message: "Message", consumers: Iterable["Consumer"] | None = None
+    def acknowledge(self, message: Message, consumers: Iterable[object] | None = None
                     ) -> None:
         """Acknowledge `message` for every recipient (or for `consumers`, some of them) in
         one command. Fire-and-forget, as `Consumer.acknowledge`."""
@@ -68,30 +80,31 @@ class Recipients(list):
             ack=consumer_pb2.Ack(ids=[mid.to_pb()])))
 
 
-Callback = Callable[["Message", Recipients], None]
+Callback = Callable[[Message, Recipients], None]
 
 
 class Listeners:
-    def __init__(self, callback: Callback, mux: "Multiplexer"):
+    def __init__(self, callback: Callback, mux: Multiplexer):
         self._callback = callback
         self._mux = mux
-        self._by_handle: dict[int, tuple["Consumer", object]] = {}  # handle -> (consumer, part)
+        self._by_handle: dict[int, tuple[ItemSink, Part]] = {}  # handle -> (sink, part)
         self._items: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, daemon=True, name="consumer-listener")
         self._thread.start()
 
-    def add(self, consumer: "Consumer", part) -> None:
-        self._by_handle[part.handle] = (consumer, part)
+    def add(self, sink: ItemSink, part: Part) -> None:
+        """`part`, a handle of the consumer that `sink` stands for, is this call's."""
+        self._by_handle[part.handle] = (sink, part)
 
     # ---- the stream's receive thread ---------------------------------------------------
 
-    def put_many(self, handles: list[int], delivery: "Delivery") -> None:
+    def put_many(self, handles: list[int], delivery: Delivery) -> None:
         frame = delivery.frame
         if frame.HasField("event") or not len(frame.entries):
             for h in handles:  # events act at once, per consumer
                 item = self._by_handle.get(h)
                 if item is not None:
-                    item[0]._on_item(h, delivery)
+                    item[0].put((h, delivery))
             return
         by_handle = self._by_handle
         epochs = [by_handle[h][1].epoch if h in by_handle else -1 for h in handles]
@@ -103,7 +116,7 @@ class Listeners:
         if isinstance(what, Exception):
             entry = self._by_handle.get(handle)
             if entry is not None:
-                entry[0]._on_item(handle, what)
+                entry[0].put(item)
             return
         self.put_many([handle], what)
 
@@ -119,7 +132,7 @@ class Listeners:
             except Exception:  # noqa: BLE001 - the listener thread must go on
                 log.exception("message listener dispatch failed")
 
-    def _deliver(self, handles: list[int], epochs: list[int], delivery: "Delivery") -> None:
+    def _deliver(self, handles: list[int], epochs: list[int], delivery: Delivery) -> None:
         by_handle = self._by_handle
         consumers, mine, flows, alone = [], [], {}, []
         msgs = None
@@ -129,18 +142,18 @@ class Listeners:
             entry = by_handle.get(h)
             if entry is None:
                 continue
-            c, p = entry
-            if p.epoch != epoch or p.state != "open" or c._closed:
+            s, p = entry
+            if p.epoch != epoch or p.state != "open" or s.closed:
                 continue
             p.consumed += n
             if h in redelivered:  # counts differ per handle: a call of its own
-                alone.append((c, h, p))
+                alone.append((s.consumer, h, p))
             else:
                 if msgs is None:
                     msgs = delivery.messages(p.topic, p.index)
-                consumers.append(c)
+                consumers.append(s.consumer)
                 mine.append(h)
-            if p.consumed >= max(1, c._queue_size // 2):
+            if p.consumed >= max(1, s.queue_size // 2):
                 flows.setdefault(p.consumed, []).append(h)
                 p.consumed = 0
         for permits, hs in flows.items():
@@ -159,7 +172,7 @@ class Listeners:
                                                      redelivery_count=r.count)
             self._call(counted, Recipients([c], [h], self._mux))
 
-    def _call(self, msgs: list["Message"], recipients: Recipients) -> None:
+    def _call(self, msgs: list[Message], recipients: Recipients) -> None:
         for msg in msgs:
             try:
                 self._callback(msg, recipients)

@@ -64,8 +64,29 @@ CompactionInProgress = _error("CompactionInProgress", S.FAILED_PRECONDITION)
 Fenced = _error("Fenced", S.ABORTED, retriable=True)
 TopicNotOwned = _error("TopicNotOwned", S.UNAVAILABLE, retriable=True)
 ServiceUnavailable = _error("ServiceUnavailable", S.UNAVAILABLE, retriable=True)
-MetadataUnavailable = _error("MetadataUnavailable", S.UNAVAILABLE, retriable=True,
-                             base=ServiceUnavailable)
+MetadataError = _error("MetadataError", S.INTERNAL)  # the metadata store failed
+
+
+class MetadataUnavailable(ServiceUnavailable, MetadataError):
+    """UNAVAILABLE, reason `MetadataUnavailable`: the metadata store (etcd) cannot be
+    reached; a client may retry."""
+    code = S.UNAVAILABLE
+    reason = "MetadataUnavailable"
+    retriable = True
+
+
+LeaseNotFound = _error("LeaseNotFound", S.UNAVAILABLE, retriable=True, base=MetadataError)
+
+
+class RevisionCompacted(MetadataError):
+    """A watch asked for a revision older than the store's compaction point (a follower
+    lists again: source/metadata/follow.py)."""
+
+    def __init__(self, message: str = "", compact_revision: int = 0):
+        super().__init__(message or f"revision compacted; oldest available is {compact_revision}")
+        self.compact_revision = compact_revision
+
+
 ConnectError = _error("ConnectError", S.UNAVAILABLE, retriable=True, base=ServiceUnavailable)
 Timeout = _error("Timeout", S.DEADLINE_EXCEEDED, retriable=True)
 ChecksumError = _error("ChecksumError", S.DATA_LOSS)

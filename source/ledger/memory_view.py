@@ -1,6 +1,7 @@
 """`MemoryView`: an in-memory `LedgerView` (source/ledger/view.py), the twin of the
 `ManagedLedger` for unit tests of whatever reads through the seam (the read engine, the
-subscription engine). tests/test_source/test_read_engine.py runs the same tests on both.
+subscription engine). tests/test_source/test_read_engine.py runs the same tests on it, the
+ManagedLedger and a shadow's ShadowLedger.
 
 Ledgers are lists of (publish_ms, raw) in id order; the last one is open. Driving calls
 (`append`, `roll`, `trim`, `close`) notify listeners as the managed ledger does: once per
@@ -13,12 +14,16 @@ import time
 
 from source.core import errors
 from source.core.message_id import MessageId
+from source.core.names import TopicName
 from source.ledger.view import LedgerRange, ReadEntry, Trimmed, ViewListener
 
 Ledger = tuple[int, list[tuple[int, bytes]], bool]  # (ledger id, entries, sealed)
 
 
 class MemoryView:
+    ledgers_of = TopicName.parse("memory-view")
+    entry_cache = None  # reads and encodings are not charged to a budget
+
     def __init__(self, ledgers: list[Ledger] | None = None, next_id: int = 1):
         self._ledgers: list[Ledger] = ledgers if ledgers is not None else []
         self._next_id = next_id

@@ -5,7 +5,7 @@ one dataset in Spark, DuckDB or pyarrow with the full MessageId visible), `entry
 (signed: Spark reads an unsigned 64-bit column as a decimal), `key` binary (null for
 keyless), `is_tombstone` bool, `publish_time` int64 (ms since epoch), `raw` binary (the
 serialized Message exactly as the producer sent it). Compacted ledgers
-(source/ledger/compacted.py) have the same columns. A row group closes at
+(compaction/ledger.py) have the same columns. A row group closes at
 `GROUP_BYTES` of raw or `GROUP_ROWS` entries, whichever comes first (8,000 entries of 130
 bytes; a few of 1 MiB): a read by id touches one row group of about a MiB, found from the
 footer's row counts, and a scan (Spark, pyarrow, DuckDB) pays the per-group cost once per

@@ -1,7 +1,7 @@
 """Where ledgers live: a pyarrow filesystem root shared by every broker and by Spark.
 
     <root>/ledgers/<topic-dir>/<ledger_id>.parquet   sealed ledgers
-    <root>/compacted/<topic-dir>/<job_id>/           compacted ledgers (source/ledger/compacted.py)
+    <root>/compacted/<topic-dir>/<job_id>/           compacted ledgers (compaction/ledger.py)
     <wal_root>/wal/<topic-dir>/<ledger_id>.wal       open ledgers' WALs
 
 `root` is a URI pyarrow.fs understands (`file:///data`, `s3://bucket/prefix`, ...); a plain path

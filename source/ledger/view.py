@@ -1,9 +1,12 @@
 """The ledger-view seam: what readers, cursors and dispatch need of a topic's entries.
 
-The read engine (source/read/) and, later, subscriptions depend only on `LedgerView`. The
-source's `ManagedLedger` implements it over the ledgers it writes; a shadow's `ShadowLedger`
-(shadow/) implements it over the source's ledgers, reusing `LedgerListReader`
-(source/ledger/ledger_reader.py) as it is. Everything crossing the seam is a domain type:
+The read engine (source/read/) and the durable subscriptions (source/subscriptions/) depend
+only on `LedgerView`. The source's `ManagedLedger` implements it over the ledgers it writes;
+a shadow's `ShadowLedger` (shadow/) implements it over the source's ledgers, reusing
+`LedgerListReader` (source/ledger/ledger_reader.py) as it is; the compaction feature's
+`CompactedView` (compaction/view.py) wraps a topic's view for `read_compacted` readers
+(`CompactedReads`). A broker serves a topic through a `ServedView`: a view it can also fence
+and close. What readers need of a view is on the seam, never found by probing attributes. Everything crossing the seam is a domain type:
 `MessageId`, `LedgerRange`, `ReadEntry` (whose `raw` is never decoded on the way to a
 consumer) and `Trimmed`.
 
@@ -17,6 +20,9 @@ from typing import NamedTuple, Protocol
 
 from source.core.errors import ShadowTopicError
 from source.core.message_id import MessageId
+from source.core.names import TopicName
+from source.ledger.entry_cache import EntryCache
+from source.pb.storage.v1 import metadata_pb2 as mpb
 
 
 class ReadEntry(NamedTuple):
@@ -55,6 +61,14 @@ class ViewListener(Protocol):
 
 
 class LedgerView(Protocol):
+    #: the topic whose ledgers this view reads: the topic itself, or a shadow's source (whose
+    #: compaction pointer a `read_compacted` reader of the shadow follows, K10)
+    ledgers_of: TopicName
+
+    #: the broker's entry-cache budget (source/ledger/entry_cache.py) that this view's reads
+    #: use and the read engine charges encoded entries to; None when there is none
+    entry_cache: EntryCache | None
+
     def ranges(self) -> list[LedgerRange]:
         """The readable ledgers in id order (the open one last, with its live count)."""
 
@@ -87,3 +101,32 @@ class LedgerView(Protocol):
     def add_listener(self, listener: ViewListener) -> None: ...
 
     def remove_listener(self, listener: ViewListener) -> None: ...
+
+
+class CompactedReads(LedgerView, Protocol):
+    """A topic as `read_compacted` readers see it (the compaction feature's `CompactedView`):
+    the compacted prefix up to the horizon, then the raw entries after it."""
+
+    def raw_needed(self, position: MessageId) -> MessageId:
+        """The first raw position a reader at `position` reads (retention keeps from there)."""
+
+    def last_readable(self) -> MessageId | None:
+        """The newest id a compacted reader can read (GetLastMessageId with read_compacted)."""
+
+
+class ServedView(LedgerView, Protocol):
+    """A view a broker serves a topic through (the source's `ManagedLedger`, a shadow's
+    `ShadowLedger`): the reads, plus what the broker needs to run and stop it."""
+
+    def ledgers(self) -> list[mpb.LedgerInfo]:
+        """The ledgers as their list records (stats)."""
+
+    @property
+    def entries_deleted(self) -> int:
+        """Entries trimmed from the front so far (stats)."""
+
+    def fence(self, reason: ShadowTopicError) -> None:
+        """This broker lost the topic: take no more writes, serve no more reads."""
+
+    async def close(self) -> None:
+        """Stop; listeners hear `on_closed` (the topic may be loaded again)."""

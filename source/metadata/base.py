@@ -17,7 +17,8 @@ twin for unit tests). Semantics both must show:
 - `watch_prefix(prefix, start_revision)` yields batches of `WatchEvent` in revision order,
   starting at `start_revision` (inclusive). If `start_revision` has been compacted away it
   raises `RevisionCompacted(compact_revision)`; callers re-list with `get_prefix` and watch
-  again from the listed revision + 1 (see `follow_prefix`).
+  again from the listed revision + 1 (`KeyFollower` in source/metadata/follow.py does that
+  for one key).
 - Store unavailable (etcd down) -> `MetadataUnavailable` promptly (a few seconds at most).
 
 Keys are `str` (UTF-8 on the wire), values are `bytes`.
@@ -26,28 +27,17 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import logging
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Awaitable, Callable, Literal, Sequence
 
 
-class MetadataError(Exception):
-    """Base of metadata-store errors (mapped to broker errors by the caller)."""
-
-
-class MetadataUnavailable(MetadataError):
-    """The store cannot be reached (etcd down, timeout)."""
-
-
-class LeaseNotFound(MetadataError):
-    """The lease expired or was revoked."""
-
-
-class RevisionCompacted(MetadataError):
-    """A watch asked for a revision older than the store's compaction point."""
-
-    def __init__(self, compact_revision: int):
-        super().__init__(f"revision compacted; oldest available is {compact_revision}")
-        self.compact_revision = compact_revision
+# The store's errors are of the one hierarchy (source/core/errors.py): `MetadataError`, and
+# under it `MetadataUnavailable` (etcd down, timeout: retriable), `LeaseNotFound` (expired or
+# revoked) and `RevisionCompacted`. A caller lets them through; the error table gives each
+# its gRPC status.
+from source.core.errors import (LeaseNotFound, MetadataError,  # noqa: F401 - re-exported
+                                MetadataUnavailable, RevisionCompacted)
 
 
 @dataclass(frozen=True)
@@ -158,6 +148,13 @@ class MetadataStore(abc.ABC):
                               *extra_compares], [Put(key, value)])
         return res.succeeded
 
+    async def get_keys(self, prefix: str, after: str = "", limit: int = 1000) -> list[str]:
+        """Up to `limit` keys under `prefix` that sort after `after`, in key order, without
+        their values: pages through a prefix too large for one `get_prefix` answer. Pages
+        are read at different revisions (not a snapshot). EtcdStore reads keys only."""
+        snap = await self.get_prefix(prefix)
+        return [kv.key for kv in snap.items if kv.key > after][:limit]
+
     async def next_id(self, counter_key: str) -> int:
         """Cluster-unique increasing id from a counter key (CAS loop). First id is 1."""
         while True:
@@ -172,8 +169,13 @@ class MetadataStore(abc.ABC):
                             on_events: Callable[[list[WatchEvent]], Awaitable[None]],
                             retry_delay: float = 0.5) -> None:
         """List-then-watch forever: `on_snapshot` with the full state, then `on_events` per
-        batch. Re-lists on `RevisionCompacted` and after `MetadataUnavailable` (retrying).
-        Run it as a task and cancel the task to stop."""
+        batch. Re-lists on `RevisionCompacted`, and after `MetadataUnavailable` or any other
+        error (of the store or of a callback: logged) once `retry_delay` has passed. Run it as
+        a task and cancel the task to stop.
+
+        Superseded by `KeyFollower` (source/metadata/follow.py), the one way to follow a key:
+        version-monotonic, serialized applies, never silently stopped. Still used by
+        callers being switched to it; to be deleted then."""
         while True:
             try:
                 snap = await self.get_prefix(prefix)
@@ -187,4 +189,8 @@ class MetadataStore(abc.ABC):
                     if aclose is not None:
                         await aclose()
             except (RevisionCompacted, MetadataUnavailable):
+                await asyncio.sleep(retry_delay)
+            except Exception:  # noqa: BLE001 - a bad value or a callback's bug must not end it
+                logging.getLogger(__name__).exception("following %s failed; listing again",
+                                                      prefix)
                 await asyncio.sleep(retry_delay)

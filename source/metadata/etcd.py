@@ -168,6 +168,14 @@ class EtcdStore(MetadataStore):
         resp = await self._call(self._client.get_range_response, key, end)
         return Snapshot([_kv(kv) for kv in resp.kvs], resp.header.revision)
 
+    async def get_keys(self, prefix: str, after: str = "", limit: int = 1000) -> list[str]:
+        key, end = _range_end(prefix)
+        if after and after.encode() >= key:
+            key = after.encode() + b"\0"  # the first key after `after`
+        resp = await self._call(lambda: self._client.get_range_response(
+            key, end, sort_order="ascend", keys_only=True, limit=limit))
+        return [kv.key.decode() for kv in resp.kvs]
+
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
         resp = await self._call(self._client.put, key, value, lease or None)
         return resp.header.revision
@@ -252,7 +260,7 @@ class EtcdStore(MetadataStore):
             try:
                 for resp in call:
                     if resp.compact_revision:
-                        deliver(RevisionCompacted(resp.compact_revision))
+                        deliver(RevisionCompacted(compact_revision=resp.compact_revision))
                         return
                     if resp.canceled:
                         deliver(MetadataUnavailable(f"etcd watch canceled: {resp.cancel_reason}"))

@@ -160,6 +160,7 @@ class EtcdServer:
             return
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(signal.SIGCONT)  # a paused etcd must see the SIGTERM
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
@@ -175,6 +176,16 @@ class EtcdServer:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+
+    def pause(self) -> None:
+        """SIGSTOP: etcd hangs (calls time out, connections stay open) until `resume`."""
+        if self.running():
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after `pause`."""
+        if self.running():
+            self.proc.send_signal(signal.SIGCONT)
 
     def restart(self, timeout: float = 30) -> "EtcdServer":
         """Stop (if running) and start again with the same ports and data dir."""

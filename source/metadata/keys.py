@@ -14,7 +14,10 @@
                                                       durable subscriptions still need (written
                                                       by the shadow's owner; absent: none)
     /shadowtopic/topics/<topic-path>/compaction       CompactionPointer
-    /shadowtopic/topics/<topic-path>/compaction/jobs/<id>
+    /shadowtopic/topics/<topic-path>/jobs/compaction/<id>
+                                                      CompactionJob record (formerly under
+                                                      .../compaction/jobs/<id>: moved by
+                                                      source/metadata/migrate.py)
     /shadowtopic/topics/<topic-path>/subscriptions/<sub>
     /shadowtopic/topics/<topic-path>/cursors          CursorPointer (cursors.proto): durable cursors
     /shadowtopic/counters/ledger-id                   counter (ascii int): cluster-unique ledger ids
@@ -23,9 +26,17 @@
                                                       compaction (filed by the topic's owner)
     /shadowtopic/clusters/<c>/compaction/claims/<topic-path>
                                                       ascii worker id, under that worker's lease
+    /shadowtopic/migrations/<name>                    ascii: a migration of the schema that
+                                                      ran (source/metadata/migrate.py)
 
 <topic-path> is `persistent/<tenant>/<namespace>/<topic>` (TopicName.path), so a namespace's
 topics list under one prefix and no topic name is a prefix of another's keys.
+
+A topic's one-value keys (info, ledgers, epoch, shadows, compaction, cursors) are never a
+prefix of another key: a follower (source/metadata/follow.py) watches its key as a prefix,
+since etcd watches ranges, so any longer key would wake it with every write. Hence the
+compaction job records, rewritten with every progress report, live under `jobs/`, not
+under `compaction` (tests/test_source/test_metadata_keys.py checks this).
 """
 from __future__ import annotations
 
@@ -33,6 +44,12 @@ from source.core.names import TopicName
 
 ROOT = "/shadowtopic"
 LEDGER_ID_COUNTER = f"{ROOT}/counters/ledger-id"
+MIGRATIONS_PREFIX = f"{ROOT}/migrations/"
+
+
+def migration(name: str) -> str:
+    """Marker of a schema migration that ran to its end (source/metadata/migrate.py)."""
+    return MIGRATIONS_PREFIX + name
 
 
 def _t(topic: TopicName) -> str:
@@ -96,11 +113,14 @@ def compaction(topic: TopicName) -> str:
 
 
 def compaction_job(topic: TopicName, job_id: str) -> str:
-    return _t(topic) + f"/compaction/jobs/{job_id}"
+    """The record of one compaction job of `topic` (CompactionJob, admin.proto)."""
+    return compaction_jobs_prefix(topic) + job_id
 
 
 def compaction_jobs_prefix(topic: TopicName) -> str:
-    return _t(topic) + "/compaction/jobs/"
+    """Not under `compaction(topic)`: a job's progress writes must not wake the pointer's
+    followers (source/metadata/migrate.py moved the records from `.../compaction/jobs/`)."""
+    return _t(topic) + "/jobs/compaction/"
 
 
 def compaction_requests_prefix(cluster: str) -> str:

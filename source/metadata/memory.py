@@ -255,7 +255,7 @@ class MemoryStore(MetadataStore):
     async def watch_prefix(self, prefix: str, start_revision: int) -> AsyncIterator[list[WatchEvent]]:
         await self._enter()
         if 0 < start_revision < self._compact_rev:
-            raise RevisionCompacted(self._compact_rev)
+            raise RevisionCompacted(compact_revision=self._compact_rev)
         start = start_revision if start_revision > 0 else self._rev + 1
         q: asyncio.Queue = asyncio.Queue()
         backlog = [e for events in self._history[bisect.bisect_left(self._history_revs, start):]

@@ -12,6 +12,14 @@ from source.pb.storage.v1 import metadata_pb2 as mpb
 
 SOURCE, SHADOW = mpb.TopicKind.SOURCE, mpb.TopicKind.SHADOW
 
+#: the broker role that serves each kind of topic (brokers register their roles)
+ROLES = {SOURCE: "source", SHADOW: "shadow"}
+
+
+def role_of(info: mpb.TopicInfo) -> str:
+    """The role of the brokers that serve the topic `info` describes."""
+    return ROLES[info.kind]
+
 
 def decode_info(data: bytes) -> mpb.TopicInfo:
     info = mpb.TopicInfo.FromString(data)

@@ -157,7 +157,7 @@ class TopicReaders:
         self.changes = 0
         self._encodings: OrderedDict[tuple[int, int], bytes] = OrderedDict()  # oldest first
         self._encoded_bytes = 0
-        self._budget = getattr(view, "entry_cache", None)  # the broker's EntryCache, if any
+        self._budget = view.entry_cache  # the broker's EntryCache (None: not charged)
         self._charge = None  # its Item for the encodings (one per topic, resized)
         self._dirty = False
         self._task: asyncio.Task | None = None

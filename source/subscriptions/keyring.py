@@ -11,7 +11,7 @@ points, from whichever consumers held them; every other key keeps its consumer. 
 consumer leaves, each of its ranges goes to the consumer owning the next point on the ring.
 Order per key survives a join: the subscription holds back messages of a newly joined
 consumer's keys that come after its join position until everything dispatched before the
-join is acknowledged (subscription.py, `held`).
+join is acknowledged (key_shared.py, `join`).
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ skip, clear-backlog, peek, stats; and what retention must keep (`oldest_needed`)
 
 `read_compacted` (Exclusive and Failover only, as in Pulsar; Shared and Key_Shared are
 refused with `InvalidArgument`): such a subscription reads the topic's `CompactedView`
-(source/ledger/compacted_view.py) through a second `TopicReaders` (`compacted_readers`). The
+(compaction/view.py) through a second `TopicReaders` (`compacted_readers`). The
 first consumer to attach decides how a subscription reads; one that reads the other way is
 refused (`ConsumerBusy`) while consumers are attached. Its cursor moves by the compacted
 view (`compacted_next_after`: ids compacted away count as absent, so acknowledging each
@@ -45,9 +45,10 @@ from source.ledger.view import LedgerView, ReadEntry, Trimmed
 from source.metadata.base import MetadataStore
 from source.read.engine import Counters, Member, TopicReaders
 from source.read.positions import MESSAGE_ID, PUBLISH_TIME, Start, resolve
+from source.subscriptions.consumer import ConsumerOutbox, CursorMoved, SubConsumer
+from source.subscriptions.dispatcher import EXCLUSIVE
 from source.subscriptions.meta import MetaWriter, SubscriptionMeta
-from source.subscriptions.subscription import (EXCLUSIVE, FAILOVER, ConsumerOutbox, CursorMoved,
-                                               SubConsumer, Subscription)
+from source.subscriptions.subscription import DISPATCHERS, Subscription
 
 log = logging.getLogger(__name__)
 
@@ -142,13 +143,7 @@ class TopicSubscriptions:
         for sub in self.subs.values():
             if sub.compacted:
                 continue  # its view serves the compacted prefix without the raw ledgers
-            sub.skipped += sub.cursor.skip_trimmed(trimmed.ledgers, self.next_after)
-            for p in [p for p in sub.holder if (p >> 64) in gone]:
-                sub.holder.pop(p).pending.discard(p)
-            for p in [p for p in sub.redo if (p >> 64) in gone]:
-                sub._forget(p)
-            for p in [p for p in sub.counts if (p >> 64) in gone]:
-                del sub.counts[p]
+            sub.trimmed(trimmed.ledgers, gone)
             self.changed(sub)
 
     def on_closed(self, reason: errors.ShadowTopicError) -> None:
@@ -177,7 +172,8 @@ class TopicSubscriptions:
         view; consumers of one subscription all read it the same way (the first decides)."""
         self._check_open()
         if read_compacted:
-            if type_ not in (EXCLUSIVE, FAILOVER):  # refused before anything is created
+            kind = DISPATCHERS.get(type_)
+            if kind is None or not kind.reads_compacted:  # refused before anything is created
                 raise errors.InvalidArgument(
                     f"read_compacted needs an Exclusive or Failover subscription, not {type_}")
             if self.compacted is None:
@@ -225,7 +221,8 @@ class TopicSubscriptions:
             try:
                 if c.closed or sub is None:
                     raise errors.AlreadyClosed("consumer is closed")
-                if one is not None and not (sub.holder or sub.counts or sub.redo):
+                d = sub.dispatcher
+                if one is not None and not (sub.counts or d.holder or d.redo):
                     if sub.cursor.ack_packed(ps, sub.next_after):
                         dirty.append(sub)
                 else:
@@ -487,13 +484,13 @@ class TopicSubscriptions:
             self._rates[name] = (now, sub.msg_out, sub.redelivered)
             rate = (sub.msg_out - out0) / dt if dt > 0 else 0.0
             consumers = []
+            d = sub.dispatcher
             for c in sub.consumers:
                 consumers.append(dict(
                     consumer_name=c.name, available_permits=max(0, c.permits),
-                    unacked_messages=sub.unacked(c), address=c.address,
+                    unacked_messages=d.unacked(c), address=c.address,
                     connected_since=_iso(c.since), is_active=bool(c.active),
-                    key_hash_ranges=[f"[{a}, {b}]" for a, b in sub.ring.ranges(c)]
-                    if sub.ring is not None else []))
+                    key_hash_ranges=[f"[{a}, {b}]" for a, b in d.ranges(c)]))
             out[name] = dict(
                 type=sub.type, msg_backlog=self.backlog(sub), msg_rate_out=rate,
                 msg_rate_redeliver=(sub.redelivered - red0) / dt if dt > 0 else 0.0,
@@ -502,7 +499,7 @@ class TopicSubscriptions:
                 mark_delete_position=str(sub.cursor.mark_delete),
                 read_position=str(sub.position), individually_acked_ranges=sub.cursor.holes,
                 msg_out_counter=sub.msg_out, msg_redeliver_counter=sub.redelivered,
-                active_consumer=sub.active.name if sub.active is not None else "")
+                active_consumer=d.active.name if d.active is not None else "")
         return out
 
     # ---- close -----------------------------------------------------------------------------

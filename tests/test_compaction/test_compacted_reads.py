@@ -14,8 +14,8 @@ from compaction.plan import make_plan
 from compaction.reference import Row, compact
 from source.core import errors
 from source.core.message_id import MessageId
-from source.ledger.compacted import CompactedLedger
-from source.ledger.compacted_view import CompactedView
+from compaction.ledger import CompactedLedger
+from compaction.view import CompactedView
 from source.ledger.memory_view import MemoryView
 from source.ledger.storage import Storage
 from source.core.names import TopicName

@@ -1,7 +1,7 @@
 """Reading the compacted view end to end (real etcd, real broker processes, the client and the
 CLI), with compacted ledgers published by `publish_compaction` below: a few lines doing what
 the compaction worker does (PIP-14 over the topic's sealed ledgers, written in the format of
-source/ledger/compacted.py, pointer put into etcd), so these tests need no Spark.
+compaction/ledger.py, pointer put into etcd), so these tests need no Spark.
 tests/test_integration/test_compaction.py runs the same reads after the real worker."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from source.client import Client, errors
 from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.ledger import sealed
-from source.ledger.compacted import describe_file, write_manifest
+from compaction.ledger import describe_file, write_manifest
 from source.ledger.storage import Storage
 from source.metadata import keys
 from source.pb.storage.v1 import metadata_pb2 as mpb

@@ -1,15 +1,16 @@
 """Shadows' needs (shadow/needs.py) and the source side of policy
-`retention_keeps_shadow_backlog` (source/ledger/retention.py, TopicManager._shadow_needs):
+`retention_keeps_shadow_backlog` (source/ledger/retention.py, ShadowFeature._shadow_needs (shadow/feature.py)):
 the pure rules, the key schema, the policy's validation, and the publisher and the
 retention read against the metadata twin."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
 from shadow.needs import UNSET, NeedsPublisher, must_write, to_publish
-from source.broker.topics import TopicManager
+from shadow.feature import ShadowFeature
 from source.cli.commands import _policies
 from source.cli.main import build_parser
 from source.core import errors
@@ -207,10 +208,10 @@ def test_the_publisher_task_runs_while_something_is_tracked():
 
 # ---- the source's read of the needs ---------------------------------------------------------
 
-def _manager(store) -> TopicManager:
-    tm = object.__new__(TopicManager)  # _shadow_needs uses the store only
-    tm.store = store
-    return tm
+def _manager(store) -> ShadowFeature:
+    feature = ShadowFeature()  # _shadow_needs uses the store only
+    feature.bind(SimpleNamespace(store=store, topics=SimpleNamespace(store=store)))
+    return feature
 
 
 def test_the_source_reads_the_needs_of_its_listed_shadows_and_removes_deleted_ones():

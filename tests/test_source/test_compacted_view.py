@@ -1,5 +1,5 @@
-"""`CompactedLedger` (source/ledger/compacted.py) and `CompactedView`
-(source/ledger/compacted_view.py) over the in-memory ledger twin (`MemoryView`), with compacted
+"""`CompactedLedger` (compaction/ledger.py) and `CompactedView`
+(compaction/view.py) over the in-memory ledger twin (`MemoryView`), with compacted
 ledgers written here per the format (sealed.SCHEMA rows sorted by id, any row-group size, one or
 more files, `describe_file` + `write_manifest`) from an in-test PIP-14 reference (`pip14`): the
 latest value of each key at or before the horizon, tombstones dropped, keyless messages kept in
@@ -21,8 +21,8 @@ from source.core.names import TopicName
 from source.core.policies import Policies
 from source.cursors.store import Fence, MemoryCursorStore
 from source.ledger import sealed
-from source.ledger.compacted import CompactedLedger, describe_file, write_manifest
-from source.ledger.compacted_view import CompactedView
+from compaction.ledger import CompactedLedger, describe_file, write_manifest
+from compaction.view import CompactedView
 from source.ledger.memory_view import MemoryView
 from source.ledger.storage import Storage
 from source.metadata import keys

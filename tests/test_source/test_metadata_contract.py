@@ -144,6 +144,28 @@ def test_get_prefix_and_delete_prefix(store, p, arun):
     arun(body())
 
 
+def test_get_keys_pages_in_key_order(store, p, arun):
+    async def body():
+        names = ["a/1", "a/10", "a/2", "a/sub/x", "a/\u00e9", "ab", "b/1"]
+        for k in names:
+            await store.put(p + k, b"value")
+        under_a = sorted(p + k for k in names if k.startswith("a/"))
+        assert await store.get_keys(p + "a/") == under_a
+        pages, after = [], ""
+        while True:
+            page = await store.get_keys(p + "a/", after, limit=2)
+            assert len(page) <= 2
+            pages += page
+            if len(page) < 2:
+                break
+            after = page[-1]
+        assert pages == under_a
+        assert await store.get_keys(p + "a/", p + "a/2", 10) == under_a[3:]
+        assert await store.get_keys(p + "a/", p + "b", 10) == []
+        assert await store.get_keys(p + "none/") == []
+    arun(body())
+
+
 def test_txn_one_revision_for_all_ops(store, p, arun):
     async def body():
         await store.put(p + "old/1", b"")

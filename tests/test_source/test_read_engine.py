@@ -1,6 +1,10 @@
-"""The read engine over the LedgerView seam, in-process: the same tests run on the source's
-ManagedLedger (metadata memory twin, real files) and on an in-memory LedgerView written here,
-and must see the same reads."""
+"""The read engine over the LedgerView seam, in-process: the same tests run on every
+`LedgerView` a broker serves or tests use, driven alike, and must see the same reads:
+- "managed": the source's ManagedLedger (metadata memory twin, real files);
+- "memory": the in-memory MemoryView (source/ledger/memory_view.py);
+- "shadow": a shadow's ShadowLedger (shadow/ledger.py) over a source ManagedLedger on the
+  same MemoryStore and storage root; the driving calls go to the source, the shadow follows
+  its ledger list and is told each confirmed id as the replicator would."""
 from __future__ import annotations
 
 import asyncio
@@ -9,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from shadow.ledger import ShadowLedger
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import TopicName
@@ -24,24 +29,88 @@ from source.read.engine import ReadEngine
 from source.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
 
 TOPIC = TopicName.parse("persistent://t/ns/engine")
+SOURCE = TopicName.parse("persistent://t/ns/engine-source")  # the "shadow" kind's source
+
+#: every LedgerView the suite runs on (the `kind` fixture)
+KINDS = ["managed", "memory", "shadow"]
 
 
 class ManagedDriver:
     """The same driving calls on a real ManagedLedger."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, topic: TopicName = TOPIC):
+        self.topic = topic
         self.store = MemoryStore()
-        self.storage = Storage(str(tmp_path / "storage"))
+        self.root = str(tmp_path / "storage")
+        self.storage = Storage(self.root)
         self.executor = ThreadPoolExecutor(4)
         self.epoch = 0
 
     async def open(self) -> ManagedLedger:
         self.epoch += 1
-        own_key = keys.ownership("c", TOPIC)
+        own_key = keys.ownership("c", self.topic)
         value = mpb.Ownership(broker_id="b", epoch=self.epoch).SerializeToString()
         await self.store.put(own_key, value)
-        return await ManagedLedger.open(TOPIC, self.store, self.storage, own_key, value,
+        return await ManagedLedger.open(self.topic, self.store, self.storage, own_key, value,
                                         self.epoch, self.executor, LedgerConfig())
+
+
+class ShadowDriver:
+    """The same driving calls on a source ManagedLedger (SOURCE), read through a shadow's
+    ShadowLedger (TOPIC) on the same MemoryStore and storage root (its own Storage object,
+    as another broker has it). The driver plays the replicator: after each append it passes
+    the batch's last id to `on_replicated`, and a newly opened shadow is told the source's
+    last confirmed id (the replicator's heartbeat after a reconnect). A driving call returns
+    once the shadow shows what the source shows (as an append on the source returns once
+    the entries are readable); one that never does fails the test."""
+
+    def __init__(self, tmp_path):
+        self.managed = ManagedDriver(tmp_path, SOURCE)
+        self.store, self.executor = self.managed.store, self.managed.executor
+        self.source: ManagedLedger | None = None
+
+    async def open(self) -> ShadowLedger:
+        """A new ShadowLedger of TOPIC (the source is opened once, on the first call)."""
+        if self.source is None:
+            self.source = await self.managed.open()
+        sl = await ShadowLedger.open(TOPIC, SOURCE, self.store, Storage(self.managed.root),
+                                     self.executor, retry_delay=0.05)
+        last = self.source.last_confirmed()
+        if last is not None:
+            sl.on_replicated(last)
+        await self.caught_up(sl)
+        return sl
+
+    async def append(self, shadow: ShadowLedger, raws: list[bytes]) -> None:
+        lid, first = await self.source.append(raws, wal.request_bytes(raws),
+                                              sum(map(len, raws)))
+        shadow.on_replicated(MessageId(lid, first + len(raws) - 1))
+        await self.caught_up(shadow)
+
+    async def caught_up(self, shadow: ShadowLedger, timeout: float = 5.0) -> None:
+        """Until the shadow holds the source's current ledger list and shows its ledgers,
+        last confirmed id and next id (a closed shadow is left as it is)."""
+        def same() -> bool:
+            return ([r[:3] for r in shadow.ranges()] == [r[:3] for r in self.source.ranges()]
+                    and shadow.last_confirmed() == self.source.last_confirmed()
+                    and shadow.next_position() == self.source.next_position())
+
+        deadline = time.monotonic() + timeout
+        while shadow.closed is None:
+            kv = await self.store.get(keys.ledgers(SOURCE))
+            if (kv is None or shadow.list_revision >= kv.mod_revision) and same():
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"the shadow did not catch up with its source: shadow "
+                    f"{shadow.ranges()} last {shadow.last_confirmed()} next "
+                    f"{shadow.next_position()}; source {self.source.ranges()} last "
+                    f"{self.source.last_confirmed()} next {self.source.next_position()}")
+            await asyncio.sleep(0.005)
+
+    async def close(self) -> None:
+        if self.source is not None and self.source.closed is None:
+            await self.source.close()
 
 
 # ---- an outbox that records frames --------------------------------------------------------
@@ -86,17 +155,21 @@ class Count:
 
 # ---- harness ------------------------------------------------------------------------------
 
-@pytest.fixture(params=["managed", "memory"])
+@pytest.fixture(params=KINDS)
 def kind(request):
     return request.param
 
 
 class Harness:
-    """A view of either kind plus `append` / `roll` / `trim_first` / `reload` on it."""
+    """A view of any kind plus `append` / `roll` / `trim_first` / `reload` on it. For the
+    shadow, appends, rolls and trims happen on its source, and a reload is the shadow's
+    (the ShadowLedger is closed and a new one opened; the source stays)."""
 
     def __init__(self, kind, tmp_path):
         self.kind = kind
-        self.driver = ManagedDriver(tmp_path) if kind == "managed" else None
+        self.driver = {"managed": ManagedDriver, "shadow": ShadowDriver,
+                       "memory": lambda _: None}[kind](tmp_path)
+        self.shadow = self.driver if kind == "shadow" else None
         self.view = None
         self.reads = 0
         self.counters = Count()
@@ -123,20 +196,28 @@ class Harness:
         return self.view
 
     async def append(self, raws):
-        if self.driver:
+        if self.shadow:
+            await self.shadow.append(self.view, raws)
+        elif self.driver:
             await self.view.append(raws, wal.request_bytes(raws), sum(map(len, raws)))
         else:
             self.view.append(raws)
 
     async def roll(self):
-        if self.driver:
+        if self.shadow:
+            await self.shadow.source.roll()
+            await self.shadow.caught_up(self.view)
+        elif self.driver:
             await self.view.roll()
         else:
             self.view.roll()
 
     async def trim_first(self):
         """Delete every sealed ledger."""
-        if self.driver:
+        if self.shadow:
+            await self.shadow.source.truncate()
+            await self.shadow.caught_up(self.view)
+        elif self.driver:
             await self.view.truncate()
         else:
             self.view.roll()
@@ -152,6 +233,8 @@ class Harness:
         if self.driver:
             if self.view.closed is None:
                 await self.view.close()
+            if self.shadow:
+                await self.shadow.close()
             self.driver.executor.shutdown(wait=True)
 
 
@@ -323,10 +406,11 @@ def test_a_failed_reload_reports_the_error_on_each_handle(kind, tmp_path):
     run(kind, tmp_path, body)
 
 
-def test_both_views_give_the_same_reads(tmp_path):
-    """The in-memory view and the ManagedLedger, driven alike, deliver the same entries."""
+def test_every_view_gives_the_same_reads(tmp_path):
+    """The in-memory view, the ManagedLedger and a ShadowLedger of it, driven alike,
+    deliver the same entries."""
     seen = {}
-    for kind in ("managed", "memory"):
+    for kind in KINDS:
         async def body(h, kind=kind):
             out = RecordingOutbox()
             r, _ = await h.engine.open(out, 1, TOPIC, Start(EARLIEST))
@@ -338,4 +422,4 @@ def test_both_views_give_the_same_reads(tmp_path):
             await until(lambda: len(out.got(1)) == 100)
             seen[kind] = [(e.entry_id, e.raw) for _, entries in out.frames for e in entries]
         run(kind, tmp_path / kind, body)
-    assert seen["managed"] == seen["memory"]
+    assert seen["managed"] == seen["memory"] == seen["shadow"]

@@ -222,6 +222,7 @@ def test_a_load_cancelled_by_one_caller_does_not_fail_the_others(tmp_path):
     `except Exception` does not catch it: another client's whole stream ends (the client
     sees 'consumer stream ended'); in engine `follow` the readers are stranded."""
     from source.broker.ownership import BrokerSession
+    from source.broker.topic_admin import TopicAdmin
     from source.broker.topics import TopicManager
     from source.core.policies import Policies
     from source.ledger.storage import Storage
@@ -234,7 +235,7 @@ def test_a_load_cancelled_by_one_caller_does_not_fail_the_others(tmp_path):
         await session.wait_ready(5)
         topics = TopicManager(store, Storage(str(tmp_path / "storage")), session)
         try:
-            await topics.create(TOPIC, 0, Policies(), {})
+            await TopicAdmin(topics, []).create(TOPIC, 0, Policies(), {})
             first = asyncio.create_task(topics.topic(TOPIC))
             for _ in range(10_000):  # the load is in `_loading` for a few loop steps
                 await asyncio.sleep(0)
@@ -263,6 +264,7 @@ def test_a_stream_that_ends_while_its_subscribe_loads_the_topic_spares_other_str
     B's whole stream ends (all its handles, on every topic) without an error."""
     from source.broker.consumer_service import ConsumerService
     from source.broker.ownership import BrokerSession
+    from source.broker.topic_admin import TopicAdmin
     from source.broker.topics import TopicManager
     from source.core.policies import Policies
     from source.ledger.storage import Storage
@@ -286,7 +288,7 @@ def test_a_stream_that_ends_while_its_subscribe_loads_the_topic_spares_other_str
         service = ConsumerService(topics)
         forever = asyncio.Event()
         try:
-            await topics.create(TOPIC, 0, Policies(), {})
+            await TopicAdmin(topics, []).create(TOPIC, 0, Policies(), {})
             got_b: list = []
             b_ended = asyncio.Event()
 

@@ -280,6 +280,45 @@ def test_key_shared_holds_a_joiners_keys_until_earlier_messages_are_acked(kind, 
     run(main())
 
 
+def test_the_first_consumer_after_none_decides_the_type(kind, tmp_path):
+    """A subscription is of its consumers' type: once the last one has left, the next one
+    may be of another type (as in Pulsar), and gets what was left unacknowledged, counted
+    as redelivered; each type's rules hold from then on."""
+    async def main():
+        h = Harness(kind, tmp_path)
+        ts = await h.open()
+        await h.append(msgs(3))
+        out = Outbox()
+        a = await sub(ts, out, 1, "s", SHARED)
+        await settle()
+        assert len(out.ids(1)) == 3
+        ts.close_consumer(a)                         # leaves with 3 unacknowledged
+        b = await sub(ts, out, 2, "s", EXCLUSIVE)
+        await settle()
+        assert ts.stats()["s"]["type"] == EXCLUSIVE
+        assert out.ids(2) == out.ids(1)
+        assert [e.redelivery_count for e in out.got[2]] == [1, 1, 1]
+        with pytest.raises(errors.ConsumerBusy):   # Exclusive now: no second consumer
+            await ts.subscribe(Outbox(), 3, "s", SHARED, Start(EARLIEST))
+        ts.ack(b, [MessageId(*out.ids(2)[-1])], True)  # cumulative: allowed on Exclusive
+        assert ts.backlog(ts.get("s")) == 0
+        ts.close_consumer(b)
+        ks = [await sub(ts, out, i, "s", KEY_SHARED, consumer_name=f"c{i}") for i in (4, 5)]
+        await h.append([raw(f"v{i}", key=f"k{i % 17}") for i in range(50)])
+        await settle()
+        assert ts.stats()["s"]["type"] == KEY_SHARED
+        owner = {}
+        for handle in (4, 5):
+            for e in out.got.get(handle, []):
+                key = common_pb2.Message.FromString(e.raw).key
+                assert owner.setdefault(key, handle) == handle
+        assert len(out.ids(4)) + len(out.ids(5)) == 50
+        first = MessageId(*(out.ids(4) + out.ids(5))[0])
+        with pytest.raises(errors.NotAllowed):       # no cumulative ack on Key_Shared
+            ts.ack(ks[0], [first], True)
+    run(main())
+
+
 # ---- acks, nacks, restart ------------------------------------------------------------------
 
 def test_nack_redelivers_after_the_delay(kind, tmp_path):

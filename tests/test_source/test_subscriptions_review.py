@@ -43,7 +43,7 @@ def key_owned_by(s, consumer, avoid=()) -> str:
     """A key the Key_Shared ring of subscription `s` gives to `consumer`."""
     for i in range(100_000):
         k = f"k{i}"
-        if k not in avoid and s.ring.owner(key_hash(k.encode())) is consumer:
+        if k not in avoid and s.dispatcher.ring.owner(key_hash(k.encode())) is consumer:
             return k
     raise AssertionError("no key found")
 
@@ -89,7 +89,7 @@ def test_bug_redo_entries_of_a_trimmed_ledger_cause_duplicates_and_stay_forever(
         first_ledger = out.ids(1)[0][0]
         ts.close_consumer(a)            # 4 entries wait in redo (b has no permits)
         s = ts.get("s")
-        assert len(s.redo) == 4
+        assert len(s.dispatcher.redo) == 4
         if kind == "memory":
             h.view.trim(1)
         else:
@@ -100,7 +100,8 @@ def test_bug_redo_entries_of_a_trimmed_ledger_cause_duplicates_and_stay_forever(
         got = out.ids(2)
         assert len(got) == len(set(got)), f"duplicates delivered: {got}"
         assert sorted(got) == sorted(i for i in out.ids(1) if i[0] != first_ledger)
-        assert not s.redo, f"positions of a deleted ledger stay in redo: {s.redo}"
+        assert not s.dispatcher.redo, \
+            f"positions of a deleted ledger stay in redo: {s.dispatcher.redo}"
     run(main())
 
 
@@ -147,7 +148,7 @@ def test_bug_key_shared_redo_grows_with_the_whole_backlog(kind, tmp_path):
             await h.append([raw(f"v{j}", key=k) for j in range(i, i + 5000)])
         await settle(100)
         assert not out.ids(1) and not out.ids(2)
-        assert len(s.redo) <= 20_000, f"redo holds {len(s.redo)} entries"
+        assert len(s.dispatcher.redo) <= 20_000, f"redo holds {len(s.dispatcher.redo)} entries"
     run(main(), timeout=120)
 
 
@@ -165,7 +166,7 @@ def test_bug_key_shared_new_entries_overtake_redo_beyond_one_frame(kind, tmp_pat
         k = key_owned_by(s, a)
         await h.append([raw(f"v{i}", key=k) for i in range(700)])
         await settle()
-        assert len(s.redo) == 700       # a has no permits: they wait
+        assert len(s.dispatcher.redo) == 700       # a has no permits: they wait
         out_b.room = False              # b stops taking: nothing is read any more
         await h.append([raw(f"v{i}", key=k) for i in range(700, 705)])
         await settle(5)
@@ -192,7 +193,7 @@ def test_dispatch_does_not_spin_while_redo_entries_cannot_go_out(kind, tmp_path)
         k = key_owned_by(s, a)
         await h.append([raw(f"v{i}", key=k) for i in range(50)])
         await settle()
-        assert len(s.redo) == 50 and s in ts.readers.replays
+        assert len(s.dispatcher.redo) == 50 and s in ts.readers.replays
         reads = 0
         real = h.view.read
 
@@ -209,7 +210,7 @@ def test_dispatch_does_not_spin_while_redo_entries_cannot_go_out(kind, tmp_path)
         assert reads == before and ts.readers._task is None
         ts.flow(a, 100)
         await settle()
-        assert len(out.ids(1)) == 50 and not s.redo and s not in ts.readers.replays
+        assert len(out.ids(1)) == 50 and not s.dispatcher.redo and s not in ts.readers.replays
     run(main())
 
 
@@ -448,6 +449,7 @@ class _Stream:
     async def __aenter__(self):
         from source.broker.consumer_service import ConsumerService
         from source.broker.ownership import BrokerSession
+        from source.broker.topic_admin import TopicAdmin
         from source.broker.topics import TopicManager
         from source.core.policies import Policies
         from source.ledger.storage import Storage
@@ -459,7 +461,7 @@ class _Stream:
         self.topics = TopicManager(store, Storage(str(self.tmp_path / "storage")), self.session)
         self.service = ConsumerService(self.topics)
         self.queue: asyncio.Queue = asyncio.Queue()
-        await self.topics.create(TOPIC, 0, Policies(), {})
+        await TopicAdmin(self.topics, []).create(TOPIC, 0, Policies(), {})
         self.task = asyncio.create_task(self._consume())
         return self
 

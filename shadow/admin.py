@@ -32,9 +32,8 @@ import asyncio
 import random
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from source.broker.topics import metadata_errors
+from source.broker.feature import Topics
 from source.core import errors
 from source.core.names import TopicName
 from source.core.policies import validate_properties
@@ -42,9 +41,6 @@ from source.metadata import keys
 from source.metadata.base import Compare, Delete, MetadataStore, Put
 from source.metadata.topic_info import decode_info
 from source.pb.storage.v1 import metadata_pb2 as mpb
-
-if TYPE_CHECKING:
-    from source.broker.topics import TopicManager
 
 SHADOW = mpb.TopicKind.SHADOW
 TXN_OPS = 100    # compares and ops per transaction (etcd's default --max-txn-ops is 128)
@@ -188,12 +184,11 @@ async def shadow_topics(store: MetadataStore, topic: TopicName,
 class ShadowAdmin:
     """The shadow RPCs (the admin service and `topics delete` of a shadow delegate here)."""
 
-    def __init__(self, topics: TopicManager):
+    def __init__(self, topics: Topics):
         self.topics = topics
         self.store = topics.store
         self.txn_ops = TXN_OPS
 
-    @metadata_errors
     async def create(self, shadow: TopicName, source: TopicName,
                      properties: dict[str, str]) -> mpb.TopicInfo:
         check_names(shadow, source)
@@ -246,7 +241,6 @@ class ShadowAdmin:
             if kv is not None:
                 raise already_exists(name, decode_info(kv.value))
 
-    @metadata_errors
     async def delete(self, shadow: TopicName, force: bool = False) -> None:
         for attempt in range(ATTEMPTS):
             await _backoff(attempt)
@@ -289,7 +283,6 @@ class ShadowAdmin:
         raise errors.ServiceUnavailable(f"the metadata of {shadow} kept changing while it "
                                         "was deleted; try again")
 
-    @metadata_errors
     async def shadows(self, topic: TopicName) -> list[str]:
         info = await self.topics.info(topic)
         return [str(s) for s in await shadow_topics(self.store, topic, info)]

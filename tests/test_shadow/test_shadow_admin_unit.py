@@ -6,11 +6,15 @@ and a source delete racing a shadow's creation."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
-from source.broker import shadow_admin as sa
-from source.broker.shadow_admin import ShadowAdmin, create_plan, delete_plan, shadow_infos
+from shadow import admin as sa
+from shadow.admin import create_plan, delete_plan, shadow_infos
+from shadow.feature import ShadowFeature
+from source.broker.config import BrokerConfig
+from source.broker.topic_admin import TopicAdmin
 from source.broker.topics import TopicManager
 from source.core import errors
 from source.core.names import TopicName
@@ -136,7 +140,10 @@ class HookedStore(MemoryStore):
 def env(tmp_path):
     store = HookedStore()
     topics = TopicManager(store, Storage(str(tmp_path)), session=None)
-    yield store, topics, ShadowAdmin(topics)
+    feature = ShadowFeature()  # `topics delete` of a source asks it; of a shadow, it deletes
+    feature.bind(SimpleNamespace(topics=topics, store=store, storage=topics.storage,
+                                 config=BrokerConfig(), session=None))
+    yield store, TopicAdmin(topics, [feature]), feature.admin
     topics.executor.shutdown(wait=False)
 
 

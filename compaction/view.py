@@ -1,6 +1,6 @@
 """`CompactedView`: a topic as `read_compacted` readers see it, a `LedgerView` wrapper.
 
-Ids at or before the horizon are served from the compacted ledger (source/ledger/compacted.py:
+Ids at or before the horizon are served from the compacted ledger (compaction/ledger.py:
 the latest message of each key, keyless ones by policy); ids after it from the topic's own
 view (the raw ledgers), so a reader crosses the horizon with no gap and no duplicate (K7). A
 position at a compacted-away id lands on the next surviving id, or past the horizon on the
@@ -32,10 +32,12 @@ from concurrent.futures import Executor
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import TopicName
-from source.ledger.compacted import CompactedLedger
+from compaction.ledger import CompactedLedger
+from source.ledger.entry_cache import EntryCache
 from source.ledger.storage import Storage
 from source.ledger.view import LedgerRange, LedgerView, ReadEntry, Trimmed, ViewListener
 from source.metadata import MetadataStore, keys
+from source.metadata.follow import KeyFollower
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
 log = logging.getLogger(__name__)
@@ -55,8 +57,12 @@ class CompactedView:
         self._updates = 0  # `update` calls started: an older one never swaps over a newer
 
     @property
-    def entry_cache(self):
-        return getattr(self.raw, "entry_cache", None)
+    def entry_cache(self) -> EntryCache | None:
+        return self.raw.entry_cache
+
+    @property
+    def ledgers_of(self) -> TopicName:
+        return self.raw.ledgers_of
 
     # ---- the compacted ledger ---------------------------------------------------------------
 
@@ -231,45 +237,33 @@ class CompactedView:
 
 
 class CompactionFollower:
-    """Keeps `view` on the current compaction pointer of `of` (see the module doc)."""
+    """Keeps `view` on the current compaction pointer of `of` (see the module doc), with the
+    one key follower (source/metadata/follow.py)."""
 
     def __init__(self, store: MetadataStore, storage: Storage, executor: Executor,
-                 of: TopicName, raw: LedgerView):
-        self.store = store
-        self.storage = storage
-        self.executor = executor
+                 of: TopicName, raw: LedgerView, retry_delay: float = 0.5):
         self.key = keys.compaction(of)
         self.view = CompactedView(raw, executor, storage)
-        self._task: asyncio.Task | None = None
-        self._ready = asyncio.Event()
+        self.retry_delay = retry_delay
+        self._follower = KeyFollower(store, self.key, self._apply, retry_delay)
 
     async def start(self, timeout: float = 10.0) -> CompactedView:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._follow())
-        try:
-            await asyncio.wait_for(asyncio.shield(self._ready.wait()), timeout)
-        except asyncio.TimeoutError:
-            raise errors.MetadataUnavailable(
-                f"the compaction pointer {self.key} could not be read") from None
-        return self.view
+        """Read the pointer and follow it; the first read is retried while etcd is
+        unavailable, for `timeout` seconds at most."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            try:
+                await self._follower.start()
+                return self.view
+            except errors.MetadataUnavailable:
+                if loop.time() + self.retry_delay >= deadline:
+                    raise errors.MetadataUnavailable(
+                        f"the compaction pointer {self.key} could not be read") from None
+                await asyncio.sleep(self.retry_delay)
 
-    async def _follow(self) -> None:
-        async def on_snapshot(snap) -> None:
-            kv = next((kv for kv in snap.items if kv.key == self.key), None)
-            await self._apply(kv.value if kv is not None else None)
-            self._ready.set()
-
-        async def on_events(events) -> None:
-            for ev in events:
-                if ev.key == self.key:  # the prefix holds the job records too
-                    await self._apply(ev.value if ev.type == "put" else None)
-
-        await self.store.follow_prefix(self.key, on_snapshot, on_events)
-
-    async def _apply(self, value: bytes | None) -> None:
+    async def _apply(self, value: bytes | None, revision: int) -> None:
         await self.view.update(mpb.CompactionPointer.FromString(value) if value else None)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self._follower.close()

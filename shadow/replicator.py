@@ -45,7 +45,7 @@ from source.metadata import keys
 from source.metadata.base import Compare, MetadataStore, Put
 from source.metadata.placement import pick_broker
 from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import common_pb2, replication_pb2
+from source.pb.v1 import replication_pb2
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Compacted ledgers: the stored format, shared by the compaction job that writes them
-(compaction/) and the brokers that read them (source/ledger/compacted_view.py).
+(compaction/) and the brokers that read them (compaction/view.py).
 
     <root>/compacted/<topic-dir>/<job_id>/part-*.parquet   the surviving messages
     <root>/compacted/<topic-dir>/<job_id>/manifest.pb      CompactedManifest (metadata.proto)

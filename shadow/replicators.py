@@ -2,7 +2,7 @@
 
 `TopicReplicators` follows the source's shadow list in etcd (`keys.shadows` of the topic,
 or of its parent for a partition: partition i replicates to partition i of each shadow;
-list-then-watch, `MetadataStore.follow_prefix`) and starts or stops replicators as shadows
+list-then-watch with the one key follower, source/metadata/follow.py) and starts or stops replicators as shadows
 are created and deleted while the topic is loaded. `Channels` keeps one gRPC channel per
 shadow broker address for all replicators of a broker.
 """
@@ -17,9 +17,10 @@ import grpc
 from source.core.names import TopicName
 from source.ledger.view import LedgerView
 from source.metadata import keys
-from source.metadata.base import MetadataStore, Snapshot, WatchEvent
+from source.metadata.base import MetadataStore, MetadataUnavailable
+from source.metadata.follow import KeyFollower
 from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.replication.replicator import ShadowReplicator
+from shadow.replicator import ShadowReplicator
 
 log = logging.getLogger(__name__)
 
@@ -55,22 +56,27 @@ class TopicReplicators:
             topic, shadow, view, store, cluster, ownership, auto_reset, channels.get)
         self.store = store
         self.replicators: dict[TopicName, ShadowReplicator] = {}
+        self._follower = KeyFollower(store, self._list_key, self._on_list)
         self._task: asyncio.Task | None = None
 
     def start(self) -> "TopicReplicators":
         self._task = asyncio.get_running_loop().create_task(
-            self.store.follow_prefix(self._list_key, self._on_snapshot, self._on_events),
-            name=f"shadow list of {self.topic}")
+            self._follow(), name=f"shadow list of {self.topic}")
         return self
 
-    async def _on_snapshot(self, snap: Snapshot) -> None:
-        value = next((kv.value for kv in snap.items if kv.key == self._list_key), None)
-        await self._apply(value)
+    async def _follow(self) -> None:
+        """Start following the shadow list, retrying while etcd is unavailable (the topic
+        serves meanwhile; its replicators start once the list is read)."""
+        while True:
+            try:
+                await self._follower.start()
+                return
+            except MetadataUnavailable as exc:
+                log.info("%s: shadow list not read: %s; trying again", self.topic, exc)
+                await asyncio.sleep(self._follower.retry_delay)
 
-    async def _on_events(self, events: list[WatchEvent]) -> None:
-        for ev in events:
-            if ev.key == self._list_key:
-                await self._apply(None if ev.type == "delete" else ev.value)
+    async def _on_list(self, value: bytes | None, revision: int) -> None:
+        await self._apply(value)
 
     async def _apply(self, value: bytes | None) -> None:
         names = mpb.ShadowList.FromString(value).shadows if value else ()
@@ -92,6 +98,7 @@ class TopicReplicators:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        await self._follower.close()
         for r in list(self.replicators.values()):
             await r.stop()
         self.replicators.clear()

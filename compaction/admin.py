@@ -1,5 +1,5 @@
 """Compaction requests and status: the broker's side of compaction (the compaction worker in
-compaction/ runs the jobs; source/ledger/compacted.py owns the compacted ledger format).
+compaction/ runs the jobs; compaction/ledger.py owns the compacted ledger format).
 
 Compact(topic), on the topic's owner:
 1. a shadow is refused (`NotAllowed`: a shadow reads its source's compacted ledger, the
@@ -27,12 +27,13 @@ import secrets
 import time
 from typing import AsyncIterator
 
+from source.broker.feature import Topics
 from source.broker.topic import Topic
-from source.broker.topics import SHADOW, TopicManager
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import TopicName
-from source.metadata import Compare, MetadataUnavailable, Put, keys
+from source.metadata import Compare, Put, keys
+from source.metadata.topic_info import SHADOW
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import admin_pb2 as apb
 
@@ -74,10 +75,13 @@ def combine(jobs: list[apb.CompactionJob], topic: TopicName) -> apb.CompactionJo
 
 
 class CompactionAdmin:
-    def __init__(self, topics: TopicManager, cluster: str):
+    def __init__(self, topics: Topics, cluster: str):
         self.topics = topics
         self.store = topics.store
         self.cluster = cluster
+        #: topics whose compaction request is being filed (sealed, not yet in etcd):
+        #: retention keeps their ledgers meanwhile
+        self.filing: set[TopicName] = set()
 
     async def _parts(self, topic: TopicName) -> list[TopicName]:
         info = await self.topics.info(topic)
@@ -106,12 +110,12 @@ class CompactionAdmin:
 
     async def _file(self, part: TopicName, job_id: str, trigger: str) -> None:
         t = await self.topics.writable(part)
-        self.topics.compaction_filing.add(part)  # retention keeps the ledgers from now on
+        self.filing.add(part)  # retention keeps the ledgers from now on
         try:
-            await t.ledger.roll()
+            await t.writer.roll()
             await self._put_request(part, t, job_id, trigger)
         finally:
-            self.topics.compaction_filing.discard(part)
+            self.filing.discard(part)
 
     async def _put_request(self, part: TopicName, t: Topic, job_id: str, trigger: str
                            ) -> None:
@@ -207,5 +211,5 @@ class CompactionAdmin:
                      topic, backlog, threshold, job_id)
         except errors.CompactionInProgress:
             return
-        except (MetadataUnavailable, errors.ShadowTopicError) as exc:
+        except errors.ShadowTopicError as exc:
             log.info("%s: compaction threshold check skipped: %s", topic, exc)

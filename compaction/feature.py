@@ -1,0 +1,175 @@
+"""The compaction feature: everything about compaction a broker does, in one place (the jobs
+themselves run in the compaction worker, compaction/worker.py, which meets the brokers only
+through etcd and the storage root).
+
+- the Admin RPCs `Compact`, `GetCompactionStatus`, `WatchCompaction` (compaction/admin.py:
+  the owner seals the open ledger and files a request and a job record in one etcd txn);
+- `read_compacted` reads: each topic gets, on its first compacted read, a `CompactedView`
+  (compaction/view.py) that follows the compaction pointer of the topic whose ledgers it
+  reads (a shadow follows its source's, K10) and serves the compacted ledger
+  (compaction/ledger.py) up to the horizon, then the raw entries;
+- retention keeps what compaction has not read yet (`retention_keep`), as Pulsar's
+  compaction cursor does, and the threshold trigger runs after each retention pass;
+- the compacted ledger a topic is read by, in its internal stats.
+
+The compacted-ledger reader and the view live here, not in the broker core, although both
+brokers (source and shadow) serve compacted reads: a broker serves them because it is
+assembled with this feature, and the core reaches the view only through the `CompactedReads`
+seam (source/ledger/view.py). The ledger format module is shared with the worker, which
+writes what this feature reads.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import AsyncExitStack
+
+import grpc
+
+from source.broker.feature import AdminHandler, BrokerFeature, BrokerHost
+from source.broker.rpc import abort_stream, unary
+from source.broker.topic import Topic
+from source.core.errors import MetadataUnavailable, typed
+from source.core.message_id import MessageId
+from source.core.names import TopicName
+from source.core.policies import Policies
+from source.metadata import keys
+from source.metadata.migrate import migrate
+from source.pb.storage.v1 import metadata_pb2 as mpb
+from source.pb.v1 import admin_pb2 as apb
+
+from compaction.admin import CompactionAdmin
+from compaction.view import CompactedView, CompactionFollower
+
+log = logging.getLogger(__name__)
+
+
+class LazyCompactedView:
+    """A topic's compacted view, opened on its first compacted read (the follower starts
+    then) and shared by every later one; a failed start is tried again by the next read."""
+
+    def __init__(self, host: BrokerHost, t: Topic):
+        self.host = host
+        self.topic = t
+        self._started: asyncio.Task | None = None  # -> CompactionFollower
+
+    async def __call__(self) -> CompactedView:
+        if self._started is None:
+            topics = self.host.topics
+            follower = CompactionFollower(self.host.store, self.host.storage, topics.executor,
+                                          self.topic.ledger.ledgers_of, self.topic.ledger)
+
+            async def start() -> CompactionFollower:
+                await follower.start()
+                return follower
+            self._started = asyncio.get_running_loop().create_task(start())
+        try:
+            return (await asyncio.shield(self._started)).view
+        except BaseException:
+            if self._started.done():
+                self._started = None  # the next reader tries again
+            raise
+
+    async def close(self) -> None:
+        task, self._started = self._started, None
+        if task is not None:
+            if not task.done():
+                task.cancel()
+            follower = (await asyncio.gather(task, return_exceptions=True))[0]
+            if isinstance(follower, CompactionFollower):
+                await follower.close()
+
+
+class CompactionFeature(BrokerFeature):
+    name = "compaction"
+
+    def __init__(self) -> None:
+        self.host: BrokerHost | None = None
+        self.admin: CompactionAdmin | None = None
+
+    def bind(self, host: BrokerHost) -> None:
+        self.host = host
+        self.admin = CompactionAdmin(host.topics, host.session.cluster)
+        self._migration: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self._migration = asyncio.get_running_loop().create_task(self._migrate())
+
+    async def close(self) -> None:
+        if self._migration is not None:
+            self._migration.cancel()
+            await asyncio.gather(self._migration, return_exceptions=True)
+
+    async def _migrate(self, retry_delay: float = 1.0) -> None:
+        """Move job records of an older key layout (source/metadata/migrate.py), retried
+        while etcd is unavailable (the broker serves meanwhile)."""
+        while True:
+            try:
+                moved = await migrate(self.host.store)
+                if moved:
+                    log.info("moved %d compaction job records to their new keys", moved)
+                return
+            except MetadataUnavailable as exc:
+                log.info("compaction job records not migrated yet: %s", exc)
+                await asyncio.sleep(retry_delay)
+
+    async def open_topic(self, t: Topic, info: mpb.TopicInfo, stack: AsyncExitStack) -> None:
+        view = LazyCompactedView(self.host, t)
+        t.compacted = view
+        stack.push_async_callback(view.close)
+
+    async def retention_keep(self, t: Topic, policies: Policies) -> MessageId | None:
+        """What compaction has not read yet (as Pulsar's compaction cursor holds it): the
+        messages after the compaction horizon, of a topic that is compacted (it has a
+        pointer) or is about to be (a request waits, or a threshold policy); else None."""
+        store = self.host.store
+        kv = await store.get(keys.compaction(t.name))
+        if kv is None:
+            if policies.compaction_threshold_bytes or t.name in self.admin.filing:
+                return MessageId(0, 0)
+            requested = await store.get(keys.compaction_request(self.admin.cluster, t.name))
+            return MessageId(0, 0) if requested else None
+        h = mpb.CompactionPointer.FromString(kv.value).horizon
+        return MessageId(h.ledger_id, h.entry_id + 1)
+
+    async def after_retention(self, t: Topic) -> None:
+        await self.admin.check_threshold(t.name, t)
+
+    async def internal_stats(self, topic: TopicName, info: mpb.TopicInfo,
+                             out: apb.InternalStats) -> None:
+        """The compacted ledger `topic` is read by (a shadow's: its source's)."""
+        of = TopicName.parse(info.source) if info.source else topic
+        kv = await self.host.store.get(keys.compaction(of))
+        if kv is not None:
+            pointer = mpb.CompactionPointer.FromString(kv.value)
+            out.compacted_ledger = pointer.manifest_path or pointer.job_id
+
+    def admin_handlers(self) -> dict[str, AdminHandler]:
+        rpcs = CompactionRpcs(self.admin)
+        return {name: getattr(rpcs, name) for name in CompactionRpcs.NAMES}
+
+
+class CompactionRpcs:
+    """The compaction RPCs of the Admin service."""
+
+    NAMES = ("Compact", "GetCompactionStatus", "WatchCompaction")
+
+    def __init__(self, admin: CompactionAdmin):
+        self.admin = admin
+
+    @unary
+    async def Compact(self, request, context):
+        return apb.CompactResponse(job_id=await self.admin.compact(TopicName.parse(request.topic)))
+
+    @unary
+    async def GetCompactionStatus(self, request, context):
+        return await self.admin.status(TopicName.parse(request.topic))
+
+    async def WatchCompaction(self, request, context):
+        try:
+            async for job in self.admin.watch(TopicName.parse(request.topic)):
+                yield job
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the server keeps serving others
+            await abort_stream(context, typed(exc, "WatchCompaction"))

@@ -1,0 +1,119 @@
+"""`TopicBuilder`: the one way a topic opens on a broker, for every kind of topic.
+
+    1. ownership: the topic's ownership key under this broker's lease, with a new epoch
+       (source/broker/ownership.py);
+    2. the view: a source opens its `ManagedLedger` (recovering and sealing a previous
+       owner's open ledgers); a topic of another kind opens through the feature that serves
+       that kind (`BrokerFeature.openers`: a shadow's `ShadowLedger`);
+    3. the `Topic` and its `TopicSubscriptions` object;
+    4. each feature's `open_topic` (the compacted view, ...);
+    5. the durable subscriptions and their cursors load;
+    6. each feature's `topic_ready` (a source's replicators, a shadow's need, ...).
+
+Every step pushes what undoes it onto one `AsyncExitStack`: when a step fails, the steps
+before it are undone in reverse order (ownership released last) and the error reaches the
+caller; when all succeed the stack moves into the Topic, and `Topic.close` unwinds it the
+same way (consumers hear the reason; cursors are flushed once more on a close, not after a
+failed open).
+"""
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Executor
+from contextlib import AsyncExitStack
+from typing import Callable
+
+from source.broker.feature import BrokerFeature, ViewOpener
+from source.broker.ownership import BrokerSession
+from source.broker.topic import Ownership, Topic, ledger_config
+from source.core import errors
+from source.core.names import TopicName
+from source.cursors.snapshot import SnapshotCursorStore
+from source.cursors.store import Fence
+from source.ledger.entry_cache import EntryCache
+from source.ledger.managed import ManagedLedger
+from source.ledger.storage import Storage
+from source.ledger.view import ServedView
+from source.metadata.base import MetadataStore
+from source.metadata.topic_info import SOURCE, effective_policies
+from source.pb.storage.v1 import metadata_pb2 as mpb
+from source.subscriptions import TopicSubscriptions
+
+log = logging.getLogger(__name__)
+
+
+class TopicBuilder:
+    def __init__(self, store: MetadataStore, storage: Storage, session: BrokerSession,
+                 executor: Executor, entry_cache: EntryCache, cursors: SnapshotCursorStore,
+                 cursor_flush_interval: float, features: list[BrokerFeature]):
+        self.store = store
+        self.storage = storage
+        self.session = session
+        self.executor = executor
+        self.entry_cache = entry_cache
+        self.cursors = cursors
+        self.cursor_flush_interval = cursor_flush_interval
+        self.features = features
+        self._openers: dict[int, ViewOpener] | None = None
+        #: set by the TopicManager: a source's sealed ledger, a fenced writer
+        self.on_sealed: Callable[[Topic], None] = lambda t: None
+        self.on_fenced: Callable[[Topic], None] = lambda t: None
+
+    @property
+    def openers(self) -> dict[int, ViewOpener]:
+        """How each kind of topic this broker serves opens (asked of the features once they
+        are bound to the broker)."""
+        if self._openers is None:
+            self._openers = {SOURCE: self._open_source}
+            for f in self.features:
+                self._openers.update(f.openers())
+        return self._openers
+
+    def refuse(self, topic: TopicName, info: mpb.TopicInfo) -> None:
+        """Raise when this broker serves no topic of `info`'s kind."""
+        if info.kind not in self.openers:
+            kind = mpb.TopicKind.Name(info.kind).lower()
+            raise errors.NotAllowed(
+                f"topic {topic} is a {kind} of {info.source}: {kind} topics are served by a "
+                f"{kind} broker, not by this source broker")
+
+    async def build(self, topic: TopicName, info: mpb.TopicInfo) -> Topic:
+        """Open `topic` (described by `info`) on this broker, as the module doc says."""
+        self.refuse(topic, info)
+        policies = await effective_policies(self.store, topic)
+        opened = False
+        async with AsyncExitStack() as stack:
+            key, value, epoch = await self.session.acquire(topic)
+            stack.push_async_callback(self.session.release, key, value)
+            own = Ownership(key, value, epoch)
+            view: ServedView = await self.openers[info.kind](topic, info, own)
+            stack.push_async_callback(view.close)
+            writer = view if isinstance(view, ManagedLedger) else None
+            t = Topic(topic, view, policies, own, writer)
+            if writer is not None:
+                writer.config = ledger_config(policies)
+            subs = t.subscriptions = TopicSubscriptions(
+                topic, view, self.store, self.cursors, Fence(key, value), lambda: t.policies,
+                t.counters, self.cursor_flush_interval)
+            for f in self.features:
+                await f.open_topic(t, info, stack)
+            await subs.load(t.compacted_view if t.compacted is not None else None)
+
+            async def close_subscriptions() -> None:
+                await subs.close(t.close_reason, flush=opened)
+            stack.push_async_callback(close_subscriptions)
+            for f in self.features:
+                await f.topic_ready(t, info, stack)
+            if writer is not None:
+                writer.on_sealed = lambda _info: self.on_sealed(t)
+                writer.on_fenced = lambda _ml: self.on_fenced(t)
+            t.stack = stack.pop_all()
+            opened = True
+        log.info("loaded %s (epoch %d, %d ledgers)", topic, epoch, len(view.ledgers()))
+        return t
+
+    async def _open_source(self, topic: TopicName, info: mpb.TopicInfo,
+                           own: Ownership) -> ManagedLedger:
+        return await ManagedLedger.open(topic, self.store, self.storage, own.key, own.value,
+                                        own.epoch, self.executor, lease_ok=self.session.lease_ok,
+                                        entry_cache=self.entry_cache)

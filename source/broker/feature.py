@@ -1,0 +1,171 @@
+"""The broker's feature seam: what a feature (shadow topics, compaction) adds to a broker.
+
+The broker core (this package) serves source topics: produce, reads, durable subscriptions,
+retention, topic metadata, stats, lookup. A `BrokerFeature` adds the rest, each in one home
+of its own (shadow/feature.py, compaction/feature.py), and is passed in where a broker
+process is assembled: `python -m source.broker.server` and `python -m shadow.broker` build
+the features named by `--features` (default: every one installed, found through the
+`shadowtopic.broker_features` entry points in pyproject.toml), so `source` imports no
+feature. A feature may add, each optional (the base class does nothing):
+
+- topics of a kind of its own (`openers`): how a topic of that kind opens as a
+  `ServedView` (a shadow: a `ShadowLedger` over its source's ledgers);
+- to every topic as it opens (`open_topic`): objects that live and die with the topic
+  (a source's replicators, a shadow's published need, the compacted view); each pushes its
+  own close onto the topic's `AsyncExitStack`, so a failed open unwinds what was made and
+  an unload closes it, in reverse order;
+- gRPC services (`add_services`) and Admin RPCs (`admin_handlers`: RPC name -> handler);
+- what retention must keep for it (`retention_keep`) and what it does after a retention
+  pass (`after_retention`);
+- a guard on deleting a topic (`delete_guard`: refuse, and the etcd compares the delete
+  holds under) and the deletion of the topics of its kinds (`delete_topic`);
+- its part of a topic's stats (`topic_stats`, `internal_stats`).
+
+A feature gets the broker's parts through `BrokerHost` (`bind`), before anything starts.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+from concurrent.futures import Executor
+from contextlib import AsyncExitStack
+from typing import Any, Awaitable, Callable, Protocol
+
+import grpc
+
+from source.broker.config import BrokerConfig
+from source.broker.ownership import BrokerSession
+from source.broker.topic import Ownership, Topic
+from source.core import errors
+from source.core.message_id import MessageId
+from source.core.names import TopicName
+from source.core.policies import Policies
+from source.cursors.snapshot import SnapshotCursorStore
+from source.ledger.entry_cache import EntryCache
+from source.ledger.storage import Storage
+from source.ledger.view import ServedView
+from source.metadata.base import Compare, MetadataStore
+from source.pb.storage.v1 import metadata_pb2 as mpb
+from source.pb.v1 import admin_pb2 as apb
+
+ENTRY_POINTS = "shadowtopic.broker_features"
+
+#: (topic, its TopicInfo, its ownership) -> the view the topic is served through
+ViewOpener = Callable[[TopicName, mpb.TopicInfo, Ownership], Awaitable[ServedView]]
+
+#: an Admin RPC: (request, grpc context) -> response (or an async iterator, for a stream)
+AdminHandler = Callable[[Any, grpc.aio.ServicerContext], Any]
+
+
+class Topics(Protocol):
+    """What a feature may ask of the broker's loaded topics (source/broker/topics.py)."""
+
+    store: MetadataStore
+    storage: Storage
+    executor: Executor
+    entry_cache: EntryCache
+    cursors: SnapshotCursorStore
+    cursor_flush_interval: float
+
+    async def info(self, topic: TopicName) -> mpb.TopicInfo: ...
+
+    async def policies(self, topic: TopicName) -> Policies: ...
+
+    async def topic(self, topic: TopicName) -> Topic: ...
+
+    async def writable(self, topic: TopicName) -> Topic: ...
+
+    def loaded(self, topic: TopicName) -> Topic | None: ...
+
+    async def unload(self, topic: TopicName,
+                     reason: errors.ShadowTopicError | None = None) -> None: ...
+
+
+class BrokerHost(Protocol):
+    """The broker as its features see it (source/broker/server.py's `Broker`)."""
+
+    config: BrokerConfig
+    store: MetadataStore
+    storage: Storage
+    session: BrokerSession
+    topics: Topics
+
+
+class BrokerFeature:
+    """Base of the broker's features: every hook is optional and does nothing here."""
+
+    name = "feature"
+
+    def bind(self, host: BrokerHost) -> None:
+        """Called once, before the broker starts: keep what the feature needs of it."""
+
+    async def start(self) -> None:
+        """The broker is serving (after its session and topics started)."""
+
+    async def close(self) -> None:
+        """The broker stops (its topics are unloaded already)."""
+
+    def openers(self) -> dict[int, ViewOpener]:
+        """The topic kinds (`mpb.TopicKind`) this feature serves on this broker, with how
+        each opens."""
+        return {}
+
+    async def open_topic(self, t: Topic, info: mpb.TopicInfo, stack: AsyncExitStack) -> None:
+        """Add to `t` as it opens (its view and subscriptions object exist, the
+        subscriptions are not loaded yet). Push every close onto `stack`."""
+
+    async def topic_ready(self, t: Topic, info: mpb.TopicInfo, stack: AsyncExitStack) -> None:
+        """`t` is loaded (its durable subscriptions too) and about to be served."""
+
+    def add_services(self, server: grpc.aio.Server) -> list[str]:
+        """Register gRPC services; return their full names (health and reflection list
+        them)."""
+        return []
+
+    def admin_handlers(self) -> dict[str, AdminHandler]:
+        """Admin RPCs this feature answers (method name in admin.proto -> handler)."""
+        return {}
+
+    async def retention_keep(self, t: Topic, policies: Policies) -> MessageId | None:
+        """The oldest entry of the source topic `t` retention must keep for this feature
+        (None: nothing)."""
+        return None
+
+    async def after_retention(self, t: Topic) -> None:
+        """A retention pass of the owned source topic `t` finished."""
+
+    async def delete_guard(self, topic: TopicName, info: mpb.TopicInfo) -> list[Compare]:
+        """Before the source `topic` is deleted: raise to refuse; return the compares the
+        delete's etcd transaction holds under (what this check read)."""
+        return []
+
+    async def delete_topic(self, topic: TopicName, info: mpb.TopicInfo, force: bool) -> None:
+        """Delete `topic`, of a kind this feature serves (`openers`, or `kinds`)."""
+        raise errors.NotAllowed(f"{topic} cannot be deleted here")
+
+    def kinds(self) -> set[int]:
+        """The topic kinds whose deletion this feature handles (even where it does not
+        serve them)."""
+        return set()
+
+    def topic_stats(self, t: Topic, out: apb.TopicStats) -> None:
+        """Add this feature's part to the stats of the owned topic `t`."""
+
+    async def internal_stats(self, topic: TopicName, info: mpb.TopicInfo,
+                             out: apb.InternalStats) -> None:
+        """Add this feature's part to the internal stats of `topic`."""
+
+
+def installed() -> dict[str, Callable[[], BrokerFeature]]:
+    """The features installed with the package (entry points), by name."""
+    return {ep.name: ep.load for ep in importlib.metadata.entry_points(group=ENTRY_POINTS)}
+
+
+def load(names: list[str] | None = None) -> list[BrokerFeature]:
+    """The features named (None: every installed one, by name), each made anew."""
+    found = installed()
+    wanted = sorted(found) if names is None else names
+    missing = [n for n in wanted if n not in found]
+    if missing:
+        raise ValueError(f"unknown broker feature(s) {', '.join(missing)}; installed: "
+                         f"{', '.join(sorted(found)) or 'none'}")
+    return [found[n]()() for n in wanted]

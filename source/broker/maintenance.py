@@ -1,0 +1,78 @@
+"""Retention and ledger rolls of the source topics this broker owns.
+
+Retention runs after every seal of a topic and, for every owned source topic, once a
+`retention_interval` (with a roll of its open ledger when it is past its age). A pass keeps
+the oldest entry some durable subscription has not acknowledged, and what each feature asks
+to keep (`BrokerFeature.retention_keep`: what shadows' subscriptions still need, what
+compaction has not read yet); the rule itself is source/ledger/retention.py. After a pass
+each feature hears of it (`after_retention`: the compaction threshold trigger). A topic that
+reads another's ledgers (a shadow) has nothing to retain here.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from source.broker.feature import BrokerFeature
+from source.broker.topic import Topic
+from source.broker.topics import TopicManager
+from source.ledger import retention
+
+log = logging.getLogger(__name__)
+
+
+class Maintenance:
+    def __init__(self, topics: TopicManager, features: list[BrokerFeature],
+                 interval: float = 60.0):
+        self.topics = topics
+        self.features = features
+        self.interval = interval
+        self._task: asyncio.Task | None = None
+        self._passes: set[asyncio.Task] = set()
+        topics.on_sealed(self.schedule)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._task, *self._passes) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def schedule(self, t: Topic) -> None:
+        """Run a retention pass of `t` soon (after a seal)."""
+        task = asyncio.get_running_loop().create_task(self.retain(t))
+        self._passes.add(task)
+        task.add_done_callback(self._passes.discard)
+
+    async def retain(self, t: Topic) -> None:
+        if self.topics.loaded(t.name) is not t or t.writer is None:
+            return
+        try:
+            p = await self.topics.policies(t.name)
+            if p.retention_time_seconds >= 0 or p.retention_size_bytes >= 0:
+                keep = t.subscriptions.oldest_needed() if t.subscriptions is not None else None
+                for f in self.features:  # a failed read skips this pass
+                    keep = retention.earliest(keep, await f.retention_keep(t, p))
+                n, entries = await t.writer.apply_retention(
+                    p.retention_time_seconds, p.retention_size_bytes, keep)
+                if n:
+                    log.info("%s: retention deleted %d ledgers (%d entries)", t.name, n, entries)
+        except Exception as exc:  # noqa: BLE001 - retention is retried by the loop
+            log.warning("%s: retention skipped: %s", t.name, exc)
+        for f in self.features:
+            await f.after_retention(t)
+
+    async def _loop(self) -> None:
+        """Once an `interval`: roll quiet ledgers past their age, apply retention."""
+        while True:
+            await asyncio.sleep(self.interval)
+            for t in self.topics.loaded_topics():
+                if t.writer is None:
+                    continue  # a shadow's ledgers are its source's
+                try:
+                    await t.writer.roll_if_aged()
+                    await self.retain(t)
+                except Exception as exc:  # noqa: BLE001 - one topic never stops the loop
+                    log.warning("%s: maintenance failed: %s", t.name, exc)

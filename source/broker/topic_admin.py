@@ -1,0 +1,139 @@
+"""Topic metadata: create, delete, list, set policies (the Admin RPCs of the broker core).
+
+A topic is `TopicInfo` under /topics/<path>/info plus its ledger list. A partitioned topic is
+a parent info (partitions = N) and N partition topics `<t>-partition-<i>`, each a topic of
+its own; the parent holds the policies every partition follows. Creating writes every info
+and ledger list in one etcd transaction that holds only while none of them exists.
+
+Deleting a source topic asks each feature first (`BrokerFeature.delete_guard`: a source with
+shadows is refused, `HasShadowTopics`) and deletes the metadata in one transaction that holds
+only while what those checks read is unchanged; then the loaded topics close, then the
+cursor files and the ledger files go (a crash in between leaves orphan files, never metadata
+pointing at missing files). A topic of another kind (a shadow) is deleted by the feature that
+handles its kind (`BrokerFeature.delete_topic`).
+"""
+from __future__ import annotations
+
+import time
+
+from source.broker.feature import BrokerFeature
+from source.broker.topics import TopicManager
+from source.core import errors
+from source.core.names import TopicName
+from source.core.policies import Policies, validate_partitions, validate_properties
+from source.metadata import keys
+from source.metadata.base import Compare, Delete, Put
+from source.metadata.topic_info import SOURCE
+from source.pb.storage.v1 import metadata_pb2 as mpb
+
+
+class TopicAdmin:
+    def __init__(self, topics: TopicManager, features: list[BrokerFeature]):
+        self.topics = topics
+        self.store = topics.store
+        self.features = features
+
+    async def create(self, topic: TopicName, partitions: int, policies: Policies,
+                     properties: dict[str, str]) -> mpb.TopicInfo:
+        topic.check_creatable()
+        validate_partitions(partitions)
+        validate_properties(properties)
+        policies.validate()
+        now = int(time.time() * 1000)
+        info = mpb.TopicInfo(name=str(topic), kind=SOURCE, properties=properties,
+                             policies=policies.to_pb(), partitions=partitions,
+                             partition_index=-1, created_ms=now)
+        names = [topic] + [topic.partition(i) for i in range(partitions)]
+        compares = [Compare(keys.topic_info(t), "version", "==", 0) for t in names]
+        ops = [Put(keys.topic_info(topic), info.SerializeToString())]
+        if partitions == 0:
+            ops.append(Put(keys.ledgers(topic), mpb.LedgerList().SerializeToString()))
+        for i in range(partitions):
+            part = topic.partition(i)
+            pinfo = mpb.TopicInfo(name=str(part), kind=SOURCE, partition_of=str(topic),
+                                  partition_index=i, created_ms=now)
+            ops += [Put(keys.topic_info(part), pinfo.SerializeToString()),
+                    Put(keys.ledgers(part), mpb.LedgerList().SerializeToString())]
+        res = await self.store.txn(compares, ops)
+        if not res.succeeded:
+            raise errors.TopicAlreadyExists(f"topic {topic} already exists")
+        return info
+
+    async def delete(self, topic: TopicName, force: bool = False) -> None:
+        """Delete a topic (every partition of a partitioned one), as the module doc says."""
+        info = await self.topics.info(topic)
+        if info.partition_of:
+            raise errors.NotAllowed(f"{topic} is a partition of {info.partition_of}; "
+                                    "delete the partitioned topic")
+        if info.kind != SOURCE:
+            for f in self.features:
+                if info.kind in f.kinds():
+                    return await f.delete_topic(topic, info, force)
+            raise errors.NotAllowed(f"{topic} is a {mpb.TopicKind.Name(info.kind).lower()} "
+                                    "topic, which this broker cannot delete")
+        guards = [c for f in self.features for c in await f.delete_guard(topic, info)]
+        names = [topic] + [topic.partition(i) for i in range(info.partitions)]
+        loaded = [t for t in map(self.topics.loaded, names) if t is not None]
+        connected = sum(t.subscriptions.connected() for t in loaded
+                        if t.subscriptions is not None)
+        if connected and not force:
+            raise errors.NotAllowed(f"{topic} has {connected} connected consumers; "
+                                    "use force to disconnect them and delete")
+        lists = {t: await self.store.get(keys.ledgers(t)) for t in names}
+        gone = errors.TopicNotFound(f"topic {topic} was deleted")
+        for t in loaded:  # consumers stop; cursors are not saved again
+            if t.subscriptions is not None:
+                await t.subscriptions.close(gone, flush=False)
+        # metadata first: a loaded ledger's next list write then fails and fences it, and
+        # nothing can load the topic again; then close, then files. The first delete holds
+        # only while the guards' reads stand (a shadow created meanwhile stops it).
+        res = await self.store.txn(guards, [Delete(keys.topic_prefix(topic), prefix=True)])
+        if not res.succeeded:
+            for t in names:  # their consumers were closed above: load afresh when asked
+                await self.topics.unload(t)
+            for f in self.features:  # the reason, when a guard now refuses
+                await f.delete_guard(topic, info)
+            raise errors.ServiceUnavailable(f"{topic} changed while it was deleted; try again")
+        for t in names[1:]:
+            await self.store.delete(keys.topic_prefix(t), prefix=True)
+        for t in names:
+            await self.topics.unload(t, gone)
+            await self.topics.cursors.purge(t)
+            kv = lists[t]
+            for led in (mpb.LedgerList.FromString(kv.value).ledgers if kv else ()):
+                if led.path:
+                    self.topics.storage.delete(led.path)
+                if led.wal_path:
+                    self.topics.storage.delete_wal(led.wal_path)
+
+    async def list(self, namespace: str | None) -> list[mpb.TopicInfo]:
+        snap = await self.store.get_prefix(keys.topics_prefix(namespace))
+        out = []
+        for kv in snap.items:
+            if keys.topic_from_info_key(kv.key) is None:
+                continue
+            info = mpb.TopicInfo.FromString(kv.value)
+            if not info.partition_of:
+                out.append(info)
+        return sorted(out, key=lambda i: i.name)
+
+    async def set_policies(self, topic: TopicName, update: Policies) -> Policies:
+        update.validate()
+        while True:
+            kv = await self.store.get(keys.topic_info(topic))
+            if kv is None:
+                raise errors.TopicNotFound(f"topic {topic} does not exist")
+            info = mpb.TopicInfo.FromString(kv.value)
+            if info.partition_of:
+                raise errors.NotAllowed(f"{topic} is a partition: set policies on "
+                                        f"{info.partition_of}")
+            merged = Policies.from_pb(info.policies).merged(update)
+            info.policies.CopyFrom(merged.to_pb())
+            if await self.store.cas(kv.key, info.SerializeToString(), kv.mod_revision):
+                break
+        names = [topic] + [topic.partition(i) for i in range(info.partitions)]
+        for t in names:
+            loaded = self.topics.loaded(t)
+            if loaded is not None:
+                loaded.set_policies(merged.effective())
+        return merged.effective()

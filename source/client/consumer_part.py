@@ -1,0 +1,30 @@
+"""One partition (one handle on the client's stream) of a consumer: the state that both the
+consumer (`consumer.Consumer`) and a `subscribe_many` listener (`listener.Listeners`) keep of
+it, here below both of them."""
+from __future__ import annotations
+
+
+class Part:
+    """One partition (one handle) of a consumer. Guarded by the consumer's condition; with a
+    message listener, the listener's thread also counts `consumed` for what it calls back
+    with, and reads `epoch` and `state` to drop what a seek or the end made stale."""
+
+    __slots__ = ("topic", "index", "handle", "epoch", "consumed", "active", "state", "waits")
+
+    def __init__(self, topic: str, index: int, handle: int):
+        self.topic = topic
+        self.index = index              # partition index, -1 for a non-partitioned topic
+        self.handle = handle
+        self.epoch = 0                  # +1 at every seek_done: older messages are dropped
+        self.consumed = 0               # messages returned since the last Flow
+        self.active: bool | None = None
+        self.state = "subscribing"      # -> open -> ended
+        #: what a caller waits for (subscribe | seek | unsubscribe | close) -> the broker's
+        #: answer, an event or a typed error; None until it came
+        self.waits: dict[str, object] = {}
+
+    def answer(self, kind: str, value) -> bool:
+        if kind in self.waits and self.waits[kind] is None:
+            self.waits[kind] = value
+            return True
+        return False

@@ -1,0 +1,254 @@
+"""The client's Consumer.Connect stream, shared by all readers and consumers of one Client.
+
+A `Multiplexer` is one stream; each partition of a reader or consumer gets a handle on it,
+and its frames go to that handle's `Sink`. Commands go up batched (individual acks grouped:
+`PendingAcks`); each frame that comes down is a `Delivery`, decoded once per topic partition
+however many handles it names (`Decoded` remembers recent entries across frames).
+
+Closing is deterministic: `Multiplexer.close` returns only once the stream's receive thread
+has ended and gRPC has finished the call (see there why that matters at interpreter exit).
+"""
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from typing import Protocol
+
+import grpc
+
+from source.client.connection import Connection
+from source.client.message import Message
+from source.core import errors
+from source.pb.v1 import common_pb2, consumer_pb2
+
+CONNECT = "/shadowtopic.v1.Consumer/Connect"
+MAX_COMMANDS = 10_000  # commands per ClientMessage
+CLOSE_TIMEOUT_S = 5.0  # the longest Multiplexer.close waits for gRPC, then for its thread
+
+
+class Sink(Protocol):
+    """What `Multiplexer.register` hands one handle's frames to, on the stream's receive
+    thread: `(handle, Delivery)` for each frame naming the handle, then `(handle, error)`
+    once the stream ended. A `queue.Queue` is one (a Reader's). A sink that also has
+    `put_many(handles, delivery)` gets a frame once for all of its handles it names."""
+
+    def put(self, item: tuple[int, "Delivery | Exception"]) -> None:
+        ...
+
+
+class Multiplexer:
+    """One Connect stream. Commands queued by `send` go up batched (one ClientMessage holds
+    every command queued meanwhile); each frame that comes down is handed to the sink of
+    every handle it names (the broker sends an entry once per stream; fan-out is here)."""
+
+    def __init__(self, conn: Connection):
+        requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._requests = requests
+        self._sinks: dict[int, Sink] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._dead: Exception | None = None
+        self._closed = False
+        finished = self._finished = threading.Event()  # gRPC has handled the final status
+        call = conn.channel.stream_stream(
+            CONNECT, request_serializer=consumer_pb2.ClientMessage.SerializeToString,
+            response_deserializer=consumer_pb2.ServerMessage.FromString)
+
+        acks = self._acks = PendingAcks()
+
+        def gen():  # refers to the queues only: gRPC's request thread never holds the mux
+            while (item := requests.get()) is not None:
+                batch = [item]
+                while len(batch) < MAX_COMMANDS:
+                    try:
+                        item = requests.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        yield consumer_pb2.ClientMessage(commands=acks.expand(batch))
+                        return
+                    batch.append(item)
+                yield consumer_pb2.ClientMessage(commands=acks.expand(batch))
+
+        self._responses = call(gen())
+        self._responses.add_done_callback(lambda _call: finished.set())
+        self._thread = threading.Thread(target=self._receive, daemon=True, name="consumer-rx")
+        self._thread.start()
+
+    @property
+    def dead(self) -> bool:
+        return self._dead is not None
+
+    def register(self, sink: Sink) -> int:
+        with self._lock:
+            if self._dead is not None:
+                raise self._dead
+            handle = next(self._ids)
+            self._sinks[handle] = sink
+            return handle
+
+    def unregister(self, handle: int) -> None:
+        with self._lock:
+            self._sinks.pop(handle, None)
+
+    def send(self, cmd: consumer_pb2.ClientCommand) -> None:
+        if self._dead is not None:
+            raise self._dead
+        self._requests.put(cmd)
+
+    def ack(self, handle: int, mid: common_pb2.MessageIdData) -> None:
+        """An individual ack, grouped with the handle's other acks queued meanwhile into one
+        command (Pulsar's client groups acks too): a consumer acking every message sends one
+        Ack with many ids per stream message, not a command per message."""
+        if self._dead is not None:
+            raise self._dead
+        if self._acks.add(handle, mid):
+            self._requests.put(_ACKS)
+
+    def _receive(self) -> None:
+        err: Exception = errors.ConnectError("consumer stream ended")
+        decoded = Decoded()
+        try:
+            for message in self._responses:
+                for frame in message.frames:
+                    delivery = Delivery(frame, decoded)  # shared by the handles it names
+                    handles = frame.handles
+                    if len(handles) == 1:
+                        sink = self._sinks.get(handles[0])
+                        if sink is not None:
+                            sink.put((handles[0], delivery))
+                        continue
+                    by_sink: dict[object, list[int]] = {}
+                    for handle in handles:
+                        sink = self._sinks.get(handle)
+                        if sink is not None:
+                            by_sink.setdefault(sink, []).append(handle)
+                    for sink, hs in by_sink.items():
+                        put_many = getattr(sink, "put_many", None)
+                        if put_many is not None:  # a subscribe_many listener: all at once
+                            put_many(hs, delivery)
+                        else:
+                            for handle in hs:
+                                sink.put((handle, delivery))
+        except grpc.RpcError as exc:
+            err = errors.from_rpc_error(exc)
+            # gRPC raises the call object itself; its traceback's frames refer back to it, a
+            # cycle only the garbage collector would break (perhaps at exit: see close)
+            exc.__traceback__ = None
+        self._requests.put(None)  # gRPC's request thread, waiting in gen(), ends too
+        with self._lock:
+            if self._closed:
+                err = errors.AlreadyClosed("client is closed")
+            self._dead = err
+            sinks = list(self._sinks.items())
+        for handle, sink in sinks:
+            sink.put((handle, err))
+
+    def close(self) -> None:
+        """End the stream and wait (at most CLOSE_TIMEOUT_S seconds each) until the receive
+        thread has ended and gRPC has handled the call's final status; then drop the call.
+
+        Returning earlier, as this once did, let a process exit while the receive thread or
+        gRPC's threads were still inside the call's lock. The call object, a garbage cycle,
+        was then collected during interpreter shutdown, after daemon threads were frozen:
+        its `__del__` waited for that lock forever (a CLI that printed everything and hung
+        in a futex wait with one thread left).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._requests.put(None)
+        self._responses.cancel()
+        self._finished.wait(CLOSE_TIMEOUT_S)
+        self._thread.join(CLOSE_TIMEOUT_S)
+        self._responses = None
+
+
+_ACKS = object()  # in the request queue: "send the grouped acks here"
+
+
+class PendingAcks:
+    """Individual acks waiting for the request thread, by handle (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: dict[int, list] = {}
+
+    def add(self, handle: int, mid) -> bool:
+        """Queue an ack; True when the caller must put an `_ACKS` marker in the queue (the
+        first ack since the last expansion)."""
+        with self._lock:
+            first = not self._ids
+            self._ids.setdefault(handle, []).append(mid)
+            return first
+
+    def expand(self, batch: list) -> list:
+        """The batch with its `_ACKS` marker replaced by one Ack command per handle."""
+        out = []
+        for item in batch:
+            if item is not _ACKS:
+                out.append(item)
+                continue
+            with self._lock:
+                pending, self._ids = self._ids, {}
+            # handles acking the same ids (one broadcast message, many subscriptions)
+            # share one command: `also` lists the others
+            same: dict[tuple, list[int]] = {}
+            ids_of: dict[tuple, list] = {}
+            for h, ids in pending.items():
+                key = tuple((m.partition, m.ledger_id, m.entry_id) for m in ids)
+                same.setdefault(key, []).append(h)
+                ids_of.setdefault(key, ids)
+            out += [consumer_pb2.ClientCommand(handle=hs[0], also=hs[1:],
+                                               ack=consumer_pb2.Ack(ids=ids_of[key]))
+                    for key, hs in same.items()]
+        return out
+
+
+class Decoded:
+    """Recently decoded messages by (topic, ledger, entry): readers of one topic that the
+    broker served in different frames (they were at different positions) still decode each
+    entry once. Bounded: forgets everything past `limit` entries."""
+
+    def __init__(self, limit: int = 50_000):
+        self._limit = limit
+        self._by_id: dict[tuple[str, int, int], Message] = {}
+
+    def messages(self, topic: str, partition: int, entries) -> list[Message]:
+        cache = self._by_id
+        if len(cache) > self._limit:
+            cache.clear()
+        out = []
+        for e in entries:
+            key = (topic, e.ledger_id, e.entry_id)
+            msg = cache.get(key)
+            if msg is None or e.redelivery_count:
+                msg = Message.from_entry(topic, partition, e)
+                if not e.redelivery_count:
+                    cache[key] = msg
+            out.append(msg)
+        return out
+
+
+class Delivery:
+    """One frame as its handles receive it: the entries become `Message`s once per topic
+    partition, and every reader of that partition the frame names shares them (they are
+    immutable), so a frame for 100 readers is decoded once, not 100 times."""
+
+    __slots__ = ("frame", "_decoded", "_messages")
+
+    def __init__(self, frame: consumer_pb2.ServerFrame, decoded: Decoded):
+        self.frame = frame
+        self._decoded = decoded
+        self._messages: dict[tuple[str, int], list[Message]] = {}
+
+    def messages(self, topic: str, partition: int) -> list[Message]:
+        key = (topic, partition)
+        msgs = self._messages.get(key)
+        if msgs is None:
+            msgs = self._messages[key] = self._decoded.messages(topic, partition,
+                                                                self.frame.entries)
+        return msgs
+

@@ -1,0 +1,292 @@
+"""The write path of a `ManagedLedger` (source/ledger/managed.py): appends, group commit and
+ledger rolls.
+
+- append: batches queue on the open ledger; one writer task per open ledger takes everything
+  queued, assigns entry ids, writes one buffer and fdatasyncs it (group commit), then makes
+  the entries visible and resolves every waiting append. Nothing is acknowledged before its
+  fsync; a failed write acknowledges nothing and cuts the WAL back.
+- rollover (by entries, bytes or age): a new ledger is registered OPEN in etcd before it takes
+  writes, the old one drains and is sealed to Parquet in the background, then marked SEALED.
+- order across a rollover: while the current ledger is full, appends wait in `_blocked` and
+  move to the new ledger in arrival order; the new ledger's writer waits for the old one's
+  before its first write, so a crash never keeps a later batch of a stream without an
+  earlier one.
+- ownership: a writer whose broker's lease may have expired acknowledges nothing more, not
+  even what it has written (the next owner's recovery decides what the log holds).
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import time
+from dataclasses import dataclass
+
+from source.core import errors
+from source.ledger import wal as walmod
+from source.ledger.entry_cache import TailEntries
+from source.ledger.ledger_list import OPEN, SEALED, now_ms
+from source.metadata import keys
+from source.metadata.base import MetadataUnavailable
+from source.pb.storage.v1 import metadata_pb2 as mpb
+
+# The ManagedLedger's parts log under one name, as it did when it was a single module.
+log = logging.getLogger("source.ledger.managed")
+
+
+@dataclass
+class LedgerConfig:
+    """When the open ledger rolls over: once `max_entries` entries or `max_bytes` bytes have
+    been queued on it, or once it has an entry queued and is `max_age_s` seconds old."""
+
+    max_entries: int = 200_000
+    max_bytes: int = 64 << 20
+    max_age_s: float = 4 * 3600
+
+
+class OpenLedger:
+    """A ledger taking appends: its WAL, its confirmed entries and its queue.
+
+    `pending` holds the appends (raws, request, size, future) its writer has not taken yet;
+    `queued_entries` and `queued_bytes` count every batch queued on it that did not fail,
+    written or not (they decide when it is full). `after` is the previous ledger's writer,
+    which this one's waits for before its first write; `closing` tells the writer to end
+    once nothing is pending.
+    """
+
+    def __init__(self, ledger_id: int, wal: walmod.WalFile, wal_rel: str, entries: TailEntries):
+        self.ledger_id = ledger_id
+        self.wal = wal
+        self.wal_rel = wal_rel
+        self.entries = entries
+        self.queued_entries = 0
+        self.queued_bytes = 0
+        self.created = time.monotonic()
+        self.pending: list[tuple] = []
+        self.wake = asyncio.Event()
+        self.after: asyncio.Task | None = None  # the previous ledger's writer
+        self.closing = False
+        self.writer: asyncio.Task | None = None
+
+    def full(self, cfg: LedgerConfig) -> bool:
+        return (self.queued_entries >= cfg.max_entries or self.queued_bytes >= cfg.max_bytes
+                or (self.queued_entries > 0 and time.monotonic() - self.created >= cfg.max_age_s))
+
+
+class WritePath:
+    """The ManagedLedger's appends, the group-commit writer of each open ledger and ledger
+    rolls.
+
+    A part of `ManagedLedger` (source/ledger/managed.py), which sets up the state used here
+    (`_current`, `_draining`, `_blocked`, `_roll_task`, `_seal_tasks`, `_mem`, `_fenced`,
+    `_lease_ok`, ...) and provides `fence`, `_notify`, `_update_list` and `_seal`.
+    """
+
+    # ---- append ----------------------------------------------------------------------------
+
+    async def append(self, raws: list[bytes], request: bytes, size: int) -> tuple[int, int]:
+        """Append a batch durably; return (ledger_id, first_entry_id) after the fsync.
+
+        `request` is the ProduceRequest the raws came in (written to the WAL as it is).
+        Order is kept across ledger switches: while the current ledger is full, batches wait
+        in `_blocked` and move to the new ledger in arrival order.
+        """
+        if self._fenced is not None:
+            raise self._fenced
+        if not self._lease_ok():
+            self.fence(errors.Fenced(f"{self.topic}: this broker's lease may have expired"))
+            raise self._fenced
+        fut = asyncio.get_running_loop().create_future()
+        item = (raws, request, size, fut)
+        if self._blocked or self._current.full(self.config):
+            self._blocked.append(item)
+            self._ensure_roll()
+        else:
+            self._enqueue(self._current, item)
+        return await fut
+
+    @staticmethod
+    def _enqueue(led: OpenLedger, item: tuple) -> None:
+        led.pending.append(item)
+        led.queued_entries += len(item[0])
+        led.queued_bytes += item[2]
+        led.wake.set()
+
+    def _ensure_roll(self) -> None:
+        if self._roll_task is None:
+            self._roll_task = asyncio.create_task(self._roll())
+            self._roll_task.add_done_callback(_consume)
+
+    def _drain_blocked(self) -> None:
+        """Move the appends that waited for a ledger switch to the new current ledger, in
+        order, until it is full (then roll again)."""
+        while self._blocked and not self._current.full(self.config):
+            self._enqueue(self._current, self._blocked.popleft())
+        if self._blocked:
+            self._ensure_roll()
+
+    def _fail_blocked(self, exc: BaseException) -> None:
+        """Fail every append waiting for a ledger switch (the switch failed, or closing)."""
+        if isinstance(exc, MetadataUnavailable):
+            exc = errors.MetadataUnavailable(f"cannot start a new ledger: {exc}")
+        elif not isinstance(exc, errors.ShadowTopicError):
+            exc = errors.Internal(f"cannot start a new ledger: {exc}")
+        while self._blocked:
+            fut = self._blocked.popleft()[3]
+            if not fut.done():
+                fut.set_exception(exc)
+
+    # ---- the group-commit writer -----------------------------------------------------------
+
+    async def _write_loop(self, led: OpenLedger) -> None:
+        """The writer of one open ledger: each round takes every pending append, writes their
+        frames as one buffer with one fdatasync, then confirms the entries and resolves the
+        appends (or fails them all). Ends when the ledger is closing and nothing is pending.
+        """
+        loop = asyncio.get_running_loop()
+        encode = walmod.encode_batch
+        while True:
+            await led.wake.wait()
+            led.wake.clear()
+            if led.after is not None:
+                # the previous ledger's last batches are durable before any of this one's,
+                # so a crash never keeps a later batch of a stream without an earlier one
+                await asyncio.gather(led.after, return_exceptions=True)
+                led.after = None
+            while led.pending:
+                group, led.pending = led.pending, []
+                publish_ms = now_ms()
+                next_id = len(led.entries)
+                firsts, frames = [], []
+                for raws, request, _size, _fut in group:
+                    firsts.append(next_id)
+                    frames.append(encode(next_id, publish_ms, request, len(raws)))
+                    next_id += len(raws)
+                at = led.wal.size  # where the first frame goes
+                try:
+                    await loop.run_in_executor(self._executor, led.wal.write_sync,
+                                               b"".join(frames))
+                except OSError as exc:
+                    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+                    cls = errors.StorageFull if full else errors.Internal
+                    err = cls(f"{self.topic}: WAL write failed: {exc.strerror or exc}")
+                    if led.wal.broken:  # could not cut the failed frame off: stop here
+                        self.fence(errors.Internal(f"{self.topic}: WAL unusable: {exc}"))
+                    for raws, _request, size, fut in group:
+                        led.queued_entries -= len(raws)
+                        led.queued_bytes -= size
+                        if not fut.done():
+                            fut.set_exception(err)
+                    continue
+                if not self._lease_ok():
+                    # durable, but this broker may no longer own the topic: acknowledge
+                    # nothing (the next owner's recovery decides what the log holds)
+                    self.fence(errors.Fenced(f"{self.topic}: lease may have expired"))
+                    for *_rest, fut in group:
+                        if not fut.done():
+                            fut.set_exception(self._fenced)
+                    continue
+                ents = led.entries
+                for (raws, _request, size, fut), first, frame in zip(group, firsts, frames):
+                    ents.confirmed(publish_ms, raws, size, at, len(frame))  # evictable now
+                    at += len(frame)
+                    if not fut.done():
+                        fut.set_result((led.ledger_id, first))
+                self._notify()
+            if led.closing and not led.pending:
+                return
+
+    # ---- rollover --------------------------------------------------------------------------
+
+    async def _create_ledger(self) -> OpenLedger:
+        """Start a new ledger: create its WAL, register it OPEN in the ledger list (before it
+        takes any write) and start its writer."""
+        try:
+            lid = await self.store.next_id(keys.LEDGER_ID_COUNTER)
+        except MetadataUnavailable as exc:
+            raise errors.MetadataUnavailable(f"cannot start a new ledger: {exc}") from None
+        rel = self.storage.wal_rel(self.topic, lid)
+        loop = asyncio.get_running_loop()
+        wal = await loop.run_in_executor(self._executor, walmod.WalFile.create,
+                                         self.storage.wal_path(rel), lid)
+        info = mpb.LedgerInfo(ledger_id=lid, state=OPEN, wal_path=rel, created_ms=now_ms())
+        try:
+            await self._update_list(lambda lst: lst.ledgers.append(info))
+        except errors.ShadowTopicError:
+            wal.close()
+            self.storage.delete_wal(rel)
+            raise
+        led = OpenLedger(lid, wal, rel, TailEntries(self.entry_cache, wal.path))
+        self._mem[lid] = led.entries
+        led.writer = asyncio.create_task(self._write_loop(led), name=f"wal-{lid}")
+        return led
+
+    async def _roll(self) -> asyncio.Task:
+        """Switch to a new ledger; the old one drains and seals in its own task (returned)."""
+        try:
+            new = await self._create_ledger()
+        except BaseException as exc:
+            self._roll_task = None
+            log.warning("%s: rollover failed: %s", self.topic, exc)
+            self._fail_blocked(exc)
+            raise
+        old, self._current = self._current, new
+        new.after = old.writer
+        self._draining.append(old)
+        seal = asyncio.create_task(self._drain_and_seal(old), name=f"seal-{old.ledger_id}")
+        self._seal_tasks.add(seal)
+        seal.add_done_callback(self._seal_done)
+        self._roll_task = None
+        self._drain_blocked()
+        return seal
+
+    async def _drain_and_seal(self, old: OpenLedger) -> mpb.LedgerInfo | None:
+        """Let a rolled ledger's writer finish what is queued on it, then seal the ledger."""
+        old.closing = True
+        old.wake.set()
+        try:
+            await asyncio.gather(old.writer, return_exceptions=True)
+        finally:
+            if old in self._draining:
+                self._draining.remove(old)
+        old.wal.close()
+        return await self._seal(old.ledger_id, old.wal_rel, old.entries.frames, len(old.entries))
+
+    def _seal_done(self, task: asyncio.Task) -> None:
+        self._seal_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("%s: sealing failed (the next owner seals it): %s", self.topic,
+                        task.exception())
+
+    async def roll(self) -> mpb.LedgerInfo | None:
+        """Seal the current ledger now (RollLedger); returns the sealed ledger's info, or the
+        newest sealed ledger when the current one is empty."""
+        if self._fenced is not None:
+            raise self._fenced
+        while self._roll_task is not None:  # a roll may start another (blocked appends)
+            await asyncio.gather(self._roll_task, return_exceptions=True)
+        if self._fenced is not None:
+            raise self._fenced
+        if self._current.queued_entries == 0:
+            if self._seal_tasks:
+                await asyncio.gather(*self._seal_tasks, return_exceptions=True)
+            sealed = [i for i in self._list.ledgers if i.state == SEALED]
+            return sealed[-1] if sealed else None
+        self._roll_task = task = asyncio.create_task(self._roll())
+        return await (await task)
+
+    async def roll_if_aged(self) -> bool:
+        """Roll a quiet topic's open ledger once it is older than `max_age_s` (appends check
+        age themselves; this catches a topic nobody writes to)."""
+        cur = self._current
+        if (self._fenced is None and self._roll_task is None and cur.queued_entries
+                and time.monotonic() - cur.created >= self.config.max_age_s):
+            await self.roll()
+            return True
+        return False
+
+
+def _consume(task: asyncio.Task) -> None:
+    """Retrieve a background task's exception (it is reported where it matters)."""
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,60 @@
+"""The modules of the client library depend on each other one way: no import cycle among
+them (imports under TYPE_CHECKING and inside functions count), and none hides a dependency
+on a higher module behind TYPE_CHECKING."""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import source.client
+
+CLIENT = pathlib.Path(source.client.__file__).parent
+
+
+def _imports() -> dict[str, set[str]]:
+    """module -> the client modules it imports (anywhere in the file)."""
+    names = {p.stem for p in CLIENT.glob("*.py") if p.stem != "__init__"}
+    graph: dict[str, set[str]] = {}
+    for name in names:
+        tree = ast.parse((CLIENT / f"{name}.py").read_text(encoding="utf-8"))
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            for t in targets:
+                if t.startswith("source.client."):
+                    mod = t.split(".")[2]
+                    if mod in names and mod != name:
+                        found.add(mod)
+        graph[name] = found
+    return graph
+
+
+def test_client_modules_have_no_import_cycle():
+    graph = _imports()
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            cycle = path[path.index(name):] + [name]
+            raise AssertionError("import cycle: " + " -> ".join(cycle))
+        if name in done:
+            return
+        for dep in sorted(graph[name]):
+            visit(dep, path + [name])
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+
+
+def test_client_modules_import_nothing_under_type_checking():
+    for path in sorted(CLIENT.glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                raise AssertionError(f"{path.name}:{node.lineno}: a TYPE_CHECKING import")
