@@ -20,7 +20,7 @@ from source.core.names import TopicName
 from source.ledger import wal as walmod
 from source.ledger.storage import Storage
 from source.metadata import keys
-from source.metadata.base import MetadataStore, MetadataUnavailable
+from source.metadata.base import MetadataStore
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import admin_pb2 as apb
 from source.pb.v1 import admin_pb2_grpc
@@ -69,10 +69,7 @@ async def stored(store: MetadataStore, storage: Storage, executor: Executor,
                  topic: TopicName) -> Ledgers:
     """What etcd and storage say of a topic nobody serves: its list, and for each open
     ledger of a dead owner the entries its WAL holds."""
-    try:
-        kv = await store.get(keys.ledgers(topic))
-    except MetadataUnavailable as exc:
-        raise errors.MetadataUnavailable(f"metadata store unavailable: {exc}") from None
+    kv = await store.get(keys.ledgers(topic))
     lst = mpb.LedgerList.FromString(kv.value) if kv is not None else mpb.LedgerList()
     loop = asyncio.get_running_loop()
     infos = []

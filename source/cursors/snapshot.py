@@ -61,7 +61,7 @@ from source.cursors.store import CursorStore, Fence, check_fence, records
 from source.ledger.storage import Storage, topic_dir
 from source.ledger.wal import fsync_dir
 from source.metadata import keys
-from source.metadata.base import Compare, Delete, MetadataStore, MetadataUnavailable, Put
+from source.metadata.base import Compare, Delete, MetadataStore, Put
 from source.pb.storage.v1 import cursors_pb2 as cpb
 
 log = logging.getLogger(__name__)
@@ -227,12 +227,6 @@ class SnapshotCursorStore(CursorStore):
             raise (errors.StorageFull if full else errors.Internal)(
                 f"cursor storage: {exc.strerror or exc}") from None
 
-    async def _meta(self, fn: Callable[..., T], *args) -> T:
-        try:
-            return await fn(*args)
-        except MetadataUnavailable as exc:
-            raise errors.MetadataUnavailable(str(exc)) from None
-
     # ---- load ------------------------------------------------------------------------------
 
     async def load(self, topic: TopicName) -> dict[str, CursorState]:
@@ -244,7 +238,7 @@ class SnapshotCursorStore(CursorStore):
         key = keys.cursors(topic)
         attempt = 0
         while True:
-            kv = await self._meta(self.metadata.get, key)
+            kv = await self.metadata.get(key)
             if kv is None:
                 return _Topic({}, None, 0)
             try:
@@ -256,7 +250,7 @@ class SnapshotCursorStore(CursorStore):
                 return _Topic(recs, ptr, kv.mod_revision)
             except MissingFile as exc:
                 attempt += 1
-                again = await self._meta(self.metadata.get, key)
+                again = await self.metadata.get(key)
                 if (again is None or again.mod_revision == kv.mod_revision
                         or attempt >= LOAD_ATTEMPTS):
                     raise errors.DataLoss(f"cursor file {exc} of {topic} is missing") from None
@@ -305,10 +299,9 @@ class SnapshotCursorStore(CursorStore):
         key = keys.cursors(topic)
         # if this txn applies but its reply is lost, the next save's compare fails on the
         # pointer's revision and re-reads: the file written here stays named
-        res = await self._meta(self.metadata.txn,
-                               [Compare(key, "mod_revision", "==", t.revision),
-                                Compare(fence.key, "value", "==", fence.value)],
-                               [Put(key, new.SerializeToString())])
+        res = await self.metadata.txn([Compare(key, "mod_revision", "==", t.revision),
+                                       Compare(fence.key, "value", "==", fence.value)],
+                                      [Put(key, new.SerializeToString())])
         if not res.succeeded:
             await self._io(self.storage.delete, rel)
             await check_fence(self.metadata, fence)
@@ -332,9 +325,8 @@ class SnapshotCursorStore(CursorStore):
 
     async def delete(self, topic: TopicName, fence: Fence) -> None:
         async with self._lock(topic):
-            res = await self._meta(self.metadata.txn,
-                                   [Compare(fence.key, "value", "==", fence.value)],
-                                   [Delete(keys.cursors(topic))])
+            res = await self.metadata.txn([Compare(fence.key, "value", "==", fence.value)],
+                                          [Delete(keys.cursors(topic))])
             if not res.succeeded:
                 raise errors.Fenced(f"ownership {fence.key} moved: cursors not deleted")
             self._topics.pop(topic, None)

@@ -20,7 +20,7 @@ from typing import Mapping, NamedTuple
 from source.core import errors
 from source.core.names import TopicName
 from source.cursors.state import CursorState, Record
-from source.metadata.base import MetadataStore, MetadataUnavailable
+from source.metadata.base import MetadataStore
 
 
 class Fence(NamedTuple):
@@ -60,10 +60,7 @@ def records(changes: Mapping[str, CursorState | None]) -> dict[str, Record | Non
 
 async def check_fence(metadata: MetadataStore, fence: Fence) -> None:
     """Raise `errors.Fenced` unless the ownership key still holds the fence's value."""
-    try:
-        kv = await metadata.get(fence.key)
-    except MetadataUnavailable as exc:
-        raise errors.MetadataUnavailable(str(exc)) from None
+    kv = await metadata.get(fence.key)
     if kv is None or kv.value != fence.value:
         raise errors.Fenced(f"ownership {fence.key} moved: cursors not written")
 
