@@ -46,7 +46,9 @@ from source.core.errors import error_status
 from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.ledger.storage import Storage
-from source.metadata import EtcdStore, MetadataStore, MetadataUnavailable, keys
+from source.metadata import (EtcdStore, MetadataStore, MetadataUnavailable, Snapshot,
+                             WatchEvent, keys)
+from source.metadata.follow import PrefixFollower
 from source.metadata.migrate import migrate
 from source.metadata.topic_info import effective_policies
 from source.pb.storage.v1 import metadata_pb2 as mpb
@@ -104,6 +106,9 @@ class Worker:
         self._storages: dict[str, Storage] = {}
         self._executor = ThreadPoolExecutor(2, thread_name_prefix="compaction")
         self._tasks: list[asyncio.Task] = []
+        #: the cluster's compaction requests (list, then watch): each one queued once
+        self._requests = PrefixFollower(store, keys.compaction_requests_prefix(cluster),
+                                        self._on_requests, self._on_request_events)
         self.jobs_run = 0
         try:
             self._jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
@@ -116,13 +121,15 @@ class Worker:
         self.lease = await self.store.grant_lease(self.lease_ttl)
         await migrate(self.store)  # job records of an older layout move first (once)
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._keep_lease()), loop.create_task(self._follow()),
+        self._tasks = [loop.create_task(self._keep_lease()),
+                       loop.create_task(self._requests.start_retrying()),
                        loop.create_task(self._relist()), loop.create_task(self._run_jobs())]
 
     async def close(self) -> None:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._requests.close()
         try:
             await self.store.revoke_lease(self.lease)
         except Exception:  # noqa: BLE001 - it expires anyway
@@ -147,18 +154,14 @@ class Worker:
             self._queued.add(topic)
             self._queue.put_nowait(topic)
 
-    async def _follow(self) -> None:
-        async def on_snapshot(snap):
-            for kv in snap.items:
-                self._enqueue(kv.key)
+    async def _on_requests(self, snap: Snapshot) -> None:
+        for kv in snap.items:
+            self._enqueue(kv.key)
 
-        async def on_events(events):
-            for ev in events:
-                if ev.type == "put":
-                    self._enqueue(ev.key)
-
-        await self.store.follow_prefix(keys.compaction_requests_prefix(self.cluster),
-                                       on_snapshot, on_events)
+    async def _on_request_events(self, events: list[WatchEvent]) -> None:
+        for ev in events:
+            if ev.type == "put":
+                self._enqueue(ev.key)
 
     async def _relist(self) -> None:
         """Requests whose worker died (their claims expire) are found again here."""

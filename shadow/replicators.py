@@ -17,7 +17,7 @@ import grpc
 from source.core.names import TopicName
 from source.ledger.view import LedgerView
 from source.metadata import keys
-from source.metadata.base import MetadataStore, MetadataUnavailable
+from source.metadata.base import MetadataStore
 from source.metadata.follow import KeyFollower
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from shadow.replicator import ShadowReplicator
@@ -60,20 +60,11 @@ class TopicReplicators:
         self._task: asyncio.Task | None = None
 
     def start(self) -> "TopicReplicators":
+        """Follow the shadow list from now on; while etcd is unavailable the topic serves
+        and its replicators start once the list is read."""
         self._task = asyncio.get_running_loop().create_task(
-            self._follow(), name=f"shadow list of {self.topic}")
+            self._follower.start_retrying(), name=f"shadow list of {self.topic}")
         return self
-
-    async def _follow(self) -> None:
-        """Start following the shadow list, retrying while etcd is unavailable (the topic
-        serves meanwhile; its replicators start once the list is read)."""
-        while True:
-            try:
-                await self._follower.start()
-                return
-            except MetadataUnavailable as exc:
-                log.info("%s: shadow list not read: %s; trying again", self.topic, exc)
-                await asyncio.sleep(self._follower.retry_delay)
 
     async def _on_list(self, value: bytes | None, revision: int) -> None:
         await self._apply(value)

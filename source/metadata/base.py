@@ -17,8 +17,8 @@ twin for unit tests). Semantics both must show:
 - `watch_prefix(prefix, start_revision)` yields batches of `WatchEvent` in revision order,
   starting at `start_revision` (inclusive). If `start_revision` has been compacted away it
   raises `RevisionCompacted(compact_revision)`; callers re-list with `get_prefix` and watch
-  again from the listed revision + 1 (`KeyFollower` in source/metadata/follow.py does that
-  for one key).
+  again from the listed revision + 1 (source/metadata/follow.py does that: `KeyFollower`
+  for one key, `PrefixFollower` for every key under a prefix).
 - Store unavailable (etcd down) -> `MetadataUnavailable` promptly (a few seconds at most).
 
 Keys are `str` (UTF-8 on the wire), values are `bytes`.
@@ -26,18 +26,18 @@ Keys are `str` (UTF-8 on the wire), values are `bytes`.
 from __future__ import annotations
 
 import abc
-import asyncio
-import logging
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Awaitable, Callable, Literal, Sequence
-
+from typing import AsyncIterator, Literal, Sequence
 
 # The store's errors are of the one hierarchy (source/core/errors.py): `MetadataError`, and
 # under it `MetadataUnavailable` (etcd down, timeout: retriable), `LeaseNotFound` (expired or
 # revoked) and `RevisionCompacted`. A caller lets them through; the error table gives each
-# its gRPC status.
-from source.core.errors import (LeaseNotFound, MetadataError,  # noqa: F401 - re-exported
-                                MetadataUnavailable, RevisionCompacted)
+# its gRPC status. They are named here too, where the store's users look for them.
+from source.core.errors import LeaseNotFound, MetadataError, MetadataUnavailable, RevisionCompacted
+
+__all__ = ["Compare", "Delete", "KeyValue", "LeaseNotFound", "MetadataError", "MetadataStore",
+           "MetadataUnavailable", "Put", "RevisionCompacted", "Snapshot", "TxnResult",
+           "WatchEvent"]
 
 
 @dataclass(frozen=True)
@@ -163,34 +163,3 @@ class MetadataStore(abc.ABC):
             nxt = current + 1
             if await self.cas(counter_key, str(nxt).encode(), kv.mod_revision if kv else 0):
                 return nxt
-
-    async def follow_prefix(self, prefix: str,
-                            on_snapshot: Callable[[Snapshot], Awaitable[None]],
-                            on_events: Callable[[list[WatchEvent]], Awaitable[None]],
-                            retry_delay: float = 0.5) -> None:
-        """List-then-watch forever: `on_snapshot` with the full state, then `on_events` per
-        batch. Re-lists on `RevisionCompacted`, and after `MetadataUnavailable` or any other
-        error (of the store or of a callback: logged) once `retry_delay` has passed. Run it as
-        a task and cancel the task to stop.
-
-        Superseded by `KeyFollower` (source/metadata/follow.py), the one way to follow a key:
-        version-monotonic, serialized applies, never silently stopped. Still used by
-        callers being switched to it; to be deleted then."""
-        while True:
-            try:
-                snap = await self.get_prefix(prefix)
-                await on_snapshot(snap)
-                watch = self.watch_prefix(prefix, snap.revision + 1)
-                try:
-                    async for events in watch:
-                        await on_events(events)
-                finally:  # close the watch now (not at GC) when on_events raises or we are cancelled
-                    aclose = getattr(watch, "aclose", None)
-                    if aclose is not None:
-                        await aclose()
-            except (RevisionCompacted, MetadataUnavailable):
-                await asyncio.sleep(retry_delay)
-            except Exception:  # noqa: BLE001 - a bad value or a callback's bug must not end it
-                logging.getLogger(__name__).exception("following %s failed; listing again",
-                                                      prefix)
-                await asyncio.sleep(retry_delay)

@@ -1,6 +1,10 @@
-"""Following one metadata key: the one way every follower does it (docs/ARCHITECTURE.md,
+"""Following metadata keys: the one way every follower does it (docs/ARCHITECTURE.md,
 "Metadata in etcd": list, then watch from the listed revision + 1; list again when that
 revision was compacted away or the store went away).
+
+`Follower` is that loop, over every key under a prefix; what a list and a batch of watch
+events become is its subclass's: `KeyFollower` follows one key, `PrefixFollower` hands the
+lists and the batches of a whole prefix to two callbacks.
 
 `KeyFollower(store, key, apply, retry_delay)` hands every new value of one key (None: the
 key was deleted) and its mod revision to `apply(value, revision)`, a plain function or a
@@ -32,14 +36,16 @@ coroutine function:
 Raising in `apply` means "not applied": the value is not held, and the next list offers it
 again (after `retry_delay`). The follower only reads: it never writes to the store.
 
-Every follower of one key uses it: a shadow's ledger list (shadow/ledger.py) and info
-(shadow/served.py), a source's shadow list (shadow/replicators.py), a compaction pointer
-(compaction/view.py). The one follower of a whole prefix, the compaction worker's queue of
-requests (compaction/worker.py), uses `MetadataStore.follow_prefix`, the same list-then-watch
-loop over every key under a prefix.
+Every follower of one key uses `KeyFollower`: a shadow's ledger list (shadow/ledger.py) and
+info (shadow/served.py), a source's shadow list (shadow/replicators.py), a compaction pointer
+(compaction/view.py). `PrefixFollower(store, prefix, on_snapshot, on_events)` follows every
+key under a prefix (the compaction worker's queue of requests, compaction/worker.py): each
+list goes to `on_snapshot(snap)` (the prefix's whole state), each batch of watch events to
+`on_events(events)`, one call at a time, with the same loop: never silently stopped.
 """
 from __future__ import annotations
 
+import abc
 import asyncio
 import inspect
 import logging
@@ -54,20 +60,20 @@ log = logging.getLogger(__name__)
 #: function or a coroutine function
 Apply = Callable[[bytes | None, int], "Awaitable[None] | None"]
 
+#: PrefixFollower's callbacks: a list of the prefix, a batch of its watch events
+OnSnapshot = Callable[[Snapshot], Awaitable[None]]
+OnEvents = Callable[[list[WatchEvent]], Awaitable[None]]
 
-class KeyFollower:
-    def __init__(self, store: MetadataStore, key: str, apply: Apply,
-                 retry_delay: float = 0.5):
+
+class Follower(abc.ABC):
+    """The list-then-watch loop over the keys under `prefix` (see the module doc)."""
+
+    def __init__(self, store: MetadataStore, prefix: str, retry_delay: float = 0.5):
         self.store = store
-        self.key = key
-        self._apply = apply
+        self.prefix = prefix
         self.retry_delay = retry_delay
-        #: mod revision of the value held (of the deletion when it was deleted); 0: none yet
-        self.revision = 0
-        self._present = False
         self.relists = 0  # re-lists after the start (compacted revision, store unavailable, errors)
         self._task: asyncio.Task | None = None
-        self._lock = asyncio.Lock()  # serializes applies
         self._closed = False
         self._failing = False  # the last list or watch failed (log the first failure only)
 
@@ -77,16 +83,106 @@ class KeyFollower:
         return self._task is not None and not self._task.done()
 
     async def start(self) -> None:
-        """List the key and apply it, then follow it in a task. Raises
-        `MetadataUnavailable` when the first list fails, or what `apply` raised (nothing is
-        started then)."""
+        """List the prefix and take it, then follow it in a task. Raises
+        `MetadataUnavailable` when the first list fails, or what taking it raised (nothing
+        is started then)."""
         if self._task is not None:
-            raise RuntimeError(f"follower of {self.key} already started")
-        snap = await self.store.get_prefix(self.key)
+            raise RuntimeError(f"follower of {self.prefix} already started")
+        snap = await self.store.get_prefix(self.prefix)
         await self._take_snapshot(snap)
         self._closed = False
         self._task = asyncio.get_running_loop().create_task(
-            self._follow(snap.revision), name=f"follow {self.key}")
+            self._follow(snap.revision), name=f"follow {self.prefix}")
+
+    async def start_retrying(self) -> None:
+        """`start`, tried again every `retry_delay` while the store is unavailable (for a
+        follower whose owner goes on meanwhile: run it as a task)."""
+        while True:
+            try:
+                return await self.start()
+            except MetadataUnavailable as exc:
+                self._log_failure(logging.INFO, f"not started: {exc}")
+                await asyncio.sleep(self.retry_delay)
+
+    async def close(self) -> None:
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    @abc.abstractmethod
+    async def _take_snapshot(self, snap: Snapshot) -> object:
+        """A list of the prefix (its whole state at `snap.revision`)."""
+
+    @abc.abstractmethod
+    async def _take_events(self, events: list[WatchEvent]) -> None:
+        """A batch of watch events under the prefix, in revision order."""
+
+    # ---- following -----------------------------------------------------------------------
+
+    async def _follow(self, listed: int | None) -> None:
+        revision = listed
+        while True:
+            try:
+                if revision is None:
+                    snap = await self.store.get_prefix(self.prefix)
+                    await self._take_snapshot(snap)
+                    revision = snap.revision
+                    if self._failing:
+                        log.info("%s: following again from revision %d", self.prefix, revision)
+                        self._failing = False
+                await self._watch(revision + 1)
+                raise MetadataUnavailable("the watch ended")
+            except RevisionCompacted as exc:
+                log.info("%s: %s; listing again", self.prefix, exc)
+                delay = 0.0
+            except MetadataUnavailable as exc:
+                self._log_failure(logging.INFO, str(exc))
+                delay = self.retry_delay
+            except asyncio.CancelledError:
+                if self._closed or _cancelling():
+                    raise
+                # not ours (something inside the store or `apply` was cancelled): go on
+                self._log_failure(logging.WARNING, "cancelled from inside")
+                delay = self.retry_delay
+            except Exception:  # noqa: BLE001 - nothing may end the following
+                self._log_failure(logging.ERROR, "following failed", exc_info=True)
+                delay = self.retry_delay
+            revision = None  # list again
+            self.relists += 1
+            await asyncio.sleep(delay)  # 0: still let others run, never spin
+
+    async def _watch(self, start_revision: int) -> None:
+        watch = self.store.watch_prefix(self.prefix, start_revision)
+        try:
+            async for events in watch:
+                await self._take_events(events)
+        finally:  # close the watch now, not at garbage collection
+            aclose = getattr(watch, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    def _log_failure(self, level: int, what: str, exc_info: bool = False) -> None:
+        """Log the first failure of a run of them at `level`, the rest at debug."""
+        log.log(logging.DEBUG if self._failing else level, "%s: %s; listing again in %.1fs",
+                self.prefix, what, self.retry_delay, exc_info=exc_info)
+        self._failing = True
+
+
+
+class KeyFollower(Follower):
+    """Every new value of one key to `apply`, version-monotonically (see the module doc)."""
+
+    def __init__(self, store: MetadataStore, key: str, apply: Apply,
+                 retry_delay: float = 0.5):
+        super().__init__(store, key, retry_delay)
+        self.key = key
+        self._apply = apply
+        #: mod revision of the value held (of the deletion when it was deleted); 0: none yet
+        self.revision = 0
+        self._present = False
+        self._lock = asyncio.Lock()  # serializes applies
 
     async def refresh(self) -> bool:
         """Read the key now (a reader found the state it holds outdated: a WAL that was
@@ -97,13 +193,6 @@ class KeyFollower:
             log.info("%s: refresh failed: %s", self.key, exc)
             return False
         return await self._take_snapshot(snap)
-
-    async def close(self) -> None:
-        self._closed = True
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
 
     # ---- applying ------------------------------------------------------------------------
 
@@ -134,55 +223,22 @@ class KeyFollower:
             last = mine[-1]
             await self._offer(last.value if last.type == "put" else None, last.mod_revision)
 
-    # ---- following -----------------------------------------------------------------------
 
-    async def _follow(self, listed: int | None) -> None:
-        revision = listed
-        while True:
-            try:
-                if revision is None:
-                    snap = await self.store.get_prefix(self.key)
-                    await self._take_snapshot(snap)
-                    revision = snap.revision
-                    if self._failing:
-                        log.info("%s: following again from revision %d", self.key, revision)
-                        self._failing = False
-                await self._watch(revision + 1)
-                raise MetadataUnavailable("the watch ended")
-            except RevisionCompacted as exc:
-                log.info("%s: %s; listing again", self.key, exc)
-                delay = 0.0
-            except MetadataUnavailable as exc:
-                self._log_failure(logging.INFO, str(exc))
-                delay = self.retry_delay
-            except asyncio.CancelledError:
-                if self._closed or _cancelling():
-                    raise
-                # not ours (something inside the store or `apply` was cancelled): go on
-                self._log_failure(logging.WARNING, "cancelled from inside")
-                delay = self.retry_delay
-            except Exception:  # noqa: BLE001 - nothing may end the following
-                self._log_failure(logging.ERROR, "following failed", exc_info=True)
-                delay = self.retry_delay
-            revision = None  # list again
-            self.relists += 1
-            await asyncio.sleep(delay)  # 0: still let others run, never spin
+class PrefixFollower(Follower):
+    """Every list and every batch of watch events of a prefix to two callbacks, one call at
+    a time (see the module doc)."""
 
-    async def _watch(self, start_revision: int) -> None:
-        watch = self.store.watch_prefix(self.key, start_revision)
-        try:
-            async for events in watch:
-                await self._take_events(events)
-        finally:  # close the watch now, not at garbage collection
-            aclose = getattr(watch, "aclose", None)
-            if aclose is not None:
-                await aclose()
+    def __init__(self, store: MetadataStore, prefix: str, on_snapshot: OnSnapshot,
+                 on_events: OnEvents, retry_delay: float = 0.5):
+        super().__init__(store, prefix, retry_delay)
+        self._on_snapshot = on_snapshot
+        self._on_events = on_events
 
-    def _log_failure(self, level: int, what: str, exc_info: bool = False) -> None:
-        """Log the first failure of a run of them at `level`, the rest at debug."""
-        log.log(logging.DEBUG if self._failing else level, "%s: %s; listing again in %.1fs",
-                self.key, what, self.retry_delay, exc_info=exc_info)
-        self._failing = True
+    async def _take_snapshot(self, snap: Snapshot) -> None:
+        await self._on_snapshot(snap)
+
+    async def _take_events(self, events: list[WatchEvent]) -> None:
+        await self._on_events(events)
 
 
 def _cancelling() -> bool:

@@ -14,6 +14,7 @@ import pytest
 from source.metadata import (Compare, Delete, EtcdServer, EtcdStore, LeaseNotFound,
                              MemoryStore, MetadataError, MetadataUnavailable, Put,
                              RevisionCompacted, Snapshot, WatchEvent)
+from source.metadata.follow import PrefixFollower
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -444,7 +445,7 @@ def test_compaction(store, p, arun):
 
 
 class Follower:
-    """Records what follow_prefix delivers and keeps the resulting view."""
+    """Records what a PrefixFollower delivers and keeps the resulting view."""
 
     def __init__(self):
         self.snapshots: list[Snapshot] = []
@@ -464,20 +465,25 @@ class Follower:
                 self.view.pop(e.key, None)
 
 
-async def _stop(task: asyncio.Task) -> None:
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass
+def _follow(store, prefix, on_snapshot, on_events, **kw) -> PrefixFollower:
+    """Follow `prefix` from a task (the first list is retried while the store is down)."""
+    follower = PrefixFollower(store, prefix, on_snapshot, on_events, **kw)
+    follower.starting = asyncio.create_task(follower.start_retrying())
+    return follower
 
 
-def test_follow_prefix_snapshot_then_events(store, p, arun):
+async def _stop(follower: PrefixFollower) -> None:
+    follower.starting.cancel()
+    await asyncio.gather(follower.starting, return_exceptions=True)
+    await follower.close()
+
+
+def test_a_prefix_follower_lists_then_watches(store, p, arun):
     async def body():
         await store.put(p + "a", b"1")
         await store.put(p + "b", b"2")
         f = Follower()
-        task = asyncio.create_task(store.follow_prefix(p, f.on_snapshot, f.on_events))
+        task = _follow(store, p, f.on_snapshot, f.on_events)
         try:
             await eventually(lambda: _true(f.snapshots), timeout=5)
             assert f.view == {p + "a": b"1", p + "b": b"2"}
@@ -496,7 +502,7 @@ async def _true(value):
     return bool(value)
 
 
-def test_follow_prefix_relists_after_compaction(store, p, arun):
+def test_a_prefix_follower_relists_after_compaction(store, p, arun):
     async def body():
         await store.put(p + "a", b"1")
         f = Follower()
@@ -504,14 +510,13 @@ def test_follow_prefix_relists_after_compaction(store, p, arun):
         async def on_snapshot(snap):
             await f.on_snapshot(snap)
             if len(f.snapshots) == 1:
-                # before follow_prefix starts watching from snap.revision + 1, move on and
-                # compact past it: the watch must fail and follow_prefix must re-list
+                # before the follower starts watching from snap.revision + 1, move on and
+                # compact past it: the watch must fail and the follower must re-list
                 await store.put(p + "b", b"2")
                 await store.delete(p + "a")
                 await store.compact((await store.put(p + "c", b"3")))
 
-        task = asyncio.create_task(
-            store.follow_prefix(p, on_snapshot, f.on_events, retry_delay=0.05))
+        task = _follow(store, p, on_snapshot, f.on_events, retry_delay=0.05)
         try:
             await eventually(lambda: _true(len(f.snapshots) >= 2), timeout=5)
             assert f.view == {p + "b": b"2", p + "c": b"3"}
@@ -605,14 +610,13 @@ def test_unavailable_then_recovers(outage, arun):
     arun(body(), timeout=50)
 
 
-def test_follow_prefix_across_outage(outage, arun):
+def test_a_prefix_follower_across_an_outage(outage, arun):
     store = outage.store
 
     async def body():
         await store.put("/f/a", b"1")
         f = Follower()
-        task = asyncio.create_task(
-            store.follow_prefix("/f/", f.on_snapshot, f.on_events, retry_delay=0.1))
+        task = _follow(store, "/f/", f.on_snapshot, f.on_events, retry_delay=0.1)
         try:
             await eventually(lambda: _true(f.view == {"/f/a": b"1"}), timeout=5)
             await store.put("/f/b", b"2")
