@@ -23,12 +23,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import AsyncExitStack
+from typing import Awaitable, Callable
 
 import grpc
 
 from source.broker.feature import AdminHandler, BrokerFeature, BrokerHost
 from source.broker.rpc import abort_stream, unary
 from source.broker.topic import Topic
+from source.core import errors
 from source.core.errors import MetadataUnavailable, typed
 from source.core.message_id import MessageId
 from source.core.names import TopicName
@@ -44,6 +46,12 @@ from compaction.view import CompactedView, CompactionFollower
 log = logging.getLogger(__name__)
 
 
+def _cancelling() -> bool:
+    """True when the running task itself has been asked to cancel."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 class LazyCompactedView:
     """A topic's compacted view, opened on its first compacted read (the follower starts
     then) and shared by every later one; a failed start is tried again by the next read."""
@@ -54,7 +62,8 @@ class LazyCompactedView:
         self._started: asyncio.Task | None = None  # -> CompactionFollower
 
     async def __call__(self) -> CompactedView:
-        if self._started is None:
+        started = self._started
+        if started is None:
             topics = self.host.topics
             follower = CompactionFollower(self.host.store, self.host.storage, topics.executor,
                                           self.topic.ledger.ledgers_of, self.topic.ledger)
@@ -62,11 +71,16 @@ class LazyCompactedView:
             async def start() -> CompactionFollower:
                 await follower.start()
                 return follower
-            self._started = asyncio.get_running_loop().create_task(start())
+            started = self._started = asyncio.get_running_loop().create_task(start())
         try:
-            return (await asyncio.shield(self._started)).view
+            return (await asyncio.shield(started)).view
+        except asyncio.CancelledError:
+            if started.cancelled() and not _cancelling():  # the topic closed meanwhile
+                raise errors.TopicNotOwned(f"{self.topic.name} is closing on this broker") \
+                    from None
+            raise
         except BaseException:
-            if self._started.done():
+            if started.done() and self._started is started:
                 self._started = None  # the next reader tries again
             raise
 
@@ -86,11 +100,11 @@ class CompactionFeature(BrokerFeature):
     def __init__(self) -> None:
         self.host: BrokerHost | None = None
         self.admin: CompactionAdmin | None = None
+        self._migration: asyncio.Task | None = None
 
     def bind(self, host: BrokerHost) -> None:
         self.host = host
         self.admin = CompactionAdmin(host.topics, host.session.cluster)
-        self._migration: asyncio.Task | None = None
 
     async def start(self) -> None:
         self._migration = asyncio.get_running_loop().create_task(self._migrate())
@@ -99,6 +113,16 @@ class CompactionFeature(BrokerFeature):
         if self._migration is not None:
             self._migration.cancel()
             await asyncio.gather(self._migration, return_exceptions=True)
+
+    async def ready(self, timeout: float = 5.0) -> None:
+        """Wait for the job records' migration (a compaction RPC reads or writes them)."""
+        if self._migration is None or self._migration.done():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._migration), timeout)
+        except asyncio.TimeoutError:
+            raise MetadataUnavailable("compaction job records are being migrated to their "
+                                      "new keys; try again") from None
 
     async def _migrate(self, retry_delay: float = 1.0) -> None:
         """Move job records of an older key layout (source/metadata/migrate.py), retried
@@ -145,7 +169,7 @@ class CompactionFeature(BrokerFeature):
             out.compacted_ledger = pointer.manifest_path or pointer.job_id
 
     def admin_handlers(self) -> dict[str, AdminHandler]:
-        rpcs = CompactionRpcs(self.admin)
+        rpcs = CompactionRpcs(self.admin, self.ready)
         return {name: getattr(rpcs, name) for name in CompactionRpcs.NAMES}
 
 
@@ -154,19 +178,23 @@ class CompactionRpcs:
 
     NAMES = ("Compact", "GetCompactionStatus", "WatchCompaction")
 
-    def __init__(self, admin: CompactionAdmin):
+    def __init__(self, admin: CompactionAdmin, ready: Callable[[], Awaitable[None]]):
         self.admin = admin
+        self.ready = ready  # the job records are where these RPCs read them
 
     @unary
     async def Compact(self, request, context):
+        await self.ready()
         return apb.CompactResponse(job_id=await self.admin.compact(TopicName.parse(request.topic)))
 
     @unary
     async def GetCompactionStatus(self, request, context):
+        await self.ready()
         return await self.admin.status(TopicName.parse(request.topic))
 
     async def WatchCompaction(self, request, context):
         try:
+            await self.ready()
             async for job in self.admin.watch(TopicName.parse(request.topic)):
                 yield job
         except grpc.aio.AbortError:

@@ -118,8 +118,8 @@ class Worker:
     # ---- life ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.lease = await self.store.grant_lease(self.lease_ttl)
         await migrate(self.store)  # job records of an older layout move first (once)
+        self.lease = await self.store.grant_lease(self.lease_ttl)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._keep_lease()),
                        loop.create_task(self._requests.start_retrying()),

@@ -16,12 +16,15 @@ from __future__ import annotations
 from source.broker import server
 from source.broker.config import parse_config
 
-from shadow.feature import ROLE
+from shadow.feature import ROLE, ShadowFeature
 
 
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(argv, "shadowtopic shadow-broker",
                        "run a shadow broker (serves shadow topics; sources too)")
+    if cfg.features is not None and ShadowFeature.name not in cfg.features:
+        raise SystemExit("shadowtopic shadow-broker: --features must include shadow "
+                         "(a shadow broker serves shadow topics through it)")
     cfg.roles = (ROLE,)
     server.run(cfg)
 

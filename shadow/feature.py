@@ -28,9 +28,9 @@ from typing import Coroutine
 
 import grpc
 
-from source.broker.admin_service import topic_metadata
 from source.broker.feature import AdminHandler, BrokerFeature, BrokerHost, ViewOpener
 from source.broker.rpc import unary
+from source.broker.topic_admin import topic_metadata
 from source.broker.topic import Ownership, Topic
 from source.core import errors
 from source.core.errors import error_status
@@ -99,6 +99,8 @@ class ShadowFeature(BrokerFeature):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self._publisher is not None:
+            await self._publisher.close()
         await self.channels.close()
 
     # ---- tasks and the needs publisher -----------------------------------------------------

@@ -84,7 +84,6 @@ class ShadowLedger:
                  retry_delay: float = 0.5):
         self.topic = topic      # the shadow
         self.source = source    # whose ledgers it reads
-        self.ledgers_of = source
         self.store = store
         self.storage = storage
         self._executor = executor
@@ -108,6 +107,11 @@ class ShadowLedger:
         self._closed: errors.ShadowTopicError | None = None
         self._follower = KeyFollower(store, keys.ledgers(source), self._on_list, retry_delay)
         self._scan_task: asyncio.Task | None = None
+
+    @property
+    def ledgers_of(self) -> TopicName:
+        """The topic whose ledgers this view reads (`LedgerView`): the source."""
+        return self.source
 
     # ---- lifecycle -------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from source.broker.ownership import BrokerSession
 from source.broker.rpc import unary
 from source.broker.subscription_admin import SubscriptionAdmin
 from source.broker.topic import Topic
-from source.broker.topic_admin import TopicAdmin
+from source.broker.topic_admin import TopicAdmin, topic_metadata
 from source.broker.topics import TopicManager, read_only
 from source.core import errors
 from source.core.names import TopicName, check_subscription, parse_namespace
@@ -25,13 +25,6 @@ from source.pb.v1 import admin_pb2 as apb
 from source.pb.v1 import admin_pb2_grpc, common_pb2
 
 PAGE_DEFAULT = PAGE_MAX = 1000  # topics per ListTopics page (a page stays far below 64 MiB)
-
-
-def topic_metadata(info: mpb.TopicInfo, policies: Policies | None = None) -> apb.TopicMetadata:
-    eff = policies or Policies.from_pb(info.policies).effective()
-    return apb.TopicMetadata(topic=info.name, kind=info.kind, partitions=info.partitions,
-                             source=info.source, properties=dict(info.properties),
-                             policies=eff.to_pb())
 
 
 def _page(names: list, page: common_pb2.PageRequest, key) -> tuple[list, str]:
@@ -133,11 +126,11 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             return t, None
         owner = await self.topics.owner(topic)
         if owner is None:
-            role = role_of(await self.topics.info(topic))
-            if role not in self.session.roles:
-                # a topic nobody serves yet, of a role this broker has not (a shadow asked
-                # of a source broker): the broker that will serve it answers
-                picked = await self.session.serving(topic, role)
+            info = await self.topics.info(topic)
+            if not self.topics.serves(info):
+                # a topic nobody serves yet, of a kind this broker does not open (a shadow
+                # asked of a source broker): the broker that will serve it answers
+                picked = await self.session.serving(topic, role_of(info))
                 if picked is not None and picked.broker_id != self.session.broker_id:
                     return None, await self.owners.forward(picked.url, method, request)
         if owner is None or owner.broker_id == self.session.broker_id:

@@ -90,7 +90,7 @@ class TopicBuilder:
             stack.push_async_callback(view.close)
             writer = view if isinstance(view, ManagedLedger) else None
             t = Topic(topic, view, policies, own, writer)
-            if writer is not None:
+            if writer is not None:  # rolls follow the topic's policies from its first append
                 writer.config = ledger_config(policies)
             subs = t.subscriptions = TopicSubscriptions(
                 topic, view, self.store, self.cursors, Fence(key, value), lambda: t.policies,

@@ -73,7 +73,8 @@ def parse_config(argv: list[str] | None, prog: str, description: str) -> BrokerC
                         "Parquet when needed (e.g. 64M, 1G; default 256M)")
     p.add_argument("--features", default=None, metavar="NAMES",
                    help="comma-separated broker features to run (default: every installed "
-                        "one: shadow, compaction); '' runs the broker core alone")
+                        "one: shadow, compaction); '' runs the broker core alone. Every "
+                        "broker of a cluster runs the same features")
     p.add_argument("--profile", default=None, metavar="PATH",
                    help="run under cProfile and write its stats to PATH on exit (benchmarks)")
     a = p.parse_args(argv)

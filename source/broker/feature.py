@@ -10,10 +10,11 @@ feature. A feature may add, each optional (the base class does nothing):
 
 - topics of a kind of its own (`openers`): how a topic of that kind opens as a
   `ServedView` (a shadow: a `ShadowLedger` over its source's ledgers);
-- to every topic as it opens (`open_topic`): objects that live and die with the topic
-  (a source's replicators, a shadow's published need, the compacted view); each pushes its
-  own close onto the topic's `AsyncExitStack`, so a failed open unwinds what was made and
-  an unload closes it, in reverse order;
+- to every topic as it opens: objects that live and die with the topic, before its
+  durable subscriptions load (`open_topic`: the compacted view they may read) or after
+  (`topic_ready`: a source's replicators, a shadow's published need); each pushes its own
+  close onto the topic's `AsyncExitStack`, so a failed open unwinds what was made and an
+  unload closes it, in reverse order;
 - gRPC services (`add_services`) and Admin RPCs (`admin_handlers`: RPC name -> handler);
 - what retention must keep for it (`retention_keep`) and what it does after a retention
   pass (`after_retention`);
@@ -22,6 +23,11 @@ feature. A feature may add, each optional (the base class does nothing):
 - its part of a topic's stats (`topic_stats`, `internal_stats`).
 
 A feature gets the broker's parts through `BrokerHost` (`bind`), before anything starts.
+
+Every broker of a cluster runs the same features: a broker without the shadow feature
+neither refuses to delete a source that has shadows nor keeps, in retention, what the
+shadows' subscriptions still need; one without compaction does not keep what compaction has
+not read. `--features` is for a cluster that does not use a feature at all.
 """
 from __future__ import annotations
 
@@ -161,9 +167,15 @@ def installed() -> dict[str, Callable[[], BrokerFeature]]:
 
 
 def load(names: list[str] | None = None) -> list[BrokerFeature]:
-    """The features named (None: every installed one, by name), each made anew."""
+    """The features named, once each (None: every installed one, by name), each made anew.
+    None with nothing installed is an error (the package's entry points are missing: it was
+    not installed); an empty list is the broker core alone."""
     found = installed()
-    wanted = sorted(found) if names is None else names
+    if names is None and not found:
+        raise ValueError(f"no broker feature is installed (no {ENTRY_POINTS} entry points: "
+                         "install the package, e.g. make install); pass --features '' to run "
+                         "the broker core alone")
+    wanted = sorted(found) if names is None else list(dict.fromkeys(names))
     missing = [n for n in wanted if n not in found]
     if missing:
         raise ValueError(f"unknown broker feature(s) {', '.join(missing)}; installed: "

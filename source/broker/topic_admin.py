@@ -25,6 +25,14 @@ from source.metadata import keys
 from source.metadata.base import Compare, Delete, Put
 from source.metadata.topic_info import SOURCE
 from source.pb.storage.v1 import metadata_pb2 as mpb
+from source.pb.v1 import admin_pb2 as apb
+
+
+def topic_metadata(info: mpb.TopicInfo, policies: Policies | None = None) -> apb.TopicMetadata:
+    eff = policies or Policies.from_pb(info.policies).effective()
+    return apb.TopicMetadata(topic=info.name, kind=info.kind, partitions=info.partitions,
+                             source=info.source, properties=dict(info.properties),
+                             policies=eff.to_pb())
 
 
 class TopicAdmin:

@@ -140,6 +140,11 @@ class TopicManager:
         """The topic's view for `read_compacted` readers (the compaction feature's)."""
         return await (await self.topic(topic)).compacted_view()
 
+    def serves(self, info: mpb.TopicInfo) -> bool:
+        """Whether this broker opens topics of `info`'s kind (a shadow: only a broker with
+        the shadow role and feature)."""
+        return info.kind in self.builder.openers
+
     def loaded(self, topic: TopicName) -> Topic | None:
         return self._loaded.get(topic)
 

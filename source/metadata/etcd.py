@@ -84,14 +84,14 @@ def _map_error(exc: BaseException) -> BaseException:
         if code == grpc.StatusCode.NOT_FOUND and "lease" in details:
             return LeaseNotFound(details)
         if code in _UNAVAILABLE_CODES:
-            return MetadataUnavailable(f"etcd: {code.name} {details}")
+            return MetadataUnavailable(f"metadata store unavailable: etcd: {code.name} {details}")
         if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.OUT_OF_RANGE):
             return ValueError(f"etcd: {details}")
         return MetadataError(f"etcd: {code.name} {details}")
     if isinstance(exc, (etcd_exc.Etcd3Exception, grpc.RpcError)):
-        return MetadataUnavailable(f"etcd: {exc!r}")
+        return MetadataUnavailable(f"metadata store unavailable: etcd: {exc!r}")
     if isinstance(exc, ValueError) and ("failed node" in str(exc) or "closed channel" in str(exc)):
-        return MetadataUnavailable(f"etcd: {exc}")
+        return MetadataUnavailable(f"metadata store unavailable: etcd: {exc}")
     return exc
 
 

@@ -90,19 +90,26 @@ class Follower(abc.ABC):
             raise RuntimeError(f"follower of {self.prefix} already started")
         snap = await self.store.get_prefix(self.prefix)
         await self._take_snapshot(snap)
-        self._closed = False
+        if self._closed:
+            return  # closed while it listed: nothing to follow
+        if self._failing:
+            log.info("%s: following from revision %d", self.prefix, snap.revision)
+            self._failing = False
         self._task = asyncio.get_running_loop().create_task(
             self._follow(snap.revision), name=f"follow {self.prefix}")
 
     async def start_retrying(self) -> None:
-        """`start`, tried again every `retry_delay` while the store is unavailable (for a
-        follower whose owner goes on meanwhile: run it as a task)."""
-        while True:
+        """`start`, tried again every `retry_delay` until it succeeds (the store is
+        unavailable, or taking the first list failed), for a follower whose owner goes on
+        meanwhile: run it as a task. `close` stops the trying too."""
+        while not self._closed:
             try:
                 return await self.start()
             except MetadataUnavailable as exc:
                 self._log_failure(logging.INFO, f"not started: {exc}")
-                await asyncio.sleep(self.retry_delay)
+            except Exception:  # noqa: BLE001 - nothing may end the following
+                self._log_failure(logging.ERROR, "not started", exc_info=True)
+            await asyncio.sleep(self.retry_delay)
 
     async def close(self) -> None:
         self._closed = True
@@ -168,7 +175,6 @@ class Follower(abc.ABC):
         log.log(logging.DEBUG if self._failing else level, "%s: %s; listing again in %.1fs",
                 self.prefix, what, self.retry_delay, exc_info=exc_info)
         self._failing = True
-
 
 
 class KeyFollower(Follower):

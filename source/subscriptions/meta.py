@@ -20,7 +20,7 @@ from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.cursors.store import Fence
 from source.metadata import keys
-from source.metadata.base import Compare, Delete, MetadataStore, MetadataUnavailable, Put
+from source.metadata.base import Compare, Delete, MetadataStore, Put
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
 TXN_OPS = 100  # keys per transaction (etcd's default --max-txn-ops is 128)
@@ -65,10 +65,7 @@ class MetaWriter:
         self._task: asyncio.Task | None = None
 
     async def load(self) -> dict[str, SubscriptionMeta]:
-        try:
-            snap = await self.metadata.get_prefix(keys.subscriptions_prefix(self.topic))
-        except MetadataUnavailable as exc:
-            raise errors.MetadataUnavailable(f"metadata store unavailable: {exc}") from None
+        snap = await self.metadata.get_prefix(keys.subscriptions_prefix(self.topic))
         out = {}
         for kv in snap.items:
             meta = SubscriptionMeta.decode(kv.value)
@@ -76,10 +73,7 @@ class MetaWriter:
         return out
 
     async def get(self, name: str) -> SubscriptionMeta | None:
-        try:
-            kv = await self.metadata.get(keys.subscription(self.topic, name))
-        except MetadataUnavailable as exc:
-            raise errors.MetadataUnavailable(f"metadata store unavailable: {exc}") from None
+        kv = await self.metadata.get(keys.subscription(self.topic, name))
         return None if kv is None else SubscriptionMeta.decode(kv.value)
 
     async def put(self, meta: SubscriptionMeta) -> None:
@@ -107,8 +101,8 @@ class MetaWriter:
                     self.transactions += 1
                     error = None if res.succeeded else errors.Fenced(
                         f"ownership of {self.topic} moved: subscriptions not changed")
-                except MetadataUnavailable as exc:
-                    error = errors.MetadataUnavailable(f"metadata store unavailable: {exc}")
+                except errors.ShadowTopicError as exc:  # etcd unavailable: every waiter hears it
+                    error = exc
                 except Exception as exc:  # noqa: BLE001 - every waiter hears it
                     error = errors.Internal(f"writing subscriptions of {self.topic}: {exc}")
                 for _k, _v, fut in batch:

@@ -170,6 +170,52 @@ def test_start_raises_when_the_first_list_fails(arun):
     arun(body())
 
 
+def test_start_retrying_goes_on_until_the_first_list_is_taken(arun):
+    """Neither an unavailable store nor a first value `apply` cannot take yet stops a
+    follower started with `start_retrying` (a source's shadow list: its replicators must
+    start once they can, never stay silently stopped)."""
+    async def body():
+        s = MemoryStore()
+        await s.put("/k", b"v1")
+        s.set_available(False)
+        seen = Applied()
+        fail = [True]
+
+        def apply(value, revision):
+            if fail[0]:
+                fail[0] = False
+                raise ValueError("cannot take v1 yet")
+            seen(value, revision)
+
+        f = KeyFollower(s, "/k", apply, retry_delay=RETRY)
+        starting = asyncio.create_task(f.start_retrying())
+        await asyncio.sleep(5 * RETRY)
+        assert not f.running and not starting.done()
+        s.set_available(True)
+        await asyncio.wait_for(starting, 5)
+        assert f.running and seen.values == [b"v1"]
+        await s.put("/k", b"v2")
+        await eventually(lambda: seen.values == [b"v1", b"v2"])
+        await f.close()
+        await s.close()
+    arun(body())
+
+
+def test_a_follower_closed_while_it_starts_follows_nothing(arun):
+    async def body():
+        s = MemoryStore()
+        f = KeyFollower(s, "/k", Applied(), retry_delay=RETRY)
+        s.set_available(False)
+        starting = asyncio.create_task(f.start_retrying())
+        await asyncio.sleep(2 * RETRY)
+        await f.close()
+        s.set_available(True)
+        await asyncio.wait_for(starting, 5)
+        assert not f.running
+        await s.close()
+    arun(body())
+
+
 # ---- re-lists -------------------------------------------------------------------------------
 
 def test_relists_after_compacted_revision(store, key, arun):
