@@ -62,7 +62,10 @@ class LazyCompactedView:
         self._started: asyncio.Task | None = None  # -> CompactionFollower
 
     async def __call__(self) -> CompactedView:
+        """The view, on the newest compaction pointer: a compacted read opened after a job
+        is DONE reads that job's ledger (read your writes), whatever the watch has told."""
         started = self._started
+        fresh = started is None  # the follower's start reads the pointer itself
         if started is None:
             topics = self.host.topics
             follower = CompactionFollower(self.host.store, self.host.storage, topics.executor,
@@ -73,7 +76,10 @@ class LazyCompactedView:
                 return follower
             started = self._started = asyncio.get_running_loop().create_task(start())
         try:
-            return (await asyncio.shield(started)).view
+            follower = await asyncio.shield(started)
+            if not fresh:
+                await follower.refresh()
+            return follower.view
         except asyncio.CancelledError:
             if started.cancelled() and not _cancelling():  # the topic closed meanwhile
                 raise errors.TopicNotOwned(f"{self.topic.name} is closing on this broker") \

@@ -262,6 +262,11 @@ class CompactionFollower:
                         f"the compaction pointer {self.key} could not be read") from None
                 await asyncio.sleep(self.retry_delay)
 
+    async def refresh(self) -> None:
+        """Read the pointer now and serve it if it is newer than the one held (its watch
+        may be behind: a job that just finished is read here at once)."""
+        await self._follower.refresh()
+
     async def _apply(self, value: bytes | None, revision: int) -> None:
         await self.view.update(mpb.CompactionPointer.FromString(value) if value else None)
 

@@ -21,9 +21,13 @@ compaction/admin.py) and runs one job at a time:
 
 A job that fails is recorded FAILED with its error (an `ErrorStatus`) and its request is
 deleted; a worker killed mid-job leaves the request and its claim's lease expires: the job
-reruns under the same id and gives the same result (K16). gRPC health (on --host:--port)
-says SERVING once Spark is up (its Python workers warmed by a job over no files) and etcd
-answers.
+reruns under the same id and gives the same result (K16). A job whose Spark lost a Python
+worker or an executor under it runs again, `JOB_ATTEMPTS` times in all, before it is FAILED
+with the cause. gRPC health (on --host:--port) says SERVING once Spark is up (its Python
+workers warmed by a job over no files) and etcd answers, and follows Spark from then on:
+when Spark's JVM exits, health says NOT_SERVING and the worker exits (status 1) for its
+supervisor to start a new one (the standalone does); a job it was running is not FAILED but
+left to its request, which the next worker reruns (F15).
 """
 from __future__ import annotations
 
@@ -35,6 +39,7 @@ import signal
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -53,6 +58,42 @@ from source.metadata.migrate import migrate
 from source.metadata.topic_info import effective_policies
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import admin_pb2 as apb
+
+#: runs of a job when Spark loses a Python worker or an executor under it (F15)
+JOB_ATTEMPTS = 3
+#: what Spark's errors say when a Python worker or an executor was lost (worth a rerun)
+LOST_WORKER = ("Python worker exited unexpectedly", "ExecutorLostFailure",
+               "Python worker failed to connect back", "Connection reset by peer")
+
+
+class SparkLost(RuntimeError):
+    """Spark's JVM is gone: this worker can run no job."""
+
+
+def jvm_alive() -> bool:
+    """Whether the JVM of this process's SparkSession still runs (a local driver: its
+    process; a session whose JVM is not our child counts as alive)."""
+    from pyspark import SparkContext
+    proc = getattr(SparkContext._gateway, "proc", None)
+    return proc is None or proc.poll() is None
+
+
+#: what an error says when the driver lost its connection to Spark's JVM (which may be dying)
+GATEWAY_LOST = ("Connection refused", "Py4JNetworkError", "Answer from Java side is empty",
+                "Error while sending or receiving", "Connection reset by peer")
+
+
+def gateway_lost(exc: BaseException) -> bool:
+    """Whether a job's error is the driver's connection to Spark's JVM breaking."""
+    text = f"{type(exc).__name__}: {exc}"
+    return isinstance(exc, ConnectionError) or any(mark in text for mark in GATEWAY_LOST)
+
+
+def lost_worker(exc: BaseException) -> bool:
+    """Whether a job's error is Spark losing a Python worker or an executor."""
+    text = str(exc)
+    return any(mark in text for mark in LOST_WORKER)
+
 
 log = logging.getLogger("compaction.worker")
 KEEP_JOBS = 10          # job records kept per topic
@@ -92,8 +133,12 @@ def peak_rss_bytes(jvm_pid: int | None) -> int:
 
 class Worker:
     def __init__(self, store: MetadataStore, spark, cluster: str, worker_id: str,
-                 grace: float = 60.0, lease_ttl: int = 10, relist: float = 5.0):
+                 grace: float = 60.0, lease_ttl: int = 10, relist: float = 5.0,
+                 spark_alive: Callable[[], bool] = jvm_alive):
         self.store = store
+        self.spark_alive = spark_alive
+        #: set when Spark's JVM is gone (the worker runs no more jobs: its process exits)
+        self.lost = asyncio.Event()
         self.cluster = cluster
         self.spark = spark
         self.worker_id = worker_id
@@ -181,6 +226,10 @@ class Worker:
             self._queued.discard(topic)
             try:
                 await self.run(topic)
+            except SparkLost as exc:
+                log.error("%s: %s", topic, exc)
+                self.lost.set()
+                return
             except Exception:  # noqa: BLE001 - one job never stops the worker
                 log.exception("%s: compaction failed", topic)
 
@@ -211,10 +260,7 @@ class Worker:
                 job = apb.CompactionJob.FromString(rec.value)
             job.worker = self.worker_id
             job.ClearField("error")
-            try:
-                await self._run(topic, req, kv.value, job)
-            except Exception as exc:  # noqa: BLE001 - recorded in the job, the worker goes on
-                await self._fail(topic, req, kv.value, job, exc)
+            await self._attempts(topic, req, kv.value, job)
             self.jobs_run += 1
             await self._prune(topic)
         finally:
@@ -222,6 +268,41 @@ class Worker:
                 await self.store.delete(claim)
             except MetadataUnavailable:
                 pass  # it goes with the lease
+
+    async def _attempts(self, topic: TopicName, req: mpb.CompactionRequest, req_bytes: bytes,
+                        job: apb.CompactionJob) -> None:
+        """Run the job; again when Spark lost a Python worker or an executor under it (up to
+        `JOB_ATTEMPTS` runs), else record it FAILED. When Spark's JVM is gone the job is
+        not FAILED: `SparkLost` leaves its request to the next worker."""
+        for attempt in range(1, JOB_ATTEMPTS + 1):
+            try:
+                return await self._run(topic, req, req_bytes, job)
+            except Exception as exc:  # noqa: BLE001 - recorded in the job, the worker goes on
+                if await self._jvm_gone(exc):
+                    raise SparkLost(f"Spark's JVM exited during job {req.job_id}; the job "
+                                    "is left to the next worker") from exc
+                if attempt < JOB_ATTEMPTS and lost_worker(exc):
+                    log.warning("%s: job %s lost a Spark worker (%s); run %d of %d",
+                                topic, req.job_id, str(exc).splitlines()[0][:200],
+                                attempt + 1, JOB_ATTEMPTS)
+                    continue
+                await self._fail(topic, req, req_bytes, job, exc)
+                return
+
+    async def _jvm_gone(self, exc: BaseException, wait: float = 3.0) -> bool:
+        """Whether Spark's JVM is gone. A broken connection to it is seen before the JVM's
+        process has finished exiting (a large heap takes a while to unmap): after such an
+        error the process is watched for `wait` seconds before the job is blamed."""
+        if not self.spark_alive():
+            return True
+        if not gateway_lost(exc):
+            return False
+        deadline = asyncio.get_running_loop().time() + wait
+        while asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+            if not self.spark_alive():
+                return True
+        return False
 
     async def _run(self, topic: TopicName, req: mpb.CompactionRequest, req_bytes: bytes,
                    job: apb.CompactionJob) -> None:
@@ -388,12 +469,30 @@ async def serve(a: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    waits = [loop.create_task(stop.wait()), loop.create_task(worker.lost.wait()),
+             loop.create_task(follow_spark(worker))]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for task in waits:
+        task.cancel()
     await servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
     await worker.close()
     await server.stop(2)
     await store.close()
-    stop_spark(spark)
+    try:
+        stop_spark(spark)
+    except Exception as exc:  # noqa: BLE001 - a JVM that is gone cannot be stopped
+        log.info("stopping Spark: %s", exc)
+    if worker.lost.is_set():
+        raise SystemExit(1)  # for the supervisor to start a worker with a new JVM
+
+
+async def follow_spark(worker: Worker, interval: float = 1.0) -> None:
+    """Health follows Spark: the JVM gone, the worker is lost (F15)."""
+    while worker.spark_alive():
+        await asyncio.sleep(interval)
+    log.error("Spark's JVM exited: this worker runs no more jobs; exiting for the supervisor "
+              "to start a new one")
+    worker.lost.set()
 
 
 def start_spark(master: str, conf: dict[str, str], attempts: int = 2):

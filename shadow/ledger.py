@@ -174,6 +174,14 @@ class ShadowLedger:
         else:
             self._changed()
 
+    async def lists_ledger(self, ledger_id: int) -> bool:
+        """Whether the source's ledger list holds `ledger_id` (the list is read again when
+        the one followed here does not: its watch may not have told of a new ledger yet)."""
+        if any(info.ledger_id == ledger_id for info in self._list.ledgers):
+            return True
+        await self._follower.refresh()
+        return any(info.ledger_id == ledger_id for info in self._list.ledgers)
+
     @property
     def replicated(self) -> MessageId | None:
         """The newest id the replicator confirmed (None: none yet)."""

@@ -3,8 +3,12 @@
 
 Each `ReplicateBatch` names a shadow and its source. The batch is refused (an `error` in
 the ack, then the stream ends) when the shadow is not a shadow of that source, or when the
-sender is a deposed source owner: its `source_epoch` is below the source's ownership epoch
-in etcd (read when a stream starts and again whenever a batch claims a newer epoch). An
+sender is not the source's current owner: its `source_epoch` is not the source's ownership
+epoch in etcd (read when a stream starts and again whenever a batch claims a newer epoch;
+below it: `Fenced`, a deposed owner; above it: `InvalidArgument`, no owner had it). An id in
+a ledger the source's ledger list does not hold (read again when the list followed here
+does not: the watch may be behind) is not applied: a shadow never counts entries its source
+never listed. An
 accepted batch loads the shadow here if it is not loaded (this broker takes ownership),
 then tells the shadow's `ShadowLedger` the newest id the source confirmed (the last entry
 of the batch, or the batch's `last_confirmed`): ids only move forward, so a resent batch
@@ -65,6 +69,10 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
             raise errors.Fenced(
                 f"replication of {source} at epoch {batch.source_epoch} refused: the source's "
                 f"owner is at epoch {known}")
+        if batch.source_epoch > known:  # read again just now: no owner ever had it
+            raise errors.InvalidArgument(
+                f"replication of {source} at epoch {batch.source_epoch} refused: the source's "
+                f"owner is at epoch {known}")
         t = await self.topics.topic(shadow)
         view = t.ledger
         if not isinstance(view, ShadowLedger) or view.source != source:
@@ -77,5 +85,9 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
             lc = MessageId(batch.last_confirmed.ledger_id, batch.last_confirmed.entry_id)
             newest = lc if newest is None or lc > newest else newest
         if newest is not None:
-            view.on_replicated(newest)
+            if await view.lists_ledger(newest.ledger_id):
+                view.on_replicated(newest)
+            else:  # not (or no more) a ledger of the source: nothing to apply
+                log.debug("replication of %s -> %s: ledger %d is not in the source's list; "
+                         "id %s not applied", source, shadow, newest.ledger_id, newest)
         return view

@@ -47,6 +47,10 @@ POINTS: dict[str, str] = {
     "compaction.before_publish":
         "the compaction worker after the job's output is written and its record says "
         "COMMITTING, before the one etcd transaction that moves the compaction pointer",
+    "metadata.watch.events":
+        "any process, in an etcd watch's reader thread, before a batch of events goes to "
+        "the watcher: `sleep(S)` delays what every watch of the process hears (a slow "
+        "watch), while direct reads answer at once",
     "ledger.seal.before_publish":
         "a source broker after a ledger's Parquet file is written and fsynced, before the "
         "ledger list marks the ledger SEALED",

@@ -10,6 +10,11 @@
     5. the durable subscriptions and their cursors load;
     6. each feature's `topic_ready` (a source's replicators, a shadow's need, ...).
 
+A topic whose view closes by itself (fenced: this broker's lease lapsed, or another broker
+took the topic) is dropped by the `TopicManager` at once, whatever its kind, and the next
+request opens it anew: a shadow fenced during an etcd outage is followed again once etcd is
+back, never served from a closed view.
+
 Every step pushes what undoes it onto one `AsyncExitStack`: when a step fails, the steps
 before it are undone in reverse order (ownership released last) and the error reaches the
 caller; when all succeed the stack moves into the Topic, and `Topic.close` unwinds it the
@@ -33,13 +38,29 @@ from source.cursors.store import Fence
 from source.ledger.entry_cache import EntryCache
 from source.ledger.managed import ManagedLedger
 from source.ledger.storage import Storage
-from source.ledger.view import ServedView
+from source.ledger.view import ServedView, Trimmed
 from source.metadata.base import MetadataStore
 from source.metadata.topic_info import SOURCE, effective_policies
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.subscriptions import TopicSubscriptions
 
 log = logging.getLogger(__name__)
+
+
+class ClosedWatch:
+    """A `ViewListener` that hears only that its view closed."""
+
+    def __init__(self, on_closed: Callable[[errors.ShadowTopicError], None]):
+        self._on_closed = on_closed
+
+    def on_entries(self) -> None:
+        pass
+
+    def on_trimmed(self, trimmed: Trimmed) -> None:
+        pass
+
+    def on_closed(self, reason: errors.ShadowTopicError) -> None:
+        self._on_closed(reason)
 
 
 class TopicBuilder:
@@ -106,7 +127,11 @@ class TopicBuilder:
                 await f.topic_ready(t, info, stack)
             if writer is not None:
                 writer.on_sealed = lambda _info: self.on_sealed(t)
-                writer.on_fenced = lambda _ml: self.on_fenced(t)
+            # a view that closes by itself (fenced: the lease was lost, another broker took
+            # the topic) drops the topic, whatever its kind: the next request opens it anew
+            closed = ClosedWatch(lambda _reason: self.on_fenced(t))
+            view.add_listener(closed)
+            stack.callback(view.remove_listener, closed)
             t.stack = stack.pop_all()
             opened = True
         log.info("loaded %s (epoch %d, %d ledgers)", topic, epoch, len(view.ledgers()))

@@ -69,8 +69,12 @@ class SubscriptionAdmin:
         return out
 
     async def create(self, request, context) -> apb.Empty:
+        # a message id is where the subscription starts (that message first); `latest` is
+        # after the newest message, as Pulsar's MessageId.latest and `consume -p latest`
         start = start_from_pb(request.start, True) if request.HasField("start") \
             else Start(LATEST)
+        if start.kind == LATEST:
+            start = Start(LATEST)
 
         async def act(ts: TopicSubscriptions):
             await ts.create(request.subscription, start)

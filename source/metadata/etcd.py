@@ -18,6 +18,8 @@ import grpc
 import etcd3
 from etcd3 import etcdrpc, exceptions as etcd_exc, transactions as etcd_txn, utils as etcd_utils
 
+from source import failpoints
+
 from .base import (Compare, Delete, KeyValue, LeaseNotFound, MetadataError, MetadataStore,
                    MetadataUnavailable, Put, RevisionCompacted, Snapshot, TxnResult, WatchEvent)
 
@@ -266,6 +268,7 @@ class EtcdStore(MetadataStore):
                         deliver(MetadataUnavailable(f"etcd watch canceled: {resp.cancel_reason}"))
                         return
                     if resp.events:
+                        failpoints.hit("metadata.watch.events")
                         deliver([WatchEvent("delete" if ev.type == ev.DELETE else "put",
                                             ev.kv.key.decode(), ev.kv.value, ev.kv.mod_revision)
                                  for ev in resp.events])

@@ -39,3 +39,23 @@ def test_consume_and_the_topics_subscription_commands(cli, client, topic):
     assert client.admin.list_subscriptions(topic) == []
     res = cli("consume", topic, "-s", "x", "-t", "sideways")
     assert res.returncode == 1 and len(res.stderr.splitlines()) == 1
+
+
+def test_create_subscription_at_latest_starts_after_the_newest_message(cli, topic):
+    """`topics create-subscription -m latest` as Pulsar's `MessageId.latest` (and as
+    `consume -p latest`): the messages already there are not in its backlog; one produced
+    afterwards is."""
+    cli("topics", "create", topic, check=True)
+    cli("produce", topic, "-m", "old", "-n", "3", check=True)
+    cli("topics", "create-subscription", topic, "-s", "at-latest", "--messageId", "latest",
+        check=True)
+
+    def backlog() -> dict[str, int]:
+        stats = json.loads(cli("topics", "stats", topic, "-o", "json", check=True).stdout)
+        return {name: s["msgBacklog"] for name, s in stats["subscriptions"].items()}
+    first = backlog()
+    assert first["at-latest"] == 0, first
+    cli("produce", topic, "-m", "new", "-n", "1", check=True)
+    assert backlog()["at-latest"] == 1
+    res = cli("consume", topic, "-s", "at-latest", "-n", "1", check=True)
+    assert [line.split("\t")[2] for line in res.stdout.splitlines()] == ["new"]

@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+from source import failpoints
 from source.broker.server import free_port
 from source.client import Client, Policies, errors
 from source.core.names import TopicName
@@ -249,6 +250,28 @@ def test_compacted_reader_crosses_the_horizon(client, source, topic):
     msg = next(m for m in [client.create_reader(topic, ids[1], inclusive=True,
                                                 read_compacted=True).read_next(timeout=10)])
     assert (msg.key, msg.payload) == (b"a", b"a2")
+
+
+def test_k19_a_compacted_read_opened_after_done_reads_that_jobs_view(etcd_server, tmp_path,
+                                                                  cluster, worker, topic):
+    """K19, read your writes: once the job's status says done, a compacted read opened on a
+    broker whose watches are slow (every watch event held 3 s by the failpoint) reads that
+    job's compacted ledger, not the one before it (the view reads the pointer on open)."""
+    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "slow-watches"), free_port(),
+                      extra_args=["--lease-ttl", "3", "--cluster", cluster],
+                      env=failpoints.env({"metadata.watch.events": "sleep(3)"}))
+    b.start(timeout=60)
+    try:
+        with Client(b.url, timeout=30) as c:
+            first = produce(c, topic, [("a", "a1"), ("b", "b1")])
+            assert wait_done(c, topic, c.admin.compact(topic)).phase == "done"
+            assert compacted_ids(c, topic) == first  # the view follows the pointer from now
+            more = produce(c, topic, [("a", "a2"), ("b", "")])
+            assert wait_done(c, topic, c.admin.compact(topic)).phase == "done"
+            assert compacted_ids(c, topic) == [more[0]]  # a2; b deleted: the second job's
+            assert c.admin.last_message_id(topic, read_compacted=True) == more[0]
+    finally:
+        b.kill()
 
 
 def test_cli_reads_the_compacted_view(client, source, topic):

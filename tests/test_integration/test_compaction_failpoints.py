@@ -130,3 +130,69 @@ def test_cli_wait_on_a_terminal_shows_progress(paused, topic):
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.decode(errors="replace"))
     assert f"{job} scanning_keys" in text and f"{job} writing" in text, text[-2000:]
     assert "done: 5 messages, 5 keys" in text, text[-2000:]
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process under `pid` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _jvm_of(pid: int) -> int:
+    for child in _descendants(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                if b"java" in f.read().split(b"\0")[0]:
+                    return child
+        except OSError:
+            continue
+    raise AssertionError(f"no JVM under the worker {pid}")
+
+
+@pytest.mark.slow
+def test_f15_a_worker_whose_spark_jvm_dies_exits_and_its_job_runs_on_the_next(etcd_server,
+                                                                             tmp_path):
+    """F15: Spark's JVM killed (kill -9 by pid) while a job runs: the worker does not go on
+    failing jobs while saying SERVING; it exits (status 1, for its supervisor) within
+    seconds, the job is not recorded FAILED, and the next worker runs it to the end."""
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    topic = f"persistent://public/ns-{uuid.uuid4().hex[:8]}/t"
+    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
+                      extra_args=["--lease-ttl", "3", "--cluster", cluster])
+    workers = []
+    try:
+        b.start(timeout=60)
+        # each phase of a job holds 3 s: the JVM dies while the worker has the job
+        workers.append(start_worker(etcd_server, str(tmp_path / "w0"), cluster,
+                                    {"compaction.phase_start": "sleep(3)"}))
+        with Client(b.url, timeout=30) as c:
+            produce(c, topic, [(f"k{i % 10}", f"v{i}") for i in range(100)])
+            job = c.admin.compact(topic)
+            deadline = time.monotonic() + 120
+            while job_phase(etcd_server, topic, job) not in (apb.SCANNING_KEYS, apb.WRITING):
+                assert time.monotonic() < deadline, "the job never started"
+                time.sleep(0.02)
+            os.kill(_jvm_of(workers[0].proc.pid), 9)
+            assert workers[0].proc.wait(timeout=30) == 1
+            with open(workers[0].log_path) as f:
+                assert "Spark's JVM exited" in f.read()
+            assert job_phase(etcd_server, topic, job) != apb.FAILED
+            workers.append(start_worker(etcd_server, str(tmp_path / "w1"), cluster))
+            assert wait_done(c, topic, job).phase == "done"
+    finally:
+        for w in workers:
+            w.kill()
+        b.kill()

@@ -232,6 +232,45 @@ def test_r5_resent_and_stale_batches_change_nothing_and_a_deposed_owner_is_refus
         cons.close()
 
 
+def test_r5_replication_is_accepted_only_at_the_owners_epoch_and_for_listed_ledgers(pair,
+                                                                                    topic):
+    """A batch claiming an epoch no owner had is refused; ids in a ledger the source never
+    listed are not applied: the shadow's readers and last id stay the source's."""
+    src, sh = pair
+    shadow = f"{topic}-shadow"
+    with Client(src.url) as c:
+        c.admin.create_topic(topic)
+        c.admin.create_shadow_topic(shadow, topic)
+        cons = c.subscribe(shadow, "s", initial_position="earliest")
+        with c.create_producer(topic) as p:
+            ids = [p.send(f"m{i}".encode()) for i in range(5)]
+        drain(cons, 5)
+        epoch = int(c.admin.lookup(topic)["epoch"])
+        from source.core.names import canonical
+        future = replication_pb2.ReplicateBatch(
+            shadow=canonical(shadow), source=canonical(topic), batch_id=1,
+            source_epoch=2 ** 63, last_confirmed=common_pb2.MessageIdData(
+                ledger_id=ids[-1].ledger_id, entry_id=ids[-1].entry_id + 1000))
+        acks = _replicate(sh.url, [future])
+        assert acks[0].HasField("error") and acks[0].error.reason == "InvalidArgument"
+        assert "epoch" in acks[0].error.message
+        unlisted = replication_pb2.ReplicateBatch()
+        unlisted.CopyFrom(future)
+        unlisted.source_epoch = epoch
+        unlisted.last_confirmed.ledger_id = ids[-1].ledger_id + 1000
+        acks = _replicate(sh.url, [unlisted])
+        assert not acks[0].HasField("error")
+        assert acks[0].last_persisted.ledger_id == ids[-1].ledger_id  # not the unlisted one
+        assert c.admin.last_message_id(shadow) == ids[-1]
+        with c.create_producer(topic) as p:  # replication goes on, reads work
+            more = p.send(b"more")
+        assert drain(cons, 1)[0].message_id == more
+        with c.create_reader(shadow, start="earliest") as r:
+            got = [r.read_next(timeout=10).payload for _ in range(6)]
+        assert got == [f"m{i}".encode() for i in range(5)] + [b"more"]
+        cons.close()
+
+
 def test_c8_source_truncation_moves_shadow_cursors_past_deleted_ledgers(pair, topic):
     src, _ = pair
     shadow = f"{topic}-shadow"

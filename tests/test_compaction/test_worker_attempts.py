@@ -1,0 +1,81 @@
+"""F15, without Spark: a job whose Spark lost a Python worker or an executor runs again, a
+bounded number of times, before it is FAILED with the cause; a job that fails because
+Spark's JVM is gone is not FAILED at all (`SparkLost`: its request waits for the next
+worker). The job's run and the FAILED record are replaced by recorders."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from compaction import worker
+from source.metadata.memory import MemoryStore
+from source.pb.storage.v1 import metadata_pb2 as mpb
+from source.pb.v1 import admin_pb2 as apb
+
+LOST = RuntimeError("Job aborted: Python worker exited unexpectedly (crashed)")
+
+
+def _worker(outcomes: list[Exception | None], alive: bool = True):
+    w = worker.Worker(MemoryStore(), None, "c", "w", spark_alive=lambda: alive)
+    runs, failed = [], []
+
+    async def run(topic, req, req_bytes, job):
+        runs.append(job.job_id)
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+
+    async def fail(topic, req, req_bytes, job, exc):
+        failed.append(exc)
+
+    w._run, w._fail = run, fail
+    return w, runs, failed
+
+
+def _attempts(w) -> None:
+    req = mpb.CompactionRequest(topic="persistent://t/ns/x", job_id="j1")
+    asyncio.run(w._attempts(None, req, b"", apb.CompactionJob(job_id="j1")))
+
+
+def test_a_lost_python_worker_reruns_the_job():
+    w, runs, failed = _worker([LOST, LOST, None])
+    _attempts(w)
+    assert (len(runs), failed) == (worker.JOB_ATTEMPTS, [])
+
+
+def test_a_job_that_keeps_losing_workers_fails_with_the_cause_after_the_bound():
+    w, runs, failed = _worker([LOST] * worker.JOB_ATTEMPTS)
+    _attempts(w)
+    assert len(runs) == worker.JOB_ATTEMPTS and failed == [LOST]
+
+
+def test_any_other_error_fails_the_job_at_once():
+    bad = ValueError("a bad ledger")
+    w, runs, failed = _worker([bad])
+    _attempts(w)
+    assert (len(runs), failed) == (1, [bad])
+
+
+def test_a_job_whose_jvm_is_gone_is_left_to_the_next_worker():
+    w, runs, failed = _worker([LOST], alive=False)
+    with pytest.raises(worker.SparkLost, match="left to the next worker"):
+        _attempts(w)
+    assert (len(runs), failed) == (1, [])
+
+
+def test_a_broken_gateway_waits_for_the_jvm_to_finish_exiting():
+    """The driver's connection to the JVM breaks before the JVM's process has exited (its
+    heap takes a while to unmap): the job is not FAILED if the JVM is gone soon after."""
+    checks = iter([True, True, True, False])
+    w, runs, failed = _worker([ConnectionRefusedError(111, "Connection refused")])
+    w.spark_alive = lambda: next(checks, False)
+    with pytest.raises(worker.SparkLost):
+        _attempts(w)
+    assert failed == []
+
+
+def test_a_broken_gateway_with_the_jvm_alive_is_an_error_of_the_job():
+    w, runs, failed = _worker([ConnectionRefusedError(111, "Connection refused")])
+    _attempts(w)  # the JVM stays alive through the wait: the job failed, not Spark
+    assert len(failed) == 1
