@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass, field
 
 from source.broker.feature import Topics
+from source.broker.topic_admin import loaded_for_delete
 from source.core import errors
 from source.core.names import TopicName
 from source.core.policies import validate_properties
@@ -254,13 +255,7 @@ class ShadowAdmin:
             if info.partition_of:
                 raise errors.NotAllowed(f"{shadow} is a partition of {info.partition_of}; "
                                         "delete the partitioned shadow")
-            names = [shadow] + [shadow.partition(i) for i in range(info.partitions)]
-            loaded = [t for t in map(self.topics.loaded, names) if t is not None]
-            connected = sum(t.subscriptions.connected() for t in loaded
-                            if t.subscriptions is not None)
-            if connected and not force:
-                raise errors.NotAllowed(f"{shadow} has {connected} connected consumers; "
-                                        "use force to disconnect them and delete")
+            names, loaded = loaded_for_delete(self.topics, shadow, info.partitions, force)
             source = TopicName.parse(info.source)
             list_kv = await self.store.get(keys.shadows(source))
             shadows = list(mpb.ShadowList.FromString(list_kv.value).shadows) if list_kv else []

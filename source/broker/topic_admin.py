@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import time
 
-from source.broker.feature import BrokerFeature
+from source.broker.feature import BrokerFeature, Topics
+from source.broker.topic import Topic
 from source.broker.topics import TopicManager
 from source.core import errors
 from source.core.names import TopicName
@@ -33,6 +34,19 @@ def topic_metadata(info: mpb.TopicInfo, policies: Policies | None = None) -> apb
     return apb.TopicMetadata(topic=info.name, kind=info.kind, partitions=info.partitions,
                              source=info.source, properties=dict(info.properties),
                              policies=eff.to_pb())
+
+
+def loaded_for_delete(topics: Topics, topic: TopicName, partitions: int,
+                      force: bool) -> tuple[list[TopicName], list[Topic]]:
+    """The names a delete of `topic` removes (it and its partitions) and those of them this
+    broker has loaded; `NotAllowed` when they have connected consumers and not `force`."""
+    names = [topic] + [topic.partition(i) for i in range(partitions)]
+    loaded = [t for t in map(topics.loaded, names) if t is not None]
+    connected = sum(t.subscriptions.connected() for t in loaded if t.subscriptions is not None)
+    if connected and not force:
+        raise errors.NotAllowed(f"{topic} has {connected} connected consumers; "
+                                "use force to disconnect them and delete")
+    return names, loaded
 
 
 class TopicAdmin:
@@ -80,13 +94,7 @@ class TopicAdmin:
             raise errors.NotAllowed(f"{topic} is a {mpb.TopicKind.Name(info.kind).lower()} "
                                     "topic, which this broker cannot delete")
         guards = [c for f in self.features for c in await f.delete_guard(topic, info)]
-        names = [topic] + [topic.partition(i) for i in range(info.partitions)]
-        loaded = [t for t in map(self.topics.loaded, names) if t is not None]
-        connected = sum(t.subscriptions.connected() for t in loaded
-                        if t.subscriptions is not None)
-        if connected and not force:
-            raise errors.NotAllowed(f"{topic} has {connected} connected consumers; "
-                                    "use force to disconnect them and delete")
+        names, loaded = loaded_for_delete(self.topics, topic, info.partitions, force)
         lists = {t: await self.store.get(keys.ledgers(t)) for t in names}
         gone = errors.TopicNotFound(f"topic {topic} was deleted")
         for t in loaded:  # consumers stop; cursors are not saved again
