@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from source.client import Client, Policies, errors
+from source.core.names import canonical
 from source.pb.v1 import common_pb2, replication_pb2
 
 
@@ -201,18 +202,23 @@ def _replicate(url: str, batches: list) -> list:
         return list(call(gen(), timeout=30))
 
 
+def _shadow_with_messages(c, topic: str, shadow: str, n: int = 5):
+    """A source with a shadow, `n` messages produced and received by a subscription of the
+    shadow: (that consumer, the messages' ids, the source owner's epoch)."""
+    c.admin.create_topic(topic)
+    c.admin.create_shadow_topic(shadow, topic)
+    cons = c.subscribe(shadow, "s", initial_position="earliest")
+    with c.create_producer(topic) as p:
+        ids = [p.send(f"m{i}".encode()) for i in range(n)]
+    drain(cons, n)
+    return cons, ids, int(c.admin.lookup(topic)["epoch"])
+
+
 def test_r5_resent_and_stale_batches_change_nothing_and_a_deposed_owner_is_refused(pair, topic):
     src, sh = pair
     shadow = f"{topic}-shadow"
     with Client(src.url) as c:
-        c.admin.create_topic(topic)
-        c.admin.create_shadow_topic(shadow, topic)
-        cons = c.subscribe(shadow, "s", initial_position="earliest")
-        with c.create_producer(topic) as p:
-            ids = [p.send(f"m{i}".encode()) for i in range(5)]
-        drain(cons, 5)
-        epoch = int(c.admin.lookup(topic)["epoch"])
-        from source.core.names import canonical
+        cons, ids, epoch = _shadow_with_messages(c, topic, shadow)
         old = replication_pb2.ReplicateBatch(
             shadow=canonical(shadow), source=canonical(topic), batch_id=1, source_epoch=epoch,
             entries=[common_pb2.EncodedEntry(ledger_id=ids[0].ledger_id, entry_id=0)],
@@ -239,14 +245,7 @@ def test_r5_replication_is_accepted_only_at_the_owners_epoch_and_for_listed_ledg
     src, sh = pair
     shadow = f"{topic}-shadow"
     with Client(src.url) as c:
-        c.admin.create_topic(topic)
-        c.admin.create_shadow_topic(shadow, topic)
-        cons = c.subscribe(shadow, "s", initial_position="earliest")
-        with c.create_producer(topic) as p:
-            ids = [p.send(f"m{i}".encode()) for i in range(5)]
-        drain(cons, 5)
-        epoch = int(c.admin.lookup(topic)["epoch"])
-        from source.core.names import canonical
+        cons, ids, epoch = _shadow_with_messages(c, topic, shadow)
         future = replication_pb2.ReplicateBatch(
             shadow=canonical(shadow), source=canonical(topic), batch_id=1,
             source_epoch=2 ** 63, last_confirmed=common_pb2.MessageIdData(
