@@ -177,7 +177,10 @@ class ShadowLedger:
     async def lists_ledger(self, ledger_id: int) -> bool:
         """Whether the source's ledger list holds `ledger_id` (the list is read again when
         the one followed here does not: its watch may not have told of a new ledger yet)."""
-        if any(info.ledger_id == ledger_id for info in self._list.ledgers):
+        ledgers = self._list.ledgers
+        if ledgers and ledgers[-1].ledger_id == ledger_id:
+            return True  # the newest ledger: what nearly every batch names
+        if any(info.ledger_id == ledger_id for info in ledgers):
             return True
         await self._follower.refresh()
         return any(info.ledger_id == ledger_id for info in self._list.ledgers)
