@@ -22,12 +22,19 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from operator import lt
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 from source.core.message_id import MessageId
 from source.ledger.view import LedgerRange, LedgerView
 
-NextAfter = Callable[[MessageId], MessageId]
+class NextAfter(Protocol):
+    """The first valid position after an id (`next_after_in`). `sparse`: the view skips ids
+    inside a ledger too (a compacted view), so a cursor asks it about every gap, not only
+    about ledger ends."""
+
+    sparse: bool
+
+    def __call__(self, mid: MessageId) -> MessageId: ...
 EntriesBetween = Callable[[MessageId, MessageId], int]
 #: a cursor as plain immutable numbers (what the stores keep and write):
 #: (mark-delete ledger, mark-delete entry, (first ledger, first entry, last ledger, last entry)*)
@@ -48,14 +55,18 @@ def unpack(p: int) -> MessageId:
     return MessageId(ledger, entry)
 
 
-def next_after_in(view: LedgerView, sparse: bool = False) -> NextAfter:
-    """`next_after` over a ledger view: the first valid position after an id. `sparse`: the
-    view skips ids inside a ledger too (a compacted view), so a cursor asks it about every
-    gap, not only about ledger ends."""
-    def next_after(mid: MessageId) -> MessageId:
-        return view.valid_position(MessageId(mid.ledger_id, mid.entry_id + 1))
-    next_after.sparse = sparse
-    return next_after
+class next_after_in:  # lower case: called as a function (as functools.partial is)
+    """`next_after` over a ledger view (a `NextAfter`): the first valid position after an
+    id; `sparse` for a view that skips ids inside a ledger (a compacted view)."""
+
+    __slots__ = ("view", "sparse")
+
+    def __init__(self, view: LedgerView, sparse: bool = False):
+        self.view = view
+        self.sparse = sparse
+
+    def __call__(self, mid: MessageId) -> MessageId:
+        return self.view.valid_position(MessageId(mid.ledger_id, mid.entry_id + 1))
 
 
 class CursorState:
@@ -196,7 +207,7 @@ class CursorState:
             first = r[0]
             if first != self._md + 1:
                 if next_after is None or first >> 64 == (self._md + 1) >> 64 and \
-                        not getattr(next_after, "sparse", False):
+                        not next_after.sparse:
                     break  # a gap inside one ledger holds unacknowledged entries
                 if pack(next_after(unpack(self._md))) < first:
                     break
