@@ -39,6 +39,7 @@ from source.ledger.entry_cache import EntryCache
 from source.ledger.managed import ManagedLedger
 from source.ledger.storage import Storage
 from source.ledger.view import ServedView, Trimmed
+from source.metadata import keys
 from source.metadata.base import MetadataStore
 from source.metadata.topic_info import SOURCE, effective_policies
 from source.pb.storage.v1 import metadata_pb2 as mpb
@@ -90,17 +91,22 @@ class TopicBuilder:
                 self._openers.update(f.openers())
         return self._openers
 
-    def refuse(self, topic: TopicName, info: mpb.TopicInfo) -> None:
-        """Raise when this broker serves no topic of `info`'s kind."""
+    async def refuse(self, topic: TopicName, info: mpb.TopicInfo) -> None:
+        """Raise when this broker serves no topic of `info`'s kind: `NotAllowed`, or, for a
+        topic a broker of its kind has served (it has an ownership epoch), the retriable
+        `ServiceUnavailable`: that broker is away for now (restarting), not missing."""
         if info.kind not in self.openers:
             kind = mpb.TopicKind.Name(info.kind).lower()
-            raise errors.NotAllowed(
-                f"topic {topic} is a {kind} of {info.source}: {kind} topics are served by a "
-                f"{kind} broker, not by this source broker")
+            where = (f"topic {topic} is a {kind} of {info.source}: {kind} topics are served "
+                     f"by a {kind} broker")
+            if await self.store.get(keys.epoch_counter(topic)) is not None:
+                raise errors.ServiceUnavailable(f"{where}, and the one serving it is not "
+                                                "available now; try again")
+            raise errors.NotAllowed(f"{where}, not by this source broker")
 
     async def build(self, topic: TopicName, info: mpb.TopicInfo) -> Topic:
         """Open `topic` (described by `info`) on this broker, as the module doc says."""
-        self.refuse(topic, info)
+        await self.refuse(topic, info)
         policies = await effective_policies(self.store, topic)
         opened = False
         async with AsyncExitStack() as stack:

@@ -150,6 +150,37 @@ def test_r6_the_shadow_broker_killed_and_restarted_catches_up(pair, topic):
         assert first  # (used above)
 
 
+def test_r6_while_the_shadow_broker_is_away_its_shadows_answer_a_retriable_error(pair, topic):
+    """A shadow whose broker is down (killed; its lease expired) is away for now, not
+    missing: a read asked of the source broker answers `ServiceUnavailable` (retriable), not
+    `NotAllowed`; once the shadow broker is back the same read works."""
+    src, sh = pair
+    shadow = f"{topic}-shadow"
+    with Client(src.url, timeout=10) as c:
+        c.admin.create_topic(topic)
+        c.admin.create_shadow_topic(shadow, topic)
+        with c.create_producer(topic) as p:
+            p.send(b"m")
+        with c.create_reader(shadow, start="earliest") as r:  # the shadow broker serves it
+            assert r.read_next(timeout=10).payload == b"m"
+        sh.kill()
+
+        def ownership_expired() -> bool:
+            try:
+                return c.admin.lookup(shadow).get("brokerUrl") != sh.url
+            except errors.ServiceUnavailable:  # no shadow broker registered any more
+                return True
+        wait_for(ownership_expired, timeout=20, what="the shadow broker's ownership to expire")
+        with pytest.raises(errors.ShadowTopicError) as exc:
+            with c.create_reader(shadow, start="earliest") as r:
+                r.read_next(timeout=5)
+        assert exc.value.retriable and isinstance(exc.value, errors.ServiceUnavailable), \
+            repr(exc.value)
+        sh.start(timeout=60)
+        with c.create_reader(shadow, start="earliest") as r:
+            assert r.read_next(timeout=10).payload == b"m"
+
+
 def test_r7_a_backlog_past_the_policy_resets_and_the_shadow_still_reads_it(pair, topic):
     src, sh = pair
     with Client(src.url) as c:
