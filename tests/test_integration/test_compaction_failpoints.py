@@ -22,6 +22,16 @@ from tests.test_integration.compaction_support import (compacted_rows, job_phase
                                                        produce, start_worker, wait_done)
 
 
+def _cluster_broker(etcd, tmp_path) -> tuple[str, str, BrokerProcess]:
+    """A cluster of this test's own, a fresh topic name and a broker of that cluster (not
+    started): (cluster, topic, broker)."""
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    topic = f"persistent://public/ns-{uuid.uuid4().hex[:8]}/t"
+    b = BrokerProcess(etcd.endpoint, str(tmp_path / "broker"), free_port(),
+                      extra_args=["--lease-ttl", "3", "--cluster", cluster])
+    return cluster, topic, b
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("crash", ["spark-running", "before-publish"])
 def test_killed_worker_leaves_the_old_view_and_a_rerun_finishes(etcd_server, tmp_path, crash):
@@ -29,10 +39,7 @@ def test_killed_worker_leaves_the_old_view_and_a_rerun_finishes(etcd_server, tmp
     the pointer moves: the pointer still names the previous compacted ledger (readers keep
     the old view), a new worker reruns the job under the same id with the same result, and
     the orphaned output and the replaced ledger are collected."""
-    cluster = f"c-{uuid.uuid4().hex[:8]}"
-    topic = f"persistent://public/ns-{uuid.uuid4().hex[:8]}/t"
-    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
-                      extra_args=["--lease-ttl", "3", "--cluster", cluster])
+    cluster, topic, b = _cluster_broker(etcd_server, tmp_path)
     workers = []
     try:
         b.start(timeout=60)
@@ -88,9 +95,7 @@ def test_killed_worker_leaves_the_old_view_and_a_rerun_finishes(etcd_server, tmp
 def paused(etcd_server, tmp_path):
     """A broker and a worker of a cluster of their own, the worker holding each job 3 s at
     the start of each phase (so a watcher sees every phase, however fast the job)."""
-    cluster = f"c-{uuid.uuid4().hex[:8]}"
-    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
-                      extra_args=["--lease-ttl", "3", "--cluster", cluster])
+    cluster, _topic, b = _cluster_broker(etcd_server, tmp_path)
     w = start_worker(etcd_server, str(tmp_path / "worker"), cluster,
                      {"compaction.phase_start": "sleep(3)"})
     try:
@@ -168,10 +173,7 @@ def test_f15_a_worker_whose_spark_jvm_dies_exits_and_its_job_runs_on_the_next(et
     """F15: Spark's JVM killed (kill -9 by pid) while a job runs: the worker does not go on
     failing jobs while saying SERVING; it exits (status 1, for its supervisor) within
     seconds, the job is not recorded FAILED, and the next worker runs it to the end."""
-    cluster = f"c-{uuid.uuid4().hex[:8]}"
-    topic = f"persistent://public/ns-{uuid.uuid4().hex[:8]}/t"
-    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
-                      extra_args=["--lease-ttl", "3", "--cluster", cluster])
+    cluster, topic, b = _cluster_broker(etcd_server, tmp_path)
     workers = []
     try:
         b.start(timeout=60)

@@ -19,17 +19,6 @@ from source.metadata.follow import PrefixFollower
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture(params=["memory",
-                        pytest.param("etcd", marks=pytest.mark.integration)])
-def store(request):
-    if request.param == "memory":
-        s = MemoryStore()
-    else:
-        s = EtcdStore(request.getfixturevalue("etcd_server").endpoint, timeout=5.0)
-    yield s
-    asyncio.run(s.close())
-
-
 @pytest.fixture
 def p() -> str:
     """A key prefix private to this test."""

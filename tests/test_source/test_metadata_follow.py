@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -19,16 +20,6 @@ from source.metadata.follow import KeyFollower
 pytestmark = pytest.mark.timeout(90)
 
 RETRY = 0.1  # the followers' retry delay in these tests
-
-
-@pytest.fixture(params=["memory", pytest.param("etcd", marks=pytest.mark.integration)])
-def store(request):
-    if request.param == "memory":
-        s = MemoryStore()
-    else:
-        s = EtcdStore(request.getfixturevalue("etcd_server").endpoint, timeout=5.0)
-    yield s
-    asyncio.run(s.close())
 
 
 @pytest.fixture
@@ -53,6 +44,18 @@ class Applied:
     @property
     def last(self) -> bytes | None:
         return self.calls[-1][0] if self.calls else None
+
+
+@asynccontextmanager
+async def following(store, key: str):
+    """A started `KeyFollower` of `key` recording what it applies: (follower, Applied)."""
+    seen = Applied()
+    f = KeyFollower(store, key, seen, retry_delay=RETRY)
+    await f.start()
+    try:
+        yield f, seen
+    finally:
+        await f.close()
 
 
 async def eventually(check, timeout: float = 5.0, interval: float = 0.02):
@@ -81,10 +84,7 @@ async def _until_available(store, timeout: float = 20.0) -> None:
 def test_initial_value_updates_delete_recreate(store, key, arun):
     async def body():
         r1 = await store.put(key, b"v1")
-        seen = Applied()
-        f = KeyFollower(store, key, seen, retry_delay=RETRY)
-        await f.start()
-        try:
+        async with following(store, key) as (f, seen):
             assert seen.calls == [(b"v1", r1)] and f.revision == r1 and f.running
             r2 = await store.put(key, b"v2")
             await eventually(lambda: f.revision == r2)
@@ -95,8 +95,6 @@ def test_initial_value_updates_delete_recreate(store, key, arun):
             assert seen.calls[1] == (b"v2", r2)
             assert seen.values == [b"v1", b"v2", None, b"v3"]
             assert f.relists == 0
-        finally:
-            await f.close()
         assert not f.running
         await store.put(key, b"after close")
         await asyncio.sleep(0.2)
@@ -106,51 +104,36 @@ def test_initial_value_updates_delete_recreate(store, key, arun):
 
 def test_absent_key_then_created(store, key, arun):
     async def body():
-        seen = Applied()
-        f = KeyFollower(store, key, seen, retry_delay=RETRY)
-        await f.start()
-        try:
+        async with following(store, key) as (f, seen):
             assert seen.calls == []  # a key never held: its absence applies nothing
             r = await store.put(key, b"x")
             await eventually(lambda: seen.calls == [(b"x", r)])
-        finally:
-            await f.close()
     arun(body())
 
 
 def test_events_on_longer_keys_ignored(store, key, arun):
     async def body():
         await store.put(key, b"v1")
-        seen = Applied()
-        f = KeyFollower(store, key, seen, retry_delay=RETRY)
-        await f.start()
-        try:
+        async with following(store, key) as (f, seen):
             for longer in (key + "/jobs/1", key + "-jobs/1", key + "x"):
                 await store.put(longer, b"other")
                 await store.delete(longer)
             r = await store.put(key, b"v2")
             await eventually(lambda: f.revision == r)
             assert seen.values == [b"v1", b"v2"]
-        finally:
-            await f.close()
     arun(body())
 
 
 def test_refresh(store, key, arun):
     async def body():
         await store.put(key, b"v1")
-        seen = Applied()
-        f = KeyFollower(store, key, seen, retry_delay=RETRY)
-        await f.start()
-        try:
+        async with following(store, key) as (f, seen):
             assert not await f.refresh()  # nothing new
             r = await store.put(key, b"v2")
             await f.refresh()  # the refresh or the watch applies it: once
             await eventually(lambda: f.revision == r)
             await asyncio.sleep(0.1)
             assert seen.values == [b"v1", b"v2"]
-        finally:
-            await f.close()
     arun(body())
 
 
@@ -389,10 +372,7 @@ def test_older_value_never_replaces_newer(store, key, arun):
         await store.put(key, b"v1")
         stale = Stale(store)
         old = await store.get_prefix(key)
-        seen = Applied()
-        f = KeyFollower(stale, key, seen, retry_delay=RETRY)
-        await f.start()
-        try:
+        async with following(stale, key) as (f, seen):
             r = await store.put(key, b"v2")
             await eventually(lambda: f.revision == r)
             stale.old = old  # a list that answers from before v2
@@ -402,8 +382,6 @@ def test_older_value_never_replaces_newer(store, key, arun):
             stale.old = old  # an old list must not bring back the deleted value
             assert not await f.refresh()
             assert seen.values == [b"v1", b"v2", None]
-        finally:
-            await f.close()
     arun(body())
 
 
