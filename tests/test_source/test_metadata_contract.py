@@ -11,10 +11,11 @@ import uuid
 
 import pytest
 
-from source.metadata import (Compare, Delete, EtcdServer, EtcdStore, LeaseNotFound,
-                             MemoryStore, MetadataError, MetadataUnavailable, Put,
-                             RevisionCompacted, Snapshot, WatchEvent)
+from source.metadata import (Compare, Delete, LeaseNotFound, MemoryStore, MetadataError,
+                             MetadataUnavailable, Put, RevisionCompacted, Snapshot,
+                             WatchEvent)
 from source.metadata.follow import PrefixFollower
+from tests.test_source.outage import Outage
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -519,38 +520,8 @@ def test_a_prefix_follower_relists_after_compaction(store, p, arun):
 
 # ---- unavailability -----------------------------------------------------------------------
 
-class Outage:
-    """A store that can be taken down and brought back: MemoryStore.set_available, or a
-    private EtcdServer (never the session one) stopped and restarted."""
-
-    def __init__(self, kind: str):
-        self.server = None
-        if kind == "memory":
-            self.store = MemoryStore()
-        else:
-            self.server = EtcdServer().start()
-            self.store = EtcdStore(self.server.endpoint, timeout=2.0)
-
-    def down(self):
-        if self.server:
-            self.server.stop()
-        else:
-            self.store.set_available(False)
-
-    def up(self):
-        if self.server:
-            self.server.restart()
-        else:
-            self.store.set_available(True)
-
-    def close(self):
-        asyncio.run(self.store.close())
-        if self.server:
-            self.server.close()
-
-
 @pytest.fixture(params=["memory",
-                        pytest.param("etcd", marks=pytest.mark.integration)])
+                        pytest.param("etcd-stop", marks=pytest.mark.integration)])
 def outage(request):
     o = Outage(request.param)
     yield o

@@ -13,9 +13,9 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from source.metadata import (EtcdServer, EtcdStore, MemoryStore, MetadataError,
-                             MetadataUnavailable, RevisionCompacted)
+from source.metadata import MemoryStore, MetadataError, MetadataUnavailable, RevisionCompacted
 from source.metadata.follow import KeyFollower
+from tests.test_source.outage import Outage
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -386,44 +386,6 @@ def test_older_value_never_replaces_newer(store, key, arun):
 
 
 # ---- outages --------------------------------------------------------------------------------
-
-class Outage:
-    """A store taken down and brought back: MemoryStore.set_available, or a private etcd
-    stopped (SIGTERM), killed (SIGKILL) or paused (SIGSTOP) and then restarted or resumed."""
-
-    def __init__(self, kind: str):
-        self.kind = kind
-        self.server = None
-        if kind == "memory":
-            self.store = MemoryStore()
-        else:
-            self.server = EtcdServer().start()
-            self.store = EtcdStore(self.server.endpoint, timeout=2.0)
-
-    def down(self) -> None:
-        if self.kind == "memory":
-            self.store.set_available(False)
-        elif self.kind == "etcd-stop":
-            self.server.stop()
-        elif self.kind == "etcd-kill":
-            self.server.kill()
-        else:
-            self.server.pause()
-
-    def up(self) -> None:
-        if self.kind == "memory":
-            self.store.set_available(True)
-        elif self.kind in ("etcd-stop", "etcd-kill"):
-            self.server.start()
-        else:
-            self.server.resume()
-
-    def close(self) -> None:
-        asyncio.run(self.store.close())
-        if self.server:
-            self.server.resume()
-            self.server.close()
-
 
 @pytest.fixture(params=["memory",
                         pytest.param("etcd-stop", marks=pytest.mark.integration),
