@@ -122,6 +122,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         when nobody does, the owner does not answer, or the call was forwarded here already
         (then etcd answers)."""
         t = self.topics.loaded(topic)
+        if t is not None and not await self.topics.current(t):  # an incarnation deleted since
+            t = None
         if t is not None or stats.forwarded(context):
             return t, None
         owner = await self.topics.owner(topic)
@@ -154,7 +156,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
             return remote
         # a shadow loads only on a broker that serves shadows (asking never loads it here)
         if t is None and not reads_another and await self.topics.has_subscriptions(part):
-            t = await self.topics.topic(part)  # durable cursors live with an owner: load it
+            t = await self.topics.topic(part, fresh=True)  # cursors live with an owner: load
         ledgers = await self._ledgers(part, t)
         # a shadow stores nothing of its own (its ledgers are its source's: stats-internal)
         out = apb.TopicStats(storage_size=0 if reads_another else ledgers.size,

@@ -10,6 +10,11 @@
     5. the durable subscriptions and their cursors load;
     6. each feature's `topic_ready` (a source's replicators, a shadow's need, ...).
 
+A topic opens as one incarnation of its name (its generation: the etcd create revision of
+its info key). Every cursor and subscription write of the opened topic is fenced on both its
+ownership and its generation, so nothing of an incarnation deleted meanwhile (or deleted
+and created again) is ever written into the next one.
+
 A topic whose view closes by itself (fenced: this broker's lease lapsed, or another broker
 took the topic) is dropped by the `TopicManager` at once, whatever its kind, and the next
 request opens it anew: a shadow fenced during an etcd outage is followed again once etcd is
@@ -104,8 +109,9 @@ class TopicBuilder:
                                                 "available now; try again")
             raise errors.NotAllowed(f"{where}, not by this source broker")
 
-    async def build(self, topic: TopicName, info: mpb.TopicInfo) -> Topic:
-        """Open `topic` (described by `info`) on this broker, as the module doc says."""
+    async def build(self, topic: TopicName, info: mpb.TopicInfo, generation: int) -> Topic:
+        """Open incarnation `generation` of `topic` (described by `info`) on this broker, as
+        the module doc says."""
         await self.refuse(topic, info)
         policies = await effective_policies(self.store, topic)
         opened = False
@@ -116,11 +122,12 @@ class TopicBuilder:
             view: ServedView = await self.openers[info.kind](topic, info, own)
             stack.push_async_callback(view.close)
             writer = view if isinstance(view, ManagedLedger) else None
-            t = Topic(topic, view, policies, own, writer)
+            t = Topic(topic, view, policies, own, writer, generation)
             if writer is not None:  # rolls follow the topic's policies from its first append
                 writer.config = ledger_config(policies)
+            fence = Fence(key, value, keys.topic_info(topic), generation)
             subs = t.subscriptions = TopicSubscriptions(
-                topic, view, self.store, self.cursors, Fence(key, value), lambda: t.policies,
+                topic, view, self.store, self.cursors, fence, lambda: t.policies,
                 t.counters, self.cursor_flush_interval)
             for f in self.features:
                 await f.open_topic(t, info, stack)

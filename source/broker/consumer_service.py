@@ -304,6 +304,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                 await self._subscribe(cmd, topic, outbox, handles, peer)
                 return
             start = start_from_pb(sub.start, sub.start_inclusive)
+            await self.topics.topic(topic, fresh=True)  # never an incarnation deleted since
             reader, last = await self.engine.open(outbox, handle, topic, start,
                                                   compacted=sub.read_compacted)
             handles[handle] = reader
@@ -337,7 +338,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
             raise errors.InvalidArgument(f"unknown subscription type {sub.type}")
         start = (start_from_pb(sub.start, sub.start_inclusive) if sub.HasField("start")
                  else Start(LATEST))  # Pulsar's default initial position
-        t = await self.topics.topic(topic)
+        t = await self.topics.topic(topic, fresh=True)  # never an incarnation deleted since
         ts: TopicSubscriptions = t.subscriptions
         view = t.ledger
         if sub.read_compacted:

@@ -70,6 +70,9 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
         name = self._name(req.topic)
         topic = await self.topics.writable(name)  # loaded: two dict lookups
         pub = attached.get(topic)
+        if pub is None:  # the stream's first request to the topic: the current incarnation
+            topic = await self.topics.writable(name, fresh=True)
+            pub = attached.get(topic)
         if pub is None:
             pub = Publisher(req.producer_name, peer)
             topic.attach_producer(pub)

@@ -63,7 +63,7 @@ class SubscriptionAdmin:
             t, remote = await self._owner_answer(part, context, method, req)
             if remote is None:
                 if t is None:
-                    t = await self.topics.topic(part)
+                    t = await self.topics.topic(part, fresh=True)
                 remote = await act(t.subscriptions)
             out.append(remote)
         return out

@@ -45,8 +45,11 @@ class Ownership:
 
 class Topic:
     def __init__(self, name: TopicName, ledger: ServedView, policies: Policies,
-                 ownership: Ownership, writer: ManagedLedger | None = None):
+                 ownership: Ownership, writer: ManagedLedger | None = None,
+                 generation: int = 0):
         self.name = name
+        #: which incarnation of the name this is (its info key's etcd create revision)
+        self.generation = generation
         self.ledger = ledger
         self.writer = writer
         self.ownership = ownership

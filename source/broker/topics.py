@@ -13,6 +13,14 @@ broker); elsewhere loading it is refused.
 Loads run in a task of their own, shared by every caller asking for the same topic; an
 unload waits for its close to finish before the topic can load again. A fenced topic (lease
 lost, ownership taken) is dropped and closed; the next request loads it afresh.
+
+Incarnations: a topic deleted and created again under the same name is a new incarnation
+(its generation: the info key's etcd create revision). A load checks the generation once
+more after the topic opened; every open of a producer, consumer or reader (and the admin
+calls on subscriptions) checks that a loaded topic is still the current incarnation
+(`fresh`: one etcd read), and one that is not is retired (its consumers hear `TopicNotFound`
+"was deleted") before the current one loads. So once a delete or create returns, no broker
+serves the old incarnation to a new client, even before its watch hears of the delete.
 """
 from __future__ import annotations
 
@@ -35,7 +43,8 @@ from source.ledger.storage import Storage
 from source.ledger.view import CompactedReads, LedgerView
 from source.metadata import keys
 from source.metadata.base import MetadataStore
-from source.metadata.topic_info import effective_policies, read_info
+from source.metadata.topic_info import (effective_policies, generation_of, read_incarnation,
+                                         read_info)
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
 log = logging.getLogger(__name__)
@@ -85,10 +94,13 @@ class TopicManager:
 
     # ---- owned topics ----------------------------------------------------------------------
 
-    async def topic(self, topic: TopicName) -> Topic:
-        """The owned topic, taking ownership and opening it on first use."""
+    async def topic(self, topic: TopicName, fresh: bool = False) -> Topic:
+        """The owned topic, taking ownership and opening it on first use. `fresh` (every
+        open of a producer, consumer or reader, and the admin calls on subscriptions): check
+        with etcd first that a loaded topic is still the name's incarnation; one that was
+        deleted, or deleted and created again, is retired and the current one loads."""
         t = self._loaded.get(topic)
-        if t is not None:
+        if t is not None and (not fresh or await self.current(t)):
             return t
         while topic in self._closing:  # a close of this topic is finishing: wait for it
             await asyncio.gather(self._closing[topic], return_exceptions=True)
@@ -104,10 +116,12 @@ class TopicManager:
             task.add_done_callback(lambda done, name=topic: self._load_done(name, done))
         return await asyncio.shield(task)
 
-    async def writable(self, topic: TopicName) -> Topic:
+    async def writable(self, topic: TopicName, fresh: bool = False) -> Topic:
         """The owned topic for a write (produce, roll, truncate): a shadow is refused
-        (`NotAllowed`, read-only) before anything of it loads."""
+        (`NotAllowed`, read-only) before anything of it loads. `fresh` as for `topic`."""
         t = self._loaded.get(topic)
+        if t is not None and fresh and not await self.current(t):
+            t = None
         if t is None:
             info = await self.info(topic)
             if info.source:
@@ -118,14 +132,48 @@ class TopicManager:
         return t
 
     async def _load(self, topic: TopicName) -> Topic:
-        info = await self.info(topic)
+        info, generation = await read_incarnation(self.store, topic)
         if info.partitions:
             raise errors.InvalidArgument(
                 f"{topic} is partitioned ({info.partitions} partitions): use "
                 f"{topic}-partition-<i>")
-        t = await self.builder.build(topic, info)
+        t = await self.builder.build(topic, info, generation)
         self._loaded[topic] = t
+        if not await self.current(t):  # deleted (or created again) while it opened
+            raise errors.ServiceUnavailable(f"{topic} was deleted or created again while it "
+                                            "loaded; try again")
         return t
+
+    # ---- incarnations ----------------------------------------------------------------------
+
+    async def current(self, t: Topic) -> bool:
+        """Whether loaded `t` is still its name's incarnation in etcd; if not, retire it."""
+        if await generation_of(self.store, t.name) == t.generation:
+            return True
+        await self.retire(t)
+        return False
+
+    async def retire(self, t: Topic) -> None:
+        """`t`'s incarnation was deleted: its consumers hear so, its cursors are not saved
+        again and their files go (while this broker still owns the name), and it closes,
+        giving up ownership. A load of the name meanwhile waits for that to finish."""
+        if self._loaded.get(t.name) is t:
+            del self._loaded[t.name]
+            log.info("%s: incarnation %d was deleted: retiring it", t.name, t.generation)
+            gone = errors.TopicNotFound(f"topic {t.name} was deleted")
+
+            async def close() -> None:
+                try:
+                    if t.subscriptions is not None:
+                        await t.subscriptions.close(gone, flush=False)
+                    await self.cursors.purge(t.name)
+                    await t.close(gone)
+                finally:
+                    self._closing.pop(t.name, None)
+            self._closing[t.name] = asyncio.get_running_loop().create_task(close())
+        task = self._closing.get(t.name)
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
 
     def _load_done(self, topic: TopicName, task: asyncio.Task) -> None:
         self._loading.pop(topic, None)

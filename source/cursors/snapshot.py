@@ -300,7 +300,7 @@ class SnapshotCursorStore(CursorStore):
         # if this txn applies but its reply is lost, the next save's compare fails on the
         # pointer's revision and re-reads: the file written here stays named
         res = await self.metadata.txn([Compare(key, "mod_revision", "==", t.revision),
-                                       Compare(fence.key, "value", "==", fence.value)],
+                                       *fence.compares()],
                                       [Put(key, new.SerializeToString())])
         if not res.succeeded:
             await self._io(self.storage.delete, rel)
@@ -325,8 +325,7 @@ class SnapshotCursorStore(CursorStore):
 
     async def delete(self, topic: TopicName, fence: Fence) -> None:
         async with self._lock(topic):
-            res = await self.metadata.txn([Compare(fence.key, "value", "==", fence.value)],
-                                          [Delete(keys.cursors(topic))])
+            res = await self.metadata.txn(fence.compares(), [Delete(keys.cursors(topic))])
             if not res.succeeded:
                 raise errors.Fenced(f"ownership {fence.key} moved: cursors not deleted")
             self._topics.pop(topic, None)

@@ -4,7 +4,10 @@ A store keeps every cursor of a topic and is written in batches (`save` takes th
 that changed since the last save, `None` for a deleted one), never once per ack. Every write
 is fenced: it carries the owner's ownership key and value (`Fence`) and is refused with
 `errors.Fenced`, changing nothing, once that key holds another value (another broker took
-the topic), so a deposed owner cannot overwrite the new owner's cursors.
+the topic), so a deposed owner cannot overwrite the new owner's cursors. A fence may also
+name the topic's incarnation (its info key and generation: the key's etcd create revision):
+then a write of a topic deleted, or deleted and created again, is refused too, so an old
+incarnation never writes into a new one.
 
 Both implementations read the states they are given before their first `await`, so callers
 may keep mutating them while a save is in flight, and `load` returns fresh objects that share
@@ -20,13 +23,23 @@ from typing import Mapping, NamedTuple
 from source.core import errors
 from source.core.names import TopicName
 from source.cursors.state import CursorState, Record
-from source.metadata.base import MetadataStore
+from source.metadata.base import Compare, MetadataStore
 
 
 class Fence(NamedTuple):
-    """The owner's ownership record: the etcd key and the value this owner wrote there."""
+    """The owner's ownership record (the etcd key and the value this owner wrote there) and,
+    when `info_key` is set, the topic's incarnation (its info key's create revision)."""
     key: str
     value: bytes
+    info_key: str = ""
+    generation: int = 0
+
+    def compares(self) -> list[Compare]:
+        """What a fenced transaction compares: it applies only while the fence holds."""
+        out = [Compare(self.key, "value", "==", self.value)]
+        if self.info_key:
+            out.append(Compare(self.info_key, "create_revision", "==", self.generation))
+        return out
 
 
 class CursorStore(abc.ABC):
@@ -59,10 +72,16 @@ def records(changes: Mapping[str, CursorState | None]) -> dict[str, Record | Non
 
 
 async def check_fence(metadata: MetadataStore, fence: Fence) -> None:
-    """Raise `errors.Fenced` unless the ownership key still holds the fence's value."""
+    """Raise `errors.Fenced` unless the ownership key still holds the fence's value (and the
+    topic is still the incarnation the fence names)."""
     kv = await metadata.get(fence.key)
     if kv is None or kv.value != fence.value:
         raise errors.Fenced(f"ownership {fence.key} moved: cursors not written")
+    if fence.info_key:
+        info = await metadata.get(fence.info_key)
+        if info is None or info.create_revision != fence.generation:
+            raise errors.Fenced(f"{fence.info_key} was deleted (or deleted and created "
+                                "again): cursors not written")
 
 
 class MemoryCursorStore(CursorStore):

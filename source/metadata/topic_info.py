@@ -1,5 +1,6 @@
 """A topic's record in etcd (`keys.topic_info`, a `TopicInfo`): reading it, and the policies
-that apply to a topic, since a partition follows its parent's. The brokers and the
+that apply to a topic, since a partition follows its parent's; its generation (which
+incarnation of the name it is). The brokers and the
 compaction worker read topics through here."""
 from __future__ import annotations
 
@@ -34,6 +35,22 @@ async def read_info(store: MetadataStore, topic: TopicName) -> mpb.TopicInfo:
     if kv is None:
         raise errors.TopicNotFound(f"topic {topic} does not exist")
     return decode_info(kv.value)
+
+
+async def read_incarnation(store: MetadataStore, topic: TopicName) -> tuple[mpb.TopicInfo, int]:
+    """`topic`'s record and its generation: the etcd create revision of its info key, new
+    for every incarnation (a topic deleted and created again under the same name has
+    another). `TopicNotFound` when there is none."""
+    kv = await store.get(keys.topic_info(topic))
+    if kv is None:
+        raise errors.TopicNotFound(f"topic {topic} does not exist")
+    return decode_info(kv.value), kv.create_revision
+
+
+async def generation_of(store: MetadataStore, topic: TopicName) -> int:
+    """The generation of `topic` now (0: it does not exist)."""
+    kv = await store.get(keys.topic_info(topic))
+    return 0 if kv is None else kv.create_revision
 
 
 async def effective_policies(store: MetadataStore, topic: TopicName) -> Policies:

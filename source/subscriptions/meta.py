@@ -20,7 +20,7 @@ from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.cursors.store import Fence
 from source.metadata import keys
-from source.metadata.base import Compare, Delete, MetadataStore, Put
+from source.metadata.base import Delete, MetadataStore, Put
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
 TXN_OPS = 100  # keys per transaction (etcd's default --max-txn-ops is 128)
@@ -96,8 +96,7 @@ class MetaWriter:
                 batch, self._pending = self._pending[:TXN_OPS], self._pending[TXN_OPS:]
                 ops = [Put(k, v) if v is not None else Delete(k) for k, v, _ in batch]
                 try:
-                    res = await self.metadata.txn(
-                        [Compare(self.fence.key, "value", "==", self.fence.value)], ops)
+                    res = await self.metadata.txn(self.fence.compares(), ops)
                     self.transactions += 1
                     error = None if res.succeeded else errors.Fenced(
                         f"ownership of {self.topic} moved: subscriptions not changed")
