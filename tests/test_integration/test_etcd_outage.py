@@ -2,8 +2,8 @@
 etcd outage and says it is caught up").
 
 A source broker and a shadow broker with short leases (2 s) on a private etcd, so the outage
-touches no other test: etcd is paused (SIGSTOP) past the brokers' lease deadline, so both
-brokers lose their leases and fence their topics, then resumed. Messages produced after the
+touches no other test: etcd is paused (SIGSTOP), or killed and restarted on its data dir,
+past the brokers' lease deadline, so both brokers lose their leases and fence their topics. Messages produced after the
 outage must reach a fresh reader of the shadow within seconds; before the fix the shadow
 broker kept the fenced shadow loaded, its readers got `TopicNotOwned: keeps reloading` and
 the replicator's acks said caught up.
@@ -48,7 +48,33 @@ def read_all(c: Client, topic: str, n: int, timeout: float = 5.0) -> list[bytes]
     return got
 
 
-def test_f11_a_shadow_follows_its_source_again_after_etcd_was_paused(tmp_path):
+def wait_until(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out: {what}"
+        time.sleep(0.2)
+
+
+def _replicated(c: Client, topic: str, shadow: str) -> str | None:
+    rep = c.admin.stats(topic).get("shadowReplication", {}).get(shadow, {})
+    return rep.get("replicatedPosition") if rep.get("connected") else None
+
+
+def outage(etcd: EtcdServer, how: str) -> None:
+    """etcd away for 4 s, past both brokers' lease deadline (0.8 x 2 s): they fence.
+    `paused`: SIGSTOP (calls hang); `killed`: kill -9, then a restart on its data dir."""
+    if how == "paused":
+        etcd.pause()
+        time.sleep(4)
+        etcd.resume()
+    else:
+        etcd.kill()
+        time.sleep(4)
+        etcd.restart()
+
+
+@pytest.mark.parametrize("how", ["paused", "killed"])
+def test_f11_a_shadow_follows_its_source_again_after_etcd_was_away(tmp_path, how):
     etcd = EtcdServer(data_dir=tmp_path / "etcd").start()
     args = ["--lease-ttl", "2", "--storage-root", str(tmp_path / "storage"),
             "--cluster", f"c-{uuid.uuid4().hex[:8]}"]
@@ -69,9 +95,7 @@ def test_f11_a_shadow_follows_its_source_again_after_etcd_was_paused(tmp_path):
             assert retry(lambda: read_all(c, shadow, 20), 20, "read before") == \
                 [f"before-{i}".encode() for i in range(20)]
 
-            etcd.pause()
-            time.sleep(4)  # past both brokers' lease deadline (0.8 x 2 s): they fence
-            etcd.resume()
+            outage(etcd, how)
 
             def produce_after():
                 with c.create_producer(topic) as p:
@@ -92,6 +116,11 @@ def test_f11_a_shadow_follows_its_source_again_after_etcd_was_paused(tmp_path):
                     break
                 time.sleep(0.2)
             assert got == want, f"the shadow read {len(got)} of 40 after the outage"
+            # and the source's replication stats tell the same: the shadow is at its tail
+            last = c.admin.last_message_id(topic)
+            at = f"{last.ledger_id}:{last.entry_id}"
+            wait_until(lambda: _replicated(c, topic, shadow) == at, 10,
+                       f"the replication stats say {shadow} is at {at}")
     finally:
         for b in (src, sh):
             b.kill()
