@@ -48,7 +48,7 @@ from source.pb.v1 import replication_pb2_grpc
 from shadow.admin import ShadowAdmin
 from shadow.ledger import ShadowLedger
 from shadow.needs import INTERVAL_S, NeedsPublisher
-from shadow.replication import ReplicationService
+from shadow.replication import Inbound, ReplicationService
 from shadow.replicators import Channels, TopicReplicators
 from shadow.served import Served
 
@@ -81,6 +81,7 @@ class ShadowFeature(BrokerFeature):
         self.host: BrokerHost | None = None
         self.admin: ShadowAdmin | None = None
         self.channels = Channels()  # to the brokers of this broker's sources' shadows
+        self.inbound = Inbound()  # what its shadows' stats say of their replication
         self._replicators: dict[Topic, TopicReplicators] = {}
         self._publisher: NeedsPublisher | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -200,10 +201,15 @@ class ShadowFeature(BrokerFeature):
         return retention.shadow_keep_from(((s, item.value) for s, item in needs), current)
 
     def topic_stats(self, t: Topic, out: apb.TopicStats) -> None:
+        """A source's replicators, each under its shadow's name; a shadow's incoming
+        replication under its source's name (not connected: it cannot follow now)."""
         replicators = self._replicators.get(t)
         if replicators is not None:
             for name, d in replicators.stats().items():
                 out.shadow_replication[name].CopyFrom(replicator_stats(d))
+        if isinstance(t.ledger, ShadowLedger):
+            d = self.inbound.stats(str(t.name), t.ledger)
+            out.shadow_replication[str(t.ledger.source)].CopyFrom(replicator_stats(d))
 
     # ---- deleting --------------------------------------------------------------------------
 
@@ -227,7 +233,8 @@ class ShadowFeature(BrokerFeature):
         if not self.serving:
             return []
         replication_pb2_grpc.add_ReplicationServicer_to_server(
-            ReplicationService(self.host.topics, self.host.config.cluster), server)
+            ReplicationService(self.host.topics, self.host.config.cluster, self.inbound),
+            server)
         return ["shadowtopic.v1.Replication"]
 
     def admin_handlers(self) -> dict[str, AdminHandler]:

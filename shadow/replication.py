@@ -14,10 +14,16 @@ then tells the shadow's `ShadowLedger` the newest id the source confirmed (the l
 of the batch, or the batch's `last_confirmed`): ids only move forward, so a resent batch
 changes nothing (R5). The ack carries the shadow's last confirmed id and whether it wants
 the entries' bytes (not yet: the shadow reads the shared ledgers).
+
+`Inbound` keeps what a shadow's stats say of its incoming replication (a shadow that cannot
+follow says so): whether a stream from its source carries it now, since when it does not,
+the last refusal, and the newest id applied. A shadow topic's stats show it under
+`shadow_replication[<source>]` (shadow/feature.py).
 """
 from __future__ import annotations
 
 import logging
+import time
 
 from source.broker.feature import Topics
 from source.core import errors
@@ -33,10 +39,49 @@ from shadow.ledger import ShadowLedger
 log = logging.getLogger(__name__)
 
 
+_STARTED = time.monotonic()
+
+
+class Inbound:
+    """Each shadow's incoming replication on this broker, for its stats."""
+
+    def __init__(self) -> None:
+        self._streams: dict[str, int] = {}       # shadow -> streams carrying it now
+        self._since: dict[str, float] = {}       # shadow -> when its last stream ended
+        self._errors: dict[str, errors.ShadowTopicError] = {}
+
+    def attach(self, shadow: str) -> None:
+        self._streams[shadow] = self._streams.get(shadow, 0) + 1
+        self._errors.pop(shadow, None)
+
+    def detach(self, shadow: str) -> None:
+        left = self._streams.get(shadow, 0) - 1
+        if left > 0:
+            self._streams[shadow] = left
+        else:
+            self._streams.pop(shadow, None)
+            self._since[shadow] = time.monotonic()
+
+    def refused(self, shadow: str, err: errors.ShadowTopicError) -> None:
+        self._errors[shadow] = err
+
+    def stats(self, shadow: str, view: ShadowLedger) -> dict:
+        """The shadow's side, in the shape of a replicator's stats (shadow/replicator.py):
+        `connected` while a stream of its source carries it; `replication_delay_in_seconds`
+        how long it has not (since this broker started, when it never did)."""
+        connected = shadow in self._streams
+        since = self._since.get(shadow, _STARTED)
+        last = view.last_confirmed()
+        return dict(connected=connected, last_error=self._errors.get(shadow),
+                    replication_delay_in_seconds=0.0 if connected else time.monotonic() - since,
+                    replicated_position=str(last) if last is not None else "")
+
+
 class ReplicationService(replication_pb2_grpc.ReplicationServicer):
-    def __init__(self, topics: Topics, cluster: str):
+    def __init__(self, topics: Topics, cluster: str, inbound: Inbound | None = None):
         self.topics = topics
         self.cluster = cluster
+        self.inbound = inbound or Inbound()
 
     async def _source_epoch(self, source: TopicName) -> int:
         kv = await self.topics.store.get(keys.ownership(self.cluster, source))
@@ -44,19 +89,29 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
 
     async def Replicate(self, request_iterator, context):
         epochs: dict[str, int] = {}
-        async for batch in request_iterator:
-            try:
-                view = await self._accept(batch, epochs)
-            except Exception as exc:  # noqa: BLE001 - the sender hears why; the stream ends
-                err = typed(exc, "Replicate")
-                log.warning("replication %s -> %s refused: %s", batch.source, batch.shadow, err)
-                yield replication_pb2.ReplicateAck(batch_id=batch.batch_id,
-                                                   error=error_status(err))
-                return
-            last = view.last_confirmed()
-            yield replication_pb2.ReplicateAck(
-                batch_id=batch.batch_id, last_persisted=last.to_pb() if last else None,
-                want_raw=False)
+        carried: set[str] = set()  # the shadows this stream carries (for their stats)
+        try:
+            async for batch in request_iterator:
+                try:
+                    view = await self._accept(batch, epochs)
+                except Exception as exc:  # noqa: BLE001 - the sender hears why; the stream ends
+                    err = typed(exc, "Replicate")
+                    log.warning("replication %s -> %s refused: %s", batch.source, batch.shadow,
+                                err)
+                    self.inbound.refused(batch.shadow, err)
+                    yield replication_pb2.ReplicateAck(batch_id=batch.batch_id,
+                                                       error=error_status(err))
+                    return
+                if batch.shadow not in carried:
+                    carried.add(batch.shadow)
+                    self.inbound.attach(batch.shadow)
+                last = view.last_confirmed()
+                yield replication_pb2.ReplicateAck(
+                    batch_id=batch.batch_id, last_persisted=last.to_pb() if last else None,
+                    want_raw=False)
+        finally:
+            for shadow in carried:
+                self.inbound.detach(shadow)
 
     async def _accept(self, batch: replication_pb2.ReplicateBatch,
                       epochs: dict[str, int]) -> ShadowLedger:

@@ -181,6 +181,39 @@ def test_r6_while_the_shadow_broker_is_away_its_shadows_answer_a_retriable_error
             assert r.read_next(timeout=10).payload == b"m"
 
 
+def test_f11_a_shadow_that_cannot_follow_its_source_says_so_in_its_stats(pair, topic):
+    """A shadow's stats carry its incoming replication under its source's name: connected
+    while its source's replicator streams to it; after the source broker is killed, not
+    connected (and for how long), never a silent "caught up"; connected again, at the
+    source's newest id, once the source is back."""
+    src, sh = pair
+    shadow = f"{topic}-shadow"
+
+    def inbound(c: Client) -> dict:
+        return c.admin.stats(shadow).get("shadowReplication", {}).get(topic, {})
+
+    with Client(src.url, timeout=10) as c, Client(sh.url, timeout=10) as at_shadow:
+        c.admin.create_topic(topic)
+        c.admin.create_shadow_topic(shadow, topic)
+        with c.create_producer(topic) as p:
+            first = p.send(b"m")
+        with c.create_reader(shadow, start="earliest") as r:  # the shadow broker serves it
+            assert r.read_next(timeout=10).message_id == first
+        wait_for(lambda: inbound(at_shadow).get("connected"), what="the shadow to say connected")
+        assert inbound(at_shadow)["replicatedPosition"] == f"{first.ledger_id}:{first.entry_id}"
+        src.kill()
+        st = wait_for(lambda: (d := inbound(at_shadow)) and not d.get("connected") and d,
+                      what="the shadow to say it is not connected")
+        assert st.get("replicationDelayInSeconds", 0) >= 0
+        src.start(timeout=60)
+        with Client(src.url, timeout=10) as c2, c2.create_producer(topic) as p:
+            second = p.send(b"n")
+        at = f"{second.ledger_id}:{second.entry_id}"
+        wait_for(lambda: inbound(at_shadow).get("connected") and
+                 inbound(at_shadow).get("replicatedPosition") == at,
+                 what=f"the shadow to say connected at {at}")
+
+
 def test_r7_a_backlog_past_the_policy_resets_and_the_shadow_still_reads_it(pair, topic):
     src, sh = pair
     with Client(src.url) as c:
