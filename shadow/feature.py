@@ -16,15 +16,13 @@ On a broker with the role `shadow` (`python -m shadow.broker`), also:
 - shadow topics open here, as a `ShadowLedger` over the source's ledgers (shadow/ledger.py);
   the broker core runs the same subscriptions and readers over that view;
 - the Replication service (shadow/replication.py), the receiving end of the replicators;
-- for each served shadow, its published need (shadow/needs.py) and the follower of its
-  info key, which unloads a shadow deleted through another broker (shadow/served.py).
+- for each served shadow, its published need (shadow/needs.py, shadow/served.py); a shadow
+  deleted through another broker is retired by the broker core, as every topic.
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 from contextlib import AsyncExitStack
-from typing import Coroutine
 
 import grpc
 
@@ -84,7 +82,6 @@ class ShadowFeature(BrokerFeature):
         self.inbound = Inbound()  # what its shadows' stats say of their replication
         self._replicators: dict[Topic, TopicReplicators] = {}
         self._publisher: NeedsPublisher | None = None
-        self._tasks: set[asyncio.Task] = set()
 
     def bind(self, host: BrokerHost) -> None:
         self.host = host
@@ -96,26 +93,11 @@ class ShadowFeature(BrokerFeature):
         return ROLE in self.host.config.roles
 
     async def close(self) -> None:
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         if self._publisher is not None:
             await self._publisher.close()
         await self.channels.close()
 
-    # ---- tasks and the needs publisher -----------------------------------------------------
-
-    def spawn(self, coro: Coroutine, name: str) -> None:
-        """Run `coro` in a task of its own (watch callbacks only enqueue work)."""
-        task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("%s failed", task.get_name(), exc_info=task.exception())
+    # ---- the needs publisher --------------------------------------------------------------
 
     def needs(self) -> NeedsPublisher:
         if self._publisher is None:
@@ -156,14 +138,9 @@ class ShadowFeature(BrokerFeature):
         stack.push_async_callback(replicators.close)
 
     async def _serve(self, t: Topic, info: mpb.TopicInfo, stack: AsyncExitStack) -> None:
-        """A shadow topic: follow its info key (deleted elsewhere: unload here), publish
-        its need."""
-        served = Served(self, self.host.topics, self.host.store, t.name,
-                        TopicName.parse(info.source), t)
-        stack.push_async_callback(served.follower.close)
-        await served.follower.start()
-        if not served.seen:
-            raise errors.TopicNotFound(f"topic {t.name} was deleted")
+        """A shadow topic: publish its need (a shadow deleted elsewhere is retired by the
+        broker core, as every topic)."""
+        served = Served(self, t.name, TopicName.parse(info.source), t)
         t.ledger.add_listener(served)
         served.start_need()
         stack.callback(served.stop_need)

@@ -20,7 +20,6 @@ from source.core import errors
 from source.core.names import TopicName, check_subscription, parse_namespace
 from source.core.policies import Policies
 from source.metadata.topic_info import role_of
-from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import admin_pb2 as apb
 from source.pb.v1 import admin_pb2_grpc, common_pb2
 

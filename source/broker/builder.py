@@ -8,7 +8,10 @@
     3. the `Topic` and its `TopicSubscriptions` object;
     4. each feature's `open_topic` (the compacted view, ...);
     5. the durable subscriptions and their cursors load;
-    6. each feature's `topic_ready` (a source's replicators, a shadow's need, ...).
+    6. each feature's `topic_ready` (a source's replicators, a shadow's need, ...);
+    7. the topic's info key is followed (`InfoWatch`): deleted through any broker, or
+       deleted and created again, the topic is retired here (`on_retired`: the
+       `TopicManager` closes it; its consumers hear `TopicNotFound` "was deleted").
 
 A topic opens as one incarnation of its name (its generation: the etcd create revision of
 its info key). Every cursor and subscription write of the opened topic is fenced on both its
@@ -46,7 +49,8 @@ from source.ledger.storage import Storage
 from source.ledger.view import ServedView, Trimmed
 from source.metadata import keys
 from source.metadata.base import MetadataStore
-from source.metadata.topic_info import SOURCE, effective_policies
+from source.metadata.follow import KeyFollower
+from source.metadata.topic_info import SOURCE, decode_info, effective_policies
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.subscriptions import TopicSubscriptions
 
@@ -69,6 +73,26 @@ class ClosedWatch:
         self._on_closed(reason)
 
 
+class InfoWatch:
+    """Follows a loaded topic's info key: once it is gone, or holds another incarnation
+    (another `created_ms`: a delete and a create can reach a watch as one batch), `on_gone`
+    is called, once."""
+
+    def __init__(self, store: MetadataStore, topic: TopicName, info: mpb.TopicInfo,
+                 on_gone: Callable[[], None]):
+        self.created_ms = info.created_ms
+        self.gone = False
+        self._on_gone = on_gone
+        self.follower = KeyFollower(store, keys.topic_info(topic), self._on_info)
+
+    def _on_info(self, value: bytes | None, revision: int) -> None:
+        if self.gone:
+            return
+        if value is None or decode_info(value).created_ms != self.created_ms:
+            self.gone = True
+            self._on_gone()
+
+
 class TopicBuilder:
     def __init__(self, store: MetadataStore, storage: Storage, session: BrokerSession,
                  executor: Executor, entry_cache: EntryCache, cursors: SnapshotCursorStore,
@@ -85,6 +109,7 @@ class TopicBuilder:
         #: set by the TopicManager: a source's sealed ledger, a fenced writer
         self.on_sealed: Callable[[Topic], None] = lambda t: None
         self.on_fenced: Callable[[Topic], None] = lambda t: None
+        self.on_retired: Callable[[Topic], None] = lambda t: None
 
     @property
     def openers(self) -> dict[int, ViewOpener]:
@@ -145,6 +170,9 @@ class TopicBuilder:
             closed = ClosedWatch(lambda _reason: self.on_fenced(t))
             view.add_listener(closed)
             stack.callback(view.remove_listener, closed)
+            watch = InfoWatch(self.store, topic, info, lambda: self.on_retired(t))
+            await watch.follower.start()
+            stack.push_async_callback(watch.follower.close)
             t.stack = stack.pop_all()
             opened = True
         log.info("loaded %s (epoch %d, %d ledgers)", topic, epoch, len(view.ledgers()))

@@ -71,6 +71,8 @@ class TopicManager:
         self.builder = TopicBuilder(store, storage, session, self.executor, self.entry_cache,
                                     self.cursors, cursor_flush_interval, self.features)
         self.builder.on_fenced = self._on_fenced
+        self.builder.on_retired = self._on_retired
+        self._retiring: set[asyncio.Task] = set()
         self._loaded: dict[TopicName, Topic] = {}
         self._loading: dict[TopicName, asyncio.Future] = {}
         self._closing: dict[TopicName, asyncio.Task] = {}
@@ -152,6 +154,12 @@ class TopicManager:
             return True
         await self.retire(t)
         return False
+
+    def _on_retired(self, t: Topic) -> None:
+        """`t`'s info key is gone or holds another incarnation (its watch says so)."""
+        task = asyncio.get_running_loop().create_task(self.retire(t))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     async def retire(self, t: Topic) -> None:
         """`t`'s incarnation was deleted: its consumers hear so, its cursors are not saved
