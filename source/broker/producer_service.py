@@ -5,9 +5,9 @@ which each message is the bytes the producer serialized: those bytes are stored 
 entries' `raw` and the request goes to the WAL as it came, so the broker never decodes or
 re-encodes a message on the produce path. Requests are read ahead while earlier batches wait
 for their fsync, so one stream keeps several batches in the group commit; receipts still
-leave in request order. A rejected batch
-(bad topic, message too big, storage full, a read-only shadow topic, ...) gets a receipt
-with `error` and nothing of it is stored; the stream goes on. A shadow topic is refused
+leave in request order. A rejected batch (bad topic, message too big, a full disk:
+`StorageFull`, a read-only disk: `StorageReadOnly`, a read-only shadow topic, ...) gets a
+receipt with `error` and nothing of it is stored; the stream goes on. A shadow topic is refused
 (`NotAllowed`, "topic <shadow> is a read-only shadow of <source>") before any of it loads. A request carries at most MAX_BATCH_MESSAGES messages: 64 MiB
 of empty ones (30 million) held the event loop for 7 s, and the topic fenced itself.
 """
@@ -70,9 +70,6 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
         name = self._name(req.topic)
         topic = await self.topics.writable(name)  # loaded: two dict lookups
         pub = attached.get(topic)
-        if pub is None:  # the stream's first request to the topic: the current incarnation
-            topic = await self.topics.writable(name, fresh=True)
-            pub = attached.get(topic)
         if pub is None:
             pub = Publisher(req.producer_name, peer)
             topic.attach_producer(pub)
@@ -95,6 +92,7 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
         queue: asyncio.Queue = asyncio.Queue()
         window = asyncio.Semaphore(MAX_INFLIGHT)
         attached: dict[Topic, Publisher] = {}  # a reloaded topic is a new Topic
+        opened: set[TopicName] = set()  # topics this stream has checked are current
         peer = context.peer()
 
         async def read_ahead() -> None:
@@ -103,11 +101,16 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
                     await window.acquire()
                     req = _parse(data)
                     if req is not None:
-                        # load a topic before queueing its first batch, so a later batch of
-                        # this stream cannot overtake one that waits for the load
+                        # load a topic (its current incarnation: the stream's first batch to
+                        # it checks with etcd) before queueing its first batch, so a later
+                        # batch of this stream cannot overtake one that waits for the load;
+                        # _append itself never awaits before it appends
                         try:
                             topic = self._name(req.topic)
-                            if self.topics.loaded(topic) is None:
+                            if topic not in opened:
+                                await self.topics.writable(topic, fresh=True)
+                                opened.add(topic)
+                            elif self.topics.loaded(topic) is None:
                                 await self.topics.writable(topic)
                         except Exception:  # noqa: BLE001 - _append reports it in the receipt
                             pass
