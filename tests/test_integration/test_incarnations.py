@@ -18,7 +18,7 @@ import pytest
 
 from source import failpoints
 from source.broker.server import free_port
-from source.client import Client
+from source.client import Client, errors
 from source.standalone import BrokerProcess
 
 from tests.test_integration.test_shadows import drain, nothing_more
@@ -90,3 +90,32 @@ def test_the_old_incarnations_subscriptions_are_not_listed_by_the_new(late_pair,
             assert len(drain(cons, 3)) == 3
         time.sleep(4)  # past the late delete event and a cursor flush of the old incarnation
         assert c.admin.list_subscriptions(shadow) == ["new"]
+
+
+def test_a_topic_deleted_through_another_broker_is_retired_where_it_is_loaded(two_brokers,
+                                                                             topic):
+    """The consumers of a topic loaded on broker a hear that it was deleted through broker b
+    (a follows the topic's info key), and a subscription of the same name after it is
+    created again reads only the new incarnation. (A client stays with the source broker
+    it names: b serves the new incarnation.)"""
+    a, b = two_brokers
+    with Client(a.url) as ca, Client(b.url) as cb:
+        ca.admin.create_topic(topic)
+        with ca.create_producer(topic) as p:
+            p.send(b"old")
+        cons = ca.subscribe(topic, "s", initial_position="earliest")
+        try:
+            assert cons.receive(timeout=10).payload == b"old"
+            assert ca.admin.lookup(topic)["brokerUrl"] == a.url
+            cb.admin.delete_topic(topic, force=True)
+            with pytest.raises(errors.TopicNotFound, match="was deleted"):
+                cons.receive(timeout=10)
+        finally:
+            cons.close()
+        cb.admin.create_topic(topic)
+        with cb.create_producer(topic) as p:
+            new = p.send(b"new")
+        with cb.subscribe(topic, "s", initial_position="earliest") as cons:
+            m = cons.receive(timeout=10)
+            assert (m.payload, m.message_id) == (b"new", new)
+            assert nothing_more(cons)
