@@ -6,7 +6,9 @@ the oldest entry some durable subscription has not acknowledged, and what each f
 to keep (`BrokerFeature.retention_keep`: what shadows' subscriptions still need, what
 compaction has not read yet); the rule itself is source/ledger/retention.py. After a pass
 each feature hears of it (`after_retention`: the compaction threshold trigger). A topic that
-reads another's ledgers (a shadow) has nothing to retain here.
+reads another's ledgers (a shadow) has nothing to retain here. Each interval also seals the
+ledgers a full or read-only disk kept open (`ManagedLedger.retry_seals`), before and
+independently of retention (which may be what frees the disk).
 """
 from __future__ import annotations
 
@@ -71,6 +73,10 @@ class Maintenance:
             for t in self.topics.loaded_topics():
                 if t.writer is None:
                     continue  # a shadow's ledgers are its source's
+                try:
+                    await t.writer.retry_seals()
+                except Exception as exc:  # noqa: BLE001 - retried next interval
+                    log.warning("%s: ledgers kept open are not sealed yet: %s", t.name, exc)
                 try:
                     await t.writer.roll_if_aged()
                     await self.retain(t)

@@ -4,8 +4,14 @@
         [--features shadow,compaction]     (default: every installed feature)
 
 Health is SERVING only while the broker holds its etcd lease (NOT_SERVING while etcd is
-unreachable; no crash loop). SIGTERM: health NOT_SERVING first, stop taking new calls, let
-in-flight writes finish their fsync and acks, release ownership, exit.
+unreachable; no crash loop). The Producer service's health also needs a data disk that takes
+writes: the broker probes it every `disk.PROBE_INTERVAL` seconds (write and fsync a small
+file; source/ledger/disk.py) and hears of every real write that found it full or read-only;
+while it is, Producer says NOT_SERVING (produce fails with `StorageFull` /
+`StorageReadOnly`) and every other service, the overall status ("") included, stays SERVING:
+reads, consumers and stats go on. Once the disk takes writes again Producer says SERVING
+and the ledgers it kept from sealing are sealed. SIGTERM: health NOT_SERVING first, stop
+taking new calls, let in-flight writes finish their fsync and acks, release ownership, exit.
 """
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ import logging
 import os
 import signal
 import socket
+import uuid
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -30,13 +37,16 @@ from source.broker.ownership import BrokerSession
 from source.broker.producer_service import ProducerService
 from source.broker.rpc import RejectMalformed
 from source.broker.topics import TopicManager
+from source.core import errors
+from source.ledger import disk
 from source.ledger.storage import Storage
 from source.metadata.etcd import EtcdStore
 from source.pb.v1 import admin_pb2_grpc, consumer_pb2, producer_pb2
 
 log = logging.getLogger("shadowtopic.broker")
 MAX_MESSAGE = 64 << 20
-SERVICE_NAMES = ["shadowtopic.v1.Admin", "shadowtopic.v1.Producer", "shadowtopic.v1.Consumer"]
+PRODUCER = "shadowtopic.v1.Producer"  # NOT_SERVING also while the disk takes no writes
+SERVICE_NAMES = ["shadowtopic.v1.Admin", PRODUCER, "shadowtopic.v1.Consumer"]
 
 
 class Broker:
@@ -46,13 +56,17 @@ class Broker:
 
     def __init__(self, config: BrokerConfig, features: list[BrokerFeature] | None = None):
         self.config = config
-        config.resolve_broker_id()
+        _resolve_broker_id(config)
         self.features = list(features or ())
         self.store = EtcdStore(config.etcd)
         root = config.storage_root or os.path.join(os.path.abspath(config.data_dir), "storage")
         if "://" not in root:
-            os.makedirs(root, exist_ok=True)
+            try:
+                os.makedirs(root, exist_ok=True)
+            except OSError as exc:  # a read-only or full disk: serve what is there
+                log.warning("cannot create the storage root %s: %s", root, exc)
         self.storage = Storage(root)
+        self.storage.disk.on_change = self._disk_changed
         self.session = BrokerSession(self.store, config.cluster, config.broker_id, config.url,
                                      list(config.roles), ttl=config.lease_ttl)
         self.topics = TopicManager(self.store, self.storage, self.session,
@@ -67,6 +81,8 @@ class Broker:
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self._health_task: asyncio.Task | None = None
+        self._probe_task: asyncio.Task | None = None
+        self._resuming: set[asyncio.Task] = set()
 
     async def start(self) -> None:
         opts = [("grpc.max_send_message_length", MAX_MESSAGE),
@@ -99,34 +115,65 @@ class Broker:
         if bound == 0:
             raise OSError(f"cannot bind {self.config.url}")
         await self._set_health(False)
+        await self.storage.disk.probe()  # before anything is served: health tells the truth
         await self.server.start()
         await self.session.start()
         self.maintenance.start()
         for f in self.features:
             await f.start()
         self._health_task = asyncio.create_task(self._follow_health())
+        self._probe_task = asyncio.create_task(self._probe_disk())
         log.info("broker %s listening on %s (etcd %s, storage %s)", self.config.broker_id,
                  self.config.url, self.config.etcd, self.storage.uri)
 
-    async def _set_health(self, serving: bool) -> None:
-        status = (health_pb2.HealthCheckResponse.SERVING if serving
-                  else health_pb2.HealthCheckResponse.NOT_SERVING)
+    async def _set_health(self, serving: bool, writable: bool = True) -> None:
+        """Every service SERVING while `serving`; Producer only while `writable` too."""
         for name in ["", *self.service_names]:
-            await self.health.set(name, status)
+            ok = serving and (writable or name != PRODUCER)
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING if ok
+                                  else health_pb2.HealthCheckResponse.NOT_SERVING)
 
     async def _follow_health(self) -> None:
-        serving = None
+        state = None
         while True:
-            now = self.session.healthy.is_set()
-            if now != serving:
-                serving = now
-                await self._set_health(now)
-                log.info("health: %s", "SERVING" if now else "NOT_SERVING")
+            now = (self.session.healthy.is_set(), self.storage.disk.writable)
+            if now != state:
+                state = now
+                await self._set_health(*now)
+                log.info("health: %s%s", "SERVING" if now[0] else "NOT_SERVING",
+                         "" if now[1] else f" ({PRODUCER} NOT_SERVING: "
+                         f"{self.storage.disk.error.message})")
             await asyncio.sleep(0.2)
 
+    async def _probe_disk(self) -> None:
+        """Probe the data disk every PROBE_INTERVAL seconds (health follows it)."""
+        while True:
+            await asyncio.sleep(disk.PROBE_INTERVAL)
+            try:
+                await self.storage.disk.probe()
+            except Exception as exc:  # noqa: BLE001 - the next probe tries again
+                log.warning("disk probe failed: %s", exc)
+
+    def _disk_changed(self, err: errors.ShadowTopicError | None) -> None:
+        """The disk takes writes again: seal what it kept from sealing, topic by topic."""
+        if err is None:
+            task = asyncio.get_running_loop().create_task(self._resume_writes())
+            self._resuming.add(task)
+            task.add_done_callback(self._resuming.discard)
+
+    async def _resume_writes(self) -> None:
+        for t in self.topics.loaded_topics():
+            if t.writer is None:
+                continue
+            try:
+                await t.writer.retry_seals()
+            except Exception as exc:  # noqa: BLE001 - maintenance retries it
+                log.warning("%s: sealing the ledgers kept open failed: %s", t.name, exc)
+
     async def stop(self, grace: float = 10.0) -> None:
-        if self._health_task:
-            self._health_task.cancel()
+        for task in (self._health_task, self._probe_task, *self._resuming):
+            if task is not None:
+                task.cancel()
         await self._set_health(False)
         if self.server is not None:
             stopping = asyncio.create_task(self.server.stop(grace))
@@ -153,6 +200,18 @@ async def serve(config: BrokerConfig, features: list[BrokerFeature]) -> None:
     await stop.wait()
     log.info("shutting down")
     await broker.stop()
+
+
+def _resolve_broker_id(config: BrokerConfig) -> None:
+    """The broker's id from its data dir; when the disk cannot keep a new one (read-only,
+    full), a fresh id for this run (the broker then waits out a dead incarnation's lease)."""
+    try:
+        config.resolve_broker_id()
+    except OSError as exc:
+        config.broker_id = ""
+        log.warning("cannot keep a broker id in %s: %s", config.data_dir, exc)
+    if not config.broker_id:
+        config.broker_id = f"broker-{uuid.uuid4().hex[:12]}"
 
 
 def free_port() -> int:

@@ -10,6 +10,7 @@ form inside streams): the one place an untyped failure becomes a typed one.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 
 import grpc
@@ -98,6 +99,15 @@ Cancelled = _error("Cancelled", S.CANCELLED)
 AlreadyClosed = _error("AlreadyClosed", S.FAILED_PRECONDITION)
 Internal = _error("Internal", S.INTERNAL)
 
+
+class StorageReadOnly(ShadowTopicError):
+    """UNAVAILABLE, reason `StorageReadOnly`: the broker's data disk is read-only (EROFS), so
+    it takes no writes (produce, roll, compact, cursor saves) while it still serves reads;
+    retriable: writes work again once the disk is writable (or the topic moves)."""
+    code = S.UNAVAILABLE
+    reason = "StorageReadOnly"
+    retriable = True
+
 #: reason -> class: the registry both directions go through.
 REGISTRY: dict[str, type[ShadowTopicError]] = {
     cls.reason: cls for cls in list(globals().values())
@@ -149,6 +159,21 @@ def from_reason(reason: str, message: str, code_name: str = "") -> ShadowTopicEr
     return from_status(code, message, reason)
 
 
+# ---- a failed write to the broker's disk -----------------------------------------------------
+
+#: errno values that mean "the disk takes no writes now" (not a bug): the typed error of each
+STORAGE_ERRNOS: dict[int, type[ShadowTopicError]] = {
+    errno.ENOSPC: StorageFull, errno.EDQUOT: StorageFull, errno.EROFS: StorageReadOnly,
+}
+
+
+def storage_error(exc: OSError, what: str = "storage write") -> ShadowTopicError:
+    """The typed error of a failed disk write: `StorageFull` (ENOSPC, EDQUOT),
+    `StorageReadOnly` (EROFS), anything else `Internal`."""
+    cls = STORAGE_ERRNOS.get(exc.errno or 0, Internal)
+    return cls(f"{what} failed: {exc.strerror or exc}")
+
+
 # ---- what a server tells a client of a failure ---------------------------------------------
 
 log = logging.getLogger("shadowtopic.errors")
@@ -170,6 +195,8 @@ def typed(exc: BaseException, where: str = "a handler") -> ShadowTopicError:
         return exc
     if isinstance(exc, DecodeError):
         return InvalidArgument(f"malformed request: {exc}")
+    if isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS:  # a full or read-only disk
+        return storage_error(exc, where)
     if not isinstance(exc, asyncio.CancelledError):
         log.error("%s failed", where, exc_info=exc)
     return Internal(f"{where} failed: {type(exc).__name__}: {exc}")

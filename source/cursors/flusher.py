@@ -6,7 +6,10 @@ ONE asyncio task per topic saves everything marked since the last flush with one
 restart restores cursors at most one interval (plus one save) old: acknowledged messages
 of that window are redelivered, nothing unacknowledged is lost (C4, docs/BEHAVIOURS.md).
 
-A failed save keeps its cursors dirty (a newer mark wins) and is retried at the next tick.
+A failed save keeps its cursors dirty (a newer mark wins) and is retried at the next tick:
+acks stay in memory and are flushed once storage takes writes again (a full or read-only
+disk fails saves with `StorageFull` / `StorageReadOnly`, logged when a run of failures
+starts, every LOG_EVERY failures of it, and when it ends).
 `errors.Fenced` stops the flusher for good (`fenced` says why; the topic's new owner
 writes its cursors from now on). `close()` stops the task and flushes what is left.
 """
@@ -22,6 +25,7 @@ from source.cursors.state import CursorState
 from source.cursors.store import CursorStore, Fence
 
 log = logging.getLogger(__name__)
+LOG_EVERY = 60  # failed saves in a row between two warnings
 
 
 class CursorFlusher:
@@ -35,6 +39,7 @@ class CursorFlusher:
         self.flushes = 0           # successful saves
         self.cursors_flushed = 0   # cursor states written by them
         self.failures = 0
+        self.failing = 0           # failed saves since the last successful one
         self.last_flush_s = 0.0    # duration of the last successful save
         self._dirty: dict[str, CursorState | None] = {}
         self._lock = asyncio.Lock()
@@ -96,6 +101,10 @@ class CursorFlusher:
                     self.fenced = exc
                 raise
             self.last_flush_s = time.perf_counter() - started
+            if self.failing:
+                log.info("%s: cursors saved again after %d failed saves", self.topic,
+                         self.failing)
+                self.failing = 0
             self.flushes += 1
             self.cursors_flushed += len(batch)
             return len(batch)
@@ -115,9 +124,12 @@ class CursorFlusher:
                 log.warning("%s: cursor flusher stops: %s", self.topic, exc)
                 return
             except Exception as exc:  # noqa: BLE001 - keep flushing: the batch stays dirty
-                log.warning("%s: cursor flush failed (retrying in %.1fs): %s", self.topic,
-                            self.interval, exc,
-                            exc_info=not isinstance(exc, errors.ShadowTopicError))
+                self.failing += 1
+                if self.failing % LOG_EVERY == 1:
+                    log.warning("%s: cursor flush failed (%d in a row; %d acked cursors kept "
+                                "in memory, retrying every %.1fs): %s", self.topic,
+                                self.failing, len(self._dirty), self.interval, exc,
+                                exc_info=not isinstance(exc, errors.ShadowTopicError))
 
     async def close(self, timeout: float = 10.0) -> None:
         """Stop the task (letting a save in flight finish) and flush what is left, bounded

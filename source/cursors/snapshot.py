@@ -41,7 +41,6 @@ tuple per cursor) to write full files without reading them back; `forget` drops 
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import os
 import secrets
@@ -222,10 +221,8 @@ class SnapshotCursorStore(CursorStore):
     async def _io(self, fn: Callable[..., T], *args) -> T:
         try:
             return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
-        except OSError as exc:
-            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-            raise (errors.StorageFull if full else errors.Internal)(
-                f"cursor storage: {exc.strerror or exc}") from None
+        except OSError as exc:  # a full disk: StorageFull; a read-only one: StorageReadOnly
+            raise errors.storage_error(exc, "cursor storage") from None
 
     # ---- load ------------------------------------------------------------------------------
 

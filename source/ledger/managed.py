@@ -15,7 +15,9 @@ This module ties them together:
 
 - lifecycle: `open` loads the topic (recovering what a previous owner left); `close` stops
   taking appends, finishes every queued write and seal; `fence` refuses appends once the
-  topic's ownership is lost.
+  topic's ownership is lost. On a full or read-only disk the topic still opens and serves
+  reads; writes fail with `StorageFull` / `StorageReadOnly` until the disk takes them
+  (source/ledger/writer.py, source/ledger/sealing.py).
 - it is the source's `LedgerView` (source/ledger/view.py): reads by MessageId go through a
   `LedgerListReader` over this ledger list and the in-memory entries of unsealed ledgers;
   listeners hear of new entries (once per group commit), trimmed ledgers and closing.
@@ -31,7 +33,7 @@ from concurrent.futures import Executor
 from typing import Callable
 
 from source.core import errors
-from source.core.message_id import MessageId
+from source.core.message_id import EARLIEST, MessageId
 from source.core.names import TopicName
 from source.ledger.entry_cache import EntryCache, TailEntries
 from source.ledger.ledger_list import OPEN, LedgerListUpdates
@@ -93,6 +95,9 @@ class ManagedLedger(WritePath, Sealing, LedgerListUpdates):
         self._blocked: deque[tuple] = deque()  # appends waiting for a ledger switch, in order
         self._seal_tasks: set[asyncio.Task] = set()
         self._fenced: errors.ShadowTopicError | None = None
+        # ledgers a full or read-only disk kept from sealing: id -> (wal_rel, frames, count)
+        self._unsealed: dict[int, tuple] = {}
+        self._retry_lock = asyncio.Lock()
 
         self.on_sealed: Callable[[mpb.LedgerInfo], None] | None = None
         self.on_fenced: Callable[["ManagedLedger"], None] | None = None
@@ -175,6 +180,9 @@ class ManagedLedger(WritePath, Sealing, LedgerListUpdates):
         # switch: until it is done, the next entry is its next one, never the new ledger's
         # first (a reader at its end would be moved past entries still to come).
         cur = self._draining[0] if self._draining else self._current
+        if cur is None:  # no open ledger (loaded on an unwritable disk): after the last one
+            last = self._list.ledgers[-1] if self._list.ledgers else None
+            return MessageId(last.ledger_id, self.reader.count(last)) if last else EARLIEST
         return MessageId(cur.ledger_id, len(cur.entries))
 
     def valid_position(self, position: MessageId) -> MessageId:
@@ -224,6 +232,9 @@ class ManagedLedger(WritePath, Sealing, LedgerListUpdates):
 
     @property
     def current_ledger(self) -> tuple[int, int, int]:
-        """(ledger id, entries, bytes) of the ledger taking appends."""
+        """(ledger id, entries, bytes) of the ledger taking appends ((0, 0, 0): none, the
+        topic loaded on a disk that took no writes)."""
         cur = self._current
+        if cur is None:
+            return 0, 0, 0
         return cur.ledger_id, len(cur.entries), cur.entries.size

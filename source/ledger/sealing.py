@@ -7,6 +7,17 @@
 - open: every OPEN ledger left by a previous owner is recovered from its WAL (torn tail cut)
   and sealed before this owner starts a new ledger. Then the topic's files the ledger list
   does not name are deleted (the sweep), still before this owner creates any file.
+- a full or read-only disk (source/ledger/disk.py): a seal that cannot write its Parquet
+  file keeps its ledger OPEN in the list and readable from its WAL (its frame index held as
+  the ledger's in-memory entries, its raws dropped), and remembers it in `_unsealed`;
+  `retry_seals` seals those ledgers, in order, once the disk takes writes (the broker calls
+  it when its probe sees the disk writable again, and from its maintenance loop; a roll
+  calls it too). A topic that opens on such a disk is served read-only: recovery reads the
+  WALs without writing (a torn tail stays, unindexed), the ledgers it cannot seal stay
+  open, the sweep skips what it cannot delete, and no new ledger starts (`_current` is
+  None) until an append finds the disk writable. Nothing is acknowledged that was not
+  fsynced, and nothing fsynced is dropped: a ledger leaves the list, or its WAL the disk,
+  only after its Parquet file is written and named SEALED.
 """
 from __future__ import annotations
 
@@ -15,6 +26,7 @@ import functools
 import logging
 
 from source import failpoints
+from source.core import errors
 from source.ledger import retention
 from source.ledger import wal as walmod
 from source.ledger.entry_cache import TailEntries
@@ -24,14 +36,15 @@ from source.pb.storage.v1 import metadata_pb2 as mpb
 
 # The ManagedLedger's parts log under one name, as it did when it was a single module.
 log = logging.getLogger("source.ledger.managed")
+UNWRITABLE = (errors.StorageFull, errors.StorageReadOnly)
 
 
 class Sealing:
     """The ManagedLedger's sealing, and its taking over of a topic when it opens.
 
     A part of `ManagedLedger` (source/ledger/managed.py), which sets up the state used here
-    (`_list`, `_mem`, `reader`, `storage`, ...) and provides `_update_list` and
-    `_create_ledger`.
+    (`_list`, `_mem`, `reader`, `storage`, `_unsealed`, `_retry_lock`, ...) and provides
+    `_update_list`, `_create_ledger` and `_storage_failure`.
     """
 
     # ---- taking over -----------------------------------------------------------------------
@@ -49,7 +62,11 @@ class Sealing:
         for info in [i for i in self._list.ledgers if i.state == OPEN]:
             await self._recover(info)
         await asyncio.get_running_loop().run_in_executor(self._executor, self._sweep)
-        self._current = await self._create_ledger()
+        try:
+            self._current = await self._create_ledger()
+        except UNWRITABLE as exc:  # served read-only: the first append tries again
+            log.warning("%s: opened without an open ledger (reads only until the disk takes "
+                        "writes): %s", self.topic, exc)
 
     def _sweep(self) -> None:
         """Delete this topic's files that the ledger list does not name: a WAL left after
@@ -91,9 +108,54 @@ class Sealing:
                             self.topic, info.ledger_id)
             return
         if rec.truncated_bytes:
-            log.warning("%s: ledger %d: cut %d bytes of torn WAL tail", self.topic,
-                        info.ledger_id, rec.truncated_bytes)
-        await self._seal(info.ledger_id, info.wal_path, rec.frames, len(rec.entries))
+            log.warning("%s: ledger %d: %d bytes of torn WAL tail are not part of it",
+                        self.topic, info.ledger_id, rec.truncated_bytes)
+        try:
+            await self._seal_or_keep(info.ledger_id, info.wal_path, rec.frames,
+                                     len(rec.entries), rec.entries)
+        except UNWRITABLE:
+            pass  # open, and read from its WAL until `retry_seals` seals it
+
+    def _keep_unsealed(self, lid: int, wal_rel: str, frames: walmod.FrameIndex, count: int,
+                       recovered: walmod.Entries | None = None) -> None:
+        """Serve a ledger that could not be sealed from its WAL, and seal it later."""
+        if lid not in self._mem and recovered is not None:
+            # recovered without raws: every entry is read back through the frame index
+            tail = self._mem[lid] = TailEntries(self.entry_cache, self.storage.wal_path(wal_rel))
+            tail.frames = frames
+            tail.publish_ms = recovered.publish_ms
+            tail.size = recovered.size
+            tail.offset = count
+        self._unsealed[lid] = (wal_rel, frames, count)
+
+    async def _seal_or_keep(self, lid: int, wal_rel: str, frames: walmod.FrameIndex,
+                            count: int, recovered: walmod.Entries | None = None
+                            ) -> mpb.LedgerInfo | None:
+        """`_seal`; on a full or read-only disk the ledger stays open and readable, to be
+        sealed by `retry_seals` (the error is raised)."""
+        try:
+            return await self._seal(lid, wal_rel, frames, count)
+        except UNWRITABLE as exc:
+            log.warning("%s: ledger %d stays open (read from its WAL) until the disk takes "
+                        "writes: %s", self.topic, lid, exc)
+            self._keep_unsealed(lid, wal_rel, frames, count, recovered)
+            raise
+
+    async def retry_seals(self) -> None:
+        """Seal, in order, the ledgers a full or read-only disk kept open; raises what the
+        first one that still cannot be sealed raises (it and those after it stay)."""
+        if not self._unsealed:
+            return
+        disk = self.storage.disk
+        if disk.error is not None and await disk.probe(self._executor) is not None:
+            raise type(disk.error)(f"{self.topic}: cannot seal ledgers: {disk.error.message}")
+        async with self._retry_lock:
+            for lid in sorted(self._unsealed):
+                if self._fenced is not None:
+                    return  # closing, or ownership lost: the next owner seals them
+                wal_rel, frames, count = self._unsealed[lid]
+                await self._seal(lid, wal_rel, frames, count)
+                del self._unsealed[lid]
 
     # ---- sealing ---------------------------------------------------------------------------
 
@@ -111,10 +173,13 @@ class Sealing:
             self.storage.delete_wal(wal_rel)
             return None
         rel = self.storage.sealed_rel(self.topic, lid)
-        res = await asyncio.get_running_loop().run_in_executor(
-            self._executor, functools.partial(
-                seal_wal, self.storage.fs, self.storage.full(rel),
-                self.storage.wal_path(wal_rel), frames, count, ledger_id=lid))
+        try:
+            res = await asyncio.get_running_loop().run_in_executor(
+                self._executor, functools.partial(
+                    seal_wal, self.storage.fs, self.storage.full(rel),
+                    self.storage.wal_path(wal_rel), frames, count, ledger_id=lid))
+        except OSError as exc:  # a full or read-only disk: StorageFull / StorageReadOnly
+            raise await self._storage_failure(exc, f"sealing ledger {lid}") from None
         failpoints.hit("ledger.seal.before_publish")
 
         def mark(lst: mpb.LedgerList) -> None:

@@ -25,13 +25,16 @@ Paths stored in etcd are relative to these roots.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 
 import pyarrow.fs as pafs
 
 from source.core.names import TopicName
+from source.ledger.disk import DiskState
 
 
+log = logging.getLogger(__name__)
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 MAX_SEGMENT = 200
 
@@ -72,6 +75,8 @@ class Storage:
             wal_dir = self.base
         self.wal_base = os.path.abspath(wal_dir)
         self.shared_wal = local and self.wal_base == self.base
+        #: whether the WAL disk takes writes now (source/ledger/disk.py)
+        self.disk = DiskState(self.wal_base)
 
     @property
     def root_uri(self) -> str:
@@ -116,10 +121,14 @@ class Storage:
             pass
 
     def delete_wal(self, rel: str) -> None:
+        """Remove a WAL; one that cannot be removed now (a read-only disk) stays as an
+        orphan, which the topic's next owner sweeps (source/ledger/sealing.py)."""
         try:
             os.remove(self.wal_path(rel))
         except FileNotFoundError:
             pass
+        except OSError as exc:
+            log.warning("cannot remove WAL %s (left for the next owner's sweep): %s", rel, exc)
 
     def list_dir(self, rel_dir: str) -> list[str]:
         """Relative paths of the files directly under `rel_dir` (WAL dirs on the WAL root)."""

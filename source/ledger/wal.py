@@ -12,9 +12,10 @@ One frame holds one produce batch (as a Kafka record batch does): the batch is a
 fsynced as a unit and acknowledged only after the fsync, so one CRC per batch finds a torn
 tail, and the broker writes the request bytes it received instead of re-encoding messages.
 Entries are numbered contiguously from 0 within a ledger; `recover` stops at the first frame
-that is short, fails its CRC or breaks the numbering, truncates the file there and returns
-every entry before it (reading one frame at a time; with `keep_raws=False` it keeps only
-the frame index, for a recovery that seals from the WAL).
+that is short, fails its CRC or breaks the numbering, truncates the file there (unless the
+disk is read-only or full: then the tail stays, unindexed) and returns every entry before
+it (reading one frame at a time; with `keep_raws=False` it keeps only the frame index, for
+a recovery that seals from the WAL).
 
 An owner that dropped entries from memory (source/ledger/entry_cache.py) reads them back by
 frame: `FrameIndex` records where each frame starts (the writer fills it as it writes; a
@@ -244,10 +245,16 @@ def recover(path: str, truncate: bool = True, keep_raws: bool = True) -> Recover
             pos = end
     cut = size - pos
     if cut and truncate:
-        with open(path, "r+b") as f:
-            f.truncate(pos)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(path, "r+b") as f:
+                f.truncate(pos)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            if exc.errno not in errors.STORAGE_ERRNOS:
+                raise
+            # a read-only (or full) disk: the tail stays, but nothing past the last valid
+            # frame is indexed, so nothing of it is read, sealed or served
     return Recovered(ledger_id, entries, pos, cut, frames)
 
 
@@ -455,9 +462,17 @@ class WalFile:
     def create(cls, path: str, ledger_id: int) -> "WalFile":
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        os.write(fd, encode_header(ledger_id))
-        os.fsync(fd)
-        fsync_dir(os.path.dirname(path))
+        try:
+            os.write(fd, encode_header(ledger_id))
+            os.fsync(fd)
+            fsync_dir(os.path.dirname(path))
+        except OSError:  # a full disk: no half-made WAL stays behind
+            os.close(fd)
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+            raise
         return cls(path, fd, HEADER.size)
 
     def write_sync(self, data: bytes) -> None:

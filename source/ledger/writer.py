@@ -13,11 +13,16 @@ ledger rolls.
   earlier one.
 - ownership: a writer whose broker's lease may have expired acknowledges nothing more, not
   even what it has written (the next owner's recovery decides what the log holds).
+- a full or read-only disk (source/ledger/disk.py): a failed write acknowledges nothing and
+  fails its appends with `StorageFull` or `StorageReadOnly`, and so does a roll that cannot
+  create its new ledger's WAL (probed first when the disk was last seen unwritable, so no
+  ledger id is taken in vain). A topic that loaded while its disk took no writes has no
+  open ledger (`_current` is None): it serves reads, and its first append tries to start
+  one (and fails the same way until the disk takes writes again).
 """
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import time
 from dataclasses import dataclass
@@ -98,7 +103,7 @@ class WritePath:
             raise self._fenced
         fut = asyncio.get_running_loop().create_future()
         item = (raws, request, size, fut)
-        if self._blocked or self._current.full(self.config):
+        if self._blocked or self._current is None or self._current.full(self.config):
             self._blocked.append(item)
             self._ensure_roll()
         else:
@@ -120,7 +125,7 @@ class WritePath:
     def _drain_blocked(self) -> None:
         """Move the appends that waited for a ledger switch to the new current ledger, in
         order, until it is full (then roll again)."""
-        while self._blocked and not self._current.full(self.config):
+        while self._blocked and self._current is not None and not self._current.full(self.config):
             self._enqueue(self._current, self._blocked.popleft())
         if self._blocked:
             self._ensure_roll()
@@ -166,10 +171,9 @@ class WritePath:
                 try:
                     await loop.run_in_executor(self._executor, led.wal.write_sync,
                                                b"".join(frames))
-                except OSError as exc:
-                    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-                    cls = errors.StorageFull if full else errors.Internal
-                    err = cls(f"{self.topic}: WAL write failed: {exc.strerror or exc}")
+                except OSError as exc:  # nothing of the group is acknowledged
+                    self.storage.disk.report(exc)
+                    err = errors.storage_error(exc, f"{self.topic}: WAL write")
                     if led.wal.broken:  # could not cut the failed frame off: stop here
                         self.fence(errors.Internal(f"{self.topic}: WAL unusable: {exc}"))
                     for raws, _request, size, fut in group:
@@ -198,17 +202,34 @@ class WritePath:
 
     # ---- rollover --------------------------------------------------------------------------
 
+    async def _storage_failure(self, exc: OSError, what: str) -> errors.ShadowTopicError:
+        """The typed error of a failed write (`what`): `StorageFull` / `StorageReadOnly`
+        when the disk is the reason (an error without an errno, as pyarrow raises some, is
+        checked with a probe), else `Internal`."""
+        disk = self.storage.disk
+        disk.report(exc)
+        if exc.errno not in errors.STORAGE_ERRNOS and await disk.probe(self._executor):
+            return type(disk.error)(f"{self.topic}: {what} failed: {disk.error.message}")
+        return errors.storage_error(exc, f"{self.topic}: {what}")
+
     async def _create_ledger(self) -> OpenLedger:
         """Start a new ledger: create its WAL, register it OPEN in the ledger list (before it
         takes any write) and start its writer."""
+        disk = self.storage.disk
+        if disk.error is not None and await disk.probe(self._executor) is not None:
+            raise type(disk.error)(f"{self.topic}: cannot start a new ledger: "
+                                   f"{disk.error.message}")
         try:
             lid = await self.store.next_id(keys.LEDGER_ID_COUNTER)
         except MetadataUnavailable as exc:
             raise errors.MetadataUnavailable(f"cannot start a new ledger: {exc}") from None
         rel = self.storage.wal_rel(self.topic, lid)
         loop = asyncio.get_running_loop()
-        wal = await loop.run_in_executor(self._executor, walmod.WalFile.create,
-                                         self.storage.wal_path(rel), lid)
+        try:
+            wal = await loop.run_in_executor(self._executor, walmod.WalFile.create,
+                                             self.storage.wal_path(rel), lid)
+        except OSError as exc:
+            raise await self._storage_failure(exc, "starting a new ledger") from None
         info = mpb.LedgerInfo(ledger_id=lid, state=OPEN, wal_path=rel, created_ms=now_ms())
         try:
             await self._update_list(lambda lst: lst.ledgers.append(info))
@@ -221,8 +242,9 @@ class WritePath:
         led.writer = asyncio.create_task(self._write_loop(led), name=f"wal-{lid}")
         return led
 
-    async def _roll(self) -> asyncio.Task:
-        """Switch to a new ledger; the old one drains and seals in its own task (returned)."""
+    async def _roll(self) -> asyncio.Task | None:
+        """Switch to a new ledger; the old one drains and seals in its own task (returned;
+        None when there was no open ledger: the topic loaded on an unwritable disk)."""
         try:
             new = await self._create_ledger()
         except BaseException as exc:
@@ -231,6 +253,10 @@ class WritePath:
             self._fail_blocked(exc)
             raise
         old, self._current = self._current, new
+        if old is None:
+            self._roll_task = None
+            self._drain_blocked()
+            return None
         new.after = old.writer
         self._draining.append(old)
         seal = asyncio.create_task(self._drain_and_seal(old), name=f"seal-{old.ledger_id}")
@@ -250,13 +276,14 @@ class WritePath:
             if old in self._draining:
                 self._draining.remove(old)
         old.wal.close()
-        return await self._seal(old.ledger_id, old.wal_rel, old.entries.frames, len(old.entries))
+        return await self._seal_or_keep(old.ledger_id, old.wal_rel, old.entries.frames,
+                                        len(old.entries))
 
     def _seal_done(self, task: asyncio.Task) -> None:
         self._seal_tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.warning("%s: sealing failed (the next owner seals it): %s", self.topic,
-                        task.exception())
+            log.warning("%s: sealing failed (retried once the disk takes writes, else the "
+                        "next owner seals it): %s", self.topic, task.exception())
 
     async def roll(self) -> mpb.LedgerInfo | None:
         """Seal the current ledger now (RollLedger); returns the sealed ledger's info, or the
@@ -267,7 +294,8 @@ class WritePath:
             await asyncio.gather(self._roll_task, return_exceptions=True)
         if self._fenced is not None:
             raise self._fenced
-        if self._current.queued_entries == 0:
+        await self.retry_seals()  # seals that found the disk unwritable first (or raise)
+        if self._current is None or self._current.queued_entries == 0:
             if self._seal_tasks:
                 await asyncio.gather(*self._seal_tasks, return_exceptions=True)
             sealed = [i for i in self._list.ledgers if i.state == SEALED]
@@ -279,7 +307,8 @@ class WritePath:
         """Roll a quiet topic's open ledger once it is older than `max_age_s` (appends check
         age themselves; this catches a topic nobody writes to)."""
         cur = self._current
-        if (self._fenced is None and self._roll_task is None and cur.queued_entries
+        if (self._fenced is None and self._roll_task is None and cur is not None
+                and cur.queued_entries
                 and time.monotonic() - cur.created >= self.config.max_age_s):
             await self.roll()
             return True
