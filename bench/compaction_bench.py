@@ -247,7 +247,9 @@ def run_compaction(data_dir: str, a) -> dict:
     out: dict = {"rounds": []}
     try:
         with Client(cl.url, timeout=120) as c:
-            c.admin.create_topic(TOPIC, policies=Policies(ledger_max_entries=a.ledger_entries))
+            # deletes dropped at once, as the DuckDB and Polars baselines drop them
+            c.admin.create_topic(TOPIC, policies=Policies(ledger_max_entries=a.ledger_entries,
+                                                          delete_retention_seconds=0))
             warm = TOPIC + "-warmup"
             c.admin.create_topic(warm)
             produce(cl.url, warm, 1000, 100, a.payload, seed=7)

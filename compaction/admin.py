@@ -11,7 +11,9 @@ Compact(topic), on the topic's owner:
    `CompactionRequest` (keys.compaction_request, watched by the cluster's compaction
    workers) and the job record
    (keys.compaction_job, phase PENDING). A partitioned topic gets one request per partition,
-   all with the same job id.
+   all with the same job id. The request carries its time and the topic's
+   `delete_retention_seconds` then, and the job record the tombstone cutoff they give
+   (compaction/plan.py): a rerun of the job keeps the same deletes.
 
 Status is the newest job record (job ids sort by time); a partitioned topic's status
 combines its partitions' records of that job. Watch streams the record on every change
@@ -29,6 +31,7 @@ from typing import AsyncIterator
 
 from source.broker.feature import Topics
 from source.broker.topic import Topic
+from compaction.plan import tombstone_cutoff
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import TopicName
@@ -60,7 +63,8 @@ def combine(jobs: list[apb.CompactionJob], topic: TopicName) -> apb.CompactionJo
     if len(jobs) == 1:
         return jobs[0]
     out = apb.CompactionJob(job_id=jobs[0].job_id, topic=str(topic),
-                            trigger=jobs[0].trigger)
+                            trigger=jobs[0].trigger,
+                            tombstone_cutoff_ms=jobs[0].tombstone_cutoff_ms)
     failed = [j for j in jobs if j.phase == apb.FAILED]
     out.phase = apb.FAILED if failed else min(j.phase for j in jobs)
     if failed:
@@ -121,10 +125,13 @@ class CompactionAdmin:
                            ) -> None:
         horizon = sealed_horizon(t)
         now = int(time.time() * 1000)
+        retention = t.policies.delete_retention_seconds or 0
         req = mpb.CompactionRequest(topic=str(part), job_id=job_id, trigger=trigger,
-                                    storage_root=self.topics.storage.uri, requested_ms=now)
+                                    storage_root=self.topics.storage.uri, requested_ms=now,
+                                    delete_retention_seconds=retention)
         job = apb.CompactionJob(job_id=job_id, topic=str(part), phase=apb.PENDING,
-                                start_time=now, trigger=trigger)
+                                start_time=now, trigger=trigger,
+                                tombstone_cutoff_ms=tombstone_cutoff(now, retention) or 0)
         if horizon is not None:
             req.horizon.CopyFrom(horizon.to_pb())
             job.horizon.CopyFrom(horizon.to_pb())

@@ -9,12 +9,14 @@ and the sealed format (source/ledger/sealed.py: the columns and writer options p
 with sealed ledgers): it is what every Python worker of every executor loads. It needs no
 pandas (which pyarrow would then import lazily into every broker, ~90 MiB each).
 
-- `latest_per_key` (phase one) reads `key`, the ids and `is_tombstone` only and yields one
-  table per group, `(key binary, m int64)`: per key of its files the max of
-  `position << 1 | is_tombstone` (`position = ledger_id << 32 | entry_id`), the key's
-  latest message and whether it deleted the key. `merge_latest` merges two such tables
-  (Spark's treeReduce runs it on the executors) and `live_positions` keeps the positions of
-  the keys whose latest message is not a tombstone, sorted.
+- `latest_per_key(cutoff)` (phase one) reads `key`, the ids, `is_tombstone` and
+  `publish_time` only and yields one table per group, `(key binary, m int64)`: per key of
+  its files the max of `position << 1 | dropped` (`position = ledger_id << 32 | entry_id`),
+  the key's latest message and whether the job drops it: a tombstone published before the
+  job's tombstone cutoff (compaction/plan.py; a cutoff of None drops every tombstone, a
+  newer tombstone is kept as a delete marker). `merge_latest` merges two such tables (Spark's
+  treeReduce runs it on the executors) and `live_positions` keeps the positions of the keys
+  whose latest message is not dropped, sorted.
 - `write_survivors` (phase two) reads every column, keeps the rows whose position is in the
   broadcast sorted set of live positions (and keyless rows when `retain_null_key`), and
   writes them to `<out_dir>/part-<task>.parquet` in row groups of about `GROUP_BYTES` of
@@ -22,7 +24,7 @@ pandas (which pyarrow would then import lazily into every broker, ~90 MiB each).
   sorted and the parts follow the task order. On a local root the part is written under a
   hidden temp name, fsynced and renamed; on an object store it is one object put when the
   stream closes (deleted again if the task fails). A retried or killed attempt never leaves
-  half a part under the final name. Yields `(task, rows written)`.
+  half a part under the final name. Yields `(task, rows written, keyed tombstones written)`.
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ import pyarrow.parquet as pq
 
 from source.ledger.sealed import GROUP_BYTES, GROUP_ROWS, SCHEMA, WRITER_OPTIONS
 
-KEY_COLUMNS = ["ledger_id", "entry_id", "key", "is_tombstone"]
+KEY_COLUMNS = ["ledger_id", "entry_id", "key", "is_tombstone", "publish_time"]
 PARTIAL = pa.schema([("key", pa.binary()), ("m", pa.int64())])
 Group = tuple[int, str, list[str]]   # (task, root, files)
 CHUNK_ROWS = 1 << 20        # rows read at a time (whole row groups)
@@ -78,22 +80,33 @@ def _groups(groups: Iterator[Group]) -> Iterator[tuple[int, pafs.FileSystem, str
         yield task, fs, base.rstrip("/"), files
 
 
-def latest_per_key(groups: Iterator[Group]) -> Iterator[pa.Table]:
-    """Phase one over each group: (key, max of position << 1 | is_tombstone)."""
-    for _task, fs, base, files in _groups(groups):
-        parts: list[pa.Table] = [PARTIAL.empty_table()]
-        held = 0
-        for rel in files:
-            for t in _chunks(fs, f"{base}/{rel}", KEY_COLUMNS):
-                marked = pc.add(pc.shift_left(_positions(t), 1),
-                                pc.cast(t["is_tombstone"], pa.int64()))
-                keyed = pa.table({"key": t["key"], "m": marked}).filter(pc.is_valid(t["key"]))
-                parts.append(keyed)
-                held += keyed.num_rows
-                if held >= REDUCE_ROWS:
-                    parts = [_reduce(parts)]
-                    held = parts[0].num_rows
-        yield _reduce(parts)
+def _dropped(t: pa.Table, tombstone_cutoff_ms: int | None) -> pa.Array:
+    """Per row: a tombstone this job drops should it be its key's latest message."""
+    tomb = t["is_tombstone"]
+    if tombstone_cutoff_ms is None:
+        return tomb
+    return pc.and_(tomb, pc.less(t["publish_time"], pa.scalar(tombstone_cutoff_ms, pa.int64())))
+
+
+def latest_per_key(tombstone_cutoff_ms: int | None):
+    """Phase one over each group: (key, max of position << 1 | dropped)."""
+    def run(groups: Iterator[Group]) -> Iterator[pa.Table]:
+        for _task, fs, base, files in _groups(groups):
+            parts: list[pa.Table] = [PARTIAL.empty_table()]
+            held = 0
+            for rel in files:
+                for t in _chunks(fs, f"{base}/{rel}", KEY_COLUMNS):
+                    marked = pc.add(pc.shift_left(_positions(t), 1),
+                                    pc.cast(_dropped(t, tombstone_cutoff_ms), pa.int64()))
+                    keyed = pa.table({"key": t["key"], "m": marked}).filter(
+                        pc.is_valid(t["key"]))
+                    parts.append(keyed)
+                    held += keyed.num_rows
+                    if held >= REDUCE_ROWS:
+                        parts = [_reduce(parts)]
+                        held = parts[0].num_rows
+            yield _reduce(parts)
+    return run
 
 
 def merge_latest(a: pa.Table, b: pa.Table) -> pa.Table:
@@ -101,7 +114,8 @@ def merge_latest(a: pa.Table, b: pa.Table) -> pa.Table:
 
 
 def live_positions(latest: pa.Table) -> np.ndarray:
-    """The positions of the keys whose latest message is not a tombstone, sorted."""
+    """The positions of the keys whose latest message is kept (not a dropped tombstone),
+    sorted."""
     m = latest.column("m").to_numpy()
     return np.sort(m[(m & 1) == 0] >> 1)
 
@@ -167,10 +181,11 @@ class _PartWriter:
 def write_survivors(live, retain_null_key: bool, out_dir: str):
     """Phase two over each group, against `live` (a Spark broadcast of the sorted live
     positions, a numpy int64 array): writes `<out_dir>/part-<task>.parquet`."""
-    def run(groups: Iterator[Group]) -> Iterator[tuple[int, int]]:
+    def run(groups: Iterator[Group]) -> Iterator[tuple[int, int, int]]:
         positions = live.value
         for task, fs, base, files in _groups(groups):
             part = None
+            tombstones = 0
             try:
                 for rel in files:
                     for t in _chunks(fs, f"{base}/{rel}", None):
@@ -185,6 +200,8 @@ def write_survivors(live, retain_null_key: bool, out_dir: str):
                         if retain_null_key:
                             keep = pc.or_(keep, pc.is_null(t["key"]))
                         kept = t.filter(keep)
+                        tombstones += pc.sum(pc.and_(pc.is_valid(kept["key"]),
+                                                     kept["is_tombstone"])).as_py() or 0
                         if kept.num_rows:
                             if part is None:
                                 part = _PartWriter(
@@ -196,5 +213,5 @@ def write_survivors(live, retain_null_key: bool, out_dir: str):
                 if part is not None:
                     part.abort()
                 raise
-            yield task, part.rows if part is not None else 0
+            yield task, part.rows if part is not None else 0, tombstones
     return run

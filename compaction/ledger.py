@@ -5,9 +5,14 @@
     <root>/compacted/<topic-dir>/<job_id>/manifest.pb      CompactedManifest (metadata.proto)
 
 A compacted ledger holds, for every id at or before its horizon, the latest message of each
-key that was not deleted (PIP-14: an empty payload deletes its key and is not written), and
-the keyless messages when the topic's `retain_null_key` is on. Rows keep their original ids
-and `raw` bytes. Files have the columns of a sealed ledger (`sealed.SCHEMA`: ledger_id,
+key that was not deleted (PIP-14: an empty payload deletes its key), the latest message of
+each deleted key when it is a recent delete (a tombstone published at or after the job's
+tombstone cutoff, the manifest's `tombstone_cutoff_ms`: its request time minus the topic's
+`delete_retention_seconds`, compaction/plan.py; older tombstones are not written), and the
+keyless messages when the topic's `retain_null_key` is on. Rows keep their original ids
+and `raw` bytes: a kept tombstone reads as the empty-payload message it was produced as, so
+a compacted reader sees it as a reader of the raw ledgers does (K18). The manifest counts
+them in `entries` and `tombstones`; `keys` counts the live keys only. Files have the columns of a sealed ledger (`sealed.SCHEMA`: ledger_id,
 entry_id, key, is_tombstone, publish_time, raw), rows sorted by (ledger_id, entry_id) within
 a file, files in id order with ranges that do not overlap; row groups may have any size (a
 reader locates rows from the id columns, not from a fixed group size). A compaction that kept

@@ -19,6 +19,7 @@ def new_manifest(plan: Plan) -> mpb.CompactedManifest:
                               input_bytes=plan.input_bytes,
                               previous_job_id=plan.previous.job_id if plan.previous else "",
                               retain_null_key=plan.retain_null_key,
+                              tombstone_cutoff_ms=plan.tombstone_cutoff_ms or 0,
                               created_ms=int(time.time() * 1000))
     if plan.horizon is not None:
         m.horizon.CopyFrom(plan.horizon.to_pb())
@@ -26,10 +27,13 @@ def new_manifest(plan: Plan) -> mpb.CompactedManifest:
 
 
 def finish_manifest(m: mpb.CompactedManifest, storage: Storage, out_dir_rel: str,
-                    input_entries: int, keys: int) -> None:
-    """Counts from the written files, then the manifest written (last, durably)."""
+                    input_entries: int, keys: int, tombstones: int = 0) -> None:
+    """Counts from the written files, then the manifest written (last, durably). `keys`:
+    the live keys (a key whose kept message is a tombstone is not one); `tombstones`: the
+    tombstones kept (compaction/plan.py), counted in `entries`."""
     m.input_entries = input_entries
     m.keys = keys
+    m.tombstones = tombstones
     m.entries = sum(f.rows for f in m.files)
     m.output_bytes = sum(f.size_bytes for f in m.files)
     write_manifest(storage, out_dir_rel, m)

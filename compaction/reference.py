@@ -2,9 +2,11 @@
 the Spark job and the compacted read path are tested against.
 
 Over all input rows in id order, the latest row of each key wins; a key whose latest row is
-a tombstone (empty payload) is deleted and nothing of it is written; keyless rows pass
-through in place when `retain_null_key`, else they are dropped. Survivors keep their ids,
-their order and every column byte for byte.
+a tombstone (empty payload) is deleted: the tombstone is written when it was published at or
+after the job's tombstone cutoff (compaction/plan.py: the request time minus the topic's
+`delete_retention_seconds`; a cutoff of None keeps none), else nothing of the key is; keyless
+rows pass through in place when `retain_null_key`, else they are dropped. Survivors keep
+their ids, their order and every column byte for byte.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from compaction.manifest import finish_manifest, new_manifest
-from compaction.plan import Plan
+from compaction.plan import Plan, keeps_tombstone
 from source.ledger import sealed
 from compaction.ledger import describe_file
 from source.ledger.storage import Storage
@@ -30,19 +32,26 @@ class Row(NamedTuple):
     raw: bytes
 
 
-def compact(rows: Iterable[Row], retain_null_key: bool) -> list[Row]:
+def compact(rows: Iterable[Row], retain_null_key: bool,
+            tombstone_cutoff_ms: int | None = None) -> list[Row]:
     ordered = sorted(rows, key=lambda r: (r.ledger_id, r.entry_id))
     latest: dict[bytes, Row] = {}
     for r in ordered:
         if r.key is not None:
             latest[r.key] = r
-    live = {(r.ledger_id, r.entry_id) for r in latest.values() if not r.is_tombstone}
+    live = {(r.ledger_id, r.entry_id) for r in latest.values()
+            if not r.is_tombstone or keeps_tombstone(r.publish_time, tombstone_cutoff_ms)}
     return [r for r in ordered
             if (r.key is None and retain_null_key) or (r.ledger_id, r.entry_id) in live]
 
 
 def live_keys(rows: Iterable[Row]) -> int:
-    return len({r.key for r in rows if r.key is not None})
+    """Distinct keys of `rows` whose row is not a tombstone (compacted rows: one per key)."""
+    return len({r.key for r in rows if r.key is not None and not r.is_tombstone})
+
+
+def kept_tombstones(rows: Iterable[Row]) -> int:
+    return sum(1 for r in rows if r.key is not None and r.is_tombstone)
 
 
 def read_rows(storage: Storage, rel_paths: list[str]) -> list[Row]:
@@ -58,7 +67,7 @@ def read_rows(storage: Storage, rel_paths: list[str]) -> list[Row]:
 def run(plan: Plan, storage: Storage, out_dir_rel: str) -> mpb.CompactedManifest:
     """Compact `plan`'s input with `compact` and write it as the Spark job does (one file)."""
     rows = read_rows(storage, plan.input_files())
-    survivors = compact(rows, plan.retain_null_key)
+    survivors = compact(rows, plan.retain_null_key, plan.tombstone_cutoff_ms)
     storage.delete_dir(out_dir_rel)
     storage.fs.create_dir(storage.full(out_dir_rel), recursive=True)
     manifest = new_manifest(plan)
@@ -68,5 +77,6 @@ def run(plan: Plan, storage: Storage, out_dir_rel: str) -> mpb.CompactedManifest
                           zip(zip(*survivors), sealed.SCHEMA.types)], schema=sealed.SCHEMA)
         pq.write_table(table, storage.full(rel), filesystem=storage.fs, compression="zstd")
         manifest.files.append(describe_file(storage, rel))
-    finish_manifest(manifest, storage, out_dir_rel, len(rows), live_keys(survivors))
+    finish_manifest(manifest, storage, out_dir_rel, len(rows), live_keys(survivors),
+                    kept_tombstones(survivors))
     return manifest

@@ -7,11 +7,12 @@ equal bytes, one per core Spark has (`defaultParallelism`), and each group is a 
 that reads its files with pyarrow (compaction/arrow_tasks.py). A message's position is one
 long, `ledger_id << 32 | entry_id` (entry ids stay below 2^32 and ledger ids below 2^30).
 
-- Phase one (SCANNING_KEYS) reads only `key`, the ids and `is_tombstone`: each task reduces
-  its rows to a table of the latest `position << 1 | is_tombstone` per key, the tables are
-  merged pairwise on the executors (`treeReduce`; one row per key, never payloads), keys
-  whose latest message is a tombstone are dropped, and the live positions (one long per
-  key) are broadcast, sorted.
+- Phase one (SCANNING_KEYS) reads only `key`, the ids, `is_tombstone` and `publish_time`:
+  each task reduces its rows to a table of the latest `position << 1 | dropped` per key
+  (dropped: a tombstone published before the plan's tombstone cutoff, compaction/plan.py;
+  a newer one stays as a delete marker), the tables are merged pairwise on the executors
+  (`treeReduce`; one row per key, never payloads), keys whose latest message is dropped
+  are dropped, and the live positions (one long per key) are broadcast, sorted.
 - Phase two (WRITING) reads every column; each task keeps the rows whose position is in the
   broadcast set, plus keyless rows when `retain_null_key`, and writes them as
   `part-<task>.parquet`. A group's files are contiguous in id order, so the parts are
@@ -113,10 +114,11 @@ def _tasks(spark, root: str, cut: list[list[str]]):
     return spark.sparkContext.parallelize(rows, len(rows))
 
 
-def _live_positions(tasks) -> np.ndarray:
-    """Phase one: the sorted positions of every key's latest message, tombstones dropped
-    (the tasks' partial tables merged on the executors, the last merge on the driver)."""
-    latest = tasks.mapPartitions(arrow_tasks.latest_per_key).treeReduce(
+def _live_positions(tasks, tombstone_cutoff_ms: int | None = None) -> np.ndarray:
+    """Phase one: the sorted positions of every key's latest message, tombstones older than
+    the cutoff dropped (the tasks' partial tables merged on the executors, the last merge
+    on the driver)."""
+    latest = tasks.mapPartitions(arrow_tasks.latest_per_key(tombstone_cutoff_ms)).treeReduce(
         arrow_tasks.merge_latest, depth=2)
     return arrow_tasks.live_positions(latest)
 
@@ -145,8 +147,7 @@ def run(spark, plan: Plan, storage: Storage, out_dir_rel: str,
     tasks = _tasks(spark, storage.root_uri, cut)
     with _Tracker(spark, progress) as tracker:
         tracker.set(apb.SCANNING_KEYS)
-        live = _live_positions(tasks)
-        keys = len(live)
+        live = _live_positions(tasks, plan.tombstone_cutoff_ms)
         tracker.set(apb.WRITING)
         broadcast = sc.broadcast(live)
         try:
@@ -162,9 +163,11 @@ def run(spark, plan: Plan, storage: Storage, out_dir_rel: str,
         else:  # a killed attempt's temp file
             storage.delete(rel)
     described.sort(key=lambda f: (f.first.ledger_id, f.first.entry_id))
-    if sum(f.rows for f in described) != sum(rows for _task, rows in written):
+    if sum(f.rows for f in described) != sum(rows for _task, rows, _tombs in written):
         raise RuntimeError(f"compaction {plan.job_id}: the parts do not hold what the tasks "
                            "wrote")
     manifest.files.extend(described)
-    finish_manifest(manifest, storage, out_dir_rel, plan.input_entries, keys)
+    tombstones = sum(tombs for _task, _rows, tombs in written)
+    finish_manifest(manifest, storage, out_dir_rel, plan.input_entries, len(live) - tombstones,
+                    tombstones)
     return manifest

@@ -1,15 +1,16 @@
 """`CompactedView`: a topic as `read_compacted` readers see it, a `LedgerView` wrapper.
 
 Ids at or before the horizon are served from the compacted ledger (compaction/ledger.py:
-the latest message of each key, keyless ones by policy); ids after it from the topic's own
-view (the raw ledgers), so a reader crosses the horizon with no gap and no duplicate (K7). A
-position at a compacted-away id lands on the next surviving id, or past the horizon on the
-first raw entry after it (K8). Without a compacted ledger the view is the raw view. The raw
-ledgers before the horizon may be gone (retention): the compacted prefix does not need them
-(K15). A pointer whose ledger cannot be opened (a file is missing or corrupt) makes reads at
-or before the horizon fail with that error (`DataLoss`, K17), and `last_readable` (what
-GetLastMessageId with read_compacted answers) too when its answer would come from there; the
-raw view is untouched.
+the latest message of each key, keyless ones by policy, and recent deletes: a kept tombstone
+is served as the empty-payload message it is, like a tombstone of the raw tail, K18); ids
+after it from the topic's own view (the raw ledgers), so a reader crosses the horizon with
+no gap and no duplicate (K7). A position at a compacted-away id lands on the next surviving
+id, or past the horizon on the first raw entry after it (K8). Without a compacted ledger the
+view is the raw view. The raw ledgers before the horizon may be gone (retention): the
+compacted prefix does not need them (K15). A pointer whose ledger cannot be opened (a file
+is missing or corrupt) makes reads at or before the horizon fail with that error (`DataLoss`,
+K17), and `last_readable` (what GetLastMessageId with read_compacted answers) too when its
+answer would come from there; the raw view is untouched.
 
 Pointer swaps (`update`: open in the executor, then `swap`) wake the listeners; readers go on
 by id (a position the new ledger compacted away moves to the next survivor at the next
@@ -133,7 +134,8 @@ class CompactedView:
 
     def last_confirmed(self) -> MessageId | None:
         """The newest id a compacted reader can read: the raw view's newest when it is past
-        the horizon, else the last survivor (K9: not a compacted-away tombstone), else None.
+        the horizon, else the last survivor (K9: not a compacted-away tombstone; a kept one is
+        a survivor), else None.
         (Of a broken ledger: None; `last_readable` raises its error instead.)"""
         last = self.raw.last_confirmed()
         if self.horizon is None or (last is not None and not self._in_prefix(last)):

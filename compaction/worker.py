@@ -13,7 +13,9 @@ compaction/admin.py) and runs one job at a time:
   run one job and a dead worker's jobs are taken over once its lease expires (every worker
   re-lists the requests every `relist` seconds);
 - plan (compaction/plan.py) from the ledger list, the current pointer (its mod revision is
-  what the commit compares) and the topic's `retain_null_key`;
+  what the commit compares), the topic's `retain_null_key` and the tombstone cutoff of the
+  request (its time minus the `delete_retention_seconds` it carries: a rerun keeps the same
+  deletes; a request without it, from an older broker, takes the topic's policy now);
 - the Spark job (compaction/spark_job.py) writes `<root>/compacted/<topic-dir>/<job_id>/`;
   Spark's progress and the driver's peak memory go into the job record as it runs;
 - commit (compaction/commit.py): one transaction publishes the pointer, marks the job DONE
@@ -309,7 +311,11 @@ class Worker:
         loop = asyncio.get_running_loop()
         job.phase = apb.SCANNING_KEYS
         await self._put_job(topic, job)
-        retain = (await effective_policies(self.store, topic)).retain_null_key
+        policies = await effective_policies(self.store, topic)
+        retain = policies.retain_null_key
+        retention = req.delete_retention_seconds if req.HasField("delete_retention_seconds") \
+            else policies.delete_retention_seconds
+        cutoff = planning.tombstone_cutoff(req.requested_ms, retention)
         lst_kv = await self.store.get(keys.ledgers(topic))
         ledgers = mpb.LedgerList.FromString(lst_kv.value) if lst_kv else mpb.LedgerList()
         ptr_kv = await self.store.get(keys.compaction(topic))
@@ -323,7 +329,9 @@ class Worker:
             await commit.finish(self.store, topic, keys.compaction_request(self.cluster, topic),
                                 req_bytes, job)
             return
-        plan = planning.make_plan(topic, job.job_id, ledgers, horizon, pointer, retain)
+        plan = planning.make_plan(topic, job.job_id, ledgers, horizon, pointer, retain,
+                                  tombstone_cutoff_ms=cutoff)
+        job.tombstone_cutoff_ms = cutoff or 0
         job.entries_total = plan.input_entries
         job.bytes_read = plan.input_bytes
         job.input_ledgers = len(plan.ledgers)

@@ -10,6 +10,7 @@ the defaults. Sizes are bytes, times seconds. Every field has an explicit allowe
     retention_size_bytes                    -1 (no limit) .. 2^60 (1 EiB)     int64
     max_message_size                        1 .. MAX_MESSAGE_SIZE (5 MiB)     uint32
     compaction_threshold_bytes              0 (off) .. 2^60                   int64
+    delete_retention_seconds                0 (drop at once) .. 100 years     int64
     replicator_auto_reset_backlog_entries   0 (never) .. 2^60                 int64
     ledger_max_entries                      1 .. 1e9                          uint64
     ledger_max_bytes                        1 .. 4 GiB                        uint64
@@ -24,6 +25,13 @@ the topic's shadows' durable subscriptions still need (each shadow broker publis
 etcd: `keys.shadow_needs`), so a lagging shadow subscription reads everything instead of
 skipping what retention deleted. Off by default (a shadow that never reads would then hold
 the source's ledgers forever). Truncate is explicit and still deletes every sealed ledger.
+
+`delete_retention_seconds` (Kafka's delete.retention.ms; default 1 day): how long compaction
+keeps a delete (a tombstone: a keyed message with an empty payload) in the compacted ledger,
+counted from the tombstone's publish time to the job's request time (compaction/plan.py). A
+reader or durable subscription that reaches the compacted head within that time of a delete
+sees the delete, even when a compaction ran in between; 0 drops a key's tombstone at the
+first compaction that reads it.
 
 `validate()` raises `InvalidPolicies` naming the field and its range; `to_pb()` validates
 first, so an out-of-range value never reaches protobuf's own ValueError.
@@ -47,6 +55,7 @@ RANGES: dict[str, tuple[int, int]] = {
     "retention_size_bytes": (-1, 1 << 60),
     "max_message_size": (1, MAX_MESSAGE_SIZE),
     "compaction_threshold_bytes": (0, 1 << 60),
+    "delete_retention_seconds": (0, 100 * 365 * _DAY),
     "replicator_auto_reset_backlog_entries": (0, 1 << 60),
     "ledger_max_entries": (1, 1_000_000_000),
     "ledger_max_bytes": (1, 4 << 30),
@@ -81,6 +90,7 @@ class Policies:
     max_subscriptions: int | None = None
     max_consumers: int | None = None
     retention_keeps_shadow_backlog: bool | None = None
+    delete_retention_seconds: int | None = None
 
     @classmethod
     def from_pb(cls, pb: common_pb2.Policies) -> "Policies":
@@ -122,7 +132,7 @@ DEFAULTS = Policies(
     compaction_threshold_bytes=0, retain_null_key=True, replicator_auto_reset_backlog_entries=0,
     ledger_max_entries=200_000, ledger_max_bytes=64 << 20, ledger_max_age_seconds=4 * 3600,
     max_producers=0, max_subscriptions=0, max_consumers=0,
-    retention_keeps_shadow_backlog=False,
+    retention_keeps_shadow_backlog=False, delete_retention_seconds=_DAY,
 )
 
 

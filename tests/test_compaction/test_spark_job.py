@@ -123,16 +123,35 @@ def test_spark_job_on_nothing_writes_no_file(spark, tmp_path, ledgers):
     assert list(empty.files) == [] and empty.input_entries == 0
 
 
+def test_spark_job_keeps_tombstones_from_the_cutoff_on(spark, tmp_path, ledgers):
+    """K18: a key whose latest message is a tombstone published at or after the plan's
+    cutoff keeps it (a delete marker); an older one is dropped with its key."""
+    st = Storage(str(tmp_path))
+    led = ledgers(st)   # ledger n's messages are published at 1000 + n
+    led.seal([("a", b"a1"), ("b", b"b1"), ("c", b"c1"), (None, b"")])
+    led.seal([("a", b""), ("c", b"c2")])
+    h = led.seal([("b", b""), ("e", b"")])
+    plan = make_plan(TOPIC, "j", led.list, h, None, True, tombstone_cutoff_ms=1003)
+    m = spark_job.run(spark, plan, st, "c/j")
+    want = compact(led.rows, True, 1003)
+    assert [(r.key, r.is_tombstone) for r in want] == [(None, True), (b"c", False),
+                                                       (b"b", True), (b"e", True)]
+    assert written(st, m) == want
+    assert (m.entries, m.keys, m.tombstones, m.tombstone_cutoff_ms) == (4, 1, 2, 1003)
+
+
 @pytest.mark.parametrize("retain", [True, False])
 def test_randomized_incremental_compactions_equal_reference_and_full(spark, tmp_path, retain,
                                                                     ledgers):
     """Random puts, deletes and keyless messages over many ledgers, compacted incrementally
-    at random points: every result equals the reference over everything so far, and a full
-    run (K12)."""
+    at random points, each job with a tombstone cutoff (moving forward) among its input's
+    publish times, so deletes on both sides of it: every result equals the reference over
+    everything so far, and a full run at the same cutoff (K12, K18)."""
     rnd = random.Random(20261124 + retain)
     st = Storage(str(tmp_path))
     led = ledgers(st)
     ptr = None
+    cutoff = kept = 0
     for job in range(4):
         for _ in range(rnd.randint(1, 3)):
             items = []
@@ -142,15 +161,23 @@ def test_randomized_incremental_compactions_equal_reference_and_full(spark, tmp_
                 payload = b"" if 0.1 <= roll < 0.3 else f"v{rnd.random():.6f}".encode()
                 items.append((key, payload))
             h = led.seal(items)
-        plan = make_plan(TOPIC, f"j{job}", led.list, h, ptr, retain)
+        # ledger n is published at 1000 + n: keep the tombstones of the newest 0-2 ledgers
+        cutoff = max(cutoff, 1000 + led.next_id - rnd.randint(0, 2))
+        plan = make_plan(TOPIC, f"j{job}", led.list, h, ptr, retain, tombstone_cutoff_ms=cutoff)
         m = spark_job.run(spark, plan, st, f"c/j{job}")
-        want = compact(led.rows, retain)
+        want = compact(led.rows, retain, cutoff)
         assert written(st, m) == want, f"job {job}"
         full = spark_job.run(spark, make_plan(TOPIC, f"f{job}", led.list, h, ptr, retain,
-                                              full=True), st, f"c/f{job}")
+                                              full=True, tombstone_cutoff_ms=cutoff),
+                             st, f"c/f{job}")
         assert written(st, full) == want and full.keys == m.keys
-        assert m.keys == len({r.key for r in want if r.key is not None})
+        assert m.keys == len({r.key for r in want if r.key is not None and not r.is_tombstone})
+        assert m.tombstones == sum(1 for r in want if r.key is not None and r.is_tombstone)
         ptr = pointer(m)
+        kept += m.tombstones
+    dropped = [r for r in led.rows if r.key is not None and r.is_tombstone
+               and r.publish_time < cutoff]
+    assert kept and dropped  # deletes on both sides of the cutoffs
 
 
 def test_sealed_ledgers_read_as_one_dataset_with_full_ids(tmp_path, ledgers):

@@ -26,6 +26,11 @@ from tests.test_integration.compaction_support import (compacted_rows, pointer, 
                                                        start_worker, wait_done)
 from tests.test_integration.etcd_support import etcd_put
 
+#: the policies of the tests that check PIP-14's result exactly: a delete leaves nothing in the
+#: compacted ledger (the default keeps it for a day, K18: test_compaction_deletes.py)
+DROP_DELETES = Policies(delete_retention_seconds=0)
+
+
 @pytest.fixture(scope="module")
 def cluster():
     return f"c-{uuid.uuid4().hex[:8]}"
@@ -69,6 +74,7 @@ def test_compact_keeps_the_latest_value_per_key(client, source, etcd_server, top
     """K1, K2, K4, K5 and K14 through the client: latest value per key with its id, deletes
     gone, keyless kept in place, a DONE job record with its counts; K3: the raw backlog
     still reads whole."""
+    client.admin.create_topic(topic, policies=DROP_DELETES)
     items = [("a", "a1"), ("b", "b1"), (None, "free1"), ("a", "a2"), ("c", "c1"),
              ("b", ""), ("a", "a3"), ("d", "d1"), ("d", ""), ("d", "d2")]
     ids = produce(client, topic, items)
@@ -115,6 +121,7 @@ def test_compacting_an_empty_topic_creates_no_ledger(client, source, topic):
 def test_recompaction_is_incremental_and_equals_a_full_one(client, source, etcd_server, topic):
     """K12: the second job reads the first one's compacted ledger plus only the ledgers
     sealed since; its result is what compacting everything gives."""
+    client.admin.create_topic(topic, policies=DROP_DELETES)
     first_items = [(f"k{i % 7}", f"v{i}") for i in range(40)]
     ids = produce(client, topic, first_items)
     j1 = client.admin.compact(topic)
@@ -232,6 +239,7 @@ def test_compacted_reader_crosses_the_horizon(client, source, topic):
     then everything produced after the horizon; a start at a compacted-away id lands on the
     next survivor; the read loop ends although the last compacted messages were
     tombstones; plain readers still read everything (K3)."""
+    client.admin.create_topic(topic, policies=DROP_DELETES)
     items = [("a", "a1"), ("b", "b1"), ("a", "a2"), ("c", "c1"), ("b", "b2"), ("c", ""),
              ("d", "d1"), ("d", "")]
     ids = produce(client, topic, items)
@@ -263,6 +271,7 @@ def test_k19_a_compacted_read_opened_after_done_reads_that_jobs_view(etcd_server
     b.start(timeout=60)
     try:
         with Client(b.url, timeout=30) as c:
+            c.admin.create_topic(topic, policies=DROP_DELETES)
             first = produce(c, topic, [("a", "a1"), ("b", "b1")])
             assert wait_done(c, topic, c.admin.compact(topic)).phase == "done"
             assert compacted_ids(c, topic) == first  # the view follows the pointer from now
@@ -275,6 +284,7 @@ def test_k19_a_compacted_read_opened_after_done_reads_that_jobs_view(etcd_server
 
 
 def test_cli_reads_the_compacted_view(client, source, topic):
+    client.admin.create_topic(topic, policies=DROP_DELETES)
     ids = produce(client, topic, [("k", "v1"), ("k", "v2"), ("j", "x"), ("j", "")])
     assert wait_done(client, topic, client.admin.compact(topic)).phase == "done"
     exe = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
@@ -365,6 +375,7 @@ def test_compacted_subscriptions(client, source, topic):
     """Durable subscriptions with read_compacted (Exclusive / Failover, as in Pulsar): the
     compacted prefix then the raw tail, acknowledged and resumed like any subscription;
     Shared is refused; a consumer that reads differently cannot join."""
+    client.admin.create_topic(topic, policies=DROP_DELETES)
     ids = produce(client, topic, [(f"k{i % 3}", f"v{i}") for i in range(9)] + [("k0", "")])
     assert wait_done(client, topic, client.admin.compact(topic)).phase == "done"
     more = produce(client, topic, [("k1", "new")])

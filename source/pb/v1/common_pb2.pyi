@@ -66,7 +66,7 @@ class StartPosition(_message.Message):
     def __init__(self, earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., message_id: _Optional[_Union[MessageIdData, _Mapping]] = ..., publish_time: _Optional[int] = ...) -> None: ...
 
 class Policies(_message.Message):
-    __slots__ = ("retention_time_seconds", "retention_size_bytes", "max_message_size", "compaction_threshold_bytes", "retain_null_key", "replicator_auto_reset_backlog_entries", "ledger_max_entries", "ledger_max_bytes", "ledger_max_age_seconds", "max_producers", "max_subscriptions", "max_consumers", "retention_keeps_shadow_backlog")
+    __slots__ = ("retention_time_seconds", "retention_size_bytes", "max_message_size", "compaction_threshold_bytes", "retain_null_key", "replicator_auto_reset_backlog_entries", "ledger_max_entries", "ledger_max_bytes", "ledger_max_age_seconds", "max_producers", "max_subscriptions", "max_consumers", "retention_keeps_shadow_backlog", "delete_retention_seconds")
     RETENTION_TIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +80,7 @@ class Policies(_message.Message):
     MAX_SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
     MAX_CONSUMERS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_KEEPS_SHADOW_BACKLOG_FIELD_NUMBER: _ClassVar[int]
+    DELETE_RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
     retention_time_seconds: int
     retention_size_bytes: int
     max_message_size: int
@@ -93,7 +94,8 @@ class Policies(_message.Message):
     max_subscriptions: int
     max_consumers: int
     retention_keeps_shadow_backlog: bool
-    def __init__(self, retention_time_seconds: _Optional[int] = ..., retention_size_bytes: _Optional[int] = ..., max_message_size: _Optional[int] = ..., compaction_threshold_bytes: _Optional[int] = ..., retain_null_key: _Optional[bool] = ..., replicator_auto_reset_backlog_entries: _Optional[int] = ..., ledger_max_entries: _Optional[int] = ..., ledger_max_bytes: _Optional[int] = ..., ledger_max_age_seconds: _Optional[int] = ..., max_producers: _Optional[int] = ..., max_subscriptions: _Optional[int] = ..., max_consumers: _Optional[int] = ..., retention_keeps_shadow_backlog: _Optional[bool] = ...) -> None: ...
+    delete_retention_seconds: int
+    def __init__(self, retention_time_seconds: _Optional[int] = ..., retention_size_bytes: _Optional[int] = ..., max_message_size: _Optional[int] = ..., compaction_threshold_bytes: _Optional[int] = ..., retain_null_key: _Optional[bool] = ..., replicator_auto_reset_backlog_entries: _Optional[int] = ..., ledger_max_entries: _Optional[int] = ..., ledger_max_bytes: _Optional[int] = ..., ledger_max_age_seconds: _Optional[int] = ..., max_producers: _Optional[int] = ..., max_subscriptions: _Optional[int] = ..., max_consumers: _Optional[int] = ..., retention_keeps_shadow_backlog: _Optional[bool] = ..., delete_retention_seconds: _Optional[int] = ...) -> None: ...
 
 class ErrorStatus(_message.Message):
     __slots__ = ("code", "reason", "message", "details")

@@ -167,7 +167,7 @@ class CompactedFile(_message.Message):
     def __init__(self, path: _Optional[str] = ..., rows: _Optional[int] = ..., first: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., last: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., size_bytes: _Optional[int] = ..., crc32c: _Optional[int] = ...) -> None: ...
 
 class CompactedManifest(_message.Message):
-    __slots__ = ("job_id", "topic", "horizon", "files", "entries", "keys", "input_entries", "input_bytes", "output_bytes", "input_ledgers", "previous_job_id", "retain_null_key", "created_ms")
+    __slots__ = ("job_id", "topic", "horizon", "files", "entries", "keys", "input_entries", "input_bytes", "output_bytes", "input_ledgers", "previous_job_id", "retain_null_key", "created_ms", "tombstone_cutoff_ms", "tombstones")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     HORIZON_FIELD_NUMBER: _ClassVar[int]
@@ -181,6 +181,8 @@ class CompactedManifest(_message.Message):
     PREVIOUS_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RETAIN_NULL_KEY_FIELD_NUMBER: _ClassVar[int]
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    TOMBSTONE_CUTOFF_MS_FIELD_NUMBER: _ClassVar[int]
+    TOMBSTONES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     topic: str
     horizon: _common_pb2.MessageIdData
@@ -194,23 +196,27 @@ class CompactedManifest(_message.Message):
     previous_job_id: str
     retain_null_key: bool
     created_ms: int
-    def __init__(self, job_id: _Optional[str] = ..., topic: _Optional[str] = ..., horizon: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., files: _Optional[_Iterable[_Union[CompactedFile, _Mapping]]] = ..., entries: _Optional[int] = ..., keys: _Optional[int] = ..., input_entries: _Optional[int] = ..., input_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., input_ledgers: _Optional[_Iterable[int]] = ..., previous_job_id: _Optional[str] = ..., retain_null_key: _Optional[bool] = ..., created_ms: _Optional[int] = ...) -> None: ...
+    tombstone_cutoff_ms: int
+    tombstones: int
+    def __init__(self, job_id: _Optional[str] = ..., topic: _Optional[str] = ..., horizon: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., files: _Optional[_Iterable[_Union[CompactedFile, _Mapping]]] = ..., entries: _Optional[int] = ..., keys: _Optional[int] = ..., input_entries: _Optional[int] = ..., input_bytes: _Optional[int] = ..., output_bytes: _Optional[int] = ..., input_ledgers: _Optional[_Iterable[int]] = ..., previous_job_id: _Optional[str] = ..., retain_null_key: _Optional[bool] = ..., created_ms: _Optional[int] = ..., tombstone_cutoff_ms: _Optional[int] = ..., tombstones: _Optional[int] = ...) -> None: ...
 
 class CompactionRequest(_message.Message):
-    __slots__ = ("topic", "job_id", "horizon", "storage_root", "trigger", "requested_ms")
+    __slots__ = ("topic", "job_id", "horizon", "storage_root", "trigger", "requested_ms", "delete_retention_seconds")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     HORIZON_FIELD_NUMBER: _ClassVar[int]
     STORAGE_ROOT_FIELD_NUMBER: _ClassVar[int]
     TRIGGER_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_MS_FIELD_NUMBER: _ClassVar[int]
+    DELETE_RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
     topic: str
     job_id: str
     horizon: _common_pb2.MessageIdData
     storage_root: str
     trigger: str
     requested_ms: int
-    def __init__(self, topic: _Optional[str] = ..., job_id: _Optional[str] = ..., horizon: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., storage_root: _Optional[str] = ..., trigger: _Optional[str] = ..., requested_ms: _Optional[int] = ...) -> None: ...
+    delete_retention_seconds: int
+    def __init__(self, topic: _Optional[str] = ..., job_id: _Optional[str] = ..., horizon: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., storage_root: _Optional[str] = ..., trigger: _Optional[str] = ..., requested_ms: _Optional[int] = ..., delete_retention_seconds: _Optional[int] = ...) -> None: ...
 
 class SubscriptionMeta(_message.Message):
     __slots__ = ("name", "type", "created_ms", "initial_position", "read_compacted")
