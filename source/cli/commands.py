@@ -21,6 +21,7 @@ _POLICY_FLAGS = {
     "max_producers": "max_producers", "max_subscriptions": "max_subscriptions",
     "max_consumers": "max_consumers",
     "retention_keeps_shadow_backlog": "retention_keeps_shadow_backlog",
+    "delete_retention": "delete_retention_seconds",
 }
 
 
@@ -29,8 +30,12 @@ def _policies(args: argparse.Namespace) -> Policies:
                        if getattr(args, flag, None) is not None})
 
 
+#: how long a CLI call retries temporary errors (the library's default is 30 s)
+OPERATION_TIMEOUT_S = 10.0
+
+
 def _client(args: argparse.Namespace) -> Client:
-    return Client(args.url)
+    return Client(args.url, operation_timeout=args.operation_timeout)
 
 
 def standalone(args) -> int:

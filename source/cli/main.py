@@ -14,7 +14,9 @@
     shadowtopic consume <topic> -s SUB [-t TYPE] [-p earliest|latest|L:E] [-n N] [--no-ack]
 
 Every command that prints data takes `-o table` (default) or `-o json`; the broker is
-`--url` / $SHADOWTOPIC_URL (default localhost:6650). Both go before or after the subcommand.
+`--url` / $SHADOWTOPIC_URL (default localhost:6650); `--operation-timeout` bounds how long a
+call retries temporary errors (default 10 s: shorter than the library's 30 s, so a wrong URL
+fails soon). These go before or after the subcommand.
 Every error, usage errors included, prints one `error:` line on stderr and exits 1.
 """
 from __future__ import annotations
@@ -44,6 +46,10 @@ def _common(p: argparse.ArgumentParser, output: bool = True) -> None:
     unset option from overwriting the value given before the subcommand."""
     p.add_argument("--url", default=argparse.SUPPRESS,
                    help="broker URL (default $SHADOWTOPIC_URL or localhost:6650)")
+    p.add_argument("--operation-timeout", type=seconds, default=argparse.SUPPRESS,
+                   metavar="SECONDS",
+                   help="how long a call retries temporary errors (a broker restarting, "
+                        f"unreachable) before it fails (default {commands.OPERATION_TIMEOUT_S:g})")
     if output:
         p.add_argument("-o", "--output", choices=["table", "json"], default=argparse.SUPPRESS,
                        help="table (default) or json")
@@ -55,6 +61,9 @@ def _policy_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--retention-size", type=size, help="e.g. 10G, -1 = unlimited")
     g.add_argument("--max-message-size", type=size)
     g.add_argument("--compaction-threshold", type=size)
+    g.add_argument("--delete-retention", type=duration, metavar="DURATION",
+                   help="how long compaction keeps a delete (tombstone) in the compacted "
+                        "ledger, e.g. 1d (the default), 0 = drop it at once")
     g.add_argument("--retain-null-key", type=boolean)
     g.add_argument("--replicator-auto-reset-backlog-entries", type=int)
     g.add_argument("--ledger-max-entries", type=int)
@@ -282,9 +291,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["broker"]:  # the rest are the broker's own flags, --help too
         return argparse.Namespace(func=commands.broker, args=argv[1:], url=None,
-                                  output="table")
+                                  output="table", operation_timeout=None)
     args = build_parser().parse_args(argv)
     args.url = getattr(args, "url", None)
+    args.operation_timeout = getattr(args, "operation_timeout", commands.OPERATION_TIMEOUT_S)
     args.output = getattr(args, "output", "table")
     return args
 

@@ -2,6 +2,10 @@
 domain types and plain dicts (stats print with Pulsar's camelCase names, through protobuf's
 JSON mapping).
 
+Every call retries temporary errors within the client's operation timeout; the calls that
+are not idempotent (creates, deletes, skip, clear_backlog, truncate, roll_ledger, compact)
+only errors that guarantee nothing was applied: source/client/retry.py says which and why.
+
 `position_pb` is the one parser of user positions ("earliest", "latest", a MessageId, its
 "L:E" text, or publish time in ms since the epoch) for subscriptions, seeks and cursor resets."""
 from __future__ import annotations
@@ -16,6 +20,7 @@ from google.protobuf.json_format import MessageToDict
 
 from source.client.connection import Connection
 from source.client.message import Message
+from source.client.retry import Deadline, not_applied, retriable
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import TopicName, canonical, check_subscription
@@ -65,6 +70,8 @@ class CompactionStatus:
     trigger: str = ""
     previous_job_id: str = ""
     peak_rss_bytes: int = 0
+    #: deletes published at or after it (ms since epoch) stay in the compacted ledger (0: none)
+    tombstone_cutoff_ms: int = 0
     error: errors.ShadowTopicError | None = None
 
     @property
@@ -87,7 +94,7 @@ class CompactionStatus:
                    horizon=MessageId.from_pb(pb.horizon) if pb.HasField("horizon") else None,
                    start_ms=pb.start_time, end_ms=pb.end_time, trigger=pb.trigger,
                    previous_job_id=pb.previous_job_id, peak_rss_bytes=pb.peak_rss_bytes,
-                   error=err)
+                   tombstone_cutoff_ms=pb.tombstone_cutoff_ms, error=err)
 
     def to_dict(self) -> dict:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "error"}
@@ -169,9 +176,22 @@ def _numbers(desc, data: dict) -> dict:
 
 
 class Admin:
-    def __init__(self, conn: Connection):
+    def __init__(self, conn: Connection, deadline: Deadline | None = None):
+        """Use `Client.admin`. With `deadline` (the client's opening calls, which retry as
+        a whole), each call is made once, within the time the deadline leaves."""
         self._c = conn
         self._stub = conn.admin
+        self._deadline = deadline
+
+    def _call(self, method, request, idempotent: bool = True):
+        """One unary call, retried as source/client/retry.py says (`idempotent=False`: only
+        errors that guarantee the call was not applied)."""
+        conn = self._c
+        if self._deadline is not None:
+            return conn.call(method, request, timeout=self._deadline.budget(conn.timeout))
+        return conn.retry.run(
+            lambda deadline: conn.call(method, request, timeout=deadline.budget(conn.timeout)),
+            retriable if idempotent else not_applied)
 
     def create_topic(self, topic: str, partitions: int = 0, policies: Policies | None = None,
                      properties: dict[str, str] | None = None) -> TopicMetadata:
@@ -181,16 +201,17 @@ class Admin:
                                      partitions=validate_partitions(partitions),
                                      policies=(policies or Policies()).to_pb(),
                                      properties=validate_properties(properties or {}))
-        return TopicMetadata.from_pb(self._c.call(self._stub.CreateTopic, req))
+        return TopicMetadata.from_pb(self._call(self._stub.CreateTopic, req, idempotent=False))
 
     def delete_topic(self, topic: str, force: bool = False) -> None:
-        self._c.call(self._stub.DeleteTopic, apb.DeleteTopicRequest(topic=canonical(topic),
-                                                                    force=force))
+        self._call(self._stub.DeleteTopic, apb.DeleteTopicRequest(topic=canonical(topic),
+                                                                  force=force),
+                   idempotent=False)
 
     def list_topics(self, namespace: str = "") -> list[TopicMetadata]:
         out, token = [], ""
         while True:
-            resp = self._c.call(self._stub.ListTopics, apb.ListTopicsRequest(
+            resp = self._call(self._stub.ListTopics, apb.ListTopicsRequest(
                 namespace=namespace, page=common_pb2.PageRequest(page_token=token)))
             out += [TopicMetadata.from_pb(t) for t in resp.topics]
             token = resp.next_page_token
@@ -198,39 +219,40 @@ class Admin:
                 return out
 
     def get_topic(self, topic: str) -> TopicMetadata:
-        return TopicMetadata.from_pb(self._c.call(
+        return TopicMetadata.from_pb(self._call(
             self._stub.GetTopicMetadata, apb.TopicRequest(topic=canonical(topic))))
 
     def get_policies(self, topic: str) -> Policies:
-        return Policies.from_pb(self._c.call(self._stub.GetPolicies,
+        return Policies.from_pb(self._call(self._stub.GetPolicies,
                                              apb.TopicRequest(topic=canonical(topic))))
 
     def set_policies(self, topic: str, policies: Policies) -> Policies:
-        return Policies.from_pb(self._c.call(self._stub.SetPolicies, apb.SetPoliciesRequest(
+        return Policies.from_pb(self._call(self._stub.SetPolicies, apb.SetPoliciesRequest(
             topic=canonical(topic), policies=policies.to_pb())))
 
     def stats(self, topic: str) -> dict:
-        return to_dict(self._c.call(self._stub.GetTopicStats,
+        return to_dict(self._call(self._stub.GetTopicStats,
                                     apb.TopicRequest(topic=canonical(topic))))
 
     def internal_stats(self, topic: str) -> dict:
-        return to_dict(self._c.call(self._stub.GetInternalStats,
+        return to_dict(self._call(self._stub.GetInternalStats,
                                     apb.TopicRequest(topic=canonical(topic))))
 
     def lookup(self, topic: str) -> dict:
-        return to_dict(self._c.call(self._stub.Lookup, apb.TopicRequest(topic=canonical(topic))))
+        return to_dict(self._call(self._stub.Lookup, apb.TopicRequest(topic=canonical(topic))))
 
     def roll_ledger(self, topic: str) -> dict:
-        return to_dict(self._c.call(self._stub.RollLedger,
-                                    apb.TopicRequest(topic=canonical(topic))))
+        return to_dict(self._call(self._stub.RollLedger,
+                                  apb.TopicRequest(topic=canonical(topic)), idempotent=False))
 
     def truncate(self, topic: str) -> dict:
-        return to_dict(self._c.call(self._stub.Truncate, apb.TopicRequest(topic=canonical(topic))))
+        return to_dict(self._call(self._stub.Truncate, apb.TopicRequest(topic=canonical(topic)),
+                                  idempotent=False))
 
     def last_message_id(self, topic: str, read_compacted: bool = False) -> MessageId | None:
         """The newest message's id, or None when the topic holds no message; with
         `read_compacted`, the newest one a compacted reader can read."""
-        pb = self._c.call(self._stub.GetLastMessageId, apb.GetLastMessageIdRequest(
+        pb = self._call(self._stub.GetLastMessageId, apb.GetLastMessageIdRequest(
             topic=canonical(topic), read_compacted=read_compacted))
         return MessageId.from_pb(pb) if pb.ledger_id else None
 
@@ -241,11 +263,12 @@ class Admin:
         ledger is sealed now, so the job covers everything produced before this call; a
         compaction worker runs it. Returns the job id; `CompactionInProgress` while one
         runs, `NotAllowed` for a shadow (its source is what gets compacted)."""
-        return self._c.call(self._stub.Compact, apb.TopicRequest(topic=canonical(topic))).job_id
+        return self._call(self._stub.Compact, apb.TopicRequest(topic=canonical(topic)),
+                          idempotent=False).job_id
 
     def compaction_status(self, topic: str) -> CompactionStatus:
         """The newest compaction job's record (`CompactionNotFound`: never compacted)."""
-        return CompactionStatus.from_pb(self._c.call(
+        return CompactionStatus.from_pb(self._call(
             self._stub.GetCompactionStatus, apb.TopicRequest(topic=canonical(topic))))
 
     def watch_compaction(self, topic: str, timeout: float | None = None
@@ -274,23 +297,25 @@ class Admin:
         name, itself), `NotAllowed` (the source is a shadow)."""
         req = apb.CreateShadowTopicRequest(shadow=canonical(shadow), source=canonical(source),
                                            properties=validate_properties(properties or {}))
-        return TopicMetadata.from_pb(self._c.call(self._stub.CreateShadowTopic, req))
+        return TopicMetadata.from_pb(self._call(self._stub.CreateShadowTopic, req,
+                                                idempotent=False))
 
     def get_shadow_topics(self, source: str) -> list[str]:
         """The shadows of `source` (canonical names; empty when it has none)."""
-        resp = self._c.call(self._stub.GetShadowTopics,
+        resp = self._call(self._stub.GetShadowTopics,
                             apb.TopicRequest(topic=canonical(source)))
         return list(resp.shadows)
 
     def get_shadow_source(self, shadow: str) -> str:
         """The source topic of `shadow` (`NotAllowed` when it is not a shadow)."""
-        return self._c.call(self._stub.GetShadowSource,
+        return self._call(self._stub.GetShadowSource,
                             apb.TopicRequest(topic=canonical(shadow))).source
 
     def delete_shadow_topic(self, shadow: str) -> None:
         """Delete a shadow, its subscriptions and their cursors; never any of its source's
         data (`NotAllowed` when `shadow` is not a shadow)."""
-        self._c.call(self._stub.DeleteShadowTopic, apb.TopicRequest(topic=canonical(shadow)))
+        self._call(self._stub.DeleteShadowTopic, apb.TopicRequest(topic=canonical(shadow)),
+                   idempotent=False)
 
     # ---- subscriptions ------------------------------------------------------------------
 
@@ -301,21 +326,21 @@ class Admin:
         req = apb.CreateSubscriptionRequest(topic=canonical(topic),
                                             subscription=check_subscription(subscription),
                                             start=position_pb(start, "start"))
-        self._c.call(self._stub.CreateSubscription, req)
+        self._call(self._stub.CreateSubscription, req, idempotent=False)
 
     def delete_subscription(self, topic: str, subscription: str, force: bool = False,
                             dry_run: bool = False) -> dict:
         """Delete a subscription (`force`: also when consumers are attached; they are
         disconnected). Returns what changed (or would, with `dry_run`): markDeletePosition,
         msgBacklog, entriesAcked, consumers, dryRun."""
-        return to_dict(self._c.call(self._stub.DeleteSubscription, apb.DeleteSubscriptionRequest(
+        return to_dict(self._call(self._stub.DeleteSubscription, apb.DeleteSubscriptionRequest(
             topic=canonical(topic), subscription=check_subscription(subscription),
-            force=bool(force), dry_run=bool(dry_run))))
+            force=bool(force), dry_run=bool(dry_run)), idempotent=bool(dry_run)))
 
     def list_subscriptions(self, topic: str) -> list[str]:
         out, token = [], ""
         while True:
-            resp = self._c.call(self._stub.ListSubscriptions, apb.ListSubscriptionsRequest(
+            resp = self._call(self._stub.ListSubscriptions, apb.ListSubscriptionsRequest(
                 topic=canonical(topic), page=common_pb2.PageRequest(page_token=token)))
             out += list(resp.subscriptions)
             token = resp.next_page_token
@@ -327,27 +352,27 @@ class Admin:
         """Move the subscription's cursor to a MessageId ("L:E") or a publish time (int, ms
         since the epoch). Returns where it landed (or would, with `dry_run`) and whether the
         position was clamped to the first or last message."""
-        resp = self._c.call(self._stub.ResetCursor, apb.ResetCursorRequest(
+        resp = self._call(self._stub.ResetCursor, apb.ResetCursorRequest(
             topic=canonical(topic), subscription=check_subscription(subscription),
             position=position_pb(position), dry_run=bool(dry_run)))
         return MessageId.from_pb(resp.position), resp.clamped
 
     def skip(self, topic: str, subscription: str, count: int, dry_run: bool = False) -> dict:
         """Acknowledge the next `count` messages of the subscription's backlog."""
-        return to_dict(self._c.call(self._stub.Skip, apb.SkipRequest(
+        return to_dict(self._call(self._stub.Skip, apb.SkipRequest(
             topic=canonical(topic), subscription=check_subscription(subscription),
-            count=_count(count, "count"), dry_run=bool(dry_run))))
+            count=_count(count, "count"), dry_run=bool(dry_run)), idempotent=bool(dry_run)))
 
     def clear_backlog(self, topic: str, subscription: str, dry_run: bool = False) -> dict:
         """Acknowledge the subscription's whole backlog."""
-        return to_dict(self._c.call(self._stub.ClearBacklog, apb.ClearBacklogRequest(
+        return to_dict(self._call(self._stub.ClearBacklog, apb.ClearBacklogRequest(
             topic=canonical(topic), subscription=check_subscription(subscription),
-            dry_run=bool(dry_run))))
+            dry_run=bool(dry_run)), idempotent=bool(dry_run)))
 
     def peek_messages(self, topic: str, subscription: str, count: int = 1) -> list[Message]:
         """The next `count` messages of the subscription's backlog, without consuming them."""
         name = canonical(topic)
-        resp = self._c.call(self._stub.PeekMessages, apb.PeekMessagesRequest(
+        resp = self._call(self._stub.PeekMessages, apb.PeekMessagesRequest(
             topic=name, subscription=check_subscription(subscription),
             count=_count(count, "count", 1, (1 << 32) - 1)))
         partition = TopicName.parse(name).partition_index

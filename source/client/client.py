@@ -10,25 +10,39 @@
         with client.subscribe("my-topic", "my-sub", consumer_type="shared") as consumer:
             msg = consumer.receive(timeout=10)
             consumer.acknowledge(msg)
+
+Temporary errors are retried by the client itself. While a broker restarts, or a topic is
+reloaded or changes owner, brokers answer retriable errors (`TopicNotOwned`,
+`ServiceUnavailable`, `ConnectError`, `Timeout`: `errors.X.retriable`). Opening a producer,
+consumer or reader (its lookup included) and admin calls retry them with backoff (50 ms
+doubling to 1 s, jittered) until `operation_timeout` seconds have passed (default: `timeout`,
+30 s as Pulsar's operationTimeout), then raise the last one, typed, with its reason; a
+non-retriable error (`NotAllowed`, `TopicNotFound`, `ConsumerBusy`, ...) raises at once.
+Admin calls that are not idempotent retry only errors that guarantee nothing was applied.
+Never retried: a produce send (a retry could duplicate it) and anything on an established
+producer, consumer or reader. source/client/retry.py has the loop and the reasons.
 """
 from __future__ import annotations
 
 import inspect
 import threading
 import time
-from typing import Callable
+from typing import Callable, TypeVar
 
 from source.client.admin import Admin, TopicMetadata, position_pb
 from source.client.connection import Connection
 from source.client.consumer import Consumer
-from source.client.options import check_options, parse_consumer_type
+from source.client.options import DEFAULT_TIMEOUT_S, check_options, parse_consumer_type
 from source.client.listener import Callback, Listeners
 from source.client.producer import Producer
 from source.client.reader import Reader
+from source.client.retry import Deadline
 from source.client.stream import CLOSE_TIMEOUT_S, Multiplexer
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import canonical, check_subscription
+
+T = TypeVar("T")
 
 
 def _check_listener(listener) -> None:
@@ -46,11 +60,17 @@ def _check_listener(listener) -> None:
 
 
 class Client:
-    def __init__(self, url: str | None = None, timeout: float = 30.0):
-        self._conn = Connection(url, timeout)
+    def __init__(self, url: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+                 operation_timeout: float | None = None):
+        """A client of the broker at `url` (default $SHADOWTOPIC_URL or localhost:6650).
+        `timeout`: the longest one call may take. `operation_timeout` (default: `timeout`):
+        how long opening a producer, consumer or reader, and an admin call, keep retrying
+        temporary errors before raising the last one (see the module doc)."""
+        self._conn = Connection(url, timeout, operation_timeout)
         self.url = self._conn.url
         self.admin = Admin(self._conn)
         self._timeout = timeout
+        self._operation_timeout = self._conn.operation_timeout
         # per broker address: its connection and its consumer stream (the first is `url`'s)
         self._conns: dict[str, Connection] = {self.url: self._conn}
         self._muxes: dict[str, Multiplexer] = {}
@@ -58,17 +78,23 @@ class Client:
         self._children: list = []
         self._closed = False
 
-    def _meta(self, topic: str) -> TopicMetadata:
-        return self.admin.get_topic(topic)
+    def _open(self, topic: str, make: Callable[[TopicMetadata, Connection, Deadline], T]) -> T:
+        """`make(meta, conn, deadline)` for `topic`'s metadata and the connection serving it,
+        the whole (metadata, lookup, open) retried as one within the operation timeout."""
+        def attempt(deadline: Deadline) -> T:
+            once = Admin(self._conn, deadline)  # each call once: this attempt is retried
+            meta = once.get_topic(topic)
+            return make(meta, self._route(meta, once), deadline)
+        return self._conn.retry.run(attempt)
 
-    def _route(self, meta: TopicMetadata) -> Connection:
+    def _route(self, meta: TopicMetadata, admin: Admin) -> Connection:
         """The connection for a topic: by Lookup (any broker answers, so a user names one
         broker and never needs to know which process serves a shadow), followed for a
         shadow, or when the asked broker says it does not serve the topic's kind; a source
         topic otherwise stays with the broker this client was given (it serves the topic
         or takes it over from a dead owner). A connection per broker, reused."""
         try:
-            answer = self.admin.lookup(meta.topic)
+            answer = admin.lookup(meta.topic)
         except (errors.Unimplemented, errors.ServiceUnavailable):
             return self._conn  # no lookup, or no broker for it: the given broker says why
         url = answer.get("brokerUrl") or self.url
@@ -79,14 +105,15 @@ class Client:
                 raise errors.AlreadyClosed("client is closed")
             conn = self._conns.get(url)
             if conn is None:
-                conn = self._conns[url] = Connection(url, self._timeout)
+                conn = self._conns[url] = Connection(url, self._timeout,
+                                                     self._operation_timeout)
             return conn
 
     def create_producer(self, topic: str, producer_name: str = "", **options) -> Producer:
         """A producer; options: batch_max_messages, batch_max_bytes, linger_ms, max_inflight."""
         topic = canonical(topic)
-        meta = self._meta(topic)
-        p = Producer(self._route(meta), topic, meta.partitions, producer_name, **options)
+        p = self._open(topic, lambda meta, conn, _: Producer(conn, topic, meta.partitions,
+                                                              producer_name, **options))
         self._children.append(p)
         return p
 
@@ -97,10 +124,10 @@ class Client:
         With `read_compacted`, it reads the topic's compacted view: the latest message of
         each key up to the compaction horizon, then every message after it."""
         topic = canonical(topic)
-        meta = self._meta(topic)
-        partitions, conn = meta.partitions, self._route(meta)
-        r = Reader(conn, self._multiplexer(conn), topic, partitions, start, inclusive,
-                   receiver_queue_size, read_compacted=read_compacted)
+        r = self._open(topic, lambda meta, conn, deadline: Reader(
+            conn, self._multiplexer(conn), topic, meta.partitions, start, inclusive,
+            receiver_queue_size, subscribe_timeout=deadline.budget(conn.timeout),
+            read_compacted=read_compacted))
         self._children.append(r)
         return r
 
@@ -122,19 +149,24 @@ class Client:
 
         Raises `InvalidArgument` for a bad argument before sending anything, and the broker's
         typed error when it refuses (`ConsumerBusy`: a second exclusive consumer or another
-        type than the subscription's; `TooManyConsumers`, `TooManySubscriptions`, ...)."""
+        type than the subscription's; `TooManyConsumers`, `TooManySubscriptions`, ...).
+        A temporary error (`TopicNotOwned`, `ServiceUnavailable`, ...) is retried within the
+        client's operation timeout, then raised (see the module doc)."""
         check_subscription(subscription_name)
         parse_consumer_type(consumer_type)
         position_pb(initial_position, "initial position")
         check_options(consumer_name, receiver_queue_size, priority,
                       negative_ack_redelivery_delay_ms, on_active_change)
         topic = canonical(topic)
-        meta = self._meta(topic)
-        partitions, conn = meta.partitions, self._route(meta)
-        c = Consumer(conn, self._multiplexer(conn), topic, partitions, subscription_name,
-                     consumer_type, initial_position, consumer_name, receiver_queue_size,
-                     priority, negative_ack_redelivery_delay_ms, on_active_change,
-                     read_compacted=read_compacted)
+
+        def make(meta: TopicMetadata, conn: Connection, deadline: Deadline) -> Consumer:
+            c = Consumer(conn, self._multiplexer(conn), topic, meta.partitions,
+                         subscription_name, consumer_type, initial_position, consumer_name,
+                         receiver_queue_size, priority, negative_ack_redelivery_delay_ms,
+                         on_active_change, wait=False, read_compacted=read_compacted)
+            c._await_subscribed(time.monotonic() + deadline.budget(conn.timeout))
+            return c
+        c = self._open(topic, make)
         self._children.append(c)
         return c
 
@@ -158,7 +190,8 @@ class Client:
         only through the listener, not `receive`.
 
         All or nothing: when the broker refuses one, every consumer of the call is closed
-        and its typed error raised."""
+        and its typed error raised (a temporary error: the whole call is retried within the
+        operation timeout first)."""
         names = list(subscription_names)
         for name in names:
             check_subscription(name)
@@ -170,26 +203,29 @@ class Client:
         if message_listener is not None:
             _check_listener(message_listener)
         topic = canonical(topic)
-        meta = self._meta(topic)
-        partitions, conn = meta.partitions, self._route(meta)
-        mux = self._multiplexer(conn)
-        listeners = Listeners(message_listener, mux) if message_listener is not None else None
-        consumers: list[Consumer] = []
-        try:
-            for name in names:
-                consumers.append(Consumer(
-                    conn, mux, topic, partitions, name, consumer_type, initial_position,
-                    consumer_name, receiver_queue_size, message_listener=listeners,
-                    wait=False, read_compacted=read_compacted))
-            deadline = time.monotonic() + self._conn.timeout + len(names) / 1000
-            for c in consumers:
-                c._await_subscribed(deadline)
-        except BaseException:
-            for c in consumers:
-                c.close()
-            if listeners is not None:
-                listeners.close()
-            raise
+
+        def make(meta: TopicMetadata, conn: Connection, deadline: Deadline):
+            mux = self._multiplexer(conn)
+            listeners = (Listeners(message_listener, mux) if message_listener is not None
+                         else None)
+            consumers: list[Consumer] = []
+            try:
+                for name in names:
+                    consumers.append(Consumer(
+                        conn, mux, topic, meta.partitions, name, consumer_type,
+                        initial_position, consumer_name, receiver_queue_size,
+                        message_listener=listeners, wait=False, read_compacted=read_compacted))
+                until = time.monotonic() + deadline.budget(conn.timeout) + len(names) / 1000
+                for c in consumers:
+                    c._await_subscribed(until)
+            except BaseException:
+                for c in consumers:
+                    c.close()
+                if listeners is not None:
+                    listeners.close()
+                raise
+            return consumers, listeners
+        consumers, listeners = self._open(topic, make)
         self._children.extend(consumers)
         if listeners is not None:
             self._children.append(listeners)

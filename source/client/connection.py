@@ -1,15 +1,25 @@
-"""One gRPC channel to a broker, and the mapping of gRPC failures to typed errors."""
+"""One gRPC channel to a broker, and the mapping of gRPC failures to typed errors.
+
+`Connection.call` is one attempt; the retries of opening and admin calls are
+source/client/retry.py's, within the connection's `operation_timeout`. The channel tries to
+reconnect to a broker that went away at least every `MAX_RECONNECT_BACKOFF_MS` (gRPC's
+default grows to 120 s): a broker back after a restart is reached within the backoff of
+the retries, not minutes later.
+"""
 from __future__ import annotations
 
 import os
 
 import grpc
 
+from source.client.options import DEFAULT_TIMEOUT_S, operation_timeout as checked_timeout
+from source.client.retry import Retry
 from source.core import errors
 from source.pb.v1 import admin_pb2_grpc, producer_pb2_grpc
 
 DEFAULT_URL = "localhost:6650"
 MAX_MESSAGE = 64 << 20
+MAX_RECONNECT_BACKOFF_MS = 1000
 
 
 def service_url(url: str | None) -> str:
@@ -21,13 +31,18 @@ def service_url(url: str | None) -> str:
 
 
 class Connection:
-    def __init__(self, url: str | None = None, timeout: float = 30.0):
+    def __init__(self, url: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+                 operation_timeout: float | None = None):
         self.url = service_url(url)
         self.timeout = timeout
+        self.operation_timeout = checked_timeout(operation_timeout, timeout)
+        self.retry = Retry(self.operation_timeout)
         self.channel = grpc.insecure_channel(self.url, options=[
             ("grpc.max_send_message_length", MAX_MESSAGE),
             ("grpc.max_receive_message_length", MAX_MESSAGE),
-            ("grpc.enable_retries", 1)])
+            ("grpc.enable_retries", 1),
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS)])
         self.closed = False
         self.admin = admin_pb2_grpc.AdminStub(self.channel)
         self.producer = producer_pb2_grpc.ProducerStub(self.channel)

@@ -1,10 +1,21 @@
-"""Consumer options as users spell them, checked before anything is sent."""
+"""Client and consumer options as users spell them, checked before anything is sent.
+
+Client timeouts (`Client(url, timeout=30.0, operation_timeout=None)`):
+
+- `timeout`: the longest one call to a broker may take (a gRPC deadline), and the longest
+  a consumer or reader waits for the broker to answer its subscribe, seek or close.
+- `operation_timeout` (default: `timeout`, so 30 s as Pulsar's `operationTimeout`): how long
+  opening a producer, consumer or reader, and an admin call, keep retrying temporary errors
+  (a broker restarting, a topic reloading or changing owner) before raising the last one.
+  Retrying is source/client/retry.py's.
+"""
 from __future__ import annotations
 
 from source.core import errors
 from source.pb.v1 import consumer_pb2
 
 MAX_NACK_DELAY_MS = (1 << 32) - 1
+DEFAULT_TIMEOUT_S = 30.0
 
 #: accepted spellings (case-insensitive) -> (canonical name, wire enum)
 _TYPES = {
@@ -43,3 +54,14 @@ def check_options(consumer_name: str, receiver_queue_size: int, priority: int,
         raise errors.InvalidArgument(f"consumer_name must be a string, got {consumer_name!r}")
     if on_active_change is not None and not callable(on_active_change):
         raise errors.InvalidArgument("on_active_change must be callable")
+
+
+def operation_timeout(value: float | None, timeout: float) -> float:
+    """The client's operation timeout: `value` in seconds (a positive number), or `timeout`
+    when None; `InvalidArgument` for anything else."""
+    if value is None:
+        return timeout
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < 1e9:
+        raise errors.InvalidArgument(f"operation_timeout must be a number of seconds > 0, "
+                                     f"got {value!r}")
+    return float(value)

@@ -64,6 +64,9 @@ class FakeBroker:
         self.streams: list = []
         #: kind -> function(cmd) -> list of frames, replacing the default answer
         self.answers: dict = {}
+        #: admin method name -> errors its next calls answer, one each, before it works
+        self.admin_errors: dict[str, list[errors.ShadowTopicError]] = {}
+        self.admin_counts: dict[str, int] = {}
         self.seek_clamped = False
         self.subscriptions_pages = [["a", "b"], ["c"]]
         self.server = grpc.server(ThreadPoolExecutor(16))
@@ -83,7 +86,7 @@ class FakeBroker:
                 entries=[entry(1, 0, "x", key="k"), entry(1, 1, "y")]))),
         }
         handlers = {name: grpc.unary_unary_rpc_method_handler(
-            fn, request_deserializer=req.FromString,
+            self._scripted(name, fn), request_deserializer=req.FromString,
             response_serializer=lambda m: m.SerializeToString())
             for name, (req, fn) in admin.items()}
         self.server.add_generic_rpc_handlers([
@@ -97,6 +100,20 @@ class FakeBroker:
         self.server.start()
 
     # -- admin --
+    def _scripted(self, name, fn):
+        """`fn`, counted, answering the errors `admin_errors[name]` scripts first."""
+        def call(req, context):
+            with self.cond:
+                self.admin_counts[name] = self.admin_counts.get(name, 0) + 1
+                queued = self.admin_errors.get(name)
+                err = queued.pop(0) if queued else None
+            if err is not None:
+                code, details, metadata = errors.to_status(err)
+                context.set_trailing_metadata(metadata)
+                context.abort(code, details)
+            return fn(req, context)
+        return call
+
     def _metadata(self, req, context):
         return apb.TopicMetadata(topic=req.topic, partitions=self.partitions.get(req.topic, 0))
 
@@ -683,6 +700,112 @@ def test_reader_seek_drops_the_buffer(fake, client):
     assert fake.commands("flow", h)[-1].flow.permits == 10
     fake.entries(h, entry(1, 0))
     assert str(r.read_next(timeout=5).message_id) == "1:0"  # not the dropped 1:1
+
+
+# ---- retries of opening calls and admin calls (source/client/retry.py) ----------------------
+
+def refuse_first(n: int, reason: str = "TopicNotOwned", code: str = "UNAVAILABLE"):
+    """A subscribe answer: `reason` for the first `n` subscribes, then subscribed."""
+    seen: list = []
+
+    def answer(cmd):
+        seen.append(cmd)
+        if len(seen) <= n:
+            return [event_frame(cmd.handle, error=status(reason, "reloading", code))]
+        return [event_frame(cmd.handle, subscribed=consumer_pb2.Subscribed(
+            topic=cmd.subscribe.topic))]
+    return answer
+
+
+def test_a_subscribe_refused_for_now_is_retried_without_the_user_seeing_it(fake, client):
+    fake.answers["subscribe"] = refuse_first(2)
+    c = client.subscribe("t", "sub", receiver_queue_size=5)
+    subs = fake.commands("subscribe")
+    assert len(subs) == 3 and len({s.handle for s in subs}) == 3  # a fresh handle each time
+    assert fake.wait_for("flow").handle == subs[-1].handle == handle_of(c)
+    fake.entries(handle_of(c), entry(1, 0))
+    assert c.receive(timeout=5).message_id.entry_id == 0
+
+
+def test_a_reader_opened_while_the_topic_reloads_is_retried(fake, client):
+    fake.answers["subscribe"] = refuse_first(1, "ServiceUnavailable")
+    r = client.create_reader("t", start="earliest")
+    assert len(fake.commands("subscribe")) == 2
+    fake.entries(next(iter(r._parts)), entry(1, 0))
+    assert r.read_next(timeout=5).message_id.entry_id == 0
+
+
+@pytest.mark.parametrize("open_", ["subscribe", "reader", "producer", "subscribe_many"])
+def test_a_lookup_that_fails_for_now_is_retried(fake, client, open_):
+    fake.admin_errors["GetTopicMetadata"] = [errors.TopicNotOwned("moving"),
+                                             errors.ServiceUnavailable("restarting")]
+    if open_ == "subscribe":
+        client.subscribe("t", "sub")
+    elif open_ == "reader":
+        client.create_reader("t")
+    elif open_ == "producer":
+        client.create_producer("t")
+    else:
+        assert len(client.subscribe_many("t", ["a", "b"])) == 2
+    assert fake.admin_counts["GetTopicMetadata"] == 3
+
+
+def test_a_non_retriable_refusal_is_not_retried(fake, client):
+    fake.answers["subscribe"] = refuse_first(5, "NotAllowed", "FAILED_PRECONDITION")
+    with pytest.raises(errors.NotAllowed):
+        client.subscribe("t", "sub")
+    assert len(fake.commands("subscribe")) == 1
+    fake.admin_errors["GetTopicMetadata"] = [errors.TopicNotFound("no such topic")]
+    with pytest.raises(errors.TopicNotFound):
+        client.create_reader("t")
+    assert fake.admin_counts["GetTopicMetadata"] == 2  # the subscribe's, then this one
+
+
+def test_a_retriable_refusal_surfaces_after_the_operation_timeout(fake):
+    fake.answers["subscribe"] = refuse_first(10 ** 6)
+    with Client(fake.url, timeout=5, operation_timeout=0.5) as client:
+        with pytest.raises(errors.TopicNotOwned) as info:
+            client.subscribe("t", "sub")
+        assert info.value.reason == "TopicNotOwned" and info.value.retriable
+        assert len(fake.commands("subscribe")) > 1
+        assert any("operation timeout" in note for note in info.value.__notes__)
+        fake.admin_errors["GetTopicMetadata"] = [errors.ServiceUnavailable("away")] * 10 ** 4
+        with pytest.raises(errors.ServiceUnavailable):
+            client.create_reader("t")
+
+
+def test_admin_reads_retry_every_retriable_error(fake, client):
+    fake.admin_errors["ListSubscriptions"] = [errors.Timeout("slow"),
+                                              errors.MetadataUnavailable("etcd away")]
+    assert client.admin.list_subscriptions("t") == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("err,retried", [
+    (errors.TopicNotOwned("not the owner"), True),
+    (errors.ServiceUnavailable("changed meanwhile; taken back"), True),
+    (errors.MetadataUnavailable("etcd write timed out"), False),
+    (errors.Timeout("deadline passed"), False)])
+def test_non_idempotent_admin_calls_retry_only_what_was_not_applied(fake, client, err, retried):
+    fake.admin_errors["CreateSubscription"] = [err]
+    if retried:
+        client.admin.create_subscription("t", "sub")
+        assert fake.admin_counts["CreateSubscription"] == 2
+    else:
+        with pytest.raises(type(err)):
+            client.admin.create_subscription("t", "sub")
+        assert fake.admin_counts["CreateSubscription"] == 1
+    fake.admin_errors["Skip"] = [errors.Timeout("deadline passed")]
+    with pytest.raises(errors.Timeout):  # skipping twice would skip twice as many
+        client.admin.skip("t", "sub", 5)
+    fake.admin_errors["Skip"] = [errors.Timeout("deadline passed")]
+    assert client.admin.skip("t", "sub", 5, dry_run=True)["entriesAcked"] == 5
+
+
+def test_admin_calls_to_a_broker_that_is_down_retry_until_the_operation_timeout():
+    with Client("127.0.0.1:1", timeout=5, operation_timeout=0.5) as c:
+        with pytest.raises(errors.ConnectError) as info:
+            c.admin.create_subscription("t", "sub")  # never sent: safe to retry
+        assert info.value.retriable and "operation timeout" in "".join(info.value.__notes__)
 
 
 # ---- admin --------------------------------------------------------------------------------
