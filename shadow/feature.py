@@ -143,7 +143,7 @@ class ShadowFeature(BrokerFeature):
         served = Served(self, t.name, TopicName.parse(info.source), t)
         t.ledger.add_listener(served)
         served.start_need()
-        stack.callback(served.stop_need)
+        stack.push_async_callback(served.close, self.host.store)
 
     async def retention_keep(self, t: Topic, policies: Policies) -> MessageId | None:
         if not policies.retention_keeps_shadow_backlog:

@@ -2,19 +2,24 @@
 (shadow/needs.py).
 
 A shadow deleted through another broker is retired here by the broker core, as any topic
-(the `InfoWatch` of source/broker/builder.py); its need stops when its view closes, and the
-need's key is removed by its source's next retention (shadow/feature.py).
+(the `InfoWatch` of source/broker/builder.py); its need stops as it closes, and the need's
+key is removed then (or, if etcd is away then, by its source's next retention).
 """
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
 from source.broker.topic import Topic
 from source.core import errors
 from source.core.names import TopicName
 from source.ledger.view import Trimmed
+from source.metadata import keys
+from source.metadata.base import Compare, Delete, MetadataStore
 
 from shadow.needs import NeedsPublisher, ShadowNeed
+
+log = logging.getLogger(__name__)
 
 
 class Feature(Protocol):
@@ -46,6 +51,18 @@ class Served:
         if self.need is not None:
             self.feature.needs().untrack(self.need)
         self.need = None
+
+    async def close(self, store: MetadataStore) -> None:
+        """The topic closes: stop the need; a deleted shadow's (it was retired: its info
+        key is gone) is removed too, while the shadow does not exist (a need write checks
+        that the shadow exists, so none lands after this)."""
+        self.stop_need()
+        if isinstance(self.topic.close_reason, errors.TopicNotFound):
+            try:
+                await store.txn([Compare(keys.topic_info(self.shadow), "version", "==", 0)],
+                                [Delete(keys.shadow_needs(self.source, self.shadow))])
+            except errors.MetadataUnavailable as exc:  # the source's retention removes it
+                log.info("%s: need of the deleted shadow not removed: %s", self.shadow, exc)
 
     # ---- ViewListener ----------------------------------------------------------------------
 
