@@ -197,8 +197,9 @@ def test_create_existing_topic_is_topic_already_exists(cli, topic):
 
 def test_no_broker_listening_is_one_line_error(cli, topic):
     url = f"127.0.0.1:{free_port()}"  # nothing listens there
-    for args in (("topics", "list"), ("topics", "create", topic), ("produce", topic, "-m", "x"),
-                 ("read", topic, "-n", "1")):
+    quick = ("--operation-timeout", "1")  # the first call keeps the CLI's default (10 s)
+    for args in (("topics", "list"), ("topics", "create", topic, *quick),
+                 ("produce", topic, "-m", "x", *quick), ("read", topic, "-n", "1", *quick)):
         t0 = time.monotonic()
         res = cli(*args, "--url", url, timeout=60)
         line = one_line_error(res, "")

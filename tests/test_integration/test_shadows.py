@@ -156,7 +156,7 @@ def test_r6_while_the_shadow_broker_is_away_its_shadows_answer_a_retriable_error
     `NotAllowed`; once the shadow broker is back the same read works."""
     src, sh = pair
     shadow = f"{topic}-shadow"
-    with Client(src.url, timeout=10) as c:
+    with Client(src.url, timeout=10, operation_timeout=3) as c:
         c.admin.create_topic(topic)
         c.admin.create_shadow_topic(shadow, topic)
         with c.create_producer(topic) as p:
