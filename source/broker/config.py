@@ -39,17 +39,30 @@ class BrokerConfig:
 
     def resolve_broker_id(self) -> str:
         """A broker's id survives restarts on the same data dir, so a restarted broker takes
-        back the topics its previous (dead) incarnation owned without waiting for the lease."""
+        back the topics its previous (dead) incarnation owned without waiting for the lease.
+        A new id is written whole or not at all (a temp file, fsynced, renamed): a full disk
+        never leaves an empty `broker.id` behind; an empty one counts as none. Raises
+        `OSError` when a new id cannot be kept (the caller runs with it for this run)."""
         if not self.broker_id:
             path = os.path.join(self.data_dir, "broker.id")
             try:
                 with open(path) as f:
                     self.broker_id = f.read().strip()
             except FileNotFoundError:
-                os.makedirs(self.data_dir, exist_ok=True)
+                pass
+            if not self.broker_id:
                 self.broker_id = f"broker-{uuid.uuid4().hex[:12]}"
-                with open(path, "w") as f:
-                    f.write(self.broker_id + "\n")
+                os.makedirs(self.data_dir, exist_ok=True)
+                tmp = path + ".tmp"
+                try:
+                    with open(tmp, "w") as f:
+                        f.write(self.broker_id + "\n")
+                        f.flush()
+                        os.fsync(f.fileno())
+                    os.replace(tmp, path)
+                finally:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
         return self.broker_id
 
 

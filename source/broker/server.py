@@ -21,7 +21,6 @@ import logging
 import os
 import signal
 import socket
-import uuid
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -206,12 +205,10 @@ def _resolve_broker_id(config: BrokerConfig) -> None:
     """The broker's id from its data dir; when the disk cannot keep a new one (read-only,
     full), a fresh id for this run (the broker then waits out a dead incarnation's lease)."""
     try:
-        config.resolve_broker_id()
+        config.resolve_broker_id()  # on OSError, the new id it made stays for this run
     except OSError as exc:
-        config.broker_id = ""
-        log.warning("cannot keep a broker id in %s: %s", config.data_dir, exc)
-    if not config.broker_id:
-        config.broker_id = f"broker-{uuid.uuid4().hex[:12]}"
+        log.warning("cannot keep broker id %s in %s: %s", config.broker_id, config.data_dir,
+                    exc)
 
 
 def free_port() -> int:
