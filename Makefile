@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 SHARED  ?= ../shared
 
-.PHONY: install run test test-unit test-fast proto bench clean
+.PHONY: install run test test-unit test-fast proto bench clean chaos
 
 install: $(STAMP)
 
@@ -44,6 +44,14 @@ proto: install
 bench: install
 	@test -d $(SHARED)/peers || { echo "make bench: $(SHARED)/peers not found (it sits beside a developer's clone); set SHARED=/path/to/shared"; exit 2; }
 	$(VPY) bench/run.py --shared $(SHARED)
+
+# The chaos run (docs/CHAOS.md): kills and pauses etcd, the brokers and the compaction worker
+# under load, N cycles, then checks nothing acknowledged was lost. Not part of `make test`.
+# `make chaos CYCLES=5 SEED=1`; CHAOS_ARGS passes more flags (see --help).
+CYCLES ?= 20
+SEED   ?=
+chaos: install
+	$(VPY) -m scripts.chaos.run --cycles $(CYCLES) $(if $(SEED),--seed $(SEED)) $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) data build *.egg-info

@@ -252,7 +252,12 @@ class Worker:
             return
         claim = keys.compaction_claim(self.cluster, topic)
         if not await self.store.create(claim, self.worker_id.encode(), self.lease):
-            return  # another worker runs it
+            held = await self.store.get(claim)
+            if held is None or held.value != self.worker_id.encode():
+                return  # another worker runs it
+            # ours, left by a run whose release failed (etcd was away): jobs run one at a
+            # time here, so nothing of ours runs it now
+            log.info("%s: taking back this worker's own claim", topic)
         try:
             req = mpb.CompactionRequest.FromString(kv.value)
             job = apb.CompactionJob(job_id=req.job_id, topic=str(topic), trigger=req.trigger,
@@ -275,10 +280,16 @@ class Worker:
                         job: apb.CompactionJob) -> None:
         """Run the job; again when Spark lost a Python worker or an executor under it (up to
         `JOB_ATTEMPTS` runs), else record it FAILED. When Spark's JVM is gone the job is
-        not FAILED: `SparkLost` leaves its request to the next worker."""
+        not FAILED: `SparkLost` leaves its request to the next worker. Nor when etcd is
+        away (`MetadataUnavailable`): the request stays, and the worker's relist runs the
+        job again once etcd answers (recording it FAILED would need etcd too)."""
         for attempt in range(1, JOB_ATTEMPTS + 1):
             try:
                 return await self._run(topic, req, req_bytes, job)
+            except MetadataUnavailable:
+                log.warning("%s: job %s stopped: etcd is unavailable; it runs again once etcd "
+                            "is back", topic, req.job_id)
+                raise
             except Exception as exc:  # noqa: BLE001 - recorded in the job, the worker goes on
                 if await self._jvm_gone(exc):
                     raise SparkLost(f"Spark's JVM exited during job {req.job_id}; the job "

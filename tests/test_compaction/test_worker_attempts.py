@@ -9,6 +9,9 @@ import asyncio
 import pytest
 
 from compaction import worker
+from source.core.errors import MetadataUnavailable
+from source.core.names import TopicName
+from source.metadata import keys
 from source.metadata.memory import MemoryStore
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import admin_pb2 as apb
@@ -79,3 +82,39 @@ def test_a_broken_gateway_with_the_jvm_alive_is_an_error_of_the_job():
     w, runs, failed = _worker([ConnectionRefusedError(111, "Connection refused")])
     _attempts(w)  # the JVM stays alive through the wait: the job failed, not Spark
     assert len(failed) == 1
+
+
+def test_a_job_stopped_by_an_etcd_outage_is_not_failed_and_runs_again():
+    """Found by `make chaos`: etcd killed during a job made it fail, the FAILED record could
+    not be written either, and the job's record stayed in its phase while later compactions
+    were refused (`CompactionInProgress`) until the worker restarted."""
+    w, runs, failed = _worker([MetadataUnavailable("etcd is away")])
+    with pytest.raises(MetadataUnavailable):
+        _attempts(w)
+    assert (len(runs), failed) == (1, [])
+
+
+def test_a_worker_takes_back_its_own_claim_left_by_a_failed_release():
+    """A run whose claim could not be deleted (etcd away) leaves the claim under this
+    worker's lease: the next run of the topic (the relist finds its request) takes it."""
+    async def main():
+        store = MemoryStore()
+        w = worker.Worker(store, None, "c", "w", spark_alive=lambda: True)
+        w.lease = await store.grant_lease(10)
+        topic = TopicName.parse("persistent://t/ns/x")
+        req = mpb.CompactionRequest(topic=str(topic), job_id="j1")
+        await store.put(keys.compaction_request("c", topic), req.SerializeToString())
+        await store.put(keys.compaction_claim("c", topic), b"w", w.lease)
+        ran = []
+
+        async def attempts(topic, req, req_bytes, job):
+            ran.append(job.job_id)
+        w._attempts = attempts
+        w._prune = lambda topic: asyncio.sleep(0)
+        await w.run(topic)
+        assert ran == ["j1"]
+        assert await store.get(keys.compaction_claim("c", topic)) is None  # released
+        await store.put(keys.compaction_claim("c", topic), b"another-worker", w.lease)
+        await w.run(topic)
+        assert ran == ["j1"]  # another worker's claim: not taken
+    asyncio.run(main())
