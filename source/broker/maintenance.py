@@ -9,12 +9,18 @@ each feature hears of it (`after_retention`: the compaction threshold trigger). 
 reads another's ledgers (a shadow) has nothing to retain here. Each interval also seals the
 ledgers a full or read-only disk kept open (`ManagedLedger.retry_seals`), before and
 independently of retention (which may be what frees the disk).
+
+Disk policies (source/broker/quota.py: message TTL, subscription expiry, the backlog quota)
+run once an interval for every loaded topic, a shadow's too (its subscriptions are its own),
+and before each retention pass of a source, so retention deletes what TTL and backlog
+eviction acknowledged. `--retention-interval` sets the interval.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 
+from source.broker import quota
 from source.broker.feature import BrokerFeature
 from source.broker.topic import Topic
 from source.broker.topics import TopicManager
@@ -53,6 +59,7 @@ class Maintenance:
             return
         try:
             p = await self.topics.policies(t.name)
+            await self.disk_policies(t, p)
             if p.retention_time_seconds >= 0 or p.retention_size_bytes >= 0:
                 keep = t.subscriptions.oldest_needed() if t.subscriptions is not None else None
                 for f in self.features:  # a failed read skips this pass
@@ -66,13 +73,24 @@ class Maintenance:
         for f in self.features:
             await f.after_retention(t)
 
+    async def disk_policies(self, t: Topic, p=None) -> None:
+        """Message TTL, subscription expiry and the backlog quota of `t` (quota.py)."""
+        if self.topics.loaded(t.name) is not t:
+            return
+        try:
+            await quota.apply(t, p if p is not None else await self.topics.policies(t.name))
+        except Exception as exc:  # noqa: BLE001 - applied again next interval
+            log.warning("%s: disk policies not applied: %s", t.name, exc)
+
     async def _loop(self) -> None:
-        """Once an `interval`: roll quiet ledgers past their age, apply retention."""
+        """Once an `interval`: roll quiet ledgers past their age, apply the disk policies
+        and retention."""
         while True:
             await asyncio.sleep(self.interval)
             for t in self.topics.loaded_topics():
                 if t.writer is None:
-                    continue  # a shadow's ledgers are its source's
+                    await self.disk_policies(t)  # a shadow's ledgers are its source's
+                    continue
                 try:
                     await t.writer.retry_seals()
                 except Exception as exc:  # noqa: BLE001 - retried next interval

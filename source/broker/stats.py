@@ -103,15 +103,21 @@ def add_up(total: apb.TopicStats, part: apb.TopicStats) -> None:
     total.topic_epoch = max(total.topic_epoch, part.topic_epoch)
     total.owner_broker = part.owner_broker or total.owner_broker
     total.publishers.extend(part.publishers)
+    total.backlog_quota_exceeded |= part.backlog_quota_exceeded
     for name, sub in part.subscriptions.items():
+        # the topic is over its backlog quota when some subscription is (its slowest)
+        total.backlog_quota_exceeded |= sub.backlog_quota_exceeded
         into = total.subscriptions[name]
         if not into.type:
             into.CopyFrom(sub)
             continue
         for f in ("msg_backlog", "backlog_size", "msg_rate_out", "msg_throughput_out",
                   "msg_rate_redeliver", "unacked_messages", "skipped_entries",
-                  "individually_acked_ranges", "msg_out_counter", "msg_redeliver_counter"):
+                  "individually_acked_ranges", "msg_out_counter", "msg_redeliver_counter",
+                  "msg_expired", "msg_evicted"):
             setattr(into, f, getattr(into, f) + getattr(sub, f))
+        into.last_active = max(into.last_active, sub.last_active)
+        into.backlog_quota_exceeded |= sub.backlog_quota_exceeded
         into.consumers.extend(sub.consumers)
     for name, rep in part.shadow_replication.items():  # partition i -> shadow partition i
         total.shadow_replication[name].CopyFrom(rep)

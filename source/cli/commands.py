@@ -10,6 +10,7 @@ from source.cli.output import emit, fail, message_line
 from source.client import Client, Policies
 from source.core import errors
 from source.core.names import canonical
+from source.core.policies import BacklogQuotaAction
 
 _POLICY_FLAGS = {
     "retention_time": "retention_time_seconds", "retention_size": "retention_size_bytes",
@@ -22,7 +23,23 @@ _POLICY_FLAGS = {
     "max_consumers": "max_consumers",
     "retention_keeps_shadow_backlog": "retention_keeps_shadow_backlog",
     "delete_retention": "delete_retention_seconds",
+    "message_ttl": "message_ttl_seconds", "backlog_quota_size": "backlog_quota_size_bytes",
+    "backlog_quota_age": "backlog_quota_age_seconds",
+    "backlog_quota_action": "backlog_quota_action",
+    "subscription_expiration": "subscription_expiration_seconds",
 }
+
+
+def _policies_out(p: Policies) -> dict:
+    """Policies as printed: the backlog quota action by its name."""
+    out = p.as_dict()
+    action = out.get("backlog_quota_action")
+    if action is not None:
+        try:
+            out["backlog_quota_action"] = BacklogQuotaAction(action).label
+        except ValueError:
+            pass
+    return out
 
 
 def _policies(args: argparse.Namespace) -> Policies:
@@ -185,7 +202,7 @@ def topics_truncate(args) -> int:
 
 def topics_get_policies(args) -> int:
     with _client(args) as c:
-        emit(c.admin.get_policies(args.topic).as_dict(), args.output)
+        emit(_policies_out(c.admin.get_policies(args.topic)), args.output)
     return 0
 
 
@@ -194,7 +211,7 @@ def topics_set_policies(args) -> int:
     if not update.as_dict():
         fail("set-policies needs at least one policy flag (see --help)")
     with _client(args) as c:
-        emit(c.admin.set_policies(args.topic, update).as_dict(), args.output)
+        emit(_policies_out(c.admin.set_policies(args.topic, update)), args.output)
     return 0
 
 

@@ -31,6 +31,7 @@ from source.cli.output import fail
 from source.core.argtypes import (boolean, count, duration, key_value, positive, seconds, size,
                               subscription_type, time_ms)
 from source.core import errors
+from source.core.policies import BacklogQuotaAction
 
 
 class Parser(argparse.ArgumentParser):
@@ -75,6 +76,29 @@ def _policy_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--retention-keeps-shadow-backlog", type=boolean, metavar="true|false",
                    help="retention also keeps the ledgers the shadows' durable subscriptions "
                         "still need (default false; truncate still deletes)")
+    g.add_argument("--message-ttl", type=duration, metavar="DURATION",
+                   help="acknowledge, for every durable subscription, messages older than "
+                        "this, e.g. 1h (0 = off, the default)")
+    g.add_argument("--backlog-quota-size", type=size, metavar="SIZE",
+                   help="backlog quota of the slowest subscription in bytes, e.g. 10G "
+                        "(-1 = no limit, the default)")
+    g.add_argument("--backlog-quota-age", type=duration, metavar="DURATION",
+                   help="backlog quota: age of the slowest subscription's oldest "
+                        "unacknowledged message, e.g. 1d (-1 = no limit, the default)")
+    g.add_argument("--backlog-quota-action", type=_quota_action,
+                   metavar="producer_request_hold|producer_exception|consumer_backlog_eviction",
+                   help="past the quota: produce waits (the default), produce fails, or the "
+                        "slowest subscriptions skip their oldest messages")
+    g.add_argument("--subscription-expiration", type=duration, metavar="DURATION",
+                   help="delete durable subscriptions with no consumer for this long, e.g. "
+                        "7d (0 = never, the default)")
+
+
+def _quota_action(text: str) -> BacklogQuotaAction:
+    try:
+        return BacklogQuotaAction.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _subscription(p: argparse.ArgumentParser) -> None:

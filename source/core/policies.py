@@ -19,6 +19,21 @@ the defaults. Sizes are bytes, times seconds. Every field has an explicit allowe
     max_consumers (per subscription)        0 (no limit) .. 1e6               uint32
     retain_null_key                         a bool
     retention_keeps_shadow_backlog          a bool (default false)
+    message_ttl_seconds                     0 (off) .. 100 years              int64
+    backlog_quota_size_bytes                -1 (no limit) .. 2^60             int64
+    backlog_quota_age_seconds               -1 (no limit) .. 100 years        int64
+    backlog_quota_action                    1 .. 3 (a BacklogQuotaAction)     enum
+    subscription_expiration_seconds         0 (never) .. 100 years            int64
+
+Disk policies (Pulsar's; what they do: source/subscriptions/expiry.py, source/broker/quota.py):
+`message_ttl_seconds` acknowledges, for every durable subscription, the messages published
+longer ago than it; `backlog_quota_*` bounds the backlog of the slowest durable subscription
+(its estimated bytes, the age of its oldest unacknowledged message) and says what happens
+past it: `producer_request_hold` (default: produce requests wait), `producer_exception`
+(they fail with `ProducerBlockedQuotaExceeded`) or `consumer_backlog_eviction` (the
+subscriptions past it skip their oldest messages); `subscription_expiration_seconds`
+deletes durable subscriptions that had no consumer for that long. A shadow applies them to
+its own subscriptions; the producer actions do not apply to it (it takes no produce).
 
 `retention_keeps_shadow_backlog`: retention also keeps every ledger from the oldest position
 the topic's shadows' durable subscriptions still need (each shadow broker publishes it in
@@ -39,6 +54,7 @@ first, so an out-of-range value never reaches protobuf's own ValueError.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from enum import IntEnum
 
 from source.core.errors import InvalidArgument, InvalidPolicies
 from source.pb.v1 import common_pb2
@@ -63,10 +79,38 @@ RANGES: dict[str, tuple[int, int]] = {
     "max_producers": (0, 1_000_000),
     "max_subscriptions": (0, 1_000_000),
     "max_consumers": (0, 1_000_000),
+
+    "message_ttl_seconds": (0, 100 * 365 * _DAY),
+    "backlog_quota_size_bytes": (-1, 1 << 60),
+    "backlog_quota_age_seconds": (-1, 100 * 365 * _DAY),
+    "subscription_expiration_seconds": (0, 100 * 365 * _DAY),
+    "backlog_quota_action": (1, 3),
 }
 
 #: the policies that are booleans (every other field has a range in RANGES)
 BOOL_FIELDS = ("retain_null_key", "retention_keeps_shadow_backlog")
+
+
+class BacklogQuotaAction(IntEnum):
+    """What a broker does while a topic's backlog quota is exceeded (the values of the
+    protobuf enum `BacklogQuotaAction`; `name_of` / `parse` give the names users write)."""
+    PRODUCER_REQUEST_HOLD = common_pb2.BACKLOG_QUOTA_PRODUCER_REQUEST_HOLD
+    PRODUCER_EXCEPTION = common_pb2.BACKLOG_QUOTA_PRODUCER_EXCEPTION
+    CONSUMER_BACKLOG_EVICTION = common_pb2.BACKLOG_QUOTA_CONSUMER_BACKLOG_EVICTION
+
+    @property
+    def label(self) -> str:
+        """Pulsar's name: producer_request_hold, producer_exception, ..."""
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> "BacklogQuotaAction":
+        """An action from its name (any case, `-` or `_`); ValueError otherwise."""
+        try:
+            return cls[text.strip().upper().replace("-", "_")]
+        except KeyError:
+            raise ValueError(f"'{text}' is not a backlog quota action (one of "
+                             f"{', '.join(a.label for a in cls)})") from None
 
 #: a topic has 0 (non-partitioned) .. MAX_PARTITIONS partitions
 MAX_PARTITIONS = 1024
@@ -91,10 +135,19 @@ class Policies:
     max_consumers: int | None = None
     retention_keeps_shadow_backlog: bool | None = None
     delete_retention_seconds: int | None = None
+    message_ttl_seconds: int | None = None
+    backlog_quota_size_bytes: int | None = None
+    backlog_quota_age_seconds: int | None = None
+    backlog_quota_action: int | None = None  # a BacklogQuotaAction
+    subscription_expiration_seconds: int | None = None
 
     @classmethod
     def from_pb(cls, pb: common_pb2.Policies) -> "Policies":
-        return cls(**{f.name: getattr(pb, f.name) for f in fields(cls) if pb.HasField(f.name)})
+        out = {f.name: getattr(pb, f.name) for f in fields(cls) if pb.HasField(f.name)}
+        action = out.pop("backlog_quota_action", None)
+        if action in BacklogQuotaAction._value2member_map_:  # else (unspecified): the default
+            out["backlog_quota_action"] = BacklogQuotaAction(action)
+        return cls(**out)
 
     def to_pb(self) -> common_pb2.Policies:
         """The protobuf form (validated first: `InvalidPolicies`, never a ValueError)."""
@@ -133,6 +186,8 @@ DEFAULTS = Policies(
     ledger_max_entries=200_000, ledger_max_bytes=64 << 20, ledger_max_age_seconds=4 * 3600,
     max_producers=0, max_subscriptions=0, max_consumers=0,
     retention_keeps_shadow_backlog=False, delete_retention_seconds=_DAY,
+    message_ttl_seconds=0, backlog_quota_size_bytes=-1, backlog_quota_age_seconds=-1,
+    backlog_quota_action=BacklogQuotaAction.PRODUCER_REQUEST_HOLD, subscription_expiration_seconds=0,
 )
 
 

@@ -24,6 +24,7 @@ module, never the reverse) is `SubscriptionOwner`.
 """
 from __future__ import annotations
 
+import time
 from itertools import chain, islice
 from typing import Callable, Protocol
 
@@ -68,7 +69,7 @@ class SubscriptionOwner(Protocol):
 class Subscription:
     __slots__ = ("name", "cursor", "position", "topic", "ts", "consumers", "dispatcher",
                  "counts", "msg_out", "bytes_out", "redelivered", "skipped", "created_ms",
-                 "compacted", "__weakref__")
+                 "compacted", "last_active", "expired", "evicted", "over_quota", "__weakref__")
 
     def __init__(self, ts: SubscriptionOwner, name: str, type_: str, cursor: CursorState,
                  created_ms: int = 0):
@@ -84,6 +85,13 @@ class Subscription:
         self.created_ms = created_ms
         #: its consumers read the compacted view (read_compacted; set by the first consumer)
         self.compacted = False
+        #: ms since the epoch a consumer was last attached (created, or loaded: from then;
+        #: subscription_expiration_seconds counts from it, source/subscriptions/expiry.py)
+        self.last_active = int(time.time() * 1000)
+        #: messages acknowledged by message_ttl_seconds / skipped by backlog eviction
+        self.expired = self.evicted = 0
+        #: its backlog was past the topic's backlog quota when last checked
+        self.over_quota = False
 
     @property
     def type(self) -> str:
@@ -130,6 +138,7 @@ class Subscription:
 
     def attach(self, c: SubConsumer[Subscription], type_: str) -> None:
         self.touch()
+        self.last_active = int(time.time() * 1000)
         if not self.consumers:
             if type_ != self.dispatcher.type:  # the first consumer decides the type
                 self.dispatcher = DISPATCHERS[type_](self)
@@ -147,6 +156,7 @@ class Subscription:
         self.touch()
         self.consumers.remove(c)
         c.closed = True
+        self.last_active = int(time.time() * 1000)
         self.dispatcher.remove(c)
         if not self.consumers:
             if self.topic is not None:

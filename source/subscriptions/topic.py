@@ -46,6 +46,7 @@ from source.metadata.base import MetadataStore
 from source.read.engine import Counters, Member, TopicReaders
 from source.read.positions import MESSAGE_ID, PUBLISH_TIME, Start, resolve
 from source.subscriptions.consumer import ConsumerOutbox, CursorMoved, SubConsumer
+from source.subscriptions import expiry
 from source.subscriptions.dispatcher import EXCLUSIVE
 from source.subscriptions.meta import MetaWriter, SubscriptionMeta
 from source.subscriptions.subscription import DISPATCHERS, Subscription
@@ -493,13 +494,17 @@ class TopicSubscriptions:
                     key_hash_ranges=[f"[{a}, {b}]" for a, b in d.ranges(c)]))
             out[name] = dict(
                 type=sub.type, msg_backlog=self.backlog(sub), msg_rate_out=rate,
+                backlog_size=expiry.backlog_bytes(sub),
                 msg_rate_redeliver=(sub.redelivered - red0) / dt if dt > 0 else 0.0,
                 unacked_messages=sum(x["unacked_messages"] for x in consumers), durable=True,
                 consumers=consumers, skipped_entries=sub.skipped,
                 mark_delete_position=str(sub.cursor.mark_delete),
                 read_position=str(sub.position), individually_acked_ranges=sub.cursor.holes,
                 msg_out_counter=sub.msg_out, msg_redeliver_counter=sub.redelivered,
-                active_consumer=d.active.name if d.active is not None else "")
+                active_consumer=d.active.name if d.active is not None else "",
+                msg_expired=sub.expired, msg_evicted=sub.evicted,
+                last_active=int(time.time() * 1000) if sub.consumers else sub.last_active,
+                backlog_quota_exceeded=sub.over_quota)
         return out
 
     # ---- close -----------------------------------------------------------------------------

@@ -159,7 +159,7 @@ class ConsumerStats(_message.Message):
     def __init__(self, consumer_name: _Optional[str] = ..., msg_rate_out: _Optional[float] = ..., available_permits: _Optional[int] = ..., unacked_messages: _Optional[int] = ..., address: _Optional[str] = ..., connected_since: _Optional[str] = ..., msg_throughput_out: _Optional[float] = ..., msg_rate_redeliver: _Optional[float] = ..., is_active: _Optional[bool] = ..., key_hash_ranges: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SubscriptionStats(_message.Message):
-    __slots__ = ("type", "msg_backlog", "backlog_size", "msg_rate_out", "msg_throughput_out", "msg_rate_redeliver", "unacked_messages", "durable", "consumers", "skipped_entries", "mark_delete_position", "read_position", "individually_acked_ranges", "msg_out_counter", "msg_redeliver_counter", "active_consumer")
+    __slots__ = ("type", "msg_backlog", "backlog_size", "msg_rate_out", "msg_throughput_out", "msg_rate_redeliver", "unacked_messages", "durable", "consumers", "skipped_entries", "mark_delete_position", "read_position", "individually_acked_ranges", "msg_out_counter", "msg_redeliver_counter", "active_consumer", "msg_expired", "msg_evicted", "last_active", "backlog_quota_exceeded")
     TYPE_FIELD_NUMBER: _ClassVar[int]
     MSG_BACKLOG_FIELD_NUMBER: _ClassVar[int]
     BACKLOG_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -176,6 +176,10 @@ class SubscriptionStats(_message.Message):
     MSG_OUT_COUNTER_FIELD_NUMBER: _ClassVar[int]
     MSG_REDELIVER_COUNTER_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_CONSUMER_FIELD_NUMBER: _ClassVar[int]
+    MSG_EXPIRED_FIELD_NUMBER: _ClassVar[int]
+    MSG_EVICTED_FIELD_NUMBER: _ClassVar[int]
+    LAST_ACTIVE_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_QUOTA_EXCEEDED_FIELD_NUMBER: _ClassVar[int]
     type: str
     msg_backlog: int
     backlog_size: int
@@ -192,7 +196,11 @@ class SubscriptionStats(_message.Message):
     msg_out_counter: int
     msg_redeliver_counter: int
     active_consumer: str
-    def __init__(self, type: _Optional[str] = ..., msg_backlog: _Optional[int] = ..., backlog_size: _Optional[int] = ..., msg_rate_out: _Optional[float] = ..., msg_throughput_out: _Optional[float] = ..., msg_rate_redeliver: _Optional[float] = ..., unacked_messages: _Optional[int] = ..., durable: _Optional[bool] = ..., consumers: _Optional[_Iterable[_Union[ConsumerStats, _Mapping]]] = ..., skipped_entries: _Optional[int] = ..., mark_delete_position: _Optional[str] = ..., read_position: _Optional[str] = ..., individually_acked_ranges: _Optional[int] = ..., msg_out_counter: _Optional[int] = ..., msg_redeliver_counter: _Optional[int] = ..., active_consumer: _Optional[str] = ...) -> None: ...
+    msg_expired: int
+    msg_evicted: int
+    last_active: int
+    backlog_quota_exceeded: bool
+    def __init__(self, type: _Optional[str] = ..., msg_backlog: _Optional[int] = ..., backlog_size: _Optional[int] = ..., msg_rate_out: _Optional[float] = ..., msg_throughput_out: _Optional[float] = ..., msg_rate_redeliver: _Optional[float] = ..., unacked_messages: _Optional[int] = ..., durable: _Optional[bool] = ..., consumers: _Optional[_Iterable[_Union[ConsumerStats, _Mapping]]] = ..., skipped_entries: _Optional[int] = ..., mark_delete_position: _Optional[str] = ..., read_position: _Optional[str] = ..., individually_acked_ranges: _Optional[int] = ..., msg_out_counter: _Optional[int] = ..., msg_redeliver_counter: _Optional[int] = ..., active_consumer: _Optional[str] = ..., msg_expired: _Optional[int] = ..., msg_evicted: _Optional[int] = ..., last_active: _Optional[int] = ..., backlog_quota_exceeded: _Optional[bool] = ...) -> None: ...
 
 class ReplicatorStats(_message.Message):
     __slots__ = ("msg_rate_out", "replication_backlog", "replication_delay_in_seconds", "connected", "last_error", "replicated_position", "msg_out_counter", "auto_resets")
@@ -215,7 +223,7 @@ class ReplicatorStats(_message.Message):
     def __init__(self, msg_rate_out: _Optional[float] = ..., replication_backlog: _Optional[int] = ..., replication_delay_in_seconds: _Optional[float] = ..., connected: _Optional[bool] = ..., last_error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., replicated_position: _Optional[str] = ..., msg_out_counter: _Optional[int] = ..., auto_resets: _Optional[int] = ...) -> None: ...
 
 class TopicStats(_message.Message):
-    __slots__ = ("topic", "msg_rate_in", "msg_throughput_in", "msg_rate_out", "msg_throughput_out", "average_msg_size", "storage_size", "backlog_size", "msg_in_counter", "bytes_in_counter", "msg_out_counter", "bytes_out_counter", "owner_broker", "topic_epoch", "publishers", "subscriptions", "shadow_replication", "kind", "source")
+    __slots__ = ("topic", "msg_rate_in", "msg_throughput_in", "msg_rate_out", "msg_throughput_out", "average_msg_size", "storage_size", "backlog_size", "msg_in_counter", "bytes_in_counter", "msg_out_counter", "bytes_out_counter", "owner_broker", "topic_epoch", "publishers", "subscriptions", "shadow_replication", "kind", "source", "backlog_quota_exceeded")
     class SubscriptionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -249,6 +257,7 @@ class TopicStats(_message.Message):
     SHADOW_REPLICATION_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_QUOTA_EXCEEDED_FIELD_NUMBER: _ClassVar[int]
     topic: str
     msg_rate_in: float
     msg_throughput_in: float
@@ -268,7 +277,8 @@ class TopicStats(_message.Message):
     shadow_replication: _containers.MessageMap[str, ReplicatorStats]
     kind: TopicKind
     source: str
-    def __init__(self, topic: _Optional[str] = ..., msg_rate_in: _Optional[float] = ..., msg_throughput_in: _Optional[float] = ..., msg_rate_out: _Optional[float] = ..., msg_throughput_out: _Optional[float] = ..., average_msg_size: _Optional[float] = ..., storage_size: _Optional[int] = ..., backlog_size: _Optional[int] = ..., msg_in_counter: _Optional[int] = ..., bytes_in_counter: _Optional[int] = ..., msg_out_counter: _Optional[int] = ..., bytes_out_counter: _Optional[int] = ..., owner_broker: _Optional[str] = ..., topic_epoch: _Optional[int] = ..., publishers: _Optional[_Iterable[_Union[PublisherStats, _Mapping]]] = ..., subscriptions: _Optional[_Mapping[str, SubscriptionStats]] = ..., shadow_replication: _Optional[_Mapping[str, ReplicatorStats]] = ..., kind: _Optional[_Union[TopicKind, str]] = ..., source: _Optional[str] = ...) -> None: ...
+    backlog_quota_exceeded: bool
+    def __init__(self, topic: _Optional[str] = ..., msg_rate_in: _Optional[float] = ..., msg_throughput_in: _Optional[float] = ..., msg_rate_out: _Optional[float] = ..., msg_throughput_out: _Optional[float] = ..., average_msg_size: _Optional[float] = ..., storage_size: _Optional[int] = ..., backlog_size: _Optional[int] = ..., msg_in_counter: _Optional[int] = ..., bytes_in_counter: _Optional[int] = ..., msg_out_counter: _Optional[int] = ..., bytes_out_counter: _Optional[int] = ..., owner_broker: _Optional[str] = ..., topic_epoch: _Optional[int] = ..., publishers: _Optional[_Iterable[_Union[PublisherStats, _Mapping]]] = ..., subscriptions: _Optional[_Mapping[str, SubscriptionStats]] = ..., shadow_replication: _Optional[_Mapping[str, ReplicatorStats]] = ..., kind: _Optional[_Union[TopicKind, str]] = ..., source: _Optional[str] = ..., backlog_quota_exceeded: _Optional[bool] = ...) -> None: ...
 
 class LedgerStats(_message.Message):
     __slots__ = ("ledger_id", "entries", "size", "state", "path", "created_time", "sealed_time")

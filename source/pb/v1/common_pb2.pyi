@@ -1,10 +1,22 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class BacklogQuotaAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BACKLOG_QUOTA_ACTION_UNSPECIFIED: _ClassVar[BacklogQuotaAction]
+    BACKLOG_QUOTA_PRODUCER_REQUEST_HOLD: _ClassVar[BacklogQuotaAction]
+    BACKLOG_QUOTA_PRODUCER_EXCEPTION: _ClassVar[BacklogQuotaAction]
+    BACKLOG_QUOTA_CONSUMER_BACKLOG_EVICTION: _ClassVar[BacklogQuotaAction]
+BACKLOG_QUOTA_ACTION_UNSPECIFIED: BacklogQuotaAction
+BACKLOG_QUOTA_PRODUCER_REQUEST_HOLD: BacklogQuotaAction
+BACKLOG_QUOTA_PRODUCER_EXCEPTION: BacklogQuotaAction
+BACKLOG_QUOTA_CONSUMER_BACKLOG_EVICTION: BacklogQuotaAction
 
 class MessageIdData(_message.Message):
     __slots__ = ("ledger_id", "entry_id", "partition")
@@ -66,7 +78,7 @@ class StartPosition(_message.Message):
     def __init__(self, earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., message_id: _Optional[_Union[MessageIdData, _Mapping]] = ..., publish_time: _Optional[int] = ...) -> None: ...
 
 class Policies(_message.Message):
-    __slots__ = ("retention_time_seconds", "retention_size_bytes", "max_message_size", "compaction_threshold_bytes", "retain_null_key", "replicator_auto_reset_backlog_entries", "ledger_max_entries", "ledger_max_bytes", "ledger_max_age_seconds", "max_producers", "max_subscriptions", "max_consumers", "retention_keeps_shadow_backlog", "delete_retention_seconds")
+    __slots__ = ("retention_time_seconds", "retention_size_bytes", "max_message_size", "compaction_threshold_bytes", "retain_null_key", "replicator_auto_reset_backlog_entries", "ledger_max_entries", "ledger_max_bytes", "ledger_max_age_seconds", "max_producers", "max_subscriptions", "max_consumers", "retention_keeps_shadow_backlog", "delete_retention_seconds", "message_ttl_seconds", "backlog_quota_size_bytes", "backlog_quota_age_seconds", "backlog_quota_action", "subscription_expiration_seconds")
     RETENTION_TIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +93,11 @@ class Policies(_message.Message):
     MAX_CONSUMERS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_KEEPS_SHADOW_BACKLOG_FIELD_NUMBER: _ClassVar[int]
     DELETE_RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_QUOTA_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_QUOTA_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_QUOTA_ACTION_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_EXPIRATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
     retention_time_seconds: int
     retention_size_bytes: int
     max_message_size: int
@@ -95,7 +112,12 @@ class Policies(_message.Message):
     max_consumers: int
     retention_keeps_shadow_backlog: bool
     delete_retention_seconds: int
-    def __init__(self, retention_time_seconds: _Optional[int] = ..., retention_size_bytes: _Optional[int] = ..., max_message_size: _Optional[int] = ..., compaction_threshold_bytes: _Optional[int] = ..., retain_null_key: _Optional[bool] = ..., replicator_auto_reset_backlog_entries: _Optional[int] = ..., ledger_max_entries: _Optional[int] = ..., ledger_max_bytes: _Optional[int] = ..., ledger_max_age_seconds: _Optional[int] = ..., max_producers: _Optional[int] = ..., max_subscriptions: _Optional[int] = ..., max_consumers: _Optional[int] = ..., retention_keeps_shadow_backlog: _Optional[bool] = ..., delete_retention_seconds: _Optional[int] = ...) -> None: ...
+    message_ttl_seconds: int
+    backlog_quota_size_bytes: int
+    backlog_quota_age_seconds: int
+    backlog_quota_action: BacklogQuotaAction
+    subscription_expiration_seconds: int
+    def __init__(self, retention_time_seconds: _Optional[int] = ..., retention_size_bytes: _Optional[int] = ..., max_message_size: _Optional[int] = ..., compaction_threshold_bytes: _Optional[int] = ..., retain_null_key: _Optional[bool] = ..., replicator_auto_reset_backlog_entries: _Optional[int] = ..., ledger_max_entries: _Optional[int] = ..., ledger_max_bytes: _Optional[int] = ..., ledger_max_age_seconds: _Optional[int] = ..., max_producers: _Optional[int] = ..., max_subscriptions: _Optional[int] = ..., max_consumers: _Optional[int] = ..., retention_keeps_shadow_backlog: _Optional[bool] = ..., delete_retention_seconds: _Optional[int] = ..., message_ttl_seconds: _Optional[int] = ..., backlog_quota_size_bytes: _Optional[int] = ..., backlog_quota_age_seconds: _Optional[int] = ..., backlog_quota_action: _Optional[_Union[BacklogQuotaAction, str]] = ..., subscription_expiration_seconds: _Optional[int] = ...) -> None: ...
 
 class ErrorStatus(_message.Message):
     __slots__ = ("code", "reason", "message", "details")
