@@ -51,6 +51,10 @@ POINTS: dict[str, str] = {
         "any process, in an etcd watch's reader thread, before a batch of events goes to "
         "the watcher: `sleep(S)` delays what every watch of the process hears (a slow "
         "watch), while direct reads answer at once",
+    "produce.before_receipt":
+        "a source broker after a produce batch is stored (its WAL frame fsynced, or found a "
+        "duplicate of a stored one), before its receipt is sent: `1*kill` makes the producer "
+        "resend a batch the broker already stored (idempotent producing)",
     "ledger.seal.before_publish":
         "a source broker after a ledger's Parquet file is written and fsynced, before the "
         "ledger list marks the ledger SEALED",

@@ -10,11 +10,22 @@ leave in request order. A rejected batch (bad topic, message too big, a full dis
 receipt with `error` and nothing of it is stored; the stream goes on. A shadow topic is refused
 (`NotAllowed`, "topic <shadow> is a read-only shadow of <source>") before any of it loads. A request carries at most MAX_BATCH_MESSAGES messages: 64 MiB
 of empty ones (30 million) held the event loop for 7 s, and the topic fenced itself.
+
+Idempotent producing (source/ledger/dedup.py): a producer first sends an attach request
+(`attach`, no messages) for each topic it writes, on every new stream. Its receipt names
+the producer (the `producer_name` it gave, or one the broker assigns, the same for every
+attach of the stream that gives none) and says the highest sequence id stored for that
+name on the topic (0: none), from which a producer with a stable name goes on. A batch with
+a `sequence_id` is checked by the topic's writer; a duplicate is acknowledged with
+`duplicate` set and the original's ids (0 when no longer known), and counts in no stats.
 """
 from __future__ import annotations
 
 import asyncio
+import uuid
 
+from source import failpoints
+from source.broker import quota
 from source.broker.rates import Publisher
 from source.broker.topic import Topic
 from source.broker.topics import TopicManager
@@ -58,7 +69,8 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
         return name
 
     async def _append(self, req: views_pb2.RawProduceRequest | None, data: bytes,
-                      attached: dict[Topic, Publisher], peer: str) -> tuple[int, int, int]:
+                      attached: dict[Topic, Publisher], peer: str, assigned: list[str]
+                      ) -> tuple[int, int, int, bool] | producer_pb2.ProduceReceipt:
         if req is None:
             raise errors.InvalidArgument("malformed produce request")
         if len(req.producer_name) > MAX_PRODUCER_NAME:
@@ -74,6 +86,12 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
             pub = Publisher(req.producer_name, peer)
             topic.attach_producer(pub)
             attached[topic] = pub
+        if req.attach:
+            if not req.producer_name and not assigned:
+                assigned.append(f"p-{uuid.uuid4().hex[:20]}")
+            producer = req.producer_name or assigned[0]
+            return producer_pb2.ProduceReceipt(
+                producer_name=producer, last_sequence_id=topic.writer.dedup.last(producer))
         raws = list(req.messages)
         if not raws:
             raise errors.InvalidArgument("a produce request needs at least one message")
@@ -83,16 +101,26 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
             raise errors.MessageTooBig(
                 f"message of {biggest} bytes exceeds max_message_size {limit} of {name}")
         size = sum(map(len, raws))
-        lid, first = await topic.writer.append(raws, data, size)
-        topic.counters.add_in(len(raws), size)
-        pub.counters.add_in(len(raws), size)
-        return lid, first, len(raws)
+        held = quota.admit(topic)  # backlog quota: None, or wait (in order), or raise
+        if held is not None:
+            await held
+        sequence = None
+        if req.sequence_id:
+            if not req.producer_name:
+                raise errors.InvalidArgument("a batch with a sequence_id needs a producer_name")
+            sequence = (req.producer_name, req.sequence_id)
+        lid, first, duplicate = await topic.writer.append_batch(raws, data, size, sequence)
+        if not duplicate:
+            topic.counters.add_in(len(raws), size)
+            pub.counters.add_in(len(raws), size)
+        return lid, first, len(raws), duplicate
 
     async def Produce(self, request_iterator, context):
         queue: asyncio.Queue = asyncio.Queue()
         window = asyncio.Semaphore(MAX_INFLIGHT)
         attached: dict[Topic, Publisher] = {}  # a reloaded topic is a new Topic
         opened: set[TopicName] = set()  # topics this stream has checked are current
+        assigned: list[str] = []  # the producer name this stream was given, once asked
         peer = context.peer()
 
         async def read_ahead() -> None:
@@ -114,7 +142,8 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
                                 await self.topics.writable(topic)
                         except Exception:  # noqa: BLE001 - _append reports it in the receipt
                             pass
-                    task = asyncio.ensure_future(self._append(req, data, attached, peer))
+                    task = asyncio.ensure_future(self._append(req, data, attached, peer,
+                                                             assigned))
                     queue.put_nowait((req.request_id if req else 0, task))
             finally:
                 queue.put_nowait(None)
@@ -128,9 +157,16 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
                     break
                 request_id, task = item
                 try:
-                    lid, first, count = await task
-                    receipt = producer_pb2.ProduceReceipt(
-                        request_id=request_id, ledger_id=lid, first_entry_id=first, count=count)
+                    res = await task
+                    if res.__class__ is tuple:
+                        lid, first, count, duplicate = res
+                        receipt = producer_pb2.ProduceReceipt(
+                            request_id=request_id, ledger_id=lid, first_entry_id=first,
+                            count=count, duplicate=duplicate)
+                        failpoints.hit("produce.before_receipt")
+                    else:  # an attach
+                        receipt = res
+                        receipt.request_id = request_id
                 except Exception as exc:  # noqa: BLE001 - reported in-band, stream continues
                     receipt = producer_pb2.ProduceReceipt(request_id=request_id,
                                                           error=error_status(exc))

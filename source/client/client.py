@@ -19,8 +19,16 @@ doubling to 1 s, jittered) until `operation_timeout` seconds have passed (defaul
 30 s as Pulsar's operationTimeout), then raise the last one, typed, with its reason; a
 non-retriable error (`NotAllowed`, `TopicNotFound`, `ConsumerBusy`, ...) raises at once.
 Admin calls that are not idempotent retry only errors that guarantee nothing was applied.
-Never retried: a produce send (a retry could duplicate it) and anything on an established
-producer, consumer or reader. source/client/retry.py has the loop and the reasons.
+source/client/retry.py has the loop and the reasons.
+
+A producer whose stream breaks looks the topic up again, attaches with the same identity and
+resends everything unacknowledged, in order; the broker drops what it already stored
+(idempotent producing, on by default: source/client/producer.py).
+
+Consumers and readers reconnect by themselves when their stream breaks or the broker ends
+them with a retriable error (a broker restart, a lost lease, a moved topic): each partition
+is looked up again and subscribes again where it left off, within the operation timeout
+(source/client/reconnect.py).
 """
 from __future__ import annotations
 
@@ -36,6 +44,7 @@ from source.client.options import DEFAULT_TIMEOUT_S, check_options, parse_consum
 from source.client.listener import Callback, Listeners
 from source.client.producer import Producer
 from source.client.reader import Reader
+from source.client.reconnect import Reconnector
 from source.client.retry import Deadline
 from source.client.stream import CLOSE_TIMEOUT_S, Multiplexer
 from source.core import errors
@@ -77,6 +86,8 @@ class Client:
         self._lock = threading.Lock()
         self._children: list = []
         self._closed = False
+        # consumers and readers whose stream broke reconnect through it (reconnect.py)
+        self._reconnector = Reconnector(self._reroute, self._operation_timeout)
 
     def _open(self, topic: str, make: Callable[[TopicMetadata, Connection, Deadline], T]) -> T:
         """`make(meta, conn, deadline)` for `topic`'s metadata and the connection serving it,
@@ -109,11 +120,24 @@ class Client:
                                                      self._operation_timeout)
             return conn
 
+    def _reroute(self, topic: str, timeout: float) -> tuple[Connection, Multiplexer]:
+        """For a consumer or reader that reconnects: the connection serving `topic` now
+        (routed as `_open` does, each call once within `timeout`) and its live stream."""
+        once = Admin(self._conn, Deadline(timeout))
+        conn = self._route(once.get_topic(topic), once)
+        return conn, self._multiplexer(conn)
+
     def create_producer(self, topic: str, producer_name: str = "", **options) -> Producer:
-        """A producer; options: batch_max_messages, batch_max_bytes, linger_ms, max_inflight."""
+        """A producer; options: batch_max_messages, batch_max_bytes, linger_ms, max_inflight,
+        idempotent (default True: see source/client/producer.py). It reconnects by itself
+        through this client's open path when its stream breaks."""
         topic = canonical(topic)
-        p = self._open(topic, lambda meta, conn, _: Producer(conn, topic, meta.partitions,
-                                                              producer_name, **options))
+
+        def reopen(connect):
+            return self._open(topic, lambda meta, conn, deadline: connect(conn, deadline))
+        p = self._open(topic, lambda meta, conn, deadline: Producer(
+            conn, topic, meta.partitions, producer_name, reopen=reopen, deadline=deadline,
+            **options))
         self._children.append(p)
         return p
 
@@ -127,7 +151,7 @@ class Client:
         r = self._open(topic, lambda meta, conn, deadline: Reader(
             conn, self._multiplexer(conn), topic, meta.partitions, start, inclusive,
             receiver_queue_size, subscribe_timeout=deadline.budget(conn.timeout),
-            read_compacted=read_compacted))
+            read_compacted=read_compacted, reconnector=self._reconnector))
         self._children.append(r)
         return r
 
@@ -163,7 +187,8 @@ class Client:
             c = Consumer(conn, self._multiplexer(conn), topic, meta.partitions,
                          subscription_name, consumer_type, initial_position, consumer_name,
                          receiver_queue_size, priority, negative_ack_redelivery_delay_ms,
-                         on_active_change, wait=False, read_compacted=read_compacted)
+                         on_active_change, wait=False, read_compacted=read_compacted,
+                         reconnector=self._reconnector)
             c._await_subscribed(time.monotonic() + deadline.budget(conn.timeout))
             return c
         c = self._open(topic, make)
@@ -214,7 +239,8 @@ class Client:
                     consumers.append(Consumer(
                         conn, mux, topic, meta.partitions, name, consumer_type,
                         initial_position, consumer_name, receiver_queue_size,
-                        message_listener=listeners, wait=False, read_compacted=read_compacted))
+                        message_listener=listeners, wait=False, read_compacted=read_compacted,
+                        reconnector=self._reconnector))
                 until = time.monotonic() + deadline.budget(conn.timeout) + len(names) / 1000
                 for c in consumers:
                     c._await_subscribed(until)
@@ -256,6 +282,7 @@ class Client:
             self._closed = True
             children, self._children = self._children, []
             muxes = list(self._muxes.values())
+        self._reconnector.close(wait=False)  # no reconnect attempt starts from now on
         try:
             # consumers first send every close, then wait once for all the answers
             closing = [(c, c._start_close()) for c in children if isinstance(c, Consumer)]
@@ -272,6 +299,7 @@ class Client:
                     pass
             for mux in muxes:
                 mux.close()
+            self._reconnector.close()  # its attempts end with their owners and streams
         finally:
             for conn in self._conns.values():
                 conn.close()

@@ -19,7 +19,11 @@ as they arrive, so events act at once and in stream order:
 - `warning`: a command of this handle failed, the handle goes on (`last_warning`, logged).
 - `error`: the broker ended the handle (topic deleted, subscription force-deleted, ...):
   `receive` raises that typed error from then on; except when it answers this consumer's
-  pending `seek` or `unsubscribe`: that call raises it and the consumer goes on.
+  pending `seek` or `unsubscribe`: that call raises it and the consumer goes on; and except
+  a retriable one (`TopicNotOwned`, `Fenced`), after which the partition reconnects.
+
+A partition whose stream breaks, or that the broker ends with a retriable error, subscribes
+again by itself (consumer_resume.py; the design and the at-least-once window: reconnect.py).
 
 Entries are decoded lazily, in `receive`. Permits: `receiver_queue_size` per partition at
 first, topped up once half of them were returned to the user.
@@ -37,10 +41,12 @@ from typing import Callable
 from source.client.admin import position_pb
 from source.client.connection import Connection
 from source.client.consumer_part import Part
+from source.client.consumer_resume import ConsumerResume
 from source.client.listener import Listeners
 from source.client.options import check_options, parse_consumer_type
 from source.client.message import Message
 from source.client.reader import seek_targets
+from source.client.reconnect import Reconnector
 from source.client.stream import CLOSE_TIMEOUT_S, Multiplexer
 from source.core import errors
 from source.core.message_id import MessageId
@@ -72,7 +78,7 @@ class _Sink:
         self.consumer._on_item(*item)
 
 
-class Consumer:
+class Consumer(ConsumerResume):
     def __init__(self, conn: Connection, mux: Multiplexer, topic: str, partitions: int,
                  subscription_name: str, consumer_type: str = "exclusive",
                  initial_position: str | MessageId | int = "latest", consumer_name: str = "",
@@ -80,11 +86,12 @@ class Consumer:
                  negative_ack_redelivery_delay_ms: int = 1000,
                  on_active_change: Callable[[bool], None] | None = None,
                  message_listener: "Listeners | None" = None, wait: bool = True,
-                 read_compacted: bool = False):
+                 read_compacted: bool = False, reconnector: Reconnector | None = None):
         """Use `Client.subscribe` (or `Client.subscribe_many`). Subscribes every partition
         and waits for the broker's answers; raises the first typed error (ConsumerBusy,
         TooManyConsumers, SubscriptionNotFound, ...) after leaving the partitions that did
-        subscribe. `wait=False` only sends the subscribes: `_await_subscribed` finishes."""
+        subscribe. `wait=False` only sends the subscribes: `_await_subscribed` finishes.
+        With a `reconnector` (the client's), a partition that breaks reconnects."""
         self._type, type_pb = parse_consumer_type(consumer_type)
         start = position_pb(initial_position, "initial position")
         check_options(consumer_name, receiver_queue_size, priority,
@@ -94,7 +101,6 @@ class Consumer:
         self.consumer_name = consumer_name
         self.last_warning: errors.ShadowTopicError | None = None
         self._conn = conn
-        self._mux = mux
         self._queue_size = receiver_queue_size
         self._nack_delay = negative_ack_redelivery_delay_ms
         self._on_active_change = on_active_change
@@ -106,6 +112,11 @@ class Consumer:
         self._pending: deque = deque()  # (part, epoch, Delivery) not decoded yet
         self._buffer: deque = deque()   # (part, epoch, Message) decoded, not returned yet
         self._error: errors.ShadowTopicError | None = None  # once set, receive raises it
+        self._reconnector = reconnector
+        self._acked: dict[tuple[int, int, int], None] = {}  # remembered acks (consumer_resume)
+        self._subscribe_args = dict(subscription=subscription_name, type=type_pb, start=start,
+                                    consumer_name=consumer_name, priority=priority,
+                                    read_compacted=read_compacted)
         self._sink = sink = _Sink(self, receiver_queue_size)  # keeps `_closed` (see there)
         names = [topic] if partitions == 0 else [f"{topic}-partition-{i}"
                                                    for i in range(partitions)]
@@ -115,7 +126,7 @@ class Consumer:
                 for i, name in enumerate(names):
                     handle = mux.register(sink if message_listener is None else message_listener)
                     index = i if partitions else TopicName.parse(name).partition_index
-                    self._parts[handle] = part = Part(name, index, handle)
+                    self._parts[handle] = part = Part(name, index, handle, mux)
                     if message_listener is not None:
                         message_listener.add(sink, part)
             except BaseException:
@@ -126,17 +137,17 @@ class Consumer:
             try:
                 for p in self._parts.values():
                     p.waits["subscribe"] = None
-                    mux.send(consumer_pb2.ClientCommand(
-                        handle=p.handle, subscribe=consumer_pb2.Subscribe(
-                            topic=p.topic, subscription=subscription_name, type=type_pb,
-                            start=start, consumer_name=consumer_name, priority=priority,
-                            read_compacted=read_compacted)))
+                    mux.send(consumer_pb2.ClientCommand(handle=p.handle,
+                                                        subscribe=self._subscribe_pb(p)))
             except BaseException:
                 self._closed = True
                 self._abandon(list(self._parts.values()))
                 raise
         if wait:
             self._await_subscribed(time.monotonic() + conn.timeout)
+
+    def _subscribe_pb(self, p: Part) -> consumer_pb2.Subscribe:
+        return consumer_pb2.Subscribe(topic=p.topic, **self._subscribe_args)
 
     def _await_subscribed(self, deadline: float) -> None:
         """Wait (until `deadline`, a monotonic time) for the broker's answers to the
@@ -178,8 +189,10 @@ class Consumer:
             if p is None:
                 return
             if isinstance(item, Exception):  # the stream ended: every handle with it
-                self._end(p, item if isinstance(item, errors.ShadowTopicError)
-                          else errors.ConnectError(str(item)))
+                err = (item if isinstance(item, errors.ShadowTopicError)
+                       else errors.ConnectError(str(item)))
+                if not self._broken(p, err):
+                    self._end(p, err)
                 self._cond.notify_all()
                 return
             frame = item.frame
@@ -197,6 +210,7 @@ class Consumer:
             sd = ev.seek_done
             p.epoch += 1  # drop what came before: the broker starts over with no permits
             p.consumed = 0
+            self._forget_acks(p)
             if p.state == "open" and not self._closed:
                 self._flow(p, self._queue_size)
             if not sd.by_admin:
@@ -226,7 +240,8 @@ class Consumer:
                 return
             # a refused seek or unsubscribe (ConsumerBusy, ...): that command fails and the
             # consumer goes on; any other error ends the handle
-            if not (p.answer("unsubscribe", err) or p.answer("seek", err)):
+            if not (p.answer("unsubscribe", err) or p.answer("seek", err)
+                    or self._broken(p, err)):
                 self._end(p, err)
         elif kind == "closed":
             answered = [k for k in ("unsubscribe", "close") if p.answer(k, ev.closed)]
@@ -254,8 +269,8 @@ class Consumer:
 
     def _flow(self, p: Part, permits: int) -> None:
         try:
-            self._mux.send(consumer_pb2.ClientCommand(handle=p.handle,
-                                                      flow=consumer_pb2.Flow(permits=permits)))
+            p.mux.send(consumer_pb2.ClientCommand(handle=p.handle,
+                                                  flow=consumer_pb2.Flow(permits=permits)))
         except errors.ShadowTopicError:  # the stream is gone; the sink hears it too
             pass
 
@@ -286,14 +301,23 @@ class Consumer:
         for p in parts:
             if p.state != "ended":
                 try:
-                    self._mux.send(consumer_pb2.ClientCommand(handle=p.handle,
-                                                              close=consumer_pb2.CloseHandle()))
+                    p.mux.send(consumer_pb2.ClientCommand(handle=p.handle,
+                                                          close=consumer_pb2.CloseHandle()))
                 except errors.ShadowTopicError:
                     pass
             p.state = "ended"
-            self._mux.unregister(p.handle)
+            p.mux.unregister(p.handle)
         if self._events is not None:
             self._events.shutdown(wait=False)
+
+    def _check_open(self, parts: list[Part]) -> None:
+        """Every one of `parts` is open: `ServiceUnavailable` (retriable) while one
+        reconnects, `AlreadyClosed` once one ended."""
+        if any(p.state == "reconnecting" for p in parts):
+            raise errors.ServiceUnavailable(f"the consumer of {self.topic} is reconnecting; "
+                                            f"try again")
+        if any(p.state != "open" for p in parts):
+            raise errors.AlreadyClosed(f"the consumer of {self.topic} was ended")
 
     def _check(self) -> None:
         if self._closed:
@@ -313,6 +337,8 @@ class Consumer:
                 if p.consumed >= max(1, self._queue_size // 2):
                     self._flow(p, p.consumed)
                     p.consumed = 0
+                if self._acked_already(p, msg):
+                    continue  # came again after a reconnect: acknowledged again instead
                 return msg
             if not pending:
                 return None
@@ -351,7 +377,7 @@ class Consumer:
         return p, MessageId.checked(mid.ledger_id, mid.entry_id)
 
     def _send(self, p: Part, **command) -> None:
-        self._mux.send(consumer_pb2.ClientCommand(handle=p.handle, **command))
+        p.mux.send(consumer_pb2.ClientCommand(handle=p.handle, **command))
 
     def _command(self, parts: list[Part], kind: str, **command) -> list:
         """Send a command that the broker answers to each of `parts`, wait for the answers
@@ -431,7 +457,7 @@ class Consumer:
         with self._cond:
             self._check()
             p, mid = self._part_for(message)
-            self._mux.ack(p.handle, mid.to_pb())
+            self._send_ack(p, mid.ledger_id, mid.entry_id)
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Acknowledge every message of the partition up to and including this one. Refused
@@ -442,13 +468,18 @@ class Consumer:
         with self._cond:
             self._check()
             p, mid = self._part_for(message)
-            self._send(p, ack=consumer_pb2.Ack(ids=[mid.to_pb()], cumulative=True))
+            if self._reconnector is not None:  # sent again after a reconnect
+                p.cum_acked = max(p.cum_acked or (0, 0), (mid.ledger_id, mid.entry_id))
+            if p.state != "reconnecting":
+                self._resend(p, ack=consumer_pb2.Ack(ids=[mid.to_pb()], cumulative=True))
 
     def negative_acknowledge(self, message: Message | MessageId) -> None:
         """Ask for this message again after `negative_ack_redelivery_delay_ms`."""
         with self._cond:
             self._check()
             p, mid = self._part_for(message)
+            if p.state == "reconnecting":
+                return  # not acknowledged: it comes again after the reconnect anyway
             self._send(p, nack=consumer_pb2.Nack(ids=[mid.to_pb()], delay_ms=self._nack_delay))
 
     def redeliver_unacknowledged_messages(self) -> None:
@@ -486,8 +517,7 @@ class Consumer:
         with self._seek_lock, self._cond:
             self._check()
             pos, targets = seek_targets(position, self._by_index)
-            if any(p.state != "open" for p in targets):
-                raise errors.AlreadyClosed(f"the consumer of {self.topic} was ended")
+            self._check_open(targets)
             answers = self._command(targets, "seek", seek=consumer_pb2.Seek(position=pos))
             landed = [(MessageId.from_pb(a.position).with_partition(p.index), a.clamped)
                       for p, a in zip(targets, answers)]
@@ -499,6 +529,7 @@ class Consumer:
         open."""
         with self._seek_lock, self._cond:
             self._check()
+            self._check_open([p for p in self._parts.values() if p.state != "ended"])
             parts = [p for p in self._parts.values() if p.state == "open"]
             self._command(parts, "unsubscribe", unsubscribe=consumer_pb2.Unsubscribe())
         self.close()
@@ -520,7 +551,7 @@ class Consumer:
             self._cond.notify_all()
             sent = []
             for p in self._parts.values():
-                if p.state == "ended":
+                if p.state in ("ended", "reconnecting"):  # nothing on a broker to close
                     continue
                 try:
                     self._send(p, close=consumer_pb2.CloseHandle())
@@ -544,8 +575,8 @@ class Consumer:
                     p.state = "ended"
                 self._pending.clear()
                 self._buffer.clear()
-        for handle in self._parts:
-            self._mux.unregister(handle)
+        for p in list(self._parts.values()):
+            p.mux.unregister(p.handle)
         if self._events is not None:
             self._events.shutdown(wait=False)
 

@@ -9,19 +9,24 @@ class Part:
     message listener, the listener's thread also counts `consumed` for what it calls back
     with, and reads `epoch` and `state` to drop what a seek or the end made stale."""
 
-    __slots__ = ("topic", "index", "handle", "epoch", "consumed", "active", "state", "waits")
+    __slots__ = ("topic", "index", "handle", "mux", "epoch", "consumed", "active", "state",
+                 "waits", "cum_acked", "resumed")
 
-    def __init__(self, topic: str, index: int, handle: int):
+    def __init__(self, topic: str, index: int, handle: int, mux=None):
         self.topic = topic
         self.index = index              # partition index, -1 for a non-partitioned topic
         self.handle = handle
+        self.mux = mux                  # the stream the handle is on (a new one on reconnect)
         self.epoch = 0                  # +1 at every seek_done: older messages are dropped
         self.consumed = 0               # messages returned since the last Flow
         self.active: bool | None = None
-        self.state = "subscribing"      # -> open -> ended
+        self.state = "subscribing"      # -> open (<-> reconnecting) -> ended
         #: what a caller waits for (subscribe | seek | unsubscribe | close) -> the broker's
         #: answer, an event or a typed error; None until it came
         self.waits: dict[str, object] = {}
+        #: the last cumulative ack (ledger, entry), sent again after a reconnect
+        self.cum_acked: tuple[int, int] | None = None
+        self.resumed = False            # reconnected once: what comes may be acked already
 
     def answer(self, kind: str, value) -> bool:
         if kind in self.waits and self.waits[kind] is None:

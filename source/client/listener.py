@@ -14,6 +14,10 @@ before its own seek (an older epoch) or after it ended is not passed. Permits: e
 consumer's `consumed` count is kept here, and the Flows of consumers that reach half their
 queue together go up as one command.
 
+A consumer whose partition reconnects (source/client/reconnect.py) moves that partition to
+a new handle, perhaps on a new stream (`remove`, then `add`); each frame's acks and flows go
+up the stream its handles are on now (a frame's handles are all on one stream).
+
 A callback that raises is logged and the next message goes on (as Pulsar's
 MessageListener); a slow callback holds back this call's consumers, never the stream's
 others (each consumer's backlog here is bounded by its permits).
@@ -96,6 +100,10 @@ class Listeners:
         """`part`, a handle of the consumer that `sink` stands for, is this call's."""
         self._by_handle[part.handle] = (sink, part)
 
+    def remove(self, handle: int) -> None:
+        """`handle` is no longer this call's (its partition reconnected on another one)."""
+        self._by_handle.pop(handle, None)
+
     # ---- the stream's receive thread ---------------------------------------------------
 
     def put_many(self, handles: list[int], delivery: Delivery) -> None:
@@ -136,6 +144,7 @@ class Listeners:
         by_handle = self._by_handle
         consumers, mine, flows, alone = [], [], {}, []
         msgs = None
+        mux = self._mux  # the stream the frame came on: its handles' parts say which
         n = len(delivery.frame.entries)
         redelivered = {r.handle for r in delivery.frame.redeliveries}
         for h, epoch in zip(handles, epochs):
@@ -145,6 +154,7 @@ class Listeners:
             s, p = entry
             if p.epoch != epoch or p.state != "open" or s.closed:
                 continue
+            mux = p.mux or mux
             p.consumed += n
             if h in redelivered:  # counts differ per handle: a call of its own
                 alone.append((s.consumer, h, p))
@@ -158,19 +168,19 @@ class Listeners:
                 p.consumed = 0
         for permits, hs in flows.items():
             try:
-                self._mux.send(consumer_pb2.ClientCommand(
+                mux.send(consumer_pb2.ClientCommand(
                     handle=hs[0], also=hs[1:], flow=consumer_pb2.Flow(permits=permits)))
             except errors.ShadowTopicError:  # the stream is gone: the consumers hear it
                 pass
         if consumers:
-            self._call(msgs, Recipients(consumers, mine, self._mux))
+            self._call(msgs, Recipients(consumers, mine, mux))
         for c, h, p in alone:
             counted = list(delivery.messages(p.topic, p.index))
             for r in delivery.frame.redeliveries:
                 if r.handle == h and r.entry_index < len(counted):
                     counted[r.entry_index] = replace(counted[r.entry_index],
                                                      redelivery_count=r.count)
-            self._call(counted, Recipients([c], [h], self._mux))
+            self._call(counted, Recipients([c], [h], mux))
 
     def _call(self, msgs: list[Message], recipients: Recipients) -> None:
         for msg in msgs:

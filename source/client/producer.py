@@ -8,6 +8,19 @@ batches wait for receipts and as many more wait in the outbox; then `send_async`
 (the backpressure), except on the receipt thread: a callback may produce without deadlock. A receipt arrives after the broker's fsync and resolves every message of its
 batch with its MessageId, in send order; `send` is `send_async` + flush + wait.
 Partitioned topics route by crc32c(key) % partitions, keyless messages round-robin.
+
+Idempotent producing (`idempotent=True`, the default; source/ledger/dedup.py has the
+broker's rules): each stream starts by attaching the producer to each of its topics, which
+gives it a unique name from the broker when it has none (a `producer_name` the user gives is
+stable: the broker answers the highest sequence id it stored for it, and this producer goes
+on after it). Messages get sequence ids per partition, 1, 2, ...; a batch carries its
+first. When the stream breaks (broker restart, lost lease, moved topic: any retriable
+error, or a receipt with one) the producer reconnects by itself (looked up again through the
+client's open path, with backoff, within the client's `operation_timeout`), attaches with
+the same name and resends every batch without a receipt, in order: the broker acknowledges
+the ones it had stored as duplicates (with their original ids), so nothing is stored twice
+and order holds. A batch fails only once it has been resent for `operation_timeout`, or on
+a non-retriable error. Without idempotence a resend may store a batch twice.
 Options and message fields are checked before anything is queued: a bad one raises
 `InvalidArgument` (`MessageTooBig` above MAX_MESSAGE_SIZE) in the caller.
 """
@@ -24,6 +37,7 @@ import google_crc32c
 import grpc
 
 from source.client.connection import Connection
+from source.client.retry import Deadline
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.policies import MAX_BATCH_MESSAGES, MAX_MESSAGE_SIZE
@@ -63,10 +77,13 @@ def _check_extras(properties, event_time) -> None:
                                      f"got {event_time!r}")
 
 
+_WAKE = object()  # put in the outbox: "batches wait to be resent"
+
+
 class _Batch:
     """Messages are built in place inside the request that will carry them (no copies)."""
 
-    __slots__ = ("request", "add", "partition", "callbacks", "size", "created")
+    __slots__ = ("request", "add", "partition", "callbacks", "size", "created", "retry_until")
 
     def __init__(self, topic: str, partition: int, producer_name: str):
         self.request = producer_pb2.ProduceRequest(topic=topic, producer_name=producer_name)
@@ -75,22 +92,59 @@ class _Batch:
         self.callbacks: list[Callback | None] = []
         self.size = 0
         self.created = time.monotonic()
+        self.retry_until: float | None = None  # set when a stream broke under it
+
+
+class _Stream:
+    """One Produce stream: its requests, its call, and the answers to its attach requests."""
+
+    def __init__(self, conn: Connection):
+        self.conn = conn
+        self.requests: queue.SimpleQueue = queue.SimpleQueue()
+        self.attach_answers: queue.SimpleQueue = queue.SimpleQueue()
+        self.attaching = 0
+        self.cancelled = False
+        requests = self.requests
+
+        def gen():
+            while True:
+                item = requests.get()
+                if item is None:
+                    return
+                yield item
+
+        self.call = conn.producer.Produce(gen())
+
+    def close(self, cancel: bool = True) -> None:
+        self.requests.put(None)
+        if cancel:
+            self.cancelled = True
+            self.call.cancel()
 
 
 class Producer:
     def __init__(self, conn: Connection, topic: str, partitions: int = 0,
                  producer_name: str = "", batch_max_messages: int = 1000,
                  batch_max_bytes: int = 1 << 20, linger_ms: float = 5.0,
-                 max_inflight: int = 8):
+                 max_inflight: int = 8, idempotent: bool = True,
+                 reopen: Callable[[Callable], "_Stream"] | None = None,
+                 deadline: Deadline | None = None):
+        """`reopen(connect)`: the client's open path (lookup, retries within the operation
+        timeout) calling `connect(conn, deadline)`; used to reconnect after a broken stream.
+        With `idempotent` (the default) the producer attaches now (within `deadline`)."""
         self.topic = topic
         self.partitions = partitions
         self.producer_name = producer_name
+        self.idempotent = bool(idempotent)
         self._conn = conn
+        self._reopen = reopen
         self._max_msgs = _option("batch_max_messages", batch_max_messages, 1,
                                  MAX_BATCH_MESSAGES)
         self._max_bytes = _option("batch_max_bytes", batch_max_bytes, 1, MAX_BATCH_BYTES)
         self._linger = _option("linger_ms", linger_ms, 0, 60_000, (int, float)) / 1000.0
         _option("max_inflight", max_inflight, 1, 10_000)
+        self._topics = ([topic] if partitions == 0 else
+                        [f"{topic}-partition-{i}" for i in range(partitions)])
         self._lock = threading.Lock()           # open batches, sequence ids
         self._send_lock = threading.Lock()      # in-flight order == stream order
         self._idle = threading.Condition(self._send_lock)
@@ -101,15 +155,23 @@ class Producer:
         self._room = threading.Condition()       # signalled when _queued drops
         self._unacked = 0                        # closed batches without a receipt yet
         self._inflight: deque[tuple[int, _Batch]] = deque()
+        self._tosend: deque[_Batch] = deque()    # taken from the outbox or to resend, in order
         self._window = threading.Semaphore(max_inflight)
         self._request_ids = itertools.count(1)
         self._rr = itertools.count()
-        self._seq = 0
+        self._seqs: dict[int, int] = {}         # partition (-1: none) -> its next sequence id
+        self._sent = 0
         self._acked = 0
         self._failed = 0
-        self._requests: queue.SimpleQueue | None = None
+        self._breaks = 0                         # streams broken since the last receipt
+        self._last_error: Exception | None = None
+        self._stream: _Stream | None = None
         self._receiver: threading.Thread | None = None
         self._closed = False
+        if self.idempotent:
+            self._stream = self._connect(conn, deadline or Deadline(conn.operation_timeout))
+        else:
+            self._seqs = {p: 1 for p in (range(partitions) if partitions else (-1,))}
         self._flusher = threading.Thread(target=self._linger_loop, daemon=True,
                                          name="producer-linger")
         self._flusher.start()
@@ -142,11 +204,13 @@ class Producer:
             b = self._batches.get(part)
             if b is None:
                 b = self._new_batch(part)
-            self._seq += 1
+            seq = self._seqs[part]
+            self._seqs[part] = seq + 1
+            self._sent += 1
             m = b.add()  # attribute sets are cheaper than constructor kwargs in upb
             m.payload = payload
             m.producer_name = self.producer_name
-            m.sequence_id = self._seq
+            m.sequence_id = seq
             if key is not None:
                 m.key = key
             if properties:
@@ -169,11 +233,15 @@ class Producer:
     def _new_batch(self, part: int) -> _Batch:
         topic = self.topic if self.partitions == 0 else f"{self.topic}-partition-{part}"
         b = self._batches[part] = _Batch(topic, part, self.producer_name)
+        if self.idempotent:
+            b.request.sequence_id = self._seqs[part]
         return b
 
     def send(self, payload: bytes | str, key: bytes | str | None = None,
              properties: dict[str, str] | None = None, event_time: int = 0,
              timeout: float | None = None) -> MessageId:
+        """Send and wait for the receipt: by default up to the client's `timeout` plus its
+        `operation_timeout` (the time a reconnect and resend may take)."""
         done = threading.Event()
         out: list = []
 
@@ -183,24 +251,27 @@ class Producer:
 
         self.send_async(payload, key, properties, event_time, callback=cb)
         self._flush_open()
-        if not done.wait(timeout or self._conn.timeout):
+        if not done.wait(timeout or self._wait_s()):
             raise errors.Timeout("no receipt from the broker in time")
         mid, exc = out[0]
         if exc is not None:
             raise exc
         return mid
 
+    def _wait_s(self) -> float:
+        return self._conn.timeout + self._conn.operation_timeout
+
     def stats(self) -> dict[str, int]:
         """Counters since creation: messages sent, acknowledged (after the broker's fsync),
         failed (their callbacks got an error), and batches still waiting for a receipt."""
         with self._idle:
-            return {"sent": self._seq, "acked": self._acked, "failed": self._failed,
+            return {"sent": self._sent, "acked": self._acked, "failed": self._failed,
                     "pending_batches": self._unacked}
 
     def flush(self, timeout: float | None = None) -> None:
-        """Send every open batch and wait for all receipts."""
+        """Send every open batch and wait for all receipts (by default as long as `send`)."""
         self._flush_open()
-        deadline = time.monotonic() + (timeout or self._conn.timeout)
+        deadline = time.monotonic() + (timeout or self._wait_s())
         with self._idle:
             while self._unacked:
                 left = deadline - time.monotonic()
@@ -220,8 +291,9 @@ class Producer:
             self._outbox.put(None)
             self._sender.join(10)
             with self._send_lock:
-                if self._requests is not None:
-                    self._requests.put(None)
+                stream, self._stream = self._stream, None
+            if stream is not None:
+                stream.close(cancel=False)  # half-close: the broker ends the stream
             if self._receiver is not None:
                 self._receiver.join(10)
 
@@ -262,42 +334,128 @@ class Producer:
 
     def _send_loop(self) -> None:
         while True:
-            batch = self._outbox.get()
-            if batch is None:
+            item = self._outbox.get()
+            if item is None:
                 return
-            self._window.acquire()
-            with self._room:
-                self._queued -= 1
-                self._room.notify_all()
-            with self._send_lock:
-                if self._requests is None:
-                    self._open_stream()
-                rid = next(self._request_ids)
-                batch.request.request_id = rid
-                self._inflight.append((rid, batch))
-                self._requests.put(batch.request)
-
-    def _open_stream(self) -> None:
-        requests: queue.SimpleQueue = queue.SimpleQueue()
-
-        def gen():
-            while True:
-                item = requests.get()
-                if item is None:
-                    return
-                yield item
-
-        responses = self._conn.producer.Produce(gen())
-        self._requests = requests
-        self._receiver = threading.Thread(target=self._receive, args=(responses, requests),
-                                          daemon=True, name="producer-receipts")
-        self._receiver.start()
-
-    def _receive(self, responses, requests) -> None:
-        try:
-            for receipt in responses:
+            if item is not _WAKE:
+                # the window's permits may be held by batches waiting to be resent, which
+                # only this thread resends: resend them while waiting for one
+                while not self._window.acquire(timeout=0.05):
+                    if self._tosend:
+                        self._pump()
+                with self._room:
+                    self._queued -= 1
+                    self._room.notify_all()
                 with self._send_lock:
+                    self._tosend.append(item)
+            self._pump()
+
+    def _pump(self) -> None:
+        """Put every batch waiting in `_tosend` on the stream, in order, (re)connecting first
+        when there is none. Sender thread only."""
+        for _attempt in range(1000):  # each pass sends or connects; a connect is bounded
+            with self._send_lock:
+                if not self._tosend:
+                    return
+                stream = self._stream
+                if stream is not None:
+                    now = time.monotonic()
+                    expired = []
+                    while self._tosend:
+                        b = self._tosend.popleft()
+                        if b.retry_until is not None and now > b.retry_until:
+                            expired.append(b)  # resent for longer than operation_timeout
+                            continue
+                        rid = next(self._request_ids)
+                        b.request.request_id = rid
+                        self._inflight.append((rid, b))
+                        stream.requests.put(b.request)
+                    break
+            if not self._reconnect():
+                return
+        else:
+            return
+        if expired:
+            self._fail_batches(expired, self._last_error
+                               or errors.Timeout("produce: operation timeout passed"))
+
+    def _reconnect(self) -> bool:
+        """Open a new stream (looked up again through the client, attached with the same
+        producer name); on failure fail every batch waiting to be sent."""
+        if self._closed and not self._unacked:
+            return False
+        if self._breaks > 1:  # broke again right after a reconnect: back off (capped)
+            time.sleep(min(1.0, 0.05 * 2 ** (self._breaks - 2)))
+        try:
+            if self._reopen is not None and self._breaks:
+                stream = self._reopen(self._connect)
+            else:
+                stream = self._conn.retry.run(lambda d: self._connect(self._conn, d))
+        except errors.ShadowTopicError as exc:
+            self._fail_waiting(exc)
+            return False
+        with self._send_lock:
+            self._stream = stream
+        return True
+
+    def _connect(self, conn: Connection, deadline: Deadline) -> _Stream:
+        """A new stream on `conn`, attached (idempotent producing: the producer's name and,
+        on the first connect, where each partition's sequence ids go on); its receiver
+        thread running."""
+        stream = _Stream(conn)
+        stream.attaching = len(self._topics) if self.idempotent else 0
+        self._receiver = threading.Thread(target=self._receive, args=(stream,), daemon=True,
+                                          name="producer-receipts")
+        self._receiver.start()
+        try:
+            answers = []
+            for t in self._topics[:stream.attaching]:
+                stream.requests.put(producer_pb2.ProduceRequest(
+                    topic=t, producer_name=self.producer_name, attach=True))
+            for _t in self._topics[:stream.attaching]:
+                try:
+                    got = stream.attach_answers.get(timeout=deadline.budget(conn.timeout))
+                except queue.Empty:
+                    raise errors.Timeout("no answer to the producer's attach in time") from None
+                if isinstance(got, Exception):
+                    raise got
+                if got.HasField("error"):
+                    e = got.error
+                    err = errors.from_reason(e.reason, e.message, e.code)
+                    if err.retriable:
+                        raise err
+                    # refused for good (a read-only shadow, ...): the sends say so, as the
+                    # broker refuses each of them
+                    got = producer_pb2.ProduceReceipt(producer_name=self.producer_name)
+                answers.append(got)
+        except BaseException:
+            stream.close()
+            raise
+        if answers:
+            self.producer_name = next((a.producer_name for a in answers if a.producer_name),
+                                      self.producer_name)
+            if not self._seqs:  # the first connect: go on after what the broker stored
+                parts = range(self.partitions) if self.partitions else (-1,)
+                self._seqs = {p: a.last_sequence_id + 1 for p, a in zip(parts, answers)}
+        self._conn = conn
+        return stream
+
+    def _receive(self, stream: _Stream) -> None:
+        try:
+            for receipt in stream.call:
+                if stream.attaching:
+                    stream.attaching -= 1
+                    stream.attach_answers.put(receipt)
+                    continue
+                with self._send_lock:
+                    if self._stream is not stream or not self._inflight:
+                        return
                     rid, batch = self._inflight.popleft()
+                if receipt.HasField("error") and _retriable(receipt):
+                    e = receipt.error  # the topic moved or is reloading: resend from here
+                    self._break(stream, errors.from_reason(e.reason, e.message, e.code), batch)
+                    return
+                self._breaks = 0
                 self._window.release()  # before callbacks, which may produce
                 ok = self._resolve(batch, receipt)
                 with self._idle:
@@ -314,25 +472,76 @@ class Producer:
             # the call is freed now, not by a garbage collection at interpreter exit (see
             # Multiplexer.close in reader.py for the hang that caused)
             exc.__traceback__ = None
-            self._fail_inflight(err, requests)
+            if stream.attaching:
+                stream.attach_answers.put(err)
+            if not stream.cancelled:
+                self._break(stream, err)
             return
-        self._fail_inflight(errors.ConnectError("produce stream ended"), requests)
+        if stream.attaching:
+            stream.attach_answers.put(errors.ConnectError("produce stream ended"))
+        self._break(stream, errors.ConnectError("produce stream ended"))
 
-    def _fail_inflight(self, err: Exception, requests) -> None:
+    def _break(self, stream: _Stream, err: Exception, head: _Batch | None = None) -> None:
+        """`stream` broke (or answered a temporary error for `head`): its batches without a
+        receipt go back, in order, before those not sent yet, to be resent on a new stream
+        within the operation timeout; a non-temporary error fails them."""
         with self._send_lock:
-            if self._requests is requests:
-                self._requests = None
-            failed = list(self._inflight)
+            if self._stream is not stream:
+                return
+            self._stream = None
+            moved = ([head] if head is not None else []) + [b for _, b in self._inflight]
             self._inflight.clear()
-            self._unacked -= len(failed)
-            self._failed += sum(len(b.callbacks) for _, b in failed)
+            self._tosend.extendleft(reversed(moved))
+            self._last_error = err
+            until = time.monotonic() + self._conn.operation_timeout
+            for b in moved:
+                if b.retry_until is None:
+                    b.retry_until = until
+        stream.close()
+        self._breaks += 1
+        if self._closed and not moved:
+            return
+        if not getattr(err, "retriable", False):
+            self._fail_waiting(err)
+            return
+        self._outbox.put(_WAKE)
+
+    def _fail_waiting(self, err: Exception) -> None:
+        """Fail every batch waiting to be (re)sent, and those in the outbox (they would meet
+        the same broker: a new send tries again)."""
+        with self._send_lock:
+            failed = list(self._tosend)
+            self._tosend.clear()
+        self._fail_batches(failed, err)
+        queued = []
+        while True:
+            try:
+                item = self._outbox.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                self._outbox.put(None)  # closing: the sender still ends
+                break
+            if item is not _WAKE:
+                queued.append(item)
+        if queued:
+            with self._room:
+                self._queued -= len(queued)
+                self._room.notify_all()
+            self._fail_batches(queued, err, holds_window=False)
+
+    def _fail_batches(self, batches: list[_Batch], err: Exception,
+                      holds_window: bool = True) -> None:
+        with self._idle:
+            self._unacked -= len(batches)
+            self._failed += sum(len(b.callbacks) for b in batches)
             self._idle.notify_all()
-        requests.put(None)
-        for _, batch in failed:
+        for batch in batches:
             for cb in batch.callbacks:
                 if cb is not None:
                     cb(None, err)
-            self._window.release()
+            if holds_window:
+                self._window.release()
 
     def _resolve(self, batch: _Batch, receipt: producer_pb2.ProduceReceipt) -> bool:
         if receipt.HasField("error"):
@@ -342,11 +551,18 @@ class Producer:
                 if cb is not None:
                     cb(None, err)
             return False
+        # a duplicate (a resend of a stored batch) carries its original's ids (0:0 when the
+        # broker no longer knows them: stored once, where is unknown)
         lid, part = receipt.ledger_id, batch.partition
         new = tuple.__new__
         entry = receipt.first_entry_id
         for cb in batch.callbacks:
             if cb is not None:
                 cb(new(MessageId, (lid, entry, part)), None)
-            entry += 1
+            entry += 1 if lid else 0
         return True
+
+
+def _retriable(receipt: producer_pb2.ProduceReceipt) -> bool:
+    e = receipt.error
+    return getattr(errors.from_reason(e.reason, e.message, e.code), "retriable", False)

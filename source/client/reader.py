@@ -11,6 +11,15 @@ message id, so a read loop ends at the end of the topic
 After any `seek_done` the broker has set the handle's permits to 0: the reader drops what it
 had received for that partition before the event and sends a fresh Flow.
 
+A partition whose stream breaks, or that the broker ends with a retriable error
+(`TopicNotOwned`, `Fenced`), reconnects by itself (source/client/reconnect.py has the
+design): `read_next` notices it in queue order, so every frame of the old handle is in the
+buffer by then, and the client's `Reconnector` subscribes the partition again where its
+topic is served now, from the id after the last message that reached the queue
+(exclusive). The buffer is kept: nothing is lost or read twice. `read_next` keeps waiting
+within its timeout meanwhile, and raises the last retriable error once reconnecting failed
+for longer than the client's operation timeout.
+
 Closing is deterministic: `Reader.close` wakes a `read_next` blocked in another thread (it
 raises `AlreadyClosed`), and `Multiplexer.close` returns only once the stream's receive thread
 has ended and gRPC has finished the call (see there why that matters at interpreter exit).
@@ -18,12 +27,14 @@ has ended and gRPC has finished the call (see there why that matters at interpre
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from collections import deque
 
 from source.client.admin import Admin, position_pb
 from source.client.connection import Connection
 from source.client.message import Message
+from source.client.reconnect import Reconnector, reconnectable
 from source.client.stream import Multiplexer
 from source.core import errors
 from source.core.message_id import MessageId
@@ -31,6 +42,13 @@ from source.core.names import TopicName
 from source.pb.v1 import common_pb2, consumer_pb2
 
 _CLOSED = object()  # what Reader.close puts on its own queue, to wake a blocked read_next
+
+
+class _GaveUp:
+    """What `Reader._give_up` puts on the reader's queue: reconnecting failed for good."""
+
+    def __init__(self, err: errors.ShadowTopicError):
+        self.err = err
 
 
 def start_position(start: str | MessageId) -> common_pb2.StartPosition:
@@ -69,26 +87,41 @@ def seek_targets(position: MessageId | str | int, by_index: dict) -> tuple[
 
 
 class _Partition:
-    def __init__(self, topic: str, index: int, handle: int):
+    def __init__(self, topic: str, index: int, handle: int, mux: Multiplexer):
         self.topic = topic
         self.index = index
         self.handle = handle
+        self.mux = mux                            # the stream the handle is on
+        self.state = "open"                       # <-> reconnecting
         self.consumed = 0
         self.last: MessageId | None = None      # id of the last message returned to the user
+        self.received: MessageId | None = None  # id of the last message put in the buffer
         self.threshold: MessageId | None = None  # an entry beyond this is unread
         self.inclusive = False
+
+    def resume_at(self, start: str | MessageId) -> tuple[common_pb2.StartPosition, bool]:
+        """Where a reconnect subscribes again, and whether inclusively: after the last
+        message received, else where the reader was told to start or seek to."""
+        if self.received is not None:
+            return start_position(MessageId(*self.received[:2])), False
+        if self.threshold is not None:
+            return start_position(self.threshold), self.inclusive
+        # nothing came, no position: "earliest", or "latest" of a topic that was empty
+        return common_pb2.StartPosition(earliest=True), False
 
 
 class Reader:
     def __init__(self, conn: Connection, mux: Multiplexer, topic: str, partitions: int,
                  start: str | MessageId = "earliest", inclusive: bool = False,
                  receiver_queue_size: int = 1000, subscribe_timeout: float = 30.0,
-                 read_compacted: bool = False):
+                 read_compacted: bool = False, reconnector: Reconnector | None = None):
         self.topic = topic
         self.read_compacted = read_compacted
         self._seeks: dict[int, object] | None = None  # handle -> seek answer, while seeking
         self._conn = conn
-        self._mux = mux
+        self._start = start
+        self._reconnector = reconnector  # None: a broken partition fails the reader
+        self._lock = threading.Lock()    # the partitions' handles, against a reconnect
         self._queue: queue.Queue = queue.Queue()
         self._buffer: deque[Message] = deque()
         self._permits = receiver_queue_size
@@ -101,7 +134,7 @@ class Reader:
         for i, name in enumerate(names):
             handle = mux.register(self._queue)
             p = _Partition(name, i if partitions else TopicName.parse(name).partition_index,
-                           handle)
+                           handle, mux)
             self._parts[handle] = p
             mux.send(consumer_pb2.ClientCommand(handle=handle, subscribe=consumer_pb2.Subscribe(
                 topic=name, start=pos, start_inclusive=inclusive,
@@ -151,19 +184,32 @@ class Reader:
         part = self._parts_by_index[msg.message_id.partition]
         part.last = msg.message_id  # with the partition: compare ledger and entry only
         part.consumed += 1
-        if part.consumed >= self._permits // 2:
-            self._mux.send(consumer_pb2.ClientCommand(handle=part.handle, flow=consumer_pb2.Flow(
-                permits=part.consumed)))
+        if part.consumed >= self._permits // 2 and part.state == "open":
+            self._flow(part, part.consumed)
             part.consumed = 0
         return msg
+
+    def _flow(self, p: _Partition, permits: int) -> None:
+        try:
+            p.mux.send(consumer_pb2.ClientCommand(handle=p.handle, flow=consumer_pb2.Flow(
+                permits=permits)))
+        except errors.ShadowTopicError:  # the stream is gone; the queue hears it too
+            pass
 
     def _take(self, handle: int, item) -> None:
         if item is _CLOSED:
             raise errors.AlreadyClosed("reader is closed")
+        if isinstance(item, _GaveUp):
+            self._error = item.err
+            raise item.err
+        p = self._parts.get(handle)
         if isinstance(item, Exception):
+            if p is None and self._reconnector is not None:
+                return  # a stream the partitions left already (they reconnected)
+            if p is not None and self._broken(p, item):
+                return
             self._error = item
             raise item
-        p = self._parts.get(handle)
         if p is None:
             return
         frame = item.frame
@@ -171,7 +217,10 @@ class Reader:
             ev = frame.event
             if ev.HasField("error"):
                 e = ev.error
-                self._error = errors.from_reason(e.reason, e.message, e.code)
+                err = errors.from_reason(e.reason, e.message, e.code)
+                if self._broken(p, err):
+                    return
+                self._error = err
                 raise self._error
             if ev.HasField("seek_done"):
                 self._seek_done(p, ev.seek_done)
@@ -180,7 +229,9 @@ class Reader:
                 if w.details.get("command") == "seek" and self._seeks[p.handle] is None:
                     self._seeks[p.handle] = errors.from_reason(w.reason, w.message, w.code)
         if frame.entries:
-            self._buffer.extend(item.messages(p.topic, p.index))
+            msgs = item.messages(p.topic, p.index)
+            self._buffer.extend(msgs)
+            p.received = msgs[-1].message_id
 
     def _seek_done(self, p: _Partition, done: consumer_pb2.SeekDone) -> None:
         """The partition moved (this reader's seek, or someone else's with `by_admin`): what
@@ -188,17 +239,89 @@ class Reader:
         if self._buffer:
             self._buffer = deque(m for m in self._buffer if m.message_id.partition != p.index)
         position = MessageId.from_pb(done.position)
-        p.last = None
+        p.last = p.received = None
         p.threshold, p.inclusive = MessageId(position.ledger_id, position.entry_id), True
         p.consumed = 0
-        try:
-            self._mux.send(consumer_pb2.ClientCommand(handle=p.handle, flow=consumer_pb2.Flow(
-                permits=self._permits)))
-        except errors.ShadowTopicError:  # the stream is gone; the queue hears it too
-            pass
+        self._flow(p, self._permits)
         if (not done.by_admin and self._seeks is not None and p.handle in self._seeks
                 and self._seeks[p.handle] is None):
             self._seeks[p.handle] = (position.with_partition(p.index), done.clamped)
+
+    # ---- reconnecting (source/client/reconnect.py) -------------------------------------
+
+    def _broken(self, p: _Partition, err: Exception) -> bool:
+        """`p`'s handle broke with `err` (seen in queue order, on the reading thread): True
+        when it reconnects (a pending seek of it fails with `err`); False: the reader fails."""
+        if p.state == "reconnecting":
+            return True  # the stream's end after an in-band error: already on it
+        if self._reconnector is None or self._closed or not reconnectable(err):
+            return False
+        p.state = "reconnecting"
+        if self._seeks is not None and self._seeks.get(p.handle, 0) is None:
+            self._seeks[p.handle] = err
+        self._reconnector.start(self)
+        return True
+
+    def _resume(self, mux: Multiplexer, timeout: float) -> None:
+        """One attempt (reconnect.Resumable, on the reconnector's thread): each partition
+        still reconnecting subscribes again on `mux` where it left off; its answer comes to
+        this attempt, then its handle's frames go to the reader's queue and a Flow goes up.
+        Raises the first failure, leaving the new handles."""
+        with self._lock:
+            if self._closed:
+                raise errors.AlreadyClosed("reader is closed")
+            parts = [p for p in self._parts.values() if p.state == "reconnecting"]
+        if not parts:
+            return
+        answers: queue.Queue = queue.Queue()
+        new: dict[int, _Partition] = {}
+        try:
+            for p in parts:
+                start, inclusive = p.resume_at(self._start)
+                handle = mux.register(answers)
+                new[handle] = p
+                mux.send(consumer_pb2.ClientCommand(handle=handle, subscribe=consumer_pb2.Subscribe(
+                    topic=p.topic, start=start, start_inclusive=inclusive,
+                    read_compacted=self.read_compacted)))
+            deadline = time.monotonic() + timeout
+            pending = set(new)
+            while pending:
+                try:
+                    handle, item = answers.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    raise errors.Timeout(f"resubscribing to {self.topic} timed out") from None
+                if isinstance(item, Exception):
+                    raise item
+                ev = item.frame.event
+                if ev.HasField("error"):
+                    raise errors.from_reason(ev.error.reason, ev.error.message, ev.error.code)
+                if ev.HasField("subscribed"):
+                    pending.discard(handle)
+            with self._lock:
+                if self._closed:
+                    raise errors.AlreadyClosed("reader is closed")
+                for handle, p in new.items():
+                    mux.redirect(handle, self._queue)
+                    old_mux, old = p.mux, p.handle
+                    self._parts[handle] = p
+                    p.handle, p.mux, p.state, p.consumed = handle, mux, "open", 0
+                    self._parts.pop(old, None)
+                    old_mux.unregister(old)
+                    self._flow(p, self._permits)
+        except BaseException:
+            for handle in new:
+                if self._parts.get(handle) is None:
+                    mux.unregister(handle)
+                    try:
+                        mux.send(consumer_pb2.ClientCommand(handle=handle,
+                                                            close=consumer_pb2.CloseHandle()))
+                    except errors.ShadowTopicError:
+                        pass
+            raise
+
+    def _give_up(self, err: errors.ShadowTopicError) -> None:
+        """Reconnecting failed for good (reconnect.Resumable): `read_next` raises `err`."""
+        self._queue.put((0, _GaveUp(err)))
 
     def seek(self, position: MessageId | str | int) -> MessageId:
         """Move the reader to a MessageId ("L:E" text too; the next message read is that one,
@@ -215,8 +338,10 @@ class Reader:
         self._seeks = {p.handle: None for p in targets}
         try:
             for p in targets:
-                self._mux.send(consumer_pb2.ClientCommand(handle=p.handle,
-                                                          seek=consumer_pb2.Seek(position=pos)))
+                if p.state != "open":
+                    raise errors.ServiceUnavailable(f"{p.topic} is reconnecting; try again")
+                p.mux.send(consumer_pb2.ClientCommand(handle=p.handle,
+                                                      seek=consumer_pb2.Seek(position=pos)))
             deadline = time.monotonic() + self._conn.timeout
             while any(v is None for v in self._seeks.values()):
                 left = deadline - time.monotonic()
@@ -256,16 +381,19 @@ class Reader:
     def close(self) -> None:
         """Close the reader's handles; a `read_next` waiting in another thread raises
         `AlreadyClosed` at once."""
-        if self._closed:
-            return
-        self._closed = True
-        for handle in self._parts:
-            try:
-                self._mux.send(consumer_pb2.ClientCommand(handle=handle,
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            parts = list(self._parts.values())
+        for p in parts:
+            if p.state == "open":
+                try:
+                    p.mux.send(consumer_pb2.ClientCommand(handle=p.handle,
                                                           close=consumer_pb2.CloseHandle()))
-            except errors.ShadowTopicError:  # the stream is gone: nothing to close there
-                pass
-            self._mux.unregister(handle)
+                except errors.ShadowTopicError:  # the stream is gone: nothing to close there
+                    pass
+            p.mux.unregister(p.handle)
         self._queue.put((0, _CLOSED))
 
     def __iter__(self):

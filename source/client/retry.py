@@ -32,9 +32,11 @@ What is retried, and what is not:
   not a `ConnectError` of a connection that broke mid-call: a retry after one of these could
   apply the call twice (skip twice as many messages) or answer a call that succeeded with
   `TopicAlreadyExists`. Those raise at once, for the caller to check.
-- Never a produce send (a retry could duplicate the message; idempotent producing is for
-  later), nor anything on an established producer, reader or consumer (`receive`, `seek`,
-  acks): an established stream that breaks fails as before.
+- Not a produce send nor anything on an established producer, reader or consumer
+  (`receive`, `seek`, acks) here: an established stream that breaks reconnects by itself
+  (a producer resends what is unacknowledged, deduplicated by the broker: producer.py;
+  consumers and readers resubscribe where they left off: reconnect.py), within the same
+  operation timeout.
 
 `Retry.run` holds the loop; its clock, sleep and random source can be replaced (tests).
 """

@@ -25,6 +25,9 @@ from source.pb.v1 import common_pb2, consumer_pb2
 CONNECT = "/shadowtopic.v1.Consumer/Connect"
 MAX_COMMANDS = 10_000  # commands per ClientMessage
 CLOSE_TIMEOUT_S = 5.0  # the longest Multiplexer.close waits for gRPC, then for its thread
+#: handle numbers, unique across every stream of the process: a partition that reconnects
+#: (source/client/reconnect.py) keeps meaning one thing whatever stream its handle is on
+_HANDLES = itertools.count(1)
 
 
 class Sink(Protocol):
@@ -46,7 +49,6 @@ class Multiplexer:
         requests: queue.SimpleQueue = queue.SimpleQueue()
         self._requests = requests
         self._sinks: dict[int, Sink] = {}
-        self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._dead: Exception | None = None
         self._closed = False
@@ -84,9 +86,17 @@ class Multiplexer:
         with self._lock:
             if self._dead is not None:
                 raise self._dead
-            handle = next(self._ids)
+            handle = next(_HANDLES)
             self._sinks[handle] = sink
             return handle
+
+    def redirect(self, handle: int, sink: Sink) -> None:
+        """Hand `handle`'s frames to `sink` from now on (a reader's partition that
+        resubscribed: its answer went to the reconnect attempt, its entries go to the
+        reader's queue); nothing when the handle is not registered."""
+        with self._lock:
+            if handle in self._sinks:
+                self._sinks[handle] = sink
 
     def unregister(self, handle: int) -> None:
         with self._lock:

@@ -10,6 +10,8 @@ ledgers' entries):
   previous owner left when the topic is opened.
 - source/ledger/ledger_list.py: changes of the ledger list in etcd (one CAS each, so a
   broker that lost the topic is fenced), retention and truncation.
+- source/ledger/dedup.py: idempotent producing, the producers' stored sequence ids
+  (`dedup`), checked by the writer, recovered with the ledgers, snapshotted at each seal.
 
 This module ties them together:
 
@@ -35,6 +37,7 @@ from typing import Callable
 from source.core import errors
 from source.core.message_id import EARLIEST, MessageId
 from source.core.names import TopicName
+from source.ledger.dedup import DedupMap
 from source.ledger.entry_cache import EntryCache, TailEntries
 from source.ledger.ledger_list import OPEN, LedgerListUpdates
 from source.ledger.ledger_reader import LedgerListReader
@@ -95,6 +98,10 @@ class ManagedLedger(WritePath, Sealing, LedgerListUpdates):
         self._blocked: deque[tuple] = deque()  # appends waiting for a ledger switch, in order
         self._seal_tasks: set[asyncio.Task] = set()
         self._fenced: errors.ShadowTopicError | None = None
+        # idempotent producing (source/ledger/dedup.py): producers' stored sequence ids, and
+        # each rolled ledger's snapshot of them until its seal writes it
+        self.dedup = DedupMap(self.config.dedup_idle_s)
+        self._dedup_snaps: dict[int, mpb.DedupSnapshot] = {}
         # ledgers a full or read-only disk kept from sealing: id -> (wal_rel, frames, count)
         self._unsealed: dict[int, tuple] = {}
         self._retry_lock = asyncio.Lock()

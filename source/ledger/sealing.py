@@ -2,10 +2,12 @@
 
 - seal: a ledger that takes no more appends (rolled and drained, or left OPEN by a previous
   owner) is written to Parquet from its WAL, streamed a frame at a time (the file format:
-  source/ledger/sealed.py), then marked SEALED in the ledger list; only then are its WAL
+  source/ledger/sealed.py), then marked SEALED in the ledger list (with the snapshot of the
+  producers' sequence ids as of its end: source/ledger/dedup.py); only then are its WAL
   and its in-memory entries dropped. An empty ledger leaves the list instead.
 - open: every OPEN ledger left by a previous owner is recovered from its WAL (torn tail cut)
-  and sealed before this owner starts a new ledger. Then the topic's files the ledger list
+  and sealed before this owner starts a new ledger; its frames' producer sequence ids are
+  replayed into the dedup map, which starts from the list's last snapshot. Then the topic's files the ledger list
   does not name are deleted (the sweep), still before this owner creates any file.
 - a full or read-only disk (source/ledger/disk.py): a seal that cannot write its Parquet
   file keeps its ledger OPEN in the list and readable from its WAL (its frame index held as
@@ -59,6 +61,9 @@ class Sealing:
         for info in self._list.ledgers:
             if info.state == mpb.LedgerState.LEDGER_STATE_UNSPECIFIED:
                 info.state = OPEN  # written before LedgerState had a zero value of its own
+        # idempotent producing: the producers' sequences as of the newest seal, then those
+        # of every ledger still OPEN, replayed from its WAL (source/ledger/dedup.py)
+        self.dedup.load(self._list.dedup)
         for info in [i for i in self._list.ledgers if i.state == OPEN]:
             await self._recover(info)
         await asyncio.get_running_loop().run_in_executor(self._executor, self._sweep)
@@ -110,6 +115,9 @@ class Sealing:
         if rec.truncated_bytes:
             log.warning("%s: ledger %d: %d bytes of torn WAL tail are not part of it",
                         self.topic, info.ledger_id, rec.truncated_bytes)
+        for name, seq, count, first, publish_ms in rec.sequences:
+            self.dedup.record(name, seq, count, info.ledger_id, first, publish_ms)
+        self._dedup_snaps[info.ledger_id] = self.dedup.snapshot(info.ledger_id)
         try:
             await self._seal_or_keep(info.ledger_id, info.wal_path, rec.frames,
                                      len(rec.entries), rec.entries)
@@ -168,6 +176,7 @@ class Sealing:
         `on_sealed` hears of it. An empty ledger is removed from the list (None returned).
         """
         if count == 0:
+            self._dedup_snaps.pop(lid, None)
             await self._update_list(lambda lst: retention.remove_ledgers(lst, {lid}))
             self._forget_tail(lid)
             self.storage.delete_wal(wal_rel)
@@ -181,14 +190,18 @@ class Sealing:
         except OSError as exc:  # a full or read-only disk: StorageFull / StorageReadOnly
             raise await self._storage_failure(exc, f"sealing ledger {lid}") from None
         failpoints.hit("ledger.seal.before_publish")
+        snap = self._dedup_snaps.get(lid)
 
         def mark(lst: mpb.LedgerList) -> None:
             for info in lst.ledgers:
                 if info.ledger_id == lid:
                     mark_sealed(info, rel, res, now_ms())
             lst.entries_added += res.entries
+            if snap is not None and snap.ledger_id >= lst.dedup.ledger_id:
+                lst.dedup.CopyFrom(snap)  # source/ledger/dedup.py
 
         await self._update_list(mark)
+        self._dedup_snaps.pop(lid, None)
         self._forget_tail(lid)
         self.storage.delete_wal(wal_rel)
         info = next(i for i in self._list.ledgers if i.ledger_id == lid)

@@ -15,7 +15,8 @@ Entries are numbered contiguously from 0 within a ledger; `recover` stops at the
 that is short, fails its CRC or breaks the numbering, truncates the file there (unless the
 disk is read-only or full: then the tail stays, unindexed) and returns every entry before
 it (reading one frame at a time; with `keep_raws=False` it keeps only the frame index, for
-a recovery that seals from the WAL).
+a recovery that seals from the WAL), and the producer sequence ids of its sequenced
+batches (idempotent producing: source/ledger/dedup.py).
 
 An owner that dropped entries from memory (source/ledger/entry_cache.py) reads them back by
 frame: `FrameIndex` records where each frame starts (the writer fills it as it writes; a
@@ -88,13 +89,19 @@ class Entries:
         self.size += size
 
 
+def parse_request(body: bytes) -> tuple[int, int, views_pb2.RawProduceRequest]:
+    """A frame body as (first_entry_id, publish_ms, the request it holds)."""
+    first, count, publish_ms = BATCH.unpack_from(body, 0)
+    req = views_pb2.RawProduceRequest.FromString(memoryview(body)[BATCH.size:])
+    if len(req.messages) != count:
+        raise ValueError("frame count does not match its messages")
+    return first, publish_ms, req
+
+
 def parse_body(body: bytes) -> tuple[int, int, list[bytes]]:
     """A frame body as (first_entry_id, publish_ms, raws)."""
-    first, count, publish_ms = BATCH.unpack_from(body, 0)
-    raws = list(views_pb2.RawProduceRequest.FromString(memoryview(body)[BATCH.size:]).messages)
-    if len(raws) != count:
-        raise ValueError("frame count does not match its messages")
-    return first, publish_ms, raws
+    first, publish_ms, req = parse_request(body)
+    return first, publish_ms, list(req.messages)
 
 
 class FrameIndex:
@@ -205,6 +212,9 @@ class Recovered:
     valid_bytes: int     # file length after truncation
     truncated_bytes: int  # bytes cut off the torn tail
     frames: FrameIndex = field(default_factory=FrameIndex)  # every valid frame
+    # sequenced batches (idempotent producing, source/ledger/dedup.py), in order:
+    # (producer_name, first sequence id, count, first entry id, publish_ms)
+    sequences: list[tuple[str, int, int, int, int]] = field(default_factory=list)
 
 
 def recover(path: str, truncate: bool = True, keep_raws: bool = True) -> Recovered:
@@ -212,6 +222,7 @@ def recover(path: str, truncate: bool = True, keep_raws: bool = True) -> Recover
     Every entry before it is returned, its raws too unless `keep_raws` is False."""
     entries = Entries()
     frames = FrameIndex()
+    sequences: list[tuple[str, int, int, int, int]] = []
     with open(path, "rb") as f:
         head = f.read(HEADER.size)
         if len(head) < HEADER.size or head[:8] != MAGIC:
@@ -228,12 +239,16 @@ def recover(path: str, truncate: bool = True, keep_raws: bool = True) -> Recover
             if len(body) != length or google_crc32c.value(body) != crc:
                 break
             try:
-                first, publish_ms, raws = parse_body(body)
+                first, publish_ms, req = parse_request(body)
             except Exception:  # noqa: BLE001 - a body that does not parse ends the valid log
                 break
             if first != len(entries):
                 break
-            del body
+            raws = list(req.messages)
+            if req.sequence_id:
+                sequences.append((req.producer_name, req.sequence_id, len(raws), first,
+                                  publish_ms))
+            del body, req
             frames.add(first, len(raws), publish_ms, pos, end - pos)
             nbytes = sum(map(len, raws))
             if keep_raws:
@@ -255,7 +270,7 @@ def recover(path: str, truncate: bool = True, keep_raws: bool = True) -> Recover
                 raise
             # a read-only (or full) disk: the tail stays, but nothing past the last valid
             # frame is indexed, so nothing of it is read, sealed or served
-    return Recovered(ledger_id, entries, pos, cut, frames)
+    return Recovered(ledger_id, entries, pos, cut, frames, sequences)
 
 
 def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:

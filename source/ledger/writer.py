@@ -11,6 +11,12 @@ ledger rolls.
   move to the new ledger in arrival order; the new ledger's writer waits for the old one's
   before its first write, so a crash never keeps a later batch of a stream without an
   earlier one.
+- idempotent producing (source/ledger/dedup.py): the writer checks each sequenced batch
+  against the topic's `DedupMap` as it takes the batch, before it assigns ids, so the
+  check is ordered with every write of the topic; a duplicate is not written and resolves
+  with the original's ids once the group's fsync is done. The map counts a group's batches
+  as stored only after its fsync. When a ledger's writer ends, it snapshots the map for
+  that ledger's seal.
 - ownership: a writer whose broker's lease may have expired acknowledges nothing more, not
   even what it has written (the next owner's recovery decides what the log holds).
 - a full or read-only disk (source/ledger/disk.py): a failed write acknowledges nothing and
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 
 from source.core import errors
 from source.ledger import wal as walmod
+from source.ledger.dedup import DEFAULT_IDLE_S, EXPIRE_EVERY_MS, Duplicate
 from source.ledger.entry_cache import TailEntries
 from source.ledger.ledger_list import OPEN, SEALED, now_ms
 from source.metadata import keys
@@ -47,12 +54,15 @@ class LedgerConfig:
     max_entries: int = 200_000
     max_bytes: int = 64 << 20
     max_age_s: float = 4 * 3600
+    #: idempotent producing: a producer idle this long is forgotten (source/ledger/dedup.py)
+    dedup_idle_s: float = DEFAULT_IDLE_S
 
 
 class OpenLedger:
     """A ledger taking appends: its WAL, its confirmed entries and its queue.
 
-    `pending` holds the appends (raws, request, size, future) its writer has not taken yet;
+    `pending` holds the appends (raws, request, size, future, (producer, first sequence id)
+    or None) its writer has not taken yet;
     `queued_entries` and `queued_bytes` count every batch queued on it that did not fail,
     written or not (they decide when it is full). `after` is the previous ledger's writer,
     which this one's waits for before its first write; `closing` tells the writer to end
@@ -96,13 +106,21 @@ class WritePath:
         Order is kept across ledger switches: while the current ledger is full, batches wait
         in `_blocked` and move to the new ledger in arrival order.
         """
+        lid, first, _dup = await self.append_batch(raws, request, size)
+        return lid, first
+
+    async def append_batch(self, raws: list[bytes], request: bytes, size: int,
+                           sequence: tuple[str, int] | None = None) -> tuple[int, int, bool]:
+        """`append`, for a batch that may be sequenced: `sequence` = (producer name, sequence
+        id of its first message). Returns (ledger_id, first_entry_id, duplicate): a
+        duplicate was not stored again, the ids are its original's ((0, 0): unknown)."""
         if self._fenced is not None:
             raise self._fenced
         if not self._lease_ok():
             self.fence(errors.Fenced(f"{self.topic}: this broker's lease may have expired"))
             raise self._fenced
         fut = asyncio.get_running_loop().create_future()
-        item = (raws, request, size, fut)
+        item = (raws, request, size, fut, sequence)
         if self._blocked or self._current is None or self._current.full(self.config):
             self._blocked.append(item)
             self._ensure_roll()
@@ -149,7 +167,6 @@ class WritePath:
         appends (or fails them all). Ends when the ledger is closing and nothing is pending.
         """
         loop = asyncio.get_running_loop()
-        encode = walmod.encode_batch
         while True:
             await led.wake.wait()
             led.wake.clear()
@@ -160,45 +177,87 @@ class WritePath:
                 led.after = None
             while led.pending:
                 group, led.pending = led.pending, []
-                publish_ms = now_ms()
-                next_id = len(led.entries)
-                firsts, frames = [], []
-                for raws, request, _size, _fut in group:
-                    firsts.append(next_id)
-                    frames.append(encode(next_id, publish_ms, request, len(raws)))
-                    next_id += len(raws)
+                publish_ms = self._write_group(led, group)
+                frames = [item[1] for item in group if item[1] is not None]
                 at = led.wal.size  # where the first frame goes
                 try:
-                    await loop.run_in_executor(self._executor, led.wal.write_sync,
-                                               b"".join(frames))
+                    if frames:
+                        await loop.run_in_executor(self._executor, led.wal.write_sync,
+                                                   b"".join(frames))
                 except OSError as exc:  # nothing of the group is acknowledged
+                    self.dedup.rollback()
                     self.storage.disk.report(exc)
                     err = errors.storage_error(exc, f"{self.topic}: WAL write")
                     if led.wal.broken:  # could not cut the failed frame off: stop here
                         self.fence(errors.Internal(f"{self.topic}: WAL unusable: {exc}"))
-                    for raws, _request, size, fut in group:
-                        led.queued_entries -= len(raws)
-                        led.queued_bytes -= size
+                    for raws, frame, size, fut, _first in group:
+                        if frame is not None:
+                            led.queued_entries -= len(raws)
+                            led.queued_bytes -= size
                         if not fut.done():
                             fut.set_exception(err)
                     continue
                 if not self._lease_ok():
                     # durable, but this broker may no longer own the topic: acknowledge
                     # nothing (the next owner's recovery decides what the log holds)
+                    self.dedup.rollback()
                     self.fence(errors.Fenced(f"{self.topic}: lease may have expired"))
-                    for *_rest, fut in group:
+                    for _raws, _frame, _size, fut, _first in group:
                         if not fut.done():
                             fut.set_exception(self._fenced)
                     continue
+                self.dedup.commit()
                 ents = led.entries
-                for (raws, _request, size, fut), first, frame in zip(group, firsts, frames):
+                for raws, frame, size, fut, first in group:
+                    if frame is None:  # a duplicate: resolved with its original's ids
+                        if not fut.done():
+                            fut.set_result((first[0], first[1], True))
+                        continue
                     ents.confirmed(publish_ms, raws, size, at, len(frame))  # evictable now
                     at += len(frame)
                     if not fut.done():
-                        fut.set_result((led.ledger_id, first))
-                self._notify()
+                        fut.set_result((led.ledger_id, first, False))
+                if frames:
+                    self._notify()
+                if publish_ms - self.dedup.expired_at_ms >= EXPIRE_EVERY_MS:
+                    self.dedup.expire(publish_ms)
             if led.closing and not led.pending:
+                # everything of this ledger is written: what the map holds now is what its
+                # seal records (source/ledger/dedup.py)
+                self._dedup_snaps[led.ledger_id] = self.dedup.snapshot(led.ledger_id)
                 return
+
+    def _write_group(self, led: OpenLedger, group: list) -> int:
+        """Check the group's sequenced batches against the dedup map, assign entry ids and
+        build the frames, in place: each item becomes (raws, frame, size, future, first
+        entry id); a duplicate's frame is None and its last field its original's ids; a
+        refused batch's future fails and its frame is None too. Returns the group's
+        publish time."""
+        encode = walmod.encode_batch
+        publish_ms = now_ms()
+        next_id = len(led.entries)
+        dedup = self.dedup
+        for k, (raws, request, size, fut, seq) in enumerate(group):
+            if seq is not None:
+                try:
+                    dup: Duplicate | None = dedup.check(seq[0], seq[1], len(raws))
+                except errors.ShadowTopicError as exc:
+                    led.queued_entries -= len(raws)
+                    led.queued_bytes -= size
+                    if not fut.done():
+                        fut.set_exception(exc)
+                    group[k] = (raws, None, size, fut, None)
+                    continue
+                if dup is not None:
+                    led.queued_entries -= len(raws)
+                    led.queued_bytes -= size
+                    group[k] = (raws, None, size, fut, dup)
+                    continue
+                dedup.stage(seq[0], seq[1], len(raws), led.ledger_id, next_id, publish_ms)
+            group[k] = (raws, encode(next_id, publish_ms, request, len(raws)), size, fut, next_id)
+            next_id += len(raws)
+        return publish_ms
+
 
     # ---- rollover --------------------------------------------------------------------------
 

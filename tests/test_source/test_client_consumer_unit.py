@@ -744,7 +744,7 @@ def test_a_lookup_that_fails_for_now_is_retried(fake, client, open_):
     elif open_ == "reader":
         client.create_reader("t")
     elif open_ == "producer":
-        client.create_producer("t")
+        client.create_producer("t", idempotent=False)  # the fake serves no Produce stream
     else:
         assert len(client.subscribe_many("t", ["a", "b"])) == 2
     assert fake.admin_counts["GetTopicMetadata"] == 3

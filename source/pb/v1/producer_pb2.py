@@ -25,17 +25,17 @@ _sym_db = _symbol_database.Default()
 from source.pb.v1 import common_pb2 as source_dot_pb_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bsource/pb/v1/producer.proto\x12\x0eshadowtopic.v1\x1a\x19source/pb/v1/common.proto\"u\n\x0eProduceRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x15\n\rproducer_name\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\x04\x12)\n\x08messages\x18\x04 \x03(\x0b\x32\x17.shadowtopic.v1.Message\"\x9d\x01\n\x0eProduceReceipt\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x11\n\tledger_id\x18\x02 \x01(\x04\x12\x16\n\x0e\x66irst_entry_id\x18\x03 \x01(\x04\x12\r\n\x05\x63ount\x18\x04 \x01(\r\x12*\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x1b.shadowtopic.v1.ErrorStatus\x12\x11\n\tpartition\x18\x06 \x01(\x05\x32Y\n\x08Producer\x12M\n\x07Produce\x12\x1e.shadowtopic.v1.ProduceRequest\x1a\x1e.shadowtopic.v1.ProduceReceipt(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bsource/pb/v1/producer.proto\x12\x0eshadowtopic.v1\x1a\x19source/pb/v1/common.proto\"\x9a\x01\n\x0eProduceRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x15\n\rproducer_name\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\x04\x12)\n\x08messages\x18\x04 \x03(\x0b\x32\x17.shadowtopic.v1.Message\x12\x13\n\x0bsequence_id\x18\x05 \x01(\x04\x12\x0e\n\x06\x61ttach\x18\x06 \x01(\x08\"\xe1\x01\n\x0eProduceReceipt\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x11\n\tledger_id\x18\x02 \x01(\x04\x12\x16\n\x0e\x66irst_entry_id\x18\x03 \x01(\x04\x12\r\n\x05\x63ount\x18\x04 \x01(\r\x12*\n\x05\x65rror\x18\x05 \x01(\x0b\x32\x1b.shadowtopic.v1.ErrorStatus\x12\x11\n\tpartition\x18\x06 \x01(\x05\x12\x11\n\tduplicate\x18\x07 \x01(\x08\x12\x15\n\rproducer_name\x18\x08 \x01(\t\x12\x18\n\x10last_sequence_id\x18\t \x01(\x04\x32Y\n\x08Producer\x12M\n\x07Produce\x12\x1e.shadowtopic.v1.ProduceRequest\x1a\x1e.shadowtopic.v1.ProduceReceipt(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'source.pb.v1.producer_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PRODUCEREQUEST']._serialized_start=74
-  _globals['_PRODUCEREQUEST']._serialized_end=191
-  _globals['_PRODUCERECEIPT']._serialized_start=194
-  _globals['_PRODUCERECEIPT']._serialized_end=351
-  _globals['_PRODUCER']._serialized_start=353
-  _globals['_PRODUCER']._serialized_end=442
+  _globals['_PRODUCEREQUEST']._serialized_start=75
+  _globals['_PRODUCEREQUEST']._serialized_end=229
+  _globals['_PRODUCERECEIPT']._serialized_start=232
+  _globals['_PRODUCERECEIPT']._serialized_end=457
+  _globals['_PRODUCER']._serialized_start=459
+  _globals['_PRODUCER']._serialized_end=548
 # @@protoc_insertion_point(module_scope)

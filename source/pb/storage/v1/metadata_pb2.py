@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from source.pb.v1 import common_pb2 as source_dot_pb_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#source/pb/storage/v1/metadata.proto\x12\x16shadowtopic.storage.v1\x1a\x19source/pb/v1/common.proto\"\xd7\x02\n\tTopicInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x04kind\x18\x02 \x01(\x0e\x32!.shadowtopic.storage.v1.TopicKind\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x45\n\nproperties\x18\x04 \x03(\x0b\x32\x31.shadowtopic.storage.v1.TopicInfo.PropertiesEntry\x12*\n\x08policies\x18\x05 \x01(\x0b\x32\x18.shadowtopic.v1.Policies\x12\x12\n\npartitions\x18\x06 \x01(\r\x12\x14\n\x0cpartition_of\x18\x07 \x01(\t\x12\x17\n\x0fpartition_index\x18\x08 \x01(\x05\x12\x12\n\ncreated_ms\x18\t \x01(\x03\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x82\x02\n\nLedgerInfo\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x32\n\x05state\x18\x02 \x01(\x0e\x32#.shadowtopic.storage.v1.LedgerState\x12\x0f\n\x07\x65ntries\x18\x03 \x01(\x04\x12\x12\n\nsize_bytes\x18\x04 \x01(\x04\x12\x0c\n\x04path\x18\x05 \x01(\t\x12\x10\n\x08wal_path\x18\x06 \x01(\t\x12\x12\n\ncreated_ms\x18\x07 \x01(\x03\x12\x11\n\tsealed_ms\x18\x08 \x01(\x03\x12\x0e\n\x06\x63rc32c\x18\t \x01(\r\x12\x18\n\x10\x66irst_publish_ms\x18\n \x01(\x03\x12\x17\n\x0flast_publish_ms\x18\x0b \x01(\x03\"\x87\x01\n\nLedgerList\x12\x33\n\x07ledgers\x18\x01 \x03(\x0b\x32\".shadowtopic.storage.v1.LedgerInfo\x12\x14\n\x0cwriter_epoch\x18\x02 \x01(\x04\x12\x15\n\rentries_added\x18\x03 \x01(\x04\x12\x17\n\x0f\x65ntries_deleted\x18\x04 \x01(\x04\"V\n\tOwnership\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x12\n\nbroker_url\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x13\n\x0b\x61\x63quired_ms\x18\x04 \x01(\x03\"O\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\r\n\x05roles\x18\x03 \x03(\t\x12\x12\n\nstarted_ms\x18\x04 \x01(\x03\"\x1d\n\nShadowList\x12\x0f\n\x07shadows\x18\x01 \x03(\t\"\xbd\x01\n\x11\x43ompactionPointer\x12\x15\n\rmanifest_path\x18\x01 \x01(\t\x12.\n\x07horizon\x18\x02 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x14\n\x0cpublished_ms\x18\x04 \x01(\x03\x12;\n\x08manifest\x18\x05 \x01(\x0b\x32).shadowtopic.storage.v1.CompactedManifest\"\xaa\x01\n\rCompactedFile\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04rows\x18\x02 \x01(\x04\x12,\n\x05\x66irst\x18\x03 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12+\n\x04last\x18\x04 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x12\n\nsize_bytes\x18\x05 \x01(\x04\x12\x0e\n\x06\x63rc32c\x18\x06 \x01(\r\"\x87\x03\n\x11\x43ompactedManifest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12.\n\x07horizon\x18\x03 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x34\n\x05\x66iles\x18\x04 \x03(\x0b\x32%.shadowtopic.storage.v1.CompactedFile\x12\x0f\n\x07\x65ntries\x18\x05 \x01(\x04\x12\x0c\n\x04keys\x18\x06 \x01(\x04\x12\x15\n\rinput_entries\x18\x07 \x01(\x04\x12\x13\n\x0binput_bytes\x18\x08 \x01(\x04\x12\x14\n\x0coutput_bytes\x18\t \x01(\x04\x12\x15\n\rinput_ledgers\x18\n \x03(\x04\x12\x17\n\x0fprevious_job_id\x18\x0b \x01(\t\x12\x17\n\x0fretain_null_key\x18\x0c \x01(\x08\x12\x12\n\ncreated_ms\x18\r \x01(\x03\x12\x1b\n\x13tombstone_cutoff_ms\x18\x0e \x01(\x03\x12\x12\n\ntombstones\x18\x0f \x01(\x04\"\xe3\x01\n\x11\x43ompactionRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12.\n\x07horizon\x18\x03 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x14\n\x0cstorage_root\x18\x04 \x01(\t\x12\x0f\n\x07trigger\x18\x05 \x01(\t\x12\x14\n\x0crequested_ms\x18\x06 \x01(\x03\x12%\n\x18\x64\x65lete_retention_seconds\x18\x07 \x01(\x03H\x00\x88\x01\x01\x42\x1b\n\x19_delete_retention_seconds\"\xbd\x01\n\x10SubscriptionMeta\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\x04type\x18\x02 \x01(\x0e\x32(.shadowtopic.storage.v1.SubscriptionType\x12\x12\n\ncreated_ms\x18\x03 \x01(\x03\x12\x37\n\x10initial_position\x18\x04 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x16\n\x0eread_compacted\x18\x05 \x01(\x08*?\n\tTopicKind\x12\x1a\n\x16TOPIC_KIND_UNSPECIFIED\x10\x00\x12\n\n\x06SOURCE\x10\x01\x12\n\n\x06SHADOW\x10\x02*A\n\x0bLedgerState\x12\x1c\n\x18LEDGER_STATE_UNSPECIFIED\x10\x00\x12\n\n\x06SEALED\x10\x01\x12\x08\n\x04OPEN\x10\x02*n\n\x10SubscriptionType\x12!\n\x1dSUBSCRIPTION_TYPE_UNSPECIFIED\x10\x00\x12\r\n\tEXCLUSIVE\x10\x01\x12\n\n\x06SHARED\x10\x02\x12\x0c\n\x08\x46\x41ILOVER\x10\x03\x12\x0e\n\nKEY_SHARED\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#source/pb/storage/v1/metadata.proto\x12\x16shadowtopic.storage.v1\x1a\x19source/pb/v1/common.proto\"\xd7\x02\n\tTopicInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12/\n\x04kind\x18\x02 \x01(\x0e\x32!.shadowtopic.storage.v1.TopicKind\x12\x0e\n\x06source\x18\x03 \x01(\t\x12\x45\n\nproperties\x18\x04 \x03(\x0b\x32\x31.shadowtopic.storage.v1.TopicInfo.PropertiesEntry\x12*\n\x08policies\x18\x05 \x01(\x0b\x32\x18.shadowtopic.v1.Policies\x12\x12\n\npartitions\x18\x06 \x01(\r\x12\x14\n\x0cpartition_of\x18\x07 \x01(\t\x12\x17\n\x0fpartition_index\x18\x08 \x01(\x05\x12\x12\n\ncreated_ms\x18\t \x01(\x03\x1a\x31\n\x0fPropertiesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x82\x02\n\nLedgerInfo\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x32\n\x05state\x18\x02 \x01(\x0e\x32#.shadowtopic.storage.v1.LedgerState\x12\x0f\n\x07\x65ntries\x18\x03 \x01(\x04\x12\x12\n\nsize_bytes\x18\x04 \x01(\x04\x12\x0c\n\x04path\x18\x05 \x01(\t\x12\x10\n\x08wal_path\x18\x06 \x01(\t\x12\x12\n\ncreated_ms\x18\x07 \x01(\x03\x12\x11\n\tsealed_ms\x18\x08 \x01(\x03\x12\x0e\n\x06\x63rc32c\x18\t \x01(\r\x12\x18\n\x10\x66irst_publish_ms\x18\n \x01(\x03\x12\x17\n\x0flast_publish_ms\x18\x0b \x01(\x03\"\xbd\x01\n\nLedgerList\x12\x33\n\x07ledgers\x18\x01 \x03(\x0b\x32\".shadowtopic.storage.v1.LedgerInfo\x12\x14\n\x0cwriter_epoch\x18\x02 \x01(\x04\x12\x15\n\rentries_added\x18\x03 \x01(\x04\x12\x17\n\x0f\x65ntries_deleted\x18\x04 \x01(\x04\x12\x34\n\x05\x64\x65\x64up\x18\x05 \x01(\x0b\x32%.shadowtopic.storage.v1.DedupSnapshot\"_\n\rDedupSnapshot\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12;\n\tproducers\x18\x02 \x03(\x0b\x32(.shadowtopic.storage.v1.ProducerSequence\"O\n\x10ProducerSequence\x12\x15\n\rproducer_name\x18\x01 \x01(\t\x12\x13\n\x0bsequence_id\x18\x02 \x01(\x04\x12\x0f\n\x07last_ms\x18\x03 \x01(\x03\"V\n\tOwnership\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x12\n\nbroker_url\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x04\x12\x13\n\x0b\x61\x63quired_ms\x18\x04 \x01(\x03\"O\n\nBrokerInfo\x12\x11\n\tbroker_id\x18\x01 \x01(\t\x12\x0b\n\x03url\x18\x02 \x01(\t\x12\r\n\x05roles\x18\x03 \x03(\t\x12\x12\n\nstarted_ms\x18\x04 \x01(\x03\"\x1d\n\nShadowList\x12\x0f\n\x07shadows\x18\x01 \x03(\t\"\xbd\x01\n\x11\x43ompactionPointer\x12\x15\n\rmanifest_path\x18\x01 \x01(\t\x12.\n\x07horizon\x18\x02 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x0e\n\x06job_id\x18\x03 \x01(\t\x12\x14\n\x0cpublished_ms\x18\x04 \x01(\x03\x12;\n\x08manifest\x18\x05 \x01(\x0b\x32).shadowtopic.storage.v1.CompactedManifest\"\xaa\x01\n\rCompactedFile\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04rows\x18\x02 \x01(\x04\x12,\n\x05\x66irst\x18\x03 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12+\n\x04last\x18\x04 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x12\n\nsize_bytes\x18\x05 \x01(\x04\x12\x0e\n\x06\x63rc32c\x18\x06 \x01(\r\"\x87\x03\n\x11\x43ompactedManifest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05topic\x18\x02 \x01(\t\x12.\n\x07horizon\x18\x03 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x34\n\x05\x66iles\x18\x04 \x03(\x0b\x32%.shadowtopic.storage.v1.CompactedFile\x12\x0f\n\x07\x65ntries\x18\x05 \x01(\x04\x12\x0c\n\x04keys\x18\x06 \x01(\x04\x12\x15\n\rinput_entries\x18\x07 \x01(\x04\x12\x13\n\x0binput_bytes\x18\x08 \x01(\x04\x12\x14\n\x0coutput_bytes\x18\t \x01(\x04\x12\x15\n\rinput_ledgers\x18\n \x03(\x04\x12\x17\n\x0fprevious_job_id\x18\x0b \x01(\t\x12\x17\n\x0fretain_null_key\x18\x0c \x01(\x08\x12\x12\n\ncreated_ms\x18\r \x01(\x03\x12\x1b\n\x13tombstone_cutoff_ms\x18\x0e \x01(\x03\x12\x12\n\ntombstones\x18\x0f \x01(\x04\"\xe3\x01\n\x11\x43ompactionRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12.\n\x07horizon\x18\x03 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x14\n\x0cstorage_root\x18\x04 \x01(\t\x12\x0f\n\x07trigger\x18\x05 \x01(\t\x12\x14\n\x0crequested_ms\x18\x06 \x01(\x03\x12%\n\x18\x64\x65lete_retention_seconds\x18\x07 \x01(\x03H\x00\x88\x01\x01\x42\x1b\n\x19_delete_retention_seconds\"\xbd\x01\n\x10SubscriptionMeta\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x36\n\x04type\x18\x02 \x01(\x0e\x32(.shadowtopic.storage.v1.SubscriptionType\x12\x12\n\ncreated_ms\x18\x03 \x01(\x03\x12\x37\n\x10initial_position\x18\x04 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x16\n\x0eread_compacted\x18\x05 \x01(\x08*?\n\tTopicKind\x12\x1a\n\x16TOPIC_KIND_UNSPECIFIED\x10\x00\x12\n\n\x06SOURCE\x10\x01\x12\n\n\x06SHADOW\x10\x02*A\n\x0bLedgerState\x12\x1c\n\x18LEDGER_STATE_UNSPECIFIED\x10\x00\x12\n\n\x06SEALED\x10\x01\x12\x08\n\x04OPEN\x10\x02*n\n\x10SubscriptionType\x12!\n\x1dSUBSCRIPTION_TYPE_UNSPECIFIED\x10\x00\x12\r\n\tEXCLUSIVE\x10\x01\x12\n\n\x06SHARED\x10\x02\x12\x0c\n\x08\x46\x41ILOVER\x10\x03\x12\x0e\n\nKEY_SHARED\x10\x04\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,12 +34,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TOPICINFO_PROPERTIESENTRY']._loaded_options = None
   _globals['_TOPICINFO_PROPERTIESENTRY']._serialized_options = b'8\001'
-  _globals['_TOPICKIND']._serialized_start=2216
-  _globals['_TOPICKIND']._serialized_end=2279
-  _globals['_LEDGERSTATE']._serialized_start=2281
-  _globals['_LEDGERSTATE']._serialized_end=2346
-  _globals['_SUBSCRIPTIONTYPE']._serialized_start=2348
-  _globals['_SUBSCRIPTIONTYPE']._serialized_end=2458
+  _globals['_TOPICKIND']._serialized_start=2448
+  _globals['_TOPICKIND']._serialized_end=2511
+  _globals['_LEDGERSTATE']._serialized_start=2513
+  _globals['_LEDGERSTATE']._serialized_end=2578
+  _globals['_SUBSCRIPTIONTYPE']._serialized_start=2580
+  _globals['_SUBSCRIPTIONTYPE']._serialized_end=2690
   _globals['_TOPICINFO']._serialized_start=91
   _globals['_TOPICINFO']._serialized_end=434
   _globals['_TOPICINFO_PROPERTIESENTRY']._serialized_start=385
@@ -47,21 +47,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LEDGERINFO']._serialized_start=437
   _globals['_LEDGERINFO']._serialized_end=695
   _globals['_LEDGERLIST']._serialized_start=698
-  _globals['_LEDGERLIST']._serialized_end=833
-  _globals['_OWNERSHIP']._serialized_start=835
-  _globals['_OWNERSHIP']._serialized_end=921
-  _globals['_BROKERINFO']._serialized_start=923
-  _globals['_BROKERINFO']._serialized_end=1002
-  _globals['_SHADOWLIST']._serialized_start=1004
-  _globals['_SHADOWLIST']._serialized_end=1033
-  _globals['_COMPACTIONPOINTER']._serialized_start=1036
-  _globals['_COMPACTIONPOINTER']._serialized_end=1225
-  _globals['_COMPACTEDFILE']._serialized_start=1228
-  _globals['_COMPACTEDFILE']._serialized_end=1398
-  _globals['_COMPACTEDMANIFEST']._serialized_start=1401
-  _globals['_COMPACTEDMANIFEST']._serialized_end=1792
-  _globals['_COMPACTIONREQUEST']._serialized_start=1795
-  _globals['_COMPACTIONREQUEST']._serialized_end=2022
-  _globals['_SUBSCRIPTIONMETA']._serialized_start=2025
-  _globals['_SUBSCRIPTIONMETA']._serialized_end=2214
+  _globals['_LEDGERLIST']._serialized_end=887
+  _globals['_DEDUPSNAPSHOT']._serialized_start=889
+  _globals['_DEDUPSNAPSHOT']._serialized_end=984
+  _globals['_PRODUCERSEQUENCE']._serialized_start=986
+  _globals['_PRODUCERSEQUENCE']._serialized_end=1065
+  _globals['_OWNERSHIP']._serialized_start=1067
+  _globals['_OWNERSHIP']._serialized_end=1153
+  _globals['_BROKERINFO']._serialized_start=1155
+  _globals['_BROKERINFO']._serialized_end=1234
+  _globals['_SHADOWLIST']._serialized_start=1236
+  _globals['_SHADOWLIST']._serialized_end=1265
+  _globals['_COMPACTIONPOINTER']._serialized_start=1268
+  _globals['_COMPACTIONPOINTER']._serialized_end=1457
+  _globals['_COMPACTEDFILE']._serialized_start=1460
+  _globals['_COMPACTEDFILE']._serialized_end=1630
+  _globals['_COMPACTEDMANIFEST']._serialized_start=1633
+  _globals['_COMPACTEDMANIFEST']._serialized_end=2024
+  _globals['_COMPACTIONREQUEST']._serialized_start=2027
+  _globals['_COMPACTIONREQUEST']._serialized_end=2254
+  _globals['_SUBSCRIPTIONMETA']._serialized_start=2257
+  _globals['_SUBSCRIPTIONMETA']._serialized_end=2446
 # @@protoc_insertion_point(module_scope)

@@ -95,16 +95,36 @@ class LedgerInfo(_message.Message):
     def __init__(self, ledger_id: _Optional[int] = ..., state: _Optional[_Union[LedgerState, str]] = ..., entries: _Optional[int] = ..., size_bytes: _Optional[int] = ..., path: _Optional[str] = ..., wal_path: _Optional[str] = ..., created_ms: _Optional[int] = ..., sealed_ms: _Optional[int] = ..., crc32c: _Optional[int] = ..., first_publish_ms: _Optional[int] = ..., last_publish_ms: _Optional[int] = ...) -> None: ...
 
 class LedgerList(_message.Message):
-    __slots__ = ("ledgers", "writer_epoch", "entries_added", "entries_deleted")
+    __slots__ = ("ledgers", "writer_epoch", "entries_added", "entries_deleted", "dedup")
     LEDGERS_FIELD_NUMBER: _ClassVar[int]
     WRITER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_ADDED_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_DELETED_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_FIELD_NUMBER: _ClassVar[int]
     ledgers: _containers.RepeatedCompositeFieldContainer[LedgerInfo]
     writer_epoch: int
     entries_added: int
     entries_deleted: int
-    def __init__(self, ledgers: _Optional[_Iterable[_Union[LedgerInfo, _Mapping]]] = ..., writer_epoch: _Optional[int] = ..., entries_added: _Optional[int] = ..., entries_deleted: _Optional[int] = ...) -> None: ...
+    dedup: DedupSnapshot
+    def __init__(self, ledgers: _Optional[_Iterable[_Union[LedgerInfo, _Mapping]]] = ..., writer_epoch: _Optional[int] = ..., entries_added: _Optional[int] = ..., entries_deleted: _Optional[int] = ..., dedup: _Optional[_Union[DedupSnapshot, _Mapping]] = ...) -> None: ...
+
+class DedupSnapshot(_message.Message):
+    __slots__ = ("ledger_id", "producers")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCERS_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    producers: _containers.RepeatedCompositeFieldContainer[ProducerSequence]
+    def __init__(self, ledger_id: _Optional[int] = ..., producers: _Optional[_Iterable[_Union[ProducerSequence, _Mapping]]] = ...) -> None: ...
+
+class ProducerSequence(_message.Message):
+    __slots__ = ("producer_name", "sequence_id", "last_ms")
+    PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
+    LAST_MS_FIELD_NUMBER: _ClassVar[int]
+    producer_name: str
+    sequence_id: int
+    last_ms: int
+    def __init__(self, producer_name: _Optional[str] = ..., sequence_id: _Optional[int] = ..., last_ms: _Optional[int] = ...) -> None: ...
 
 class Ownership(_message.Message):
     __slots__ = ("broker_id", "broker_url", "epoch", "acquired_ms")

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n source/pb/storage/v1/views.proto\x12\x16shadowtopic.storage.v1\"_\n\x11RawProduceRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x15\n\rproducer_name\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\x04\x12\x10\n\x08messages\x18\x04 \x03(\x0c\";\n\x0eMessageKeyView\x12\x10\n\x03key\x18\x01 \x01(\x0cH\x00\x88\x01\x01\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x42\x06\n\x04_keyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n source/pb/storage/v1/views.proto\x12\x16shadowtopic.storage.v1\"\x84\x01\n\x11RawProduceRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x15\n\rproducer_name\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\x04\x12\x10\n\x08messages\x18\x04 \x03(\x0c\x12\x13\n\x0bsequence_id\x18\x05 \x01(\x04\x12\x0e\n\x06\x61ttach\x18\x06 \x01(\x08\";\n\x0eMessageKeyView\x12\x10\n\x03key\x18\x01 \x01(\x0cH\x00\x88\x01\x01\x12\x0f\n\x07payload\x18\x02 \x01(\x0c\x42\x06\n\x04_keyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'source.pb.storage.v1.views_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RAWPRODUCEREQUEST']._serialized_start=60
-  _globals['_RAWPRODUCEREQUEST']._serialized_end=155
-  _globals['_MESSAGEKEYVIEW']._serialized_start=157
-  _globals['_MESSAGEKEYVIEW']._serialized_end=216
+  _globals['_RAWPRODUCEREQUEST']._serialized_start=61
+  _globals['_RAWPRODUCEREQUEST']._serialized_end=193
+  _globals['_MESSAGEKEYVIEW']._serialized_start=195
+  _globals['_MESSAGEKEYVIEW']._serialized_end=254
 # @@protoc_insertion_point(module_scope)

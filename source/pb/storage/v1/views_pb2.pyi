@@ -7,16 +7,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RawProduceRequest(_message.Message):
-    __slots__ = ("topic", "producer_name", "request_id", "messages")
+    __slots__ = ("topic", "producer_name", "request_id", "messages", "sequence_id", "attach")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTACH_FIELD_NUMBER: _ClassVar[int]
     topic: str
     producer_name: str
     request_id: int
     messages: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., request_id: _Optional[int] = ..., messages: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    sequence_id: int
+    attach: bool
+    def __init__(self, topic: _Optional[str] = ..., producer_name: _Optional[str] = ..., request_id: _Optional[int] = ..., messages: _Optional[_Iterable[bytes]] = ..., sequence_id: _Optional[int] = ..., attach: _Optional[bool] = ...) -> None: ...
 
 class MessageKeyView(_message.Message):
     __slots__ = ("key", "payload")
