@@ -15,7 +15,9 @@ Idempotent producing (source/ledger/dedup.py): a producer first sends an attach 
 (`attach`, no messages) for each topic it writes, on every new stream. Its receipt names
 the producer (the `producer_name` it gave, or one the broker assigns, the same for every
 attach of the stream that gives none) and says the highest sequence id stored for that
-name on the topic (0: none), from which a producer with a stable name goes on. A batch with
+name on the topic (0: none), from which a producer with a stable name goes on. A name
+that another live stream's producer holds on the topic is refused (`ProducerBusy`, as
+Pulsar): two writers under one name would drop each other's batches as duplicates. A batch with
 a `sequence_id` is checked by the topic's writer; a duplicate is acknowledged with
 `duplicate` set and the original's ids (0 when no longer known), and counts in no stats.
 """
@@ -87,6 +89,11 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
             topic.attach_producer(pub)
             attached[topic] = pub
         if req.attach:
+            if req.producer_name and any(p.producer_name == req.producer_name and p is not pub
+                                         for p in topic.producers):
+                # two writers under one name would drop each other's batches as duplicates
+                raise errors.ProducerBusy(
+                    f"a producer named {req.producer_name!r} is already connected to {name}")
             if not req.producer_name and not assigned:
                 assigned.append(f"p-{uuid.uuid4().hex[:20]}")
             producer = req.producer_name or assigned[0]

@@ -424,6 +424,11 @@ class Producer:
                     err = errors.from_reason(e.reason, e.message, e.code)
                     if err.retriable:
                         raise err
+                    if isinstance(err, errors.ProducerBusy):
+                        if not self._seqs:  # creating: another live producer has the name
+                            raise err
+                        # reconnecting: the broker has not yet seen our old stream end
+                        raise errors.ServiceUnavailable(f"{err}; trying again") from None
                     # refused for good (a read-only shadow, ...): the sends say so, as the
                     # broker refuses each of them
                     got = producer_pb2.ProduceReceipt(producer_name=self.producer_name)

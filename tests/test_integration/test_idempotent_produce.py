@@ -10,7 +10,7 @@ import pytest
 
 from source import failpoints
 from source.broker.server import free_port
-from source.client import Client
+from source.client import Client, errors
 from source.core.message_id import MessageId
 from source.standalone import BrokerProcess
 
@@ -116,3 +116,27 @@ def test_a_batch_resent_after_it_was_stored_but_before_its_receipt_is_stored_onc
         assert messages[1].message_id == after
     finally:
         b.kill()
+
+
+def test_a_second_live_producer_with_the_same_name_is_refused(broker, topic):
+    """Two writers under one stable name would drop each other's batches as duplicates:
+    the second is refused (`ProducerBusy`, as Pulsar) while the first is connected, and the
+    name is free again once it closed."""
+    with Client(broker.url, timeout=10, operation_timeout=2) as c:
+        c.admin.create_topic(topic)
+        first = c.create_producer(topic, producer_name="orders")
+        first.send(b"one")
+        with pytest.raises(errors.ProducerBusy, match="already connected"):
+            c.create_producer(topic, producer_name="orders")
+        first.close()
+        deadline = time.monotonic() + 10  # the broker hears the closed stream end soon after
+        while True:
+            try:
+                again = c.create_producer(topic, producer_name="orders")
+                break
+            except errors.ProducerBusy:
+                assert time.monotonic() < deadline, "the name stayed taken after the close"
+                time.sleep(0.1)
+        with again:
+            again.send(b"three")
+    assert [m.payload for m in _read_all(broker.url, topic)] == [b"one", b"three"]
