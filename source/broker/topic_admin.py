@@ -14,7 +14,10 @@ handles its kind (`BrokerFeature.delete_topic`).
 """
 from __future__ import annotations
 
+import logging
 import time
+
+from google.protobuf.message import DecodeError
 
 from source.broker.feature import BrokerFeature, Topics
 from source.broker.topic import Topic
@@ -27,6 +30,8 @@ from source.metadata.base import Compare, Delete, Put
 from source.metadata.topic_info import SOURCE
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import admin_pb2 as apb
+
+log = logging.getLogger(__name__)
 
 
 def topic_metadata(info: mpb.TopicInfo, policies: Policies | None = None) -> apb.TopicMetadata:
@@ -128,7 +133,11 @@ class TopicAdmin:
         for kv in snap.items:
             if keys.topic_from_info_key(kv.key) is None:
                 continue
-            info = mpb.TopicInfo.FromString(kv.value)
+            try:
+                info = mpb.TopicInfo.FromString(kv.value)
+            except DecodeError:  # one bad record does not hide every other topic
+                log.warning("%s holds no TopicInfo: left out of the list", kv.key)
+                continue
             if not info.partition_of:
                 out.append(info)
         return sorted(out, key=lambda i: i.name)

@@ -308,21 +308,23 @@ def test_an_old_incarnation_is_fenced_by_its_generation(env, arun):
     revision changed): the old incarnation's owner, still holding the ownership key, writes
     nothing into the new one."""
     async def main():
-        info_key = keys.topic_info(env.topic)
-        await env.metadata.put(info_key, b"first incarnation")
+        info_key = keys.topic_info(env.topic)  # a real TopicInfo: the etcd is the run's
+        info = mpb.TopicInfo(name=str(env.topic)).SerializeToString()
+        await env.metadata.put(info_key, info)
         kv = await env.metadata.get(info_key)
         old = env.fence._replace(info_key=info_key, generation=kv.create_revision)
         s = env.store()
         first = sample(5)
         await s.save(env.topic, first, old)
         await env.metadata.delete(info_key)
-        await env.metadata.put(info_key, b"second incarnation")  # a new create revision
+        await env.metadata.put(info_key, info)  # created again: a new create revision
         with pytest.raises(errors.Fenced):
             await s.save(env.topic, sample(3, seed=4, prefix="late"), old)
         assert await env.store().load(env.topic) == first
         new = old._replace(generation=(await env.metadata.get(info_key)).create_revision)
         await env.store().save(env.topic, sample(2, seed=5, prefix="new"), new)
         assert len(await env.store().load(env.topic)) == 7
+        await env.metadata.delete(info_key)  # other tests list the run's topics
     arun(main())
 
 
