@@ -12,6 +12,7 @@ import os
 import uuid
 from dataclasses import dataclass
 
+from source.broker import memory
 from source.core.argtypes import size
 from source.ledger.entry_cache import DEFAULT_BYTES
 
@@ -32,6 +33,11 @@ class BrokerConfig:
     entry_cache_bytes: int = DEFAULT_BYTES  # entries held in memory, all topics together
     profile: str | None = None           # run under cProfile, its stats written here on exit
     features: tuple[str, ...] | None = None  # broker features by name (None: all installed)
+    # memory held for clients, all together, and the connection limits (broker/memory.py)
+    client_memory_bytes: int = memory.DEFAULT_BYTES
+    client_stall_seconds: float = memory.DEFAULT_STALL_SECONDS
+    handshake_timeout: float = memory.DEFAULT_HANDSHAKE_SECONDS
+    keepalive_interval: float = memory.DEFAULT_KEEPALIVE_SECONDS
 
     @property
     def url(self) -> str:
@@ -84,6 +90,24 @@ def parse_config(argv: list[str] | None, prog: str, description: str) -> BrokerC
                         "ledgers' entries, WAL re-reads, encoded entries); past it the "
                         "least recently used are dropped and read back from the WAL or "
                         "Parquet when needed (e.g. 64M, 1G; default 256M)")
+    p.add_argument("--client-memory-bytes", type=size, default=memory.DEFAULT_BYTES,
+                   metavar="SIZE",
+                   help="memory held for clients, all together (produce requests read and "
+                        "not yet done, frames queued for consumer streams); at the cap new "
+                        "produce requests and subscribes are refused with "
+                        "RESOURCE_EXHAUSTED BrokerMemoryFull (default 1G)")
+    p.add_argument("--client-stall-seconds", type=float,
+                   default=memory.DEFAULT_STALL_SECONDS, metavar="SECONDS",
+                   help="a consumer stream that takes none of its queued frames for this "
+                        "long is cut (default 30)")
+    p.add_argument("--handshake-timeout", type=float,
+                   default=memory.DEFAULT_HANDSHAKE_SECONDS, metavar="SECONDS",
+                   help="a connection that has not sent its HTTP/2 preface within this "
+                        "long (a half-open one) is closed (default 10)")
+    p.add_argument("--keepalive-interval", type=float,
+                   default=memory.DEFAULT_KEEPALIVE_SECONDS, metavar="SECONDS",
+                   help="ping every connection this often; one that does not answer "
+                        "within 10 s is closed (default 30)")
     p.add_argument("--features", default=None, metavar="NAMES",
                    help="comma-separated broker features to run (default: every installed "
                         "one: shadow, compaction); '' runs the broker core alone. Every "
@@ -93,6 +117,11 @@ def parse_config(argv: list[str] | None, prog: str, description: str) -> BrokerC
     a = p.parse_args(argv)
     if a.entry_cache_bytes < 0:
         p.error("--entry-cache-bytes must be 0 or more")
+    if a.client_memory_bytes <= 0:
+        p.error("--client-memory-bytes must be more than 0")
+    for flag in ("client_stall_seconds", "handshake_timeout", "keepalive_interval"):
+        if not getattr(a, flag) > 0:
+            p.error(f"--{flag.replace('_', '-')} must be more than 0")
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = BrokerConfig(etcd=a.etcd, data_dir=a.data_dir, storage_root=a.storage_root,
@@ -100,6 +129,10 @@ def parse_config(argv: list[str] | None, prog: str, description: str) -> BrokerC
                        cursor_flush_interval=a.cursor_flush_interval,
                        retention_interval=a.retention_interval,
                        entry_cache_bytes=a.entry_cache_bytes, profile=a.profile,
+                       client_memory_bytes=a.client_memory_bytes,
+                       client_stall_seconds=a.client_stall_seconds,
+                       handshake_timeout=a.handshake_timeout,
+                       keepalive_interval=a.keepalive_interval,
                        features=None if a.features is None else
                        tuple(n for n in a.features.split(",") if n))
     if a.broker_id:

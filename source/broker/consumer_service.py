@@ -13,15 +13,28 @@ etcd in one batch. A failing handle (topic gone, checksum error, bad command) ge
 `Event.error` frame and stops; a failing ack or nack gets `Event.warning` and the handle goes
 on; the stream and its other handles go on either way. A message that does not parse ends
 the stream with INVALID_ARGUMENT.
+
+Memory (source/broker/memory.py): the frames a stream has queued and the message gRPC is
+writing to it count in the broker's `ClientMemory`; at its cap outboxes take no more frames
+and subscribes are refused (`BrokerMemoryFull`), and a stream that takes nothing for the
+broker's stall bound is cut. A client message arrives as bytes and is processed in slices:
+one of more than SLICE_BYTES is parsed a piece at a time (cut at its fields), and the loop
+is given back every SLICE_COMMANDS commands, so a message of millions of tiny commands
+(64 MiB of Flows: 8 million) never holds the event loop for more than a few ms.
 """
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
+import time
 from collections import deque
-from typing import Callable
+from typing import Callable, Iterator
+
+from google.protobuf.message import DecodeError
 
 from source import wire
+from source.broker.memory import IN_FLIGHT_FACTOR, STREAM_BYTES, ClientMemory, reader
 from source.broker.rpc import abort_stream
 from source.broker.topics import TopicManager
 from source.core import errors
@@ -37,6 +50,9 @@ from source.subscriptions import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, Activ
 MAX_ID = (1 << 63) - 1  # ledger and entry ids are int64 inside
 OUTBOX_BYTES = 8 << 20      # a stream's queued frames; past this its readers wait
 MESSAGE_BYTES = 4 << 20     # frames per ServerMessage, at most about this many bytes
+SLICE_BYTES = 16 << 10      # a client message is parsed this much at a time
+SLICE_COMMANDS = 256        # commands run between two turns of the event loop
+log = logging.getLogger(__name__)
 
 
 def start_from_pb(pb: common_pb2.StartPosition, inclusive: bool) -> Start:
@@ -75,31 +91,103 @@ def event_frame(handle: int, **event) -> bytes:
                                     event=consumer_pb2.Event(**event)).SerializeToString()
 
 
-class StreamOutbox:
-    """The frames waiting to go down one stream (the engine's `Outbox`), bounded in bytes."""
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise DecodeError("truncated or overlong varint")
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
 
-    def __init__(self, limit: int = OUTBOX_BYTES):
+
+def split_fields(data: bytes, limit: int = SLICE_BYTES) -> Iterator[bytes]:
+    """A serialized message cut at field boundaries into pieces of about `limit` bytes;
+    each piece parses on its own (repeated fields concatenate)."""
+    pos = start = 0
+    n = len(data)
+    while pos < n:
+        tag, pos = _varint(data, pos)
+        kind = tag & 7
+        if kind == 0:
+            _, pos = _varint(data, pos)
+        elif kind == 1:
+            pos += 8
+        elif kind == 2:
+            length, pos = _varint(data, pos)
+            pos += length
+        elif kind == 5:
+            pos += 4
+        else:
+            raise DecodeError(f"unsupported wire type {kind}")
+        if pos > n:
+            raise DecodeError("truncated message")
+        if pos - start >= limit:
+            yield data[start:pos]
+            start = pos
+    if start < n:
+        yield data[start:]
+
+
+def command_slices(message) -> Iterator[list]:
+    """The commands of one client message (bytes, or a parsed ClientMessage), in lists of
+    at most SLICE_COMMANDS."""
+    if isinstance(message, (bytes, bytearray, memoryview)):
+        data = bytes(message)
+        pieces = [data] if len(data) <= SLICE_BYTES else split_fields(data)
+        for piece in pieces:
+            cmds = consumer_pb2.ClientMessage.FromString(piece).commands
+            for i in range(0, len(cmds), SLICE_COMMANDS):
+                yield list(cmds[i:i + SLICE_COMMANDS])
+    else:
+        cmds = message.commands
+        for i in range(0, len(cmds), SLICE_COMMANDS):
+            yield list(cmds[i:i + SLICE_COMMANDS])
+
+
+class StreamOutbox:
+    """The frames waiting to go down one stream (the engine's `Outbox`), bounded in bytes,
+    and counted in the broker's `ClientMemory` with the message being written."""
+
+    def __init__(self, limit: int = OUTBOX_BYTES, memory: ClientMemory | None = None):
         self._frames: deque[bytes] = deque()
         self._bytes = 0
         self._limit = limit
+        self._memory = memory if memory is not None else ClientMemory()
+        self._in_flight = 0     # counted for the message handed to gRPC last
+        self._progress = time.monotonic()  # when the stream last took a message
         self._ready = asyncio.Event()
         self._room_callbacks: dict[Callable[[], None], None] = {}
         self._closed = False
+        self._disposed = False
+        self.task: asyncio.Task | None = None  # the call's task (cut cancels it)
+        self.peer = ""
         self.errored: set[int] = set()  # handles told an error since the stream last looked
 
     def has_room(self) -> bool:
-        return self._bytes < self._limit
+        return self._bytes < self._limit and self._memory.has_room()
 
     async def wait_for_room(self) -> None:
         """Until the queued frames fit (a client that sends commands but reads nothing
         stops being served, instead of growing this queue with their answers)."""
-        while not self.has_room() and not self._closed:
+        while self._bytes >= self._limit and not self._closed:
             room = asyncio.Event()
             self.call_when_room(room.set)
             await room.wait()
 
     def call_when_room(self, callback: Callable[[], None]) -> None:
+        if not self._room_callbacks and self._bytes < self._limit:
+            self._memory.call_when_room(self._room)  # the broker's cap holds it
         self._room_callbacks[callback] = None
+
+    def _room(self) -> None:
+        if self._bytes < self._limit:
+            callbacks, self._room_callbacks = self._room_callbacks, {}
+            for callback in callbacks:
+                callback()
 
     def send_entries(self, handles: list[int], encoded: list[bytes], size: int) -> None:
         self._put(wire.entries_frame(handles, encoded))
@@ -121,8 +209,13 @@ class StreamOutbox:
                 by_admin=notice.by_admin))
 
     def _put(self, frame: bytes) -> None:
+        if self._disposed:
+            return  # the stream is gone: nobody will take it
+        if not self._frames and not self._in_flight:
+            self._progress = time.monotonic()  # it waits for data from now on
         self._frames.append(frame)
         self._bytes += len(frame)
+        self._memory.take(len(frame))
         self._ready.set()
 
     def close(self) -> None:
@@ -133,8 +226,36 @@ class StreamOutbox:
         for callback in callbacks:
             callback()
 
+    def dispose(self) -> None:
+        """The stream ended: what it still holds is dropped and released."""
+        self.close()
+        self._disposed = True
+        self._memory.unwatch(self)
+        self._memory.release(self._bytes + self._in_flight)
+        self._frames.clear()
+        self._bytes = self._in_flight = 0
+
+    def stalled_since(self) -> float | None:
+        """Since when the stream has not taken data it has waiting (None: none waits)."""
+        return self._progress if (self._frames or self._in_flight) else None
+
+    def cut(self, reason: errors.ShadowTopicError) -> None:
+        """End a stream that does not read: cancel its call (the client sees CANCELLED;
+        no status can pass the data it does not read) and drop what it holds."""
+        log.warning("%s: consumer stream cut (%s, holding %d bytes): %s", self.peer or "?",
+                    reason.reason, self._bytes + self._in_flight, reason.message)
+        task = self.task
+        self.dispose()
+        if task is not None:
+            task.cancel()
+
     async def take(self) -> bytes | None:
-        """The next ServerMessage (every queued frame, up to MESSAGE_BYTES), or None."""
+        """The next ServerMessage (every queued frame, up to MESSAGE_BYTES), or None. The
+        message stays counted until the next call (gRPC has written it by then)."""
+        self._progress = time.monotonic()
+        if self._in_flight:
+            self._memory.release(self._in_flight)
+            self._in_flight = 0
         while not self._frames:
             if self._closed:
                 return None
@@ -146,16 +267,21 @@ class StreamOutbox:
             batch.append(frame)
             size += len(frame)
         self._bytes -= size
+        message = wire.server_message(batch)
+        self._in_flight = IN_FLIGHT_FACTOR * len(message)
+        self._memory.take(self._in_flight)
+        self._memory.release(size)
         if self._room_callbacks and self._bytes < self._limit // 2:
             callbacks, self._room_callbacks = self._room_callbacks, {}
             for callback in callbacks:
                 callback()
-        return wire.server_message(batch)
+        return message
 
 
 class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
-    def __init__(self, topics: TopicManager):
+    def __init__(self, topics: TopicManager, memory: ClientMemory | None = None):
         self.topics = topics
+        self.memory = memory if memory is not None else ClientMemory()
         self.engine = ReadEngine(topics.view, topics.counters_for, topics.compacted_view)
         self._streams: set[StreamOutbox] = set()
 
@@ -165,11 +291,15 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
             outbox.close()
 
     async def Connect(self, request_iterator, context):
-        outbox = StreamOutbox()
+        outbox = StreamOutbox(memory=self.memory)
         handles: dict[int, object] = {}  # handle -> Reader | (TopicSubscriptions, SubConsumer)
         failure: list[errors.ShadowTopicError] = []  # why the command stream broke, if it did
         self._streams.add(outbox)
         peer = context.peer() if context is not None else ""
+        outbox.peer = peer
+        outbox.task = asyncio.current_task()
+        self.memory.watch(outbox)
+        self.memory.take(STREAM_BYTES)
 
         async def one(cmd) -> None:
             try:
@@ -185,22 +315,37 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                         del handles[cmd.handle]
                     outbox.send_error(cmd.handle, typed(exc, "Connect"))
 
+        async def run(cmds: list) -> None:
+            i = 0
+            while i < len(cmds):
+                j = i
+                while j < len(cmds) and cmds[j].WhichOneof("command") == "subscribe":
+                    j += 1
+                if j > i:  # a run of subscribes: together (one etcd batch)
+                    await asyncio.gather(*(one(c) for c in cmds[i:j]))
+                    i = j
+                else:
+                    await one(cmds[i])
+                    i += 1
+
+        next_message = reader(request_iterator, context)
+
         async def commands() -> None:
             try:
-                async for message in request_iterator:
+                while (message := await next_message()) is not None:
                     await outbox.wait_for_room()
-                    cmds = list(message.commands)
-                    i = 0
-                    while i < len(cmds):
-                        j = i
-                        while j < len(cmds) and cmds[j].WhichOneof("command") == "subscribe":
-                            j += 1
-                        if j > i:  # a run of subscribes: together (one etcd batch)
-                            await asyncio.gather(*(one(c) for c in cmds[i:j]))
-                            i = j
-                        else:
-                            await one(cmds[i])
-                            i += 1
+                    held = len(message) if isinstance(message, bytes) else 0
+                    self.memory.take(held)
+                    try:
+                        first = True
+                        for cmds in command_slices(message):
+                            if not first:  # a long message: let the others run
+                                await asyncio.sleep(0)
+                            first = False
+                            await run(cmds)
+                    finally:
+                        self.memory.release(held)
+                    message = cmds = None
             except Exception as exc:  # noqa: BLE001 - reading the stream failed: it ends
                 failure.append(typed(exc, "Connect"))
             finally:
@@ -219,6 +364,8 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
             task.cancel()
             for item in handles.values():
                 self._close(item)
+            outbox.dispose()
+            self.memory.release(STREAM_BYTES)
 
     @staticmethod
     def _prune(outbox: StreamOutbox, handles: dict[int, object]) -> None:
@@ -297,6 +444,12 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                 isinstance(item, tuple) and item[1].closed
             if item is not None and not ended:
                 raise errors.InvalidArgument(f"handle {handle} is already in use")
+            if not self.memory.has_room():
+                self.memory.refused += 1
+                raise errors.BrokerMemoryFull(
+                    f"subscribe refused: the broker holds {self.memory.used} bytes for "
+                    f"clients, its limit is {self.memory.limit} (--client-memory-bytes); "
+                    f"retry later")
             handles[handle] = _RESERVED
             sub = cmd.subscribe
             topic = TopicName.parse(sub.topic)

@@ -20,6 +20,12 @@ that another live stream's producer holds on the topic is refused (`ProducerBusy
 Pulsar): two writers under one name would drop each other's batches as duplicates. A batch with
 a `sequence_id` is checked by the topic's writer; a duplicate is acknowledged with
 `duplicate` set and the original's ids (0 when no longer known), and counts in no stats.
+
+Memory (source/broker/memory.py): a request counts in the broker's `ClientMemory` from when
+it is read until its task ends; one that does not fit under the cap is refused unread
+(`BrokerMemoryFull`). Nothing of a request outlives its task: a refused one's error is kept
+without its traceback (whose frames would hold the request), and no local keeps the last
+request of a stream that waits for its next one.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ import uuid
 
 from source import failpoints
 from source.broker import quota
+from source.broker.memory import PRODUCE_FACTOR, STREAM_BYTES, ClientMemory, reader
 from source.broker.rates import Publisher
 from source.broker.topic import Topic
 from source.broker.topics import TopicManager
@@ -42,6 +49,41 @@ MAX_INFLIGHT = 64
 MAX_PRODUCER_NAME = 256  # characters; the name shows in topic stats
 
 
+def _request_id(data: bytes) -> int:
+    """The request_id (field 3) of a request refused unread, found by walking the fields
+    before it (a serializer writes fields in number order); 0 when there is none."""
+    pos, n = 0, len(data)
+    try:
+        while pos < n:
+            key, pos = _varint(data, pos)
+            if key >> 3 > 3:
+                return 0
+            if key & 7 == 0:
+                value, pos = _varint(data, pos)
+                if key >> 3 == 3:
+                    return value
+            elif key & 7 == 2:
+                length, pos = _varint(data, pos)
+                pos += length
+            else:
+                return 0
+    except IndexError:
+        pass
+    return 0
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while shift < 64:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+    raise IndexError("overlong varint")
+
+
 def _parse(data: bytes) -> views_pb2.RawProduceRequest | None:
     try:
         return views_pb2.RawProduceRequest.FromString(data)
@@ -50,8 +92,9 @@ def _parse(data: bytes) -> views_pb2.RawProduceRequest | None:
 
 
 class ProducerService(producer_pb2_grpc.ProducerServicer):
-    def __init__(self, topics: TopicManager):
+    def __init__(self, topics: TopicManager, memory: ClientMemory | None = None):
         self.topics = topics
+        self.memory = memory if memory is not None else ClientMemory()
         self._names: dict[str, TopicName] = {}
         self._readers: set[asyncio.Task] = set()
 
@@ -122,6 +165,17 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
             pub.counters.add_in(len(raws), size)
         return lid, first, len(raws), duplicate
 
+    async def _settled(self, work, cost: int):
+        """`work`'s result, or the exception it raised (without its traceback and chained
+        exceptions, whose frames would keep the request alive); `cost` is released."""
+        try:
+            return await work
+        except Exception as exc:  # noqa: BLE001 - reported in the receipt
+            exc.__traceback__ = exc.__context__ = exc.__cause__ = None
+            return exc
+        finally:
+            self.memory.release(cost)
+
     async def Produce(self, request_iterator, context):
         queue: asyncio.Queue = asyncio.Queue()
         window = asyncio.Semaphore(MAX_INFLIGHT)
@@ -130,10 +184,22 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
         assigned: list[str] = []  # the producer name this stream was given, once asked
         peer = context.peer()
 
+        next_request = reader(request_iterator, context)
+
         async def read_ahead() -> None:
             try:
-                async for data in request_iterator:
+                while (data := await next_request()) is not None:
                     await window.acquire()
+                    cost = PRODUCE_FACTOR * len(data)
+                    try:
+                        self.memory.admit(cost, "produce request")
+                    except errors.BrokerMemoryFull as exc:
+                        exc.__traceback__ = None
+                        done = asyncio.get_running_loop().create_future()
+                        done.set_result(exc)
+                        queue.put_nowait((_request_id(data), done))
+                        data = done = None
+                        continue
                     req = _parse(data)
                     if req is not None:
                         # load a topic (its current incarnation: the stream's first batch to
@@ -149,23 +215,30 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
                                 await self.topics.writable(topic)
                         except Exception:  # noqa: BLE001 - _append reports it in the receipt
                             pass
-                    task = asyncio.ensure_future(self._append(req, data, attached, peer,
-                                                             assigned))
+                    task = asyncio.ensure_future(self._settled(
+                        self._append(req, data, attached, peer, assigned), cost))
                     queue.put_nowait((req.request_id if req else 0, task))
+                    data = req = task = None  # the task holds them until it ends
             finally:
                 queue.put_nowait(None)
 
-        reader = asyncio.create_task(read_ahead())
-        self._readers.add(reader)
+        ahead = asyncio.create_task(read_ahead())
+        self._readers.add(ahead)
+        self.memory.take(STREAM_BYTES)
         try:
             while True:
                 item = await queue.get()
                 if item is None:
                     break
                 request_id, task = item
+                item = None
                 try:
                     res = await task
-                    if res.__class__ is tuple:
+                    task = None
+                    if isinstance(res, Exception):  # refused: in-band, the stream goes on
+                        receipt = producer_pb2.ProduceReceipt(request_id=request_id,
+                                                              error=error_status(res))
+                    elif res.__class__ is tuple:
                         lid, first, count, duplicate = res
                         receipt = producer_pb2.ProduceReceipt(
                             request_id=request_id, ledger_id=lid, first_entry_id=first,
@@ -179,10 +252,12 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
                                                           error=error_status(exc))
                 finally:
                     window.release()
+                res = None
                 yield receipt
-            await asyncio.gather(reader, return_exceptions=True)
+            await asyncio.gather(ahead, return_exceptions=True)
         finally:
-            reader.cancel()
-            self._readers.discard(reader)
+            ahead.cancel()
+            self._readers.discard(ahead)
+            self.memory.release(STREAM_BYTES)
             for topic, pub in attached.items():
                 topic.detach_producer(pub)

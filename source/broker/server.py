@@ -12,6 +12,10 @@ while it is, Producer says NOT_SERVING (produce fails with `StorageFull` /
 reads, consumers and stats go on. Once the disk takes writes again Producer says SERVING
 and the ledgers it kept from sealing are sealed. SIGTERM: health NOT_SERVING first, stop
 taking new calls, let in-flight writes finish their fsync and acks, release ownership, exit.
+
+Memory held for clients is capped (`--client-memory-bytes`), consumer streams that do not
+read are cut, and dead or half-open connections are closed (keepalive, handshake timeout):
+source/broker/memory.py.
 """
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ from source.broker.config import BrokerConfig, parse_config
 from source.broker.consumer_service import ConsumerService
 from source.broker.feature import BrokerFeature
 from source.broker.maintenance import Maintenance
+from source.broker.memory import ClientMemory, server_options
 from source.broker.ownership import BrokerSession
 from source.broker.producer_service import ProducerService
 from source.broker.rpc import RejectMalformed
@@ -40,7 +45,7 @@ from source.core import errors
 from source.ledger import disk
 from source.ledger.storage import Storage
 from source.metadata.etcd import EtcdStore
-from source.pb.v1 import admin_pb2_grpc, consumer_pb2, producer_pb2
+from source.pb.v1 import admin_pb2_grpc, producer_pb2
 
 log = logging.getLogger("shadowtopic.broker")
 MAX_MESSAGE = 64 << 20
@@ -73,6 +78,7 @@ class Broker:
                                    entry_cache_bytes=config.entry_cache_bytes,
                                    features=self.features)
         self.maintenance = Maintenance(self.topics, self.features, config.retention_interval)
+        self.memory = ClientMemory(config.client_memory_bytes, config.client_stall_seconds)
         for f in self.features:
             f.bind(self)
         self.service_names = list(SERVICE_NAMES)
@@ -86,15 +92,16 @@ class Broker:
     async def start(self) -> None:
         opts = [("grpc.max_send_message_length", MAX_MESSAGE),
                 ("grpc.max_receive_message_length", MAX_MESSAGE),
-                ("grpc.so_reuseport", 0)]
+                ("grpc.so_reuseport", 0),
+                *server_options(self.config.handshake_timeout, self.config.keepalive_interval)]
         # a unary request that does not parse gets INVALID_ARGUMENT, not grpc's UNKNOWN
         self.server = grpc.aio.server(options=opts, interceptors=[RejectMalformed()])
         self.admin = AdminService(self.topics, self.session, self.features)
         admin_pb2_grpc.add_AdminServicer_to_server(self.admin, self.server)
         # Produce takes request bytes (stored as they came) and Connect sends pre-encoded
         # frames: both are registered with identity (de)serializers on those sides.
-        self.producer = producer = ProducerService(self.topics)
-        self.consumer = ConsumerService(self.topics)
+        self.producer = producer = ProducerService(self.topics, self.memory)
+        self.consumer = ConsumerService(self.topics, self.memory)
         self.server.add_generic_rpc_handlers((
             grpc.method_handlers_generic_handler("shadowtopic.v1.Producer", {
                 "Produce": grpc.stream_stream_rpc_method_handler(
@@ -103,7 +110,7 @@ class Broker:
             grpc.method_handlers_generic_handler("shadowtopic.v1.Consumer", {
                 "Connect": grpc.stream_stream_rpc_method_handler(
                     self.consumer.Connect,
-                    request_deserializer=consumer_pb2.ClientMessage.FromString,
+                    request_deserializer=None,  # parsed in slices (consumer_service.py)
                     response_serializer=None)}),))
         for f in self.features:
             self.service_names += f.add_services(self.server)
@@ -116,6 +123,7 @@ class Broker:
         await self._set_health(False)
         await self.storage.disk.probe()  # before anything is served: health tells the truth
         await self.server.start()
+        self.memory.start()
         await self.session.start()
         self.maintenance.start()
         for f in self.features:
@@ -180,6 +188,7 @@ class Broker:
             self.producer.shutdown()
             self.consumer.shutdown()
             await stopping
+        await self.memory.close()
         await self.maintenance.close()
         await self.topics.close()
         for f in self.features:

@@ -54,6 +54,11 @@ TooManyConsumers = _error("TooManyConsumers", S.RESOURCE_EXHAUSTED)
 #: past the broker's bound (producer_request_hold)
 ProducerBlockedQuotaExceeded = _error("ProducerBlockedQuotaExceeded", S.RESOURCE_EXHAUSTED)
 StorageFull = _error("StorageFull", S.RESOURCE_EXHAUSTED, retriable=True)
+#: the broker holds its cap of memory for clients (source/broker/memory.py): new work
+#: (a produce request, a subscribe) is refused until it is released
+BrokerMemoryFull = _error("BrokerMemoryFull", S.RESOURCE_EXHAUSTED, retriable=True)
+#: a consumer stream that took none of its queued data for the broker's bound was cut
+SlowConsumer = _error("SlowConsumer", S.RESOURCE_EXHAUSTED)
 TopicNotFound = _error("TopicNotFound", S.NOT_FOUND)
 SubscriptionNotFound = _error("SubscriptionNotFound", S.NOT_FOUND)
 LedgerNotFound = _error("LedgerNotFound", S.NOT_FOUND)

@@ -1,0 +1,207 @@
+"""Memory a broker holds for its clients, under one cap (F12), and the gRPC server options
+that close dead and half-open connections.
+
+What is counted (`ClientMemory.used`), all clients together:
+
+- a produce request, from when the broker reads it until its task ends (stored or refused):
+  PRODUCE_FACTOR times its size (the bytes gRPC hands over, the parsed view, the messages cut
+  from it for the write);
+- a client message of a Consumer stream while its commands are processed (its size);
+- each open Produce or Connect stream: STREAM_BYTES (gRPC's buffers and the stream's state);
+- the frames queued in a Consumer stream's outbox, and the message gRPC is writing to it
+  (IN_FLIGHT_FACTOR times its size: the broker's bytes and gRPC's copy, held until the
+  client's flow-control window takes it).
+
+The cap is `--client-memory-bytes` (default DEFAULT_BYTES, 1 GiB). At the cap new work is
+refused with RESOURCE_EXHAUSTED, reason `BrokerMemoryFull` (retriable): a produce request
+gets it in its receipt (nothing of it is kept), a subscribe gets it as the handle's error.
+Outboxes queue no more frames (their readers and consumers wait, as when their own outbox is
+full) until memory is released. A Consumer stream that has frames queued or in flight and
+has taken none of them for `--client-stall-seconds` (default DEFAULT_STALL_SECONDS) is cut:
+the broker cancels the call (the client sees CANCELLED: gRPC cannot send a status behind
+data the client does not read) and logs why (`SlowConsumer`, the peer, the bytes it held).
+
+Nothing keeps a request once it is done: the services read their streams with `reader`
+(gRPC's request iterator keeps the last request it gave until the next one arrives: a
+refused 64 MiB request stayed for as long as its stream did).
+
+Freed memory goes back to the system: past TRIM_BYTES released since the last time, the
+sweeper (every SWEEP_SECONDS) asks glibc to return free pages (`malloc_trim`); large blocks
+are always mapped on their own (`M_MMAP_THRESHOLD` fixed at MMAP_THRESHOLD), so a refused
+64 MiB request does not stay in the heap.
+
+`server_options`: keepalive pings every `keepalive_seconds` (also on connections without
+calls; a peer that does not answer within KEEPALIVE_TIMEOUT_MS is closed), clients may ping
+every MIN_CLIENT_PING_MS without data, and a connection that has not sent its HTTP/2
+preface and settings within `handshake_seconds` (a half-open TCP connection) is closed.
+"""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import logging
+import time
+from typing import Awaitable, Callable, Protocol
+
+import grpc
+
+from source.core import errors
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BYTES = 1 << 30
+DEFAULT_STALL_SECONDS = 30.0
+DEFAULT_HANDSHAKE_SECONDS = 10.0
+DEFAULT_KEEPALIVE_SECONDS = 30.0
+KEEPALIVE_TIMEOUT_MS = 10_000
+MIN_CLIENT_PING_MS = 10_000
+PRODUCE_FACTOR = 3
+STREAM_BYTES = 64 << 10
+IN_FLIGHT_FACTOR = 2
+SWEEP_SECONDS = 0.5
+TRIM_BYTES = 32 << 20
+MMAP_THRESHOLD = 1 << 20
+_M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
+
+
+class Stream(Protocol):
+    """A client stream the sweeper watches (the Consumer service's outbox)."""
+
+    def stalled_since(self) -> float | None:
+        """When the stream last took a message while it had data waiting (None: it waits
+        for nothing)."""
+
+    def cut(self, reason: errors.ShadowTopicError) -> None:
+        """End the stream now."""
+
+
+def _libc():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+class ClientMemory:
+    """The broker's one budget for client memory (the module docstring says what counts)."""
+
+    def __init__(self, limit: int = DEFAULT_BYTES,
+                 stall_seconds: float = DEFAULT_STALL_SECONDS):
+        self.limit = limit
+        self.stall_seconds = stall_seconds
+        self.used = 0
+        self.refused = 0      # requests refused at the cap
+        self.cut_streams = 0  # streams cut for not reading
+        self._released = 0    # since the last trim
+        self._room: dict[Callable[[], None], None] = {}
+        self._streams: dict[Stream, None] = {}
+        self._task: asyncio.Task | None = None
+        self._libc = _libc()
+        if self._libc is not None and hasattr(self._libc, "mallopt"):
+            self._libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+
+    def has_room(self) -> bool:
+        return self.used < self.limit
+
+    def admit(self, size: int, what: str) -> None:
+        """Count `size` bytes for new work, or raise `BrokerMemoryFull` when they do not fit
+        under the cap (nothing is counted then)."""
+        if self.used + size > self.limit:
+            self.refused += 1
+            raise errors.BrokerMemoryFull(
+                f"{what} refused: the broker holds {self.used} bytes for clients, its limit "
+                f"is {self.limit} (--client-memory-bytes); retry later")
+        self.used += size
+
+    def take(self, size: int) -> None:
+        """Count `size` bytes that are held whatever the cap (frames already read)."""
+        self.used += size
+
+    def release(self, size: int) -> None:
+        self.used -= size
+        self._released += size
+        if self._room and self.used < self.limit:
+            callbacks, self._room = self._room, {}
+            for callback in callbacks:
+                callback()
+
+    def call_when_room(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once, when the broker is under its cap again."""
+        self._room[callback] = None
+
+    def watch(self, stream: Stream) -> None:
+        self._streams[stream] = None
+
+    def unwatch(self, stream: Stream) -> None:
+        self._streams.pop(stream, None)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._sweep(),
+                                                            name="client-memory")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            try:
+                self.sweep(time.monotonic())
+                if self._released >= TRIM_BYTES and self._libc is not None:
+                    self._released = 0
+                    await asyncio.get_running_loop().run_in_executor(None, self._trim)
+            except Exception:  # noqa: BLE001 - the next sweep tries again
+                log.exception("client memory sweep failed")
+
+    def sweep(self, now: float) -> list[Stream]:
+        """Cut every stream stalled for longer than `stall_seconds`; returns them."""
+        cut = []
+        for stream in list(self._streams):
+            since = stream.stalled_since()
+            if since is not None and now - since > self.stall_seconds:
+                self.unwatch(stream)
+                stream.cut(errors.SlowConsumer(
+                    f"the stream took no data for {now - since:.0f} s "
+                    f"(--client-stall-seconds {self.stall_seconds:g}): cut"))
+                self.cut_streams += 1
+                cut.append(stream)
+        return cut
+
+    def _trim(self) -> None:
+        if hasattr(self._libc, "malloc_trim"):
+            self._libc.malloc_trim(0)
+
+
+def reader(request_iterator, context) -> Callable[[], Awaitable[object | None]]:
+    """A function that returns a stream's next request, or None at its end: read from the
+    gRPC `context` directly (nothing kept between two requests), or from the iterator when
+    there is no gRPC context (tests drive the services with plain iterators)."""
+    if context is not None and hasattr(context, "read"):
+        async def read():
+            data = await context.read()
+            return None if data is grpc.aio.EOF else data
+        return read
+    it = request_iterator.__aiter__()
+
+    async def step():
+        try:
+            return await it.__anext__()
+        except StopAsyncIteration:
+            return None
+    return step
+
+
+def server_options(handshake_seconds: float = DEFAULT_HANDSHAKE_SECONDS,
+                   keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS
+                   ) -> list[tuple[str, int]]:
+    """gRPC server channel arguments that close dead and half-open connections."""
+    return [("grpc.server_handshake_timeout_ms", max(1, int(handshake_seconds * 1000))),
+            ("grpc.keepalive_time_ms", max(1, int(keepalive_seconds * 1000))),
+            ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_CLIENT_PING_MS),
+            ("grpc.http2.max_ping_strikes", 2)]

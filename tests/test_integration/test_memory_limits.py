@@ -1,0 +1,182 @@
+"""F12: hostile clients against a broker with a small cap on client memory
+(`--client-memory-bytes`, source/broker/memory.py).
+
+- 300 Consumer streams that subscribe readers with large permits on a topic with data and
+  never read, and 200 produce requests of 1 MiB refused (MessageTooBig) on streams that stay
+  open: the broker's RSS stays under its baseline plus the cap (plus slack), another
+  client's produce keeps working, and once the clients are gone the RSS is back near the
+  baseline.
+- One client message of millions of tiny Flow commands: health checks keep answering.
+- A half-open connection (TCP connected, nothing sent) is closed within the handshake
+  timeout.
+
+Every loop has a count and a deadline; the RSS is read from /proc/<pid>/status.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import uuid
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from source.broker.server import free_port
+from source.client import Client
+from source.pb.v1 import common_pb2, consumer_pb2, producer_pb2
+from source.standalone import BrokerProcess
+
+CAP = 256 << 20
+SLACK = 64 << 20          # allocator and gRPC overhead not counted in the cap
+STALL_SECONDS = 4
+HANDSHAKE_SECONDS = 1
+READERS = 300
+REFUSED = 200
+PAYLOAD = 100 << 10       # the topic holds 200 x 100 KiB
+FLOWS = 4_000_000
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) << 10
+    raise AssertionError("no VmRSS")
+
+
+@pytest.fixture
+def capped_broker(etcd_server, tmp_path):
+    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "data"), free_port(),
+                      extra_args=["--lease-ttl", "3", "--client-memory-bytes", str(CAP),
+                                  "--client-stall-seconds", str(STALL_SECONDS),
+                                  "--handshake-timeout", str(HANDSHAKE_SECONDS)])
+    b.start(timeout=60)
+    try:
+        yield b
+    finally:
+        b.kill()
+
+
+def _channel(url: str) -> grpc.Channel:
+    return grpc.insecure_channel(url, options=[("grpc.max_send_message_length", 100 << 20),
+                                               ("grpc.max_receive_message_length", 100 << 20)])
+
+
+def _stream(channel: grpc.Channel, method: str, first: bytes, stop: threading.Event):
+    """A raw bidi call that sends `first` and then nothing until `stop` (bounded)."""
+    def requests():
+        yield first
+        stop.wait(60)
+    return channel.stream_stream(method)(requests())
+
+
+def _subscribe(topic: str) -> bytes:
+    return consumer_pb2.ClientMessage(commands=[
+        consumer_pb2.ClientCommand(handle=1, subscribe=consumer_pb2.Subscribe(
+            topic=topic, start=common_pb2.StartPosition(earliest=True))),
+        consumer_pb2.ClientCommand(handle=1, flow=consumer_pb2.Flow(permits=1_000_000)),
+    ]).SerializeToString()
+
+
+def test_hostile_streams_stay_under_the_cap_and_leave_nothing(capped_broker):
+    broker = capped_broker
+    pid = broker.proc.pid
+    topic = f"persistent://public/ns-{uuid.uuid4().hex[:8]}/t"
+    channels: list[grpc.Channel] = []
+    stop = threading.Event()
+    with Client(broker.url, timeout=60) as client:
+        client.admin.create_topic(topic)
+        producer = client.create_producer(topic)
+        for _ in range(200):
+            producer.send(b"y" * PAYLOAD)
+        time.sleep(1)
+        baseline = _rss(pid)
+        try:
+            readers = []
+            for i in range(READERS):
+                if i % 30 == 0:
+                    channels.append(_channel(broker.url))
+                readers.append(_stream(channels[-1], "/shadowtopic.v1.Consumer/Connect",
+                                       _subscribe(topic), stop))
+            peak = baseline
+            deadline = time.monotonic() + 2 * STALL_SECONDS + 2
+            sent = 0
+            while time.monotonic() < deadline and sent < 100:
+                producer.send(b"live")  # another client's produce keeps working
+                sent += 1
+                peak = max(peak, _rss(pid))
+                time.sleep(0.2)
+            assert peak < baseline + CAP + SLACK, \
+                f"RSS {peak >> 20} MiB, baseline {baseline >> 20} MiB, cap {CAP >> 20} MiB"
+            # refused requests on streams that stay open keep nothing
+            too_big = producer_pb2.ProduceRequest(
+                topic=topic, request_id=7,
+                messages=[common_pb2.Message(payload=b"x" * (1 << 20))]).SerializeToString()
+            reasons = set()
+            for i in range(REFUSED):
+                if i % 20 == 0:
+                    channels.append(_channel(broker.url))
+                call = _stream(channels[-1], "/shadowtopic.v1.Producer/Produce", too_big, stop)
+                receipt = producer_pb2.ProduceReceipt.FromString(next(call))
+                reasons.add(receipt.error.reason)
+            assert reasons <= {"MessageTooBig", "BrokerMemoryFull"} and reasons, reasons
+            producer.send(b"live")
+        finally:
+            stop.set()
+            for ch in channels:
+                ch.close()
+        after = _rss(pid)
+        deadline = time.monotonic() + 15
+        while after > baseline + SLACK and time.monotonic() < deadline:
+            time.sleep(0.5)
+            after = _rss(pid)
+        assert after <= baseline + SLACK, \
+            f"RSS {after >> 20} MiB after the clients left, baseline {baseline >> 20} MiB"
+        producer.send(b"still")
+        producer.close()
+
+
+def test_a_flood_of_flow_commands_does_not_stall_health(capped_broker):
+    broker = capped_broker
+    topic = f"persistent://public/ns-{uuid.uuid4().hex[:8]}/t"
+    with Client(broker.url, timeout=60) as client:
+        client.admin.create_topic(topic)
+        one = consumer_pb2.ClientCommand(handle=1, flow=consumer_pb2.Flow(permits=1))
+        one = one.SerializeToString()
+        flood = (b"\x0a" + bytes([len(one)]) + one) * FLOWS  # ClientMessage.commands
+        stop = threading.Event()
+        channel = _channel(broker.url)
+        health = health_pb2_grpc.HealthStub(grpc.insecure_channel(broker.url))
+        try:
+            def requests():
+                yield _subscribe(topic)
+                yield flood
+                stop.wait(60)
+            call = channel.stream_stream("/shadowtopic.v1.Consumer/Connect")(requests())
+            time.sleep(0.5)
+            for _ in range(40):  # about 8 s while the flood is processed
+                res = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+                assert res.status == health_pb2.HealthCheckResponse.SERVING
+                time.sleep(0.2)
+            call.cancel()
+        finally:
+            stop.set()
+            channel.close()
+
+
+def test_a_half_open_connection_is_closed(capped_broker):
+    host, port = capped_broker.url.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.settimeout(HANDSHAKE_SECONDS + 9)
+        t0 = time.monotonic()
+        got = b""
+        for _ in range(100):  # the server's settings and GOAWAY, then the end
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        else:
+            pytest.fail("the connection was not closed")
+        assert time.monotonic() - t0 < HANDSHAKE_SECONDS + 5
