@@ -31,17 +31,24 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from source.core import errors
 from source.core.message_id import MessageId
 from source.cursors.state import pack, unpack
 from source.subscriptions.subscription import Subscription
 
-if TYPE_CHECKING:  # topic.py imports nothing of this module; the broker passes one in
-    from source.subscriptions.topic import TopicSubscriptions
-
 log = logging.getLogger(__name__)
+
+
+class TopicSubscriptions(Protocol):
+    """What these policies use of a topic's subscriptions (source/subscriptions/topic.py,
+    which imports this module: a protocol here, not an import back)."""
+
+    topic: object
+    subs: dict[str, Subscription]
+
+    async def delete(self, name: str, force: bool, dry_run: bool) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,7 @@ def ack_before(sub: Subscription, position: MessageId) -> int:
     return n
 
 
-async def expire_messages(ts: "TopicSubscriptions", ttl_s: int, now_ms: int) -> int:
+async def expire_messages(ts: TopicSubscriptions, ttl_s: int, now_ms: int) -> int:
     """Message TTL: every durable subscription acknowledges what was published more than
     `ttl_s` before `now_ms`. Returns how many acknowledgements that made."""
     if ttl_s <= 0 or not ts.subs:
@@ -114,7 +121,7 @@ async def oldest_unacked_ms(sub: Subscription) -> int | None:
     return got[0].publish_ms if got else None
 
 
-def slowest(ts: "TopicSubscriptions") -> Subscription | None:
+def slowest(ts: TopicSubscriptions) -> Subscription | None:
     """The subscription whose first unacknowledged entry is the oldest (None: no
     subscription has a backlog)."""
     best, where = None, None
@@ -137,7 +144,7 @@ async def over_quota(sub: Subscription, size_bytes: int, age_s: int, now_ms: int
     return past, size, oldest
 
 
-async def check_quota(ts: "TopicSubscriptions", size_bytes: int, age_s: int, now_ms: int
+async def check_quota(ts: TopicSubscriptions, size_bytes: int, age_s: int, now_ms: int
                       ) -> QuotaCheck:
     """The topic's backlog against its quota (-1: no limit), measured on the slowest
     subscription; every subscription's `over_quota` flag is set (each one is measured only
@@ -177,7 +184,7 @@ def _size_target(sub: Subscription, size_bytes: int) -> MessageId | None:
     return None
 
 
-async def evict(ts: "TopicSubscriptions", size_bytes: int, age_s: int, now_ms: int) -> int:
+async def evict(ts: TopicSubscriptions, size_bytes: int, age_s: int, now_ms: int) -> int:
     """consumer_backlog_eviction: every subscription past the quota skips its oldest
     entries until it is within it. Returns how many entries were skipped."""
     total = 0
@@ -203,7 +210,7 @@ async def evict(ts: "TopicSubscriptions", size_bytes: int, age_s: int, now_ms: i
     return total
 
 
-async def expire_subscriptions(ts: "TopicSubscriptions", expiration_s: int, now_ms: int
+async def expire_subscriptions(ts: TopicSubscriptions, expiration_s: int, now_ms: int
                                ) -> list[str]:
     """Delete the durable subscriptions that had no consumer for `expiration_s`; their
     names."""
