@@ -26,9 +26,10 @@ Nothing keeps a request once it is done: the services read their streams with `r
 refused 64 MiB request stayed for as long as its stream did).
 
 Freed memory goes back to the system: past TRIM_BYTES released since the last time, the
-sweeper (every SWEEP_SECONDS) asks glibc to return free pages (`malloc_trim`); large blocks
-are always mapped on their own (`M_MMAP_THRESHOLD` fixed at MMAP_THRESHOLD), so a refused
-64 MiB request does not stay in the heap.
+sweeper (every SWEEP_SECONDS) asks glibc to return free pages (`malloc_trim`), so a refused
+64 MiB request does not stay in the heap. (glibc's mmap threshold is left dynamic: fixing it
+at 1 MiB mapped and unmapped every large server message and cost 5% of consume throughput,
+bench/ab.py --only consume, 3 pairs.)
 
 `server_options`: keepalive pings every `keepalive_seconds` (also on connections without
 calls; a peer that does not answer within KEEPALIVE_TIMEOUT_MS is closed), clients may ping
@@ -61,8 +62,6 @@ STREAM_BYTES = 64 << 10
 IN_FLIGHT_FACTOR = 2
 SWEEP_SECONDS = 0.5
 TRIM_BYTES = 32 << 20
-MMAP_THRESHOLD = 1 << 20
-_M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
 
 
 class Stream(Protocol):
@@ -98,8 +97,6 @@ class ClientMemory:
         self._streams: dict[Stream, None] = {}
         self._task: asyncio.Task | None = None
         self._libc = _libc()
-        if self._libc is not None and hasattr(self._libc, "mallopt"):
-            self._libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
     def has_room(self) -> bool:
         return self.used < self.limit
