@@ -168,6 +168,8 @@ class Consumer(ConsumerResume):
                 self._abandon(parts)
                 raise failure
             for p in parts:
+                if p.state == "ended":  # an error came right after its subscribe's answer
+                    continue
                 p.state = "open"
                 self._flow(p, self._queue_size)
 
@@ -253,7 +255,9 @@ class Consumer(ConsumerResume):
     def _end(self, p: Part, err: errors.ShadowTopicError) -> None:
         """The broker (or the stream) ended this handle: answer whoever waits, and an open
         consumer's `receive` raises `err` from now on."""
-        if p.state == "open" and not self._closed and self._error is None:
+        # "subscribing": the subscribe was answered, and the error came before the waiting
+        # thread marked the partition open (it then leaves it ended)
+        if p.state in ("open", "subscribing") and not self._closed and self._error is None:
             self._error = err
         p.state = "ended"
         for kind in p.waits:

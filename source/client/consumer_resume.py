@@ -86,6 +86,8 @@ class ConsumerResume:
                 self._unwind(moved)
                 raise failure
             for p in parts:
+                if p.state == "ended":  # an error came right after its subscribe's answer
+                    continue
                 p.state = "open"
                 p.resumed = True
                 self._flow(p, self._queue_size)

@@ -239,3 +239,18 @@ def test_subscribe_many_listeners_carry_on_across_a_stream_break(fake, client):
 
 def common_frame(handles: list[int], *entries):
     return consumer_pb2.ServerFrame(handles=handles, entries=list(entries))
+
+
+def test_an_error_right_after_the_subscribe_answer_ends_the_consumer(fake, client):
+    """The broker answers the subscribe and ends the handle at once: the error reaches
+    `receive` (it was dropped when it came before the subscribing thread marked the
+    partition open, and `receive` then waited for nothing)."""
+    def answer(cmd):
+        return [event_frame(cmd.handle, subscribed=consumer_pb2.Subscribed(
+                    topic=cmd.subscribe.topic, position=common_pb2.MessageIdData(ledger_id=1))),
+                _error_frame(cmd.handle, "TopicNotFound", code="NOT_FOUND")]
+    fake.answers["subscribe"] = answer
+    consumer = client.subscribe("t", "sub", initial_position="earliest")
+    with pytest.raises(errors.TopicNotFound):
+        consumer.receive(timeout=5)
+    consumer.close()
