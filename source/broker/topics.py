@@ -18,9 +18,10 @@ Incarnations: a topic deleted and created again under the same name is a new inc
 (its generation: the info key's etcd create revision). A load checks the generation once
 more after the topic opened; every open of a producer, consumer or reader (and the admin
 calls on subscriptions) checks that a loaded topic is still the current incarnation
-(`fresh`: one etcd read), and one that is not is retired (its consumers hear `TopicNotFound`
-"was deleted") before the current one loads. So once a delete or create returns, no broker
-serves the old incarnation to a new client, even before its watch hears of the delete.
+(`fresh`: one etcd read, shared by the opens that arrive before it starts), and one that
+is not is retired (its consumers hear `TopicNotFound` "was deleted") before the current one
+loads. So once a delete or create returns, no broker serves the old incarnation to a new
+client, even before its watch hears of the delete.
 """
 from __future__ import annotations
 
@@ -55,6 +56,37 @@ def read_only(topic: TopicName | str, source: str) -> errors.NotAllowed:
     return errors.NotAllowed(f"topic {topic} is a read-only shadow of {source}")
 
 
+class GenerationReads:
+    """Reads of topics' generations in etcd, shared: every open that arrives before a read of
+    its topic has started waits for that read, so a burst of opens (100,000 subscribes of
+    one topic) costs a few etcd reads, not one each; an open never takes the answer of a
+    read that started before it arrived (it would miss a create that returned meanwhile)."""
+
+    def __init__(self, store: MetadataStore):
+        self.store = store
+        self._next: dict[TopicName, asyncio.Future] = {}  # reads not started yet
+        self._tasks: set[asyncio.Task] = set()
+
+    async def read(self, topic: TopicName) -> int:
+        fut = self._next.get(topic)
+        if fut is None:
+            fut = self._next[topic] = asyncio.get_running_loop().create_future()
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved
+            task = asyncio.get_running_loop().create_task(self._run(topic, fut))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return await asyncio.shield(fut)
+
+    async def _run(self, topic: TopicName, fut: asyncio.Future) -> None:
+        await asyncio.sleep(0)  # the opens of this turn of the loop join
+        if self._next.get(topic) is fut:
+            del self._next[topic]  # the read starts now: later opens wait for another
+        try:
+            fut.set_result(await generation_of(self.store, topic))
+        except Exception as exc:  # noqa: BLE001 - every waiter gets it
+            fut.set_exception(exc)
+
+
 class TopicManager:
     def __init__(self, store: MetadataStore, storage: Storage, session: BrokerSession,
                  cursor_flush_interval: float = 1.0, entry_cache_bytes: int = DEFAULT_BYTES,
@@ -73,6 +105,7 @@ class TopicManager:
         self.builder.on_fenced = self._on_fenced
         self.builder.on_retired = self._on_retired
         self._retiring: set[asyncio.Task] = set()
+        self._generations = GenerationReads(store)
         self._loaded: dict[TopicName, Topic] = {}
         self._loading: dict[TopicName, asyncio.Future] = {}
         self._closing: dict[TopicName, asyncio.Task] = {}
@@ -150,7 +183,7 @@ class TopicManager:
 
     async def current(self, t: Topic) -> bool:
         """Whether loaded `t` is still its name's incarnation in etcd; if not, retire it."""
-        if await generation_of(self.store, t.name) == t.generation:
+        if await self._generations.read(t.name) == t.generation:
             return True
         await self.retire(t)
         return False
