@@ -20,6 +20,7 @@ import pytest
 from source.broker.server import free_port
 from source.client import Client
 from source.standalone import BrokerProcess
+from tests.test_integration.compaction_support import start_worker
 
 
 BROKER_ARGS = ["--lease-ttl", "3"]
@@ -132,3 +133,19 @@ def start_pair(etcd_server, tmp_path):
             if b.proc is not None and b.proc.poll() is None:
                 os.kill(b.proc.pid, signal.SIGCONT)  # a test may have paused it
             b.kill()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A cluster name of the test module's own (the compaction tests' worker serves it)."""
+    return f"c-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def worker(etcd_server, tmp_path_factory, cluster):
+    """The test module's compaction worker, for `cluster`."""
+    w = start_worker(etcd_server, str(tmp_path_factory.mktemp("worker")), cluster)
+    try:
+        yield w
+    finally:
+        w.kill()

@@ -23,26 +23,12 @@ from source.metadata import keys
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.standalone import BrokerProcess
 from tests.test_integration.compaction_support import (compacted_rows, pointer, produce,
-                                                       start_worker, wait_done)
+                                                       wait_done)
 from tests.test_integration.etcd_support import etcd_put
 
 #: the policies of the tests that check PIP-14's result exactly: a delete leaves nothing in the
 #: compacted ledger (the default keeps it for a day, K18: test_compaction_deletes.py)
 DROP_DELETES = Policies(delete_retention_seconds=0)
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    return f"c-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="module")
-def worker(etcd_server, tmp_path_factory, cluster):
-    w = start_worker(etcd_server, str(tmp_path_factory.mktemp("worker")), cluster)
-    try:
-        yield w
-    finally:
-        w.kill()
 
 
 @pytest.fixture

@@ -20,23 +20,9 @@ from source.broker.server import free_port
 from source.client import Client, Policies
 from source.core.policies import DEFAULTS
 from source.standalone import BrokerProcess
-from tests.test_integration.compaction_support import pointer, produce, start_worker, wait_done
+from tests.test_integration.compaction_support import pointer, produce, wait_done
 
 FILLERS = 20  # messages between what the reader read and the delete: more than it prefetches
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    return f"c-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="module")
-def worker(etcd_server, tmp_path_factory, cluster):
-    w = start_worker(etcd_server, str(tmp_path_factory.mktemp("worker")), cluster)
-    try:
-        yield w
-    finally:
-        w.kill()
 
 
 @pytest.fixture
