@@ -255,9 +255,11 @@ class Consumer(ConsumerResume):
     def _end(self, p: Part, err: errors.ShadowTopicError) -> None:
         """The broker (or the stream) ended this handle: answer whoever waits, and an open
         consumer's `receive` raises `err` from now on."""
-        # "subscribing": the subscribe was answered, and the error came before the waiting
-        # thread marked the partition open (it then leaves it ended)
-        if p.state in ("open", "subscribing") and not self._closed and self._error is None:
+        # "subscribing" with its subscribe answered: the error came before the waiting thread
+        # marked the partition open (it then leaves it ended); unanswered, the error answers
+        # the subscribe below and the waiting thread decides (a resume tries again)
+        answered = p.state == "subscribing" and p.waits.get("subscribe", 0) is not None
+        if (p.state == "open" or answered) and not self._closed and self._error is None:
             self._error = err
         p.state = "ended"
         for kind in p.waits:
