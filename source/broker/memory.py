@@ -9,27 +9,37 @@ What is counted (`ClientMemory.used`), all clients together:
 - a client message of a Consumer stream while its commands are processed (its size);
 - each open Produce or Connect stream: STREAM_BYTES (gRPC's buffers and the stream's state);
 - the frames queued in a Consumer stream's outbox, and the message gRPC is writing to it
-  (IN_FLIGHT_FACTOR times its size: the broker's bytes and gRPC's copy, held until the
+  (IN_FLIGHT_FACTOR times its size: the broker's bytes, gRPC's copy and the frames it was
+  joined from, which the allocator gives back only at the next trim; held until the
   client's flow-control window takes it).
 
 The cap is `--client-memory-bytes` (default DEFAULT_BYTES, 1 GiB). At the cap new work is
 refused with RESOURCE_EXHAUSTED, reason `BrokerMemoryFull` (retriable): a produce request
 gets it in its receipt (nothing of it is kept), a subscribe gets it as the handle's error.
-Outboxes queue no more frames (their readers and consumers wait, as when their own outbox is
-full) until memory is released. A Consumer stream that has frames queued or in flight and
-has taken none of them for `--client-stall-seconds` (default DEFAULT_STALL_SECONDS) is cut:
-the broker cancels the call (the client sees CANCELLED: gRPC cannot send a status behind
-data the client does not read) and logs why (`SlowConsumer`, the peer, the bytes it held).
+Outboxes queue no more frames once QUEUE_SHARE of the cap is held (their readers and
+consumers wait, as when their own outbox is full) until memory is released: the rest of the
+cap is for work already under way (a read that passed the check cutting its frames, queued
+frames becoming the message being written). With these counts the broker's RSS stayed
+under its baseline plus the cap with 300 streams that do not read and 200 refused 1 MiB
+requests (tests/test_integration/test_memory_limits.py); counting the in-flight message
+twice and queueing up to the whole cap had it 256 MiB over a 256 MiB cap.
+
+A Consumer stream that has frames queued or in flight and has taken none of them for
+`--client-stall-seconds` (default DEFAULT_STALL_SECONDS) is cut: the broker cancels its
+pending write and ends the call with RESOURCE_EXHAUSTED, reason `SlowConsumer` (the client
+reads it after what gRPC had already buffered for it), and logs why (the peer, the bytes it
+held).
 
 Nothing keeps a request once it is done: the services read their streams with `reader`
 (gRPC's request iterator keeps the last request it gave until the next one arrives: a
 refused 64 MiB request stayed for as long as its stream did).
 
-Freed memory goes back to the system: past TRIM_BYTES released since the last time, the
-sweeper (every SWEEP_SECONDS) asks glibc to return free pages (`malloc_trim`), so a refused
-64 MiB request does not stay in the heap. (glibc's mmap threshold is left dynamic: fixing it
-at 1 MiB mapped and unmapped every large server message and cost 5% of consume throughput,
-bench/ab.py --only consume, 3 pairs.)
+Freed memory goes back to the system: past TRIM_BYTES released since the last time (or
+anything released, TRIM_IDLE_SECONDS after the last time), the sweeper (every SWEEP_SECONDS)
+asks glibc to return free pages (`malloc_trim`), so a refused 64 MiB request does not stay
+in the heap. (glibc's mmap threshold is left dynamic: fixing it at 1 MiB mapped and
+unmapped every large server message and cost 5% of consume throughput, bench/ab.py --only
+consume, 3 pairs.)
 
 `server_options`: keepalive pings every `keepalive_seconds` (also on connections without
 calls; a peer that does not answer within KEEPALIVE_TIMEOUT_MS is closed), clients may ping
@@ -59,9 +69,11 @@ KEEPALIVE_TIMEOUT_MS = 10_000
 MIN_CLIENT_PING_MS = 10_000
 PRODUCE_FACTOR = 3
 STREAM_BYTES = 64 << 10
-IN_FLIGHT_FACTOR = 2
+IN_FLIGHT_FACTOR = 3
+QUEUE_SHARE = 0.75
 SWEEP_SECONDS = 0.5
 TRIM_BYTES = 32 << 20
+TRIM_IDLE_SECONDS = 5.0
 
 
 class Stream(Protocol):
@@ -93,13 +105,17 @@ class ClientMemory:
         self.refused = 0      # requests refused at the cap
         self.cut_streams = 0  # streams cut for not reading
         self._released = 0    # since the last trim
+        self._trimmed = 0.0   # when the last trim ran (time.monotonic)
         self._room: dict[Callable[[], None], None] = {}
         self._streams: dict[Stream, None] = {}
         self._task: asyncio.Task | None = None
         self._libc = _libc()
 
     def has_room(self) -> bool:
-        return self.used < self.limit
+        """Whether new frames may be queued: while what is held is under QUEUE_SHARE of the
+        cap (the rest is for work already under way: the frames a read that passed this
+        check is cutting, a queued message becoming the one gRPC writes)."""
+        return self.used < self.limit * QUEUE_SHARE
 
     def admit(self, size: int, what: str) -> None:
         """Count `size` bytes for new work, or raise `BrokerMemoryFull` when they do not fit
@@ -118,7 +134,7 @@ class ClientMemory:
     def release(self, size: int) -> None:
         self.used -= size
         self._released += size
-        if self._room and self.used < self.limit:
+        if self._room and self.has_room():
             callbacks, self._room = self._room, {}
             for callback in callbacks:
                 callback()
@@ -147,8 +163,11 @@ class ClientMemory:
             await asyncio.sleep(SWEEP_SECONDS)
             try:
                 self.sweep(time.monotonic())
-                if self._released >= TRIM_BYTES and self._libc is not None:
-                    self._released = 0
+                now = time.monotonic()
+                if self._libc is not None and (
+                        self._released >= TRIM_BYTES
+                        or self._released and now - self._trimmed >= TRIM_IDLE_SECONDS):
+                    self._released, self._trimmed = 0, now
                     await asyncio.get_running_loop().run_in_executor(None, self._trim)
             except Exception:  # noqa: BLE001 - the next sweep tries again
                 log.exception("client memory sweep failed")

@@ -31,6 +31,10 @@ from source.read.positions import Start, resolve
 log = logging.getLogger(__name__)
 MAX_FRAME_ENTRIES = 500
 MAX_FRAME_BYTES = 2 << 20
+#: a read's frames are sent once they add up to this much, and the members after that are
+#: asked again whether they take more (each outbox copies the read into a frame of its own:
+#: one 2 MiB read for 300 readers that do not read was 600 MiB past the client-memory cap)
+FLUSH_BYTES = 16 << 20
 ENCODED_CACHE_BYTES = 4 << 20  # per topic: about two frames' worth of recent encodings
 # (and charged to the broker's entry cache, source/ledger/entry_cache.py, when the view has one)
 
@@ -60,17 +64,23 @@ class Frames:
     for all of them), and frames of their own for handles that take only some entries
     (a durable subscription skipping acknowledged ones, splitting among consumers)."""
 
-    __slots__ = ("whole", "parts")
+    __slots__ = ("whole", "parts", "part_bytes")
 
     def __init__(self) -> None:
         self.whole: dict[Outbox, list[int]] = {}
         self.parts: list[tuple[Outbox, int, list[bytes], int]] = []
+        self.part_bytes = 0
 
     def all(self, outbox: Outbox, handle: int) -> None:
         self.whole.setdefault(outbox, []).append(handle)
 
     def some(self, outbox: Outbox, handle: int, encoded: list[bytes], size: int) -> None:
         self.parts.append((outbox, handle, encoded, size))
+        self.part_bytes += size
+
+    def bytes(self, size: int) -> int:
+        """About what `send` will queue, for a read of `size` bytes."""
+        return len(self.whole) * size + self.part_bytes
 
     def send(self, encoded: list[bytes], size: int) -> None:
         for outbox, handles in self.whole.items():
@@ -320,15 +330,21 @@ class TopicReaders:
         frames = Frames()
         delivered = 0
         recheck = changes != self.changes
+        flushed = False
         moved = []
         for m in ready:
             if m.topic is not self or m.position != pos:
                 continue  # closed or seeked while the read ran
-            if recheck and type(m) is not Reader and m.wanted(self.wake) < len(entries):
-                continue  # its consumers changed while the read ran: it reads again
-                # (a reader's permits only grow meanwhile: no second look at it)
+            if (flushed or recheck and type(m) is not Reader) and \
+                    m.wanted(self.wake) < len(entries):
+                continue  # its consumers changed while the read ran, or the frames sent
+                # so far filled its outbox or the broker's memory: it reads again later
+                # (a reader's permits only grow meanwhile: no second look at it otherwise)
             delivered += m.deliver(entries, encoded, size, frames)
             moved.append(m)
+            if frames.bytes(size) >= FLUSH_BYTES:
+                frames.send(encoded, size)
+                frames, flushed = Frames(), True
         self._move_all(pos, moved, after)
         frames.send(encoded, size)
         if delivered:

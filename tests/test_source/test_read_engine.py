@@ -354,6 +354,66 @@ def test_a_stalled_outbox_does_not_hold_up_the_others(kind, tmp_path):
     run(kind, tmp_path, body)
 
 
+class Budget:
+    """Memory shared by many outboxes, as the broker's ClientMemory: room while under
+    `limit`; a release wakes every outbox that waits."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+        self.peak = 0
+        self.waiting: list = []
+
+    def release(self) -> None:
+        self.used = 0
+        waiting, self.waiting = self.waiting, []
+        for cb in waiting:
+            cb()
+
+
+class BudgetOutbox(RecordingOutbox):
+    def __init__(self, budget: Budget):
+        super().__init__()
+        self.budget = budget
+        self.raws: list[bytes] = []
+
+    def has_room(self) -> bool:
+        return self.budget.used < self.budget.limit
+
+    def call_when_room(self, callback) -> None:
+        self.budget.waiting.append(callback)
+
+    def send_entries(self, handles, encoded, size):
+        self.budget.used += size
+        self.budget.peak = max(self.budget.peak, self.budget.used)
+        self.raws += [common_pb2.EncodedEntry.FromString(e).raw for e in encoded]
+
+
+def test_one_read_for_many_outboxes_stops_at_the_shared_memory_cap(kind, tmp_path):
+    """Each outbox copies a read into a frame of its own: a read for 40 readers of 40
+    streams queues 40 copies. Past FLUSH_BYTES the rest are asked again, so the broker's
+    client memory is passed by at most FLUSH_BYTES (not 40 x 2 MiB)."""
+    from source.read.engine import FLUSH_BYTES, MAX_FRAME_BYTES
+
+    async def body(h):
+        payloads = [bytes([i]) * (100 << 10) for i in range(40)]  # 4 MiB: two reads
+        await h.append(payloads)
+        budget = Budget(limit=4 << 20)
+        outs = [BudgetOutbox(budget) for _ in range(40)]
+        for i, out in enumerate(outs):
+            r, _ = await h.engine.open(out, 1, TOPIC, Start())
+            h.engine.flow(r, 1000)
+        for _ in range(200):  # the budget drains until every reader has everything
+            await asyncio.sleep(0.01)
+            if all(len(o.raws) == 40 for o in outs):
+                break
+            budget.release()
+        assert [o.raws for o in outs] == [payloads] * 40
+        assert budget.peak <= budget.limit + FLUSH_BYTES + MAX_FRAME_BYTES, budget.peak
+
+    run(kind, tmp_path, body)
+
+
 def test_trimmed_ledgers_move_readers_to_the_next_entry(kind, tmp_path):
     async def body(h):
         await h.append(msgs(0, 10))

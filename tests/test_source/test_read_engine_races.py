@@ -298,14 +298,14 @@ def test_a_stream_that_ends_while_its_subscribe_loads_the_topic_spares_other_str
                 if ended is not None:
                     ended.set()
 
-            stream_a = service.Connect(requests(subscribe(1), forever), None)
+            stream_a = service.stream(requests(subscribe(1), forever), None)
             task_a = asyncio.create_task(consume(stream_a, []))
             for _ in range(10_000):
                 await asyncio.sleep(0)
                 if TOPIC in topics._loading:
                     break
             assert TOPIC in topics._loading
-            stream_b = service.Connect(requests(subscribe(7), forever), None)
+            stream_b = service.stream(requests(subscribe(7), forever), None)
             task_b = asyncio.create_task(consume(stream_b, got_b, b_ended))
             for _ in range(5):
                 await asyncio.sleep(0)  # B's subscribe now waits for A's load

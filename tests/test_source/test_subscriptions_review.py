@@ -474,7 +474,7 @@ class _Stream:
 
     async def _consume(self):
         from source.pb.v1 import consumer_pb2
-        async for data in self.service.Connect(self._requests(), None):
+        async for data in self.service.stream(self._requests(), None):
             for f in consumer_pb2.ServerMessage.FromString(data).frames:
                 if f.HasField("event"):
                     self.events.append((list(f.handles), f.event.WhichOneof("event"), f.event))
