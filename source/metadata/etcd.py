@@ -28,7 +28,12 @@ T = TypeVar("T")
 # Reconnect quickly after etcd comes back (gRPC's default backoff grows to 2 minutes) and
 # notice a hung (not closed) connection on long-lived watch streams. etcd refuses pings
 # more often than every 5 s (--grpc-keepalive-min-time), so stay above that.
+#: keys a range read asks for at once (`get_prefix` reads a prefix page by page)
+PAGE_KEYS = 5_000
 _GRPC_OPTIONS = [
+    # a page of large values, or a watch response of many events (a transaction's): etcd's
+    # own request limit is 10 MiB here (etcd_server.py), gRPC's default receive limit 4 MiB
+    ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
@@ -166,9 +171,21 @@ class EtcdStore(MetadataStore):
         return _kv(resp.kvs[0]) if resp.kvs else None
 
     async def get_prefix(self, prefix: str) -> Snapshot:
+        """Every key under `prefix` at one revision, read PAGE_KEYS at a time (one range of
+        100,000 subscriptions was 10 MB: past gRPC's message limit, the broker could not
+        load their topic)."""
         key, end = _range_end(prefix)
-        resp = await self._call(self._client.get_range_response, key, end)
-        return Snapshot([_kv(kv) for kv in resp.kvs], resp.header.revision)
+        kvs: list[KeyValue] = []
+        revision = None
+        while True:
+            resp = await self._call(lambda k=key, r=revision: self._client.get_range_response(
+                k, end, sort_order="ascend", limit=PAGE_KEYS, revision=r))
+            kvs.extend(_kv(kv) for kv in resp.kvs)
+            if revision is None:
+                revision = resp.header.revision
+            if not resp.more or not resp.kvs:
+                return Snapshot(kvs, revision)
+            key = resp.kvs[-1].key + b"\0"  # the first key after the last one read
 
     async def get_keys(self, prefix: str, after: str = "", limit: int = 1000) -> list[str]:
         key, end = _range_end(prefix)
