@@ -11,7 +11,9 @@ Layout (formats in proto/source/pb/storage/v1/cursors.proto):
                                                                it (path, crc32c, size each)
 
 <topic-dir> is `storage.topic_dir` (escaped); paths in the pointer are relative to the root.
-The cursors of a topic are the full file with the deltas applied in order.
+The cursors of a topic are the full file with the deltas applied in order. A row is a
+cursor's record (state.py): its acknowledgements and its subscription's last activity
+(`last_active_ms`; files written before that column load with 0, "unknown").
 
 `save(topic, changes, fence)`, one batch, serialised per topic:
 1. Write one file: a delta holding just the changed cursors, or a full file holding all of
@@ -94,25 +96,28 @@ def encode(topic: TopicName, sequence: int, full: bool,
     f.range_counts.extend([len(r[2]) >> 2 for r in rows])
     f.ranges.extend(chain.from_iterable([r[2] for r in rows if r[2]]))
     f.deleted.extend(deleted)
+    f.last_active_ms.extend([r[3] for r in rows])
     return f.SerializeToString()
 
 
 def apply_file(f: cpb.CursorFile, into: dict[str, Record]) -> None:
-    """Apply one decoded file to `into` (a full file is applied to an empty dict)."""
+    """Apply one decoded file to `into` (a full file is applied to an empty dict). A file
+    written before `last_active_ms` existed has none: its rows read as 0 (unknown)."""
     names, ledgers, entries = list(f.names), list(f.mark_delete_ledger), list(f.mark_delete_entry)
-    counts, ranges = list(f.range_counts), list(f.ranges)
+    counts, ranges, active = list(f.range_counts), list(f.ranges), list(f.last_active_ms)
     if not (len(ledgers) == len(entries) == len(counts) == len(names)
-            and 4 * sum(counts) == len(ranges)):
+            and 4 * sum(counts) == len(ranges) and len(active) in (0, len(names))):
         raise errors.DataLoss(f"cursor file {f.sequence} of {f.topic}: columns disagree")
     for name in f.deleted:
         into.pop(name, None)
+    actives = active or repeat(0)
     if not ranges:  # no holes anywhere: one C-speed zip
-        into.update(zip(names, zip(ledgers, entries, repeat(()))))
+        into.update(zip(names, zip(ledgers, entries, repeat(()), actives)))
         return
     pos = 0
-    for name, ledger, entry, count in zip(names, ledgers, entries, counts):
+    for name, ledger, entry, count, last in zip(names, ledgers, entries, counts, actives):
         if count:
-            rec = (ledger, entry, tuple(ranges[pos:pos + 4 * count]))
+            rec = (ledger, entry, tuple(ranges[pos:pos + 4 * count]), last)
             try:
                 CursorState.from_record(rec)  # ranges sorted, disjoint, above mark-delete
             except ValueError as exc:
@@ -121,7 +126,7 @@ def apply_file(f: cpb.CursorFile, into: dict[str, Record]) -> None:
             into[name] = rec
             pos += 4 * count
         else:
-            into[name] = (ledger, entry, ())
+            into[name] = (ledger, entry, (), last)
 
 
 # ---- storage I/O (blocking: run in an executor) ----------------------------------------------
@@ -194,6 +199,7 @@ def collect(storage: Storage, topic: TopicName, below: int) -> None:
 def remove_all(storage: Storage, topic: TopicName) -> None:
     for rel in storage.list_dir(cursor_dir(topic)):
         storage.delete(rel)
+    storage.delete_dir(cursor_dir(topic))
 
 
 # ---- the store -------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The state of one durable cursor: a mark-delete position plus individually acked ranges.
+"""The state of one durable cursor: a mark-delete position plus individually acked ranges,
+and when its subscription was last active.
 
 Everything at or before `mark_delete` is acknowledged; above it, individually acknowledged
 ids are kept as sorted, merged ranges, so a subscription with few holes costs a few hundred
@@ -17,6 +18,13 @@ finding the read position), callers pass `next_after`: the first position after 
 holds an entry or will hold the next one (`next_after_in(view)` builds it from a
 `LedgerView`). Backlog counting takes the view's `entries_between`, so it counts only
 entries that exist.
+
+`last_active` (ms since the epoch) is when the subscription last had a consumer, persisted
+with the cursor as Pulsar persists ManagedCursorInfo.lastActive, so that
+subscription_expiration_seconds (source/subscriptions/expiry.py) counts across restarts. The
+subscription sets it (subscription.py): 0 while a consumer is attached (active now), the
+detach time when the last one leaves. 0 is also "unknown" (files written before it was
+persisted): a subscription loaded with 0 counts from its load.
 """
 from __future__ import annotations
 
@@ -36,9 +44,9 @@ class NextAfter(Protocol):
 
     def __call__(self, mid: MessageId) -> MessageId: ...
 EntriesBetween = Callable[[MessageId, MessageId], int]
-#: a cursor as plain immutable numbers (what the stores keep and write):
-#: (mark-delete ledger, mark-delete entry, (first ledger, first entry, last ledger, last entry)*)
-Record = tuple[int, int, tuple[int, ...]]
+#: a cursor as plain immutable numbers (what the stores keep and write): (mark-delete ledger,
+#: mark-delete entry, (first ledger, first entry, last ledger, last entry)*, last_active ms)
+Record = tuple[int, int, tuple[int, ...], int]
 
 _MASK = (1 << 64) - 1
 
@@ -70,14 +78,17 @@ class next_after_in:  # lower case: called as a function (as functools.partial i
 
 
 class CursorState:
-    """Mark-delete position + individually acknowledged ranges (module docstring)."""
+    """Mark-delete position + individually acknowledged ranges + last activity (module
+    docstring)."""
 
-    __slots__ = ("_md", "_r")
+    __slots__ = ("_md", "_r", "last_active")
 
     def __init__(self, mark_delete: MessageId = MessageId(0, -1),
-                 ranges: Iterable[tuple[MessageId, MessageId]] = ()):
+                 ranges: Iterable[tuple[MessageId, MessageId]] = (), last_active: int = 0):
         self._md = pack(mark_delete)
         self._r: list[int] | None = None
+        #: ms since the epoch the subscription last had a consumer (0: now / unknown)
+        self.last_active = last_active
         for first, last in ranges:
             if pack(first) > pack(last):
                 raise ValueError(f"empty range {first}..{last}")
@@ -224,21 +235,22 @@ class CursorState:
         if entry == _MASK:
             ledger, entry = ledger + 1, -1
         if not self._r:
-            return ledger, entry, ()
+            return ledger, entry, (), self.last_active
         flat: list[int] = []
         for i, p in enumerate(self._r):  # first, last + 1, first, last + 1, ...
             p -= i & 1
             flat += (p >> 64, p & _MASK)
-        return ledger, entry, tuple(flat)
+        return ledger, entry, tuple(flat), self.last_active
 
     @classmethod
     def from_record(cls, record: Record) -> "CursorState":
         """The inverse of `to_record`; ValueError for ranges that are not sorted, disjoint,
         non-adjacent and above the mark-delete."""
-        md_ledger, md_entry, flat = record
+        md_ledger, md_entry, flat, last_active = record
         state = cls.__new__(cls)
         state._md = (md_ledger << 64) + md_entry
         state._r = None
+        state.last_active = last_active
         if not flat:  # the common case, kept cheap: loading 100,000 cursors is one loop
             return state
         if len(flat) % 4:
@@ -254,18 +266,21 @@ class CursorState:
         other = CursorState.__new__(CursorState)
         other._md = self._md
         other._r = list(self._r) if self._r else None
+        other.last_active = self.last_active
         return other
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, CursorState):
             return NotImplemented
-        return self._md == other._md and (self._r or []) == (other._r or [])
+        return self._md == other._md and (self._r or []) == (other._r or []) \
+            and self.last_active == other.last_active
 
     __hash__ = None  # type: ignore[assignment]  # mutable
 
     def __repr__(self) -> str:
         holes = ", ".join(f"{a}..{b}" for a, b in self.ranges)
-        return f"CursorState(mark_delete={self.mark_delete}, acked=[{holes}])"
+        return (f"CursorState(mark_delete={self.mark_delete}, acked=[{holes}], "
+                f"last_active={self.last_active})")
 
     # ---- internals -------------------------------------------------------------------------
 

@@ -1,13 +1,15 @@
 """Where cursors persist: the `CursorStore` interface and its in-memory twin.
 
 A store keeps every cursor of a topic and is written in batches (`save` takes the cursors
-that changed since the last save, `None` for a deleted one), never once per ack. Every write
-is fenced: it carries the owner's ownership key and value (`Fence`) and is refused with
-`errors.Fenced`, changing nothing, once that key holds another value (another broker took
-the topic), so a deposed owner cannot overwrite the new owner's cursors. A fence may also
-name the topic's incarnation (its info key and generation: the key's etcd create revision):
-then a write of a topic deleted, or deleted and created again, is refused too, so an old
-incarnation never writes into a new one.
+that changed since the last save, `None` for a deleted one), never once per ack; a cursor is
+its acknowledgements and its subscription's last activity (`CursorState.last_active`, kept
+for subscription expiry across restarts). Every write is fenced: it carries the owner's
+ownership key and value (`Fence`) and is refused with `errors.Fenced`, changing nothing,
+once that key holds another value (another broker took the topic), so a deposed owner
+cannot overwrite the new owner's cursors. A fence may also name the topic's incarnation
+(its info key and generation: the key's etcd create revision): then a write of a topic
+deleted, or deleted and created again, is refused too, so an old incarnation never writes
+into a new one.
 
 Both implementations read the states they are given before their first `await`, so callers
 may keep mutating them while a save is in flight, and `load` returns fresh objects that share

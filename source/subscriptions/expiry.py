@@ -19,9 +19,11 @@ every loaded topic, a shadow's too (source/broker/quota.py); nothing here owns a
     subscription_expiration_seconds
                          a durable subscription with no consumer attached since
                          `Subscription.last_active` that long ago is deleted (as an admin's
-                         unsubscribe). `last_active` is kept in memory: a loaded
-                         subscription counts from its load, so a restart can only delay an
-                         expiry, never bring one forward.
+                         unsubscribe). `last_active` is persisted with the cursor
+                         (saved within a flush interval of the last consumer detaching), so
+                         a restart or a move of the topic does not restart the count; a
+                         subscription whose cursor was saved while a consumer was attached,
+                         or before the time was persisted, counts from its load.
 
 Acknowledging by policy is an ack like any other: the cursor is saved with the next flush,
 entries held for redelivery are forgotten, and retention may then delete the ledgers no

@@ -65,11 +65,15 @@ class SubscriptionOwner(Protocol):
     def changed(self, sub: Subscription) -> None:
         """`sub`'s cursor changed: saved with the next flush."""
 
+    def activity(self, sub: Subscription) -> None:
+        """`sub`'s last activity changed (consumers came or went): saved with the next
+        flush, never raising."""
+
 
 class Subscription:
     __slots__ = ("name", "cursor", "position", "topic", "ts", "consumers", "dispatcher",
                  "counts", "msg_out", "bytes_out", "redelivered", "skipped", "created_ms",
-                 "compacted", "last_active", "expired", "evicted", "over_quota", "__weakref__")
+                 "compacted", "expired", "evicted", "over_quota", "__weakref__")
 
     def __init__(self, ts: SubscriptionOwner, name: str, type_: str, cursor: CursorState,
                  created_ms: int = 0):
@@ -85,13 +89,21 @@ class Subscription:
         self.created_ms = created_ms
         #: its consumers read the compacted view (read_compacted; set by the first consumer)
         self.compacted = False
-        #: ms since the epoch a consumer was last attached (created, or loaded: from then;
-        #: subscription_expiration_seconds counts from it, source/subscriptions/expiry.py)
-        self.last_active = int(time.time() * 1000)
+        if not cursor.last_active:  # created, or loaded with no persisted activity: from now
+            cursor.last_active = int(time.time() * 1000)
         #: messages acknowledged by message_ttl_seconds / skipped by backlog eviction
         self.expired = self.evicted = 0
         #: its backlog was past the topic's backlog quota when last checked
         self.over_quota = False
+
+    @property
+    def last_active(self) -> int:
+        """ms since the epoch the subscription last had a consumer: now while one is
+        attached; else when the last one detached (or it was created, or loaded without a
+        persisted time). Kept in the cursor (`CursorState.last_active`: 0 while consumers
+        are attached), so it persists with it; subscription_expiration_seconds counts from
+        it (source/subscriptions/expiry.py)."""
+        return int(time.time() * 1000) if self.consumers else self.cursor.last_active
 
     @property
     def type(self) -> str:
@@ -138,7 +150,9 @@ class Subscription:
 
     def attach(self, c: SubConsumer[Subscription], type_: str) -> None:
         self.touch()
-        self.last_active = int(time.time() * 1000)
+        if self.cursor.last_active:
+            self.cursor.last_active = 0  # active now: saved so, for a crash while attached
+            self.ts.activity(self)
         if not self.consumers:
             if type_ != self.dispatcher.type:  # the first consumer decides the type
                 self.dispatcher = DISPATCHERS[type_](self)
@@ -156,9 +170,10 @@ class Subscription:
         self.touch()
         self.consumers.remove(c)
         c.closed = True
-        self.last_active = int(time.time() * 1000)
         self.dispatcher.remove(c)
         if not self.consumers:
+            self.cursor.last_active = int(time.time() * 1000)  # expiry counts from here
+            self.ts.activity(self)
             if self.topic is not None:
                 self.topic.remove(self)
             self.topic = None

@@ -22,7 +22,11 @@ compacted view across a reload: `load` opens that view when a stored subscriptio
 Restart (C4, docs/BEHAVIOURS.md): `load` reads the subscription metas and the cursor snapshot; a
 subscription resumes at its first unacknowledged entry, skipping entries acknowledged
 individually above it. At most one flush interval of acknowledgements is lost to a crash:
-those entries are delivered again; nothing unacknowledged is skipped.
+those entries are delivered again; nothing unacknowledged is skipped. A consumer attaching or
+the last one detaching marks the cursor changed too (its `last_active`, subscription.py), so a
+subscription left without consumers keeps its detach time across restarts and moves; one
+loaded without a persisted time (saved while a consumer was attached) counts from its first
+load, saved too.
 """
 from __future__ import annotations
 
@@ -109,12 +113,18 @@ class TopicSubscriptions:
         if compacted is not None and any(m.read_compacted for m in metas.values()):
             self.use_compacted(await compacted())
         states = await self.cursors.load(self.topic)
+        # a cursor without a persisted last activity (saved while a consumer was attached,
+        # or by an older broker) gets the load time, saved so later loads keep counting
+        unknown = []
         for name, meta in metas.items():
             state = states.pop(name, None) or CursorState.starting_at(meta.initial_position)
+            if not state.last_active:
+                unknown.append((name, state))
             sub = Subscription(self, name, meta.type, state, meta.created_ms)
             sub.compacted = meta.read_compacted and self.compacted is not None
             self.subs[name] = sub
         self.flusher.start()
+        self.flusher.mark_many(unknown)
         for name in states:  # a cursor whose subscription was deleted before it was saved
             self.flusher.remove(name)
         self._stored = set(states)
@@ -270,6 +280,16 @@ class TopicSubscriptions:
         """`sub`'s cursor changed: saved with the next flush."""
         if self.subs.get(sub.name) is sub and self.closed is None:
             self.flusher.mark(sub.name, sub.cursor)
+
+    def activity(self, sub: Subscription) -> None:
+        """`sub`'s first consumer came or its last one left (its cursor's last_active):
+        saved with the next flush like a changed cursor, but never raising: consumers
+        detach while a topic closes, and a closed or fenced flusher saves nothing more (the
+        next owner counts from its load)."""
+        try:
+            self.changed(sub)
+        except errors.ShadowTopicError:
+            pass
 
     # ---- lifecycle of subscriptions --------------------------------------------------------
 
@@ -503,7 +523,7 @@ class TopicSubscriptions:
                 msg_out_counter=sub.msg_out, msg_redeliver_counter=sub.redelivered,
                 active_consumer=d.active.name if d.active is not None else "",
                 msg_expired=sub.expired, msg_evicted=sub.evicted,
-                last_active=int(time.time() * 1000) if sub.consumers else sub.last_active,
+                last_active=sub.last_active,
                 backlog_quota_exceeded=sub.over_quota)
         return out
 

@@ -148,11 +148,16 @@ def test_backlog_and_acks_match_a_model(seed):
 def test_records_round_trip_and_reject_junk():
     c = CursorState.starting_at(M(7, 3))
     c.ack([M(7, 9), M(9, 0), M(9, 1), M(12, 5)])
-    assert c.to_record() == (7, 2, (7, 9, 7, 9, 9, 0, 9, 1, 12, 5, 12, 5))
+    c.last_active = 1_700_000_000_123
+    assert c.to_record() == (7, 2, (7, 9, 7, 9, 9, 0, 9, 1, 12, 5, 12, 5), 1_700_000_000_123)
     back = CursorState.from_record(c.to_record())
     assert back == c and back is not c and back.ranges == c.ranges
-    assert CursorState.from_record((4, -1, ())).mark_delete == M(4, -1)
-    for junk in [(7, 2, (7, 9, 7)), (7, 2, (7, 9, 7, 9, 7, 9, 7, 9)), (7, 9, (7, 3, 7, 4))]:
+    assert back.last_active == 1_700_000_000_123 == c.copy().last_active
+    back.last_active += 1                                      # part of the state
+    assert back != c
+    assert CursorState.from_record((4, -1, (), 0)).mark_delete == M(4, -1)
+    for junk in [(7, 2, (7, 9, 7), 0), (7, 2, (7, 9, 7, 9, 7, 9, 7, 9), 0),
+                 (7, 9, (7, 3, 7, 4), 0)]:
         with pytest.raises(ValueError):
             CursorState.from_record(junk)
     with pytest.raises(ValueError):
@@ -225,7 +230,8 @@ def snapshot_env(request, tmp_path):
 
 
 def sample(n: int, seed: int = 0, prefix: str = "sub") -> dict[str, CursorState]:
-    """`n` cursors; every tenth has a few holes, some across ledgers."""
+    """`n` cursors; every tenth has a few holes, some across ledgers; every third has a
+    consumer attached (last_active 0), the others were last active at some time."""
     rnd = random.Random(seed)
     out = {}
     for i in range(n):
@@ -233,6 +239,8 @@ def sample(n: int, seed: int = 0, prefix: str = "sub") -> dict[str, CursorState]
         c.ack_cumulative(M(5, rnd.randrange(1000)))
         if i % 10 == 0:
             c.ack([M(5, 1000 + rnd.randrange(50)), M(5, 1060), M(6, rnd.randrange(4)), M(8, 0)])
+        if i % 3:
+            c.last_active = 1_700_000_000_000 + rnd.randrange(10**9)
         out[f"{prefix}-{i}"] = c
     return out
 
@@ -268,6 +276,7 @@ def test_batches_updates_and_deletes(env, arun):
                     c = model.get(name, CursorState.starting_at(M(2, 0))).copy()
                     c.ack([M(2, round_ * 3 + 5)])
                     c.ack_cumulative(M(2, round_))
+                    c.last_active = rnd.choice([0, 1_700_000_000_000 + round_])
                     changes[name] = c
             await s.save(env.topic, changes, env.fence)
             for name, c in changes.items():
@@ -403,7 +412,7 @@ def test_missing_or_corrupt_files_raise_typed_errors(snapshot_env, arun, damage)
             open(delta, "wb").write(data[:-1])
         elif damage in ("foreign-file", "bad-ranges"):       # right checksum, wrong content
             data = open(delta, "rb").read() if damage == "foreign-file" else encode(
-                env.topic, ptr.full.sequence, True, {"z": (5, 3, (5, 9, 5, 9, 5, 8, 5, 8))})
+                env.topic, ptr.full.sequence, True, {"z": (5, 3, (5, 9, 5, 9, 5, 8, 5, 8), 0)})
             open(full, "wb").write(data)
             ptr.full.crc32c, ptr.full.size_bytes = google_crc32c.value(data), len(data)
             await env.metadata.put(keys.cursors(env.topic), ptr.SerializeToString())
@@ -415,6 +424,76 @@ def test_missing_or_corrupt_files_raise_typed_errors(snapshot_env, arun, damage)
             await env.store().load(env.topic)
         with pytest.raises(want):                              # nor is it overwritten
             await env.store().save(env.topic, sample(1, prefix="y"), env.fence)
+    arun(main())
+
+
+def test_round_trip_of_last_active(env, arun):
+    """The subscription's last activity is persisted with its cursor, through deltas and
+    compactions: a restart reads the time the last save carried (0: a consumer was
+    attached then)."""
+    async def main():
+        s = env.store(compact_every=2)
+        a = CursorState.starting_at(M(3, 0))
+        a.last_active = 1_700_000_000_001
+        b = CursorState.starting_at(M(3, 0))                  # attached: 0
+        await s.save(env.topic, {"a": a, "b": b}, env.fence)
+        loaded = await env.store().load(env.topic)
+        assert loaded["a"].last_active == 1_700_000_000_001 and loaded["b"].last_active == 0
+        for t in range(2, 6):                                  # deltas, then a compaction
+            b.last_active = 1_700_000_000_000 + t             # its consumer left at t ...
+            await s.save(env.topic, {"b": b}, env.fence)
+            loaded = await env.store().load(env.topic)
+            assert loaded["b"].last_active == 1_700_000_000_000 + t
+            assert loaded["a"].last_active == 1_700_000_000_001  # untouched rows keep theirs
+        b.last_active = 0                                      # ... and one attached again
+        await s.save(env.topic, {"b": b}, env.fence)
+        assert (await env.store().load(env.topic))["b"].last_active == 0
+    arun(main())
+
+
+def _rewrite_full(env, ptr: cpb.CursorPointer, edit) -> None:
+    """Rewrite the pointer's full file through `edit(CursorFile)`, checksums kept right."""
+    path = env.storage.full(ptr.full.path)
+    f = cpb.CursorFile.FromString(open(path, "rb").read())
+    edit(f)
+    data = f.SerializeToString()
+    open(path, "wb").write(data)
+    ptr.full.crc32c, ptr.full.size_bytes = google_crc32c.value(data), len(data)
+
+
+def test_a_file_without_last_active_loads_as_unknown(snapshot_env, arun):
+    """Files written before last_active was persisted have no `last_active_ms` column: they
+    load, every cursor with 0 ("unknown": its subscription counts from the load); a delta
+    written since carries the column for its rows. A column of the wrong length is
+    DataLoss."""
+    env = snapshot_env
+
+    async def main():
+        saved = sample(40)
+        s = env.store()
+        await s.save(env.topic, saved, env.fence)
+        ptr = await env.pointer()
+        _rewrite_full(env, ptr, lambda f: f.ClearField("last_active_ms"))
+        await env.metadata.put(keys.cursors(env.topic), ptr.SerializeToString())
+        old = cpb.CursorFile.FromString(open(env.storage.full(ptr.full.path), "rb").read())
+        assert len(old.names) == 40 and not old.last_active_ms  # as written before the column
+        loaded = await env.store().load(env.topic)
+        assert {n: c.last_active for n, c in loaded.items()} == {n: 0 for n in saved}
+        for c in saved.values():
+            c.last_active = 0
+        assert loaded == saved                                 # acknowledgements intact
+        fresh = CursorState.starting_at(M(9, 0))
+        fresh.last_active = 1_700_000_000_777
+        s2 = env.store()
+        await s2.save(env.topic, {"sub-1": fresh}, env.fence)  # a delta, with the column
+        loaded = await env.store().load(env.topic)
+        assert loaded["sub-1"].last_active == 1_700_000_000_777
+        assert loaded["sub-2"].last_active == 0
+        ptr = await env.pointer()
+        _rewrite_full(env, ptr, lambda f: f.last_active_ms.extend([1]))  # one value too many
+        await env.metadata.put(keys.cursors(env.topic), ptr.SerializeToString())
+        with pytest.raises(errors.DataLoss):
+            await env.store().load(env.topic)
     arun(main())
 
 

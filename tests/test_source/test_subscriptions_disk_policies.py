@@ -283,6 +283,48 @@ def test_last_active_follows_consumers(tmp_path):
     run(main())
 
 
+def test_last_active_is_persisted_with_the_cursor(kind, tmp_path):
+    """A crash and reload (a new owner, the old one never closed): a subscription whose
+    consumer left keeps the detach time (saved with its cursor), one saved with a consumer
+    attached counts from the reload, and the expiry judges by them."""
+    async def main():
+        h = Harness(kind, tmp_path)
+        ts = await h.open()
+        gone = await attach(ts, 1, "left")
+        await attach(ts, 2, "attached")
+        await asyncio.sleep(0.02)
+        ts.close_consumer(gone)
+        left = ts.get("left").last_active
+        for _ in range(500):                       # the detach is saved by the flusher
+            if ts.flusher.pending == 0 and ts.flusher.flushes:
+                break
+            await asyncio.sleep(0.01)
+        assert ts.flusher.pending == 0
+        await asyncio.sleep(0.1)
+        reloaded_ms = now_ms()
+        again = await h.open()                     # no close: a crash, then a new owner
+        assert again.get("left").last_active == left < reloaded_ms
+        assert again.get("attached").last_active >= reloaded_ms
+        assert again.stats()["left"]["last_active"] == left
+        # one second after the detach (well before a second after the reload): expired
+        assert await expiry.expire_subscriptions(again, 1, left + 1000) == ["left"]
+        assert sorted(again.subs) == ["attached"]
+        # the reload's time is saved for the one loaded without a time: a second crash and
+        # reload keeps counting from the first reload
+        first_load = again.get("attached").last_active
+        for _ in range(500):
+            if again.flusher.pending == 0 and again.flusher.flushes:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        third = await h.open()
+        assert third.get("attached").last_active == first_load < now_ms()
+        await ts.close()                           # the crashed owners: fenced, save nothing
+        await again.close()
+        await h.close(third)
+    run(main())
+
+
 # ---- the produce gate ----------------------------------------------------------------------
 
 def test_hold_gate_waits_and_releases_in_arrival_order():

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"source/pb/storage/v1/cursors.proto\x12\x16shadowtopic.storage.v1\"\xc8\x01\n\nCursorFile\x12\x0e\n\x06\x66ormat\x18\x01 \x01(\r\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08sequence\x18\x03 \x01(\x04\x12\x0c\n\x04\x66ull\x18\x04 \x01(\x08\x12\r\n\x05names\x18\x05 \x03(\t\x12\x1a\n\x12mark_delete_ledger\x18\x06 \x03(\x04\x12\x19\n\x11mark_delete_entry\x18\x07 \x03(\x12\x12\x14\n\x0crange_counts\x18\x08 \x03(\r\x12\x0e\n\x06ranges\x18\t \x03(\x04\x12\x0f\n\x07\x64\x65leted\x18\n \x03(\t\"d\n\rCursorFileRef\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\x0e\n\x06\x63rc32c\x18\x03 \x01(\r\x12\x12\n\nsize_bytes\x18\x04 \x01(\x04\x12\x0f\n\x07\x63ursors\x18\x05 \x01(\x04\"\xa1\x01\n\rCursorPointer\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x33\n\x04\x66ull\x18\x02 \x01(\x0b\x32%.shadowtopic.storage.v1.CursorFileRef\x12\x35\n\x06\x64\x65ltas\x18\x03 \x03(\x0b\x32%.shadowtopic.storage.v1.CursorFileRef\x12\x12\n\nwritten_ms\x18\x04 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"source/pb/storage/v1/cursors.proto\x12\x16shadowtopic.storage.v1\"\xe0\x01\n\nCursorFile\x12\x0e\n\x06\x66ormat\x18\x01 \x01(\r\x12\r\n\x05topic\x18\x02 \x01(\t\x12\x10\n\x08sequence\x18\x03 \x01(\x04\x12\x0c\n\x04\x66ull\x18\x04 \x01(\x08\x12\r\n\x05names\x18\x05 \x03(\t\x12\x1a\n\x12mark_delete_ledger\x18\x06 \x03(\x04\x12\x19\n\x11mark_delete_entry\x18\x07 \x03(\x12\x12\x14\n\x0crange_counts\x18\x08 \x03(\r\x12\x0e\n\x06ranges\x18\t \x03(\x04\x12\x0f\n\x07\x64\x65leted\x18\n \x03(\t\x12\x16\n\x0elast_active_ms\x18\x0b \x03(\x03\"d\n\rCursorFileRef\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\x0e\n\x06\x63rc32c\x18\x03 \x01(\r\x12\x12\n\nsize_bytes\x18\x04 \x01(\x04\x12\x0f\n\x07\x63ursors\x18\x05 \x01(\x04\"\xa1\x01\n\rCursorPointer\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x33\n\x04\x66ull\x18\x02 \x01(\x0b\x32%.shadowtopic.storage.v1.CursorFileRef\x12\x35\n\x06\x64\x65ltas\x18\x03 \x03(\x0b\x32%.shadowtopic.storage.v1.CursorFileRef\x12\x12\n\nwritten_ms\x18\x04 \x01(\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,9 +32,9 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'source.pb.storage.v1.cursor
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CURSORFILE']._serialized_start=63
-  _globals['_CURSORFILE']._serialized_end=263
-  _globals['_CURSORFILEREF']._serialized_start=265
-  _globals['_CURSORFILEREF']._serialized_end=365
-  _globals['_CURSORPOINTER']._serialized_start=368
-  _globals['_CURSORPOINTER']._serialized_end=529
+  _globals['_CURSORFILE']._serialized_end=287
+  _globals['_CURSORFILEREF']._serialized_start=289
+  _globals['_CURSORFILEREF']._serialized_end=389
+  _globals['_CURSORPOINTER']._serialized_start=392
+  _globals['_CURSORPOINTER']._serialized_end=553
 # @@protoc_insertion_point(module_scope)

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class CursorFile(_message.Message):
-    __slots__ = ("format", "topic", "sequence", "full", "names", "mark_delete_ledger", "mark_delete_entry", "range_counts", "ranges", "deleted")
+    __slots__ = ("format", "topic", "sequence", "full", "names", "mark_delete_ledger", "mark_delete_entry", "range_counts", "ranges", "deleted", "last_active_ms")
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
@@ -18,6 +18,7 @@ class CursorFile(_message.Message):
     RANGE_COUNTS_FIELD_NUMBER: _ClassVar[int]
     RANGES_FIELD_NUMBER: _ClassVar[int]
     DELETED_FIELD_NUMBER: _ClassVar[int]
+    LAST_ACTIVE_MS_FIELD_NUMBER: _ClassVar[int]
     format: int
     topic: str
     sequence: int
@@ -28,7 +29,8 @@ class CursorFile(_message.Message):
     range_counts: _containers.RepeatedScalarFieldContainer[int]
     ranges: _containers.RepeatedScalarFieldContainer[int]
     deleted: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, format: _Optional[int] = ..., topic: _Optional[str] = ..., sequence: _Optional[int] = ..., full: _Optional[bool] = ..., names: _Optional[_Iterable[str]] = ..., mark_delete_ledger: _Optional[_Iterable[int]] = ..., mark_delete_entry: _Optional[_Iterable[int]] = ..., range_counts: _Optional[_Iterable[int]] = ..., ranges: _Optional[_Iterable[int]] = ..., deleted: _Optional[_Iterable[str]] = ...) -> None: ...
+    last_active_ms: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, format: _Optional[int] = ..., topic: _Optional[str] = ..., sequence: _Optional[int] = ..., full: _Optional[bool] = ..., names: _Optional[_Iterable[str]] = ..., mark_delete_ledger: _Optional[_Iterable[int]] = ..., mark_delete_entry: _Optional[_Iterable[int]] = ..., range_counts: _Optional[_Iterable[int]] = ..., ranges: _Optional[_Iterable[int]] = ..., deleted: _Optional[_Iterable[str]] = ..., last_active_ms: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class CursorFileRef(_message.Message):
     __slots__ = ("path", "sequence", "crc32c", "size_bytes", "cursors")
