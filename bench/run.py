@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""`make bench`: acked produce throughput and ack latency through the public client, reader
+"""`make bench`: acked produce throughput and ack latency through the public client, the same
+with idempotent producing off beside on (bench/produce_dedup.py), reader
 fan-out (bench/fanout.py), consume-and-ack of durable subscriptions (bench/consume.py), the
 cursor flush rate with 10,000 subscriptions acking (bench/cursor_flush.py), fan-out to 100
-durable subscriptions and broadcast to 100,000 (bench/broadcast.py), shadow topics
+durable subscriptions and broadcast to 100,000 (bench/broadcast.py; with it, the broker's
+/metrics scrape time and size with 100,000 subscriptions: bench/metrics_scrape.py), shadow topics
 (bench/shadows.py: create on a 1M-message source, produce -> shadow reader latency, catch-up
 beside a NATS mirror, source CPU per message with 0-8 shadows) and fan-out / broadcast over
 shadows (bench/shadows_scale.py), and compaction (bench/compaction_bench.py: full and
@@ -13,8 +15,8 @@ and 4 shadows), each measured in one run next to the machine's ceilings
 see `make bench`). Writes bench/RESULTS.md and bench/out/<stamp>.json.
 
     .venv/bin/python bench/run.py --shared ../shared [--messages 400000] [--rounds 3]
-                    [--only produce,fanout,consume,flush,fanout100,broadcast,shadows,shadows-scale,
-                           compaction]
+                    [--only produce,dedup,fanout,consume,flush,fanout100,broadcast,shadows,
+                           shadows-scale,compaction]
 
 `--shadows-*`, `--shadows-scale-*` and `--compaction-*` pass bench/shadows.py's,
 bench/shadows_scale.py's and bench/compaction_bench.py's options (e.g. `--shadows-parts
@@ -240,8 +242,8 @@ def produce_lines(args, rounds: list[dict]) -> list[str]:
     return lines + [""]
 
 
-PARTS = ("produce", "fanout", "consume", "flush", "fanout100", "broadcast", "shadows",
-         "shadows-scale", "compaction")
+PARTS = ("produce", "dedup", "fanout", "consume", "flush", "fanout100", "broadcast",
+         "shadows", "shadows-scale", "compaction")
 #: the key of each part's results in bench/out/*.json (produce: "rounds")
 KEYS = {"produce": "rounds", "shadows-scale": "shadows_scale"}
 
@@ -268,7 +270,9 @@ def carried_over(parts: set[str], out_dir: str) -> dict:
 
 
 # the headings of RESULTS.md's own sections (NOTES.md, appended below them, has others)
-HEADINGS = {"produce": "## Produce (", "fanout": "## Reader fan-out (bench/",
+HEADINGS = {"produce": "## Produce (",
+            "dedup": "## Idempotent producing: deduplication on vs off (bench/",
+            "fanout": "## Reader fan-out (bench/",
             "consume": "## Consume and acknowledge (bench/", "flush": "## Cursor flush with",
             "fanout100": "## Fan-out to ", "broadcast": "## Broadcast: ",
             "shadows": "## Shadow topics (bench/",
@@ -320,12 +324,19 @@ def write_results(path: str, args, rounds: list[dict], limits: dict | None,
                   flush: dict | None = None, old: dict | None = None,
                   fan100: dict | None = None, bcast: dict | None = None,
                   shadows: dict | None = None, scale: dict | None = None,
-                  load: tuple | None = None, compaction: dict | None = None) -> None:
+                  load: tuple | None = None, compaction: dict | None = None,
+                  dedup: dict | None = None) -> None:
     from broadcast import broadcast_lines, fanout100_lines  # bench/broadcast.py
     from shadows_report import scale_lines, shadows_lines  # bench/shadows_report.py
     from compaction_bench import report_lines as compaction_lines  # bench/compaction_bench.py
     from consume import consume_lines  # bench/consume.py, beside this script
     from cursor_flush import flush_lines  # bench/cursor_flush.py
+    from metrics_scrape import scrape_lines  # bench/metrics_scrape.py
+    from produce_dedup import dedup_lines  # bench/produce_dedup.py
+
+    def broadcast_all(res: dict) -> list[str]:
+        more = scrape_lines(res["metrics_scrape"]) if res.get("metrics_scrape") else []
+        return broadcast_lines(res) + more
 
     old = old or {}
     text = previous_sections(path, args.only)
@@ -367,10 +378,11 @@ def write_results(path: str, args, rounds: list[dict], limits: dict | None,
             when = f"the run of bench/out/{old['produce'][0]}"
     elif "produce" in text:
         lines += text["produce"]
-    for part, res, render in (("fanout", fan, fanout_lines), ("consume", consume, consume_lines),
+    for part, res, render in (("dedup", dedup, dedup_lines),
+                              ("fanout", fan, fanout_lines), ("consume", consume, consume_lines),
                               ("flush", flush, flush_lines),
                               ("fanout100", fan100, fanout100_lines),
-                              ("broadcast", bcast, broadcast_lines),
+                              ("broadcast", bcast, broadcast_all),
                               ("shadows", shadows, shadows_lines),
                               ("shadows-scale", scale, scale_lines),
                               ("compaction", compaction, compaction_lines)):
@@ -418,6 +430,10 @@ def main() -> None:
     p.add_argument("--no-peers", action="store_true", help="skip limits.py and NATS")
     p.add_argument("--only", default=",".join(PARTS),
                    help="comma-separated subset of " + ",".join(PARTS))
+    p.add_argument("--dedup-messages", type=int, default=200_000,
+                   help="dedup: messages a round (bench/produce_dedup.py)")
+    p.add_argument("--dedup-pairs", type=int, default=6, help="dedup: pairs of rounds")
+    p.add_argument("--dedup-producers", type=int, default=2, help="dedup: producer processes")
     p.add_argument("--readers", type=int, default=100, help="fan-out: readers of one topic")
     p.add_argument("--fanout-messages", type=int, default=20_000)
     p.add_argument("--consume-messages", type=int, default=200_000,
@@ -486,6 +502,14 @@ def main() -> None:
                                 "nats_jetstream.py")
             print("running shadowtopic produce rounds", flush=True)
             rounds = run_produce(args, data_dir, None if args.no_peers else peers)
+        dedup = None
+        if "dedup" in parts:
+            from produce_dedup import run_dedup  # bench/produce_dedup.py
+
+            print(f"running produce with deduplication on beside off ({args.dedup_pairs} "
+                  "pairs of rounds)", flush=True)
+            dedup = run_dedup(data_dir, args.dedup_messages, args.dedup_pairs,
+                              args.dedup_producers, args.payload)
         if "fanout" in parts:
             from fanout import run_fanout  # bench/fanout.py, beside this script
 
@@ -528,6 +552,11 @@ def main() -> None:
                   f"{args.broadcast_duration:g} s at 1 msg/s)", flush=True)
             bcast = run_broadcast(data_dir, args.broadcast_subs, args.broadcast_procs,
                                   args.broadcast_duration)
+            from metrics_scrape import run_metrics_scrape  # bench/metrics_scrape.py
+
+            print(f"running the /metrics scrape ({args.broadcast_subs:,} subscriptions, with "
+                  "and without per-subscription series)", flush=True)
+            bcast["metrics_scrape"] = run_metrics_scrape(data_dir, args.broadcast_subs)
         common = dict(rounds=args.rounds, payload=args.payload, profile=None)
         if "shadows" in parts:
             from shadows import run_shadows  # bench/shadows.py
@@ -546,7 +575,7 @@ def main() -> None:
             print("running compaction", flush=True)
             compaction = run_compaction(data_dir, sub_args(args, "compaction_", common))
     write_results(args.out, args, rounds, limits, nats, fan, consume, flush, old, fan100,
-                  bcast, shadows, scale, (load0, os.getloadavg()), compaction)
+                  bcast, shadows, scale, (load0, os.getloadavg()), compaction, dedup)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, time.strftime("%Y%m%d-%H%M%S") + ".json"), "w") as f:
         json.dump({"args": {k: getattr(args, k) for k in ("messages", "producers", "payload",
@@ -554,7 +583,7 @@ def main() -> None:
                    "rounds": rounds, "limits": limits, "nats": nats, "fanout": fan,
                    "consume": consume, "flush": flush, "fanout100": fan100,
                    "broadcast": bcast, "shadows": shadows, "shadows_scale": scale,
-                   "compaction": compaction,
+                   "compaction": compaction, "dedup": dedup,
                    "load": [load0, os.getloadavg()]}, f, indent=1)
     print(open(args.out).read())
 

@@ -35,6 +35,7 @@ from source.core.errors import MetadataUnavailable, typed
 from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.core.policies import Policies
+from source.ledger.storage import Storage
 from source.metadata import keys
 from source.metadata.migrate import migrate
 from source.pb.storage.v1 import metadata_pb2 as mpb
@@ -164,6 +165,12 @@ class CompactionFeature(BrokerFeature):
 
     async def after_retention(self, t: Topic) -> None:
         await self.admin.check_threshold(t.name, t)
+
+    async def topic_deleted(self, topic: TopicName) -> None:
+        """The deleted topic's compacted ledgers go with it (no reader is left: its readers
+        were closed and a source with shadows is not deleted). A job that was running
+        writes its output after this; the worker collects that once the job fails."""
+        self.host.storage.delete_dir(Storage.topic_compacted_dir(topic))
 
     async def internal_stats(self, topic: TopicName, info: mpb.TopicInfo,
                              out: apb.InternalStats) -> None:

@@ -2,6 +2,11 @@
 
     python -m compaction.worker --etcd HOST:PORT --port N [--spark-master local[*]]
                                 [--spark-conf key=value ...] [--grace SECONDS]
+                                [--config FILE] [--log-format json] [--spark-log PATH]
+
+Its flags are the keys of the config file's [worker] section (source/config_file.py); its
+log lines are set up by source/logs.py, and Spark's own logging goes to `--spark-log`
+(default <data-dir>/logs/spark.log) at `--spark-log-level` (WARN) (compaction/session.py).
 
 It follows its cluster's compaction requests (keys.compaction_requests_prefix; a broker
 files one when a user asks `topics compact` or the threshold policy fires: see
@@ -29,7 +34,9 @@ with the cause. gRPC health (on --host:--port) says SERVING once Spark is up (it
 workers warmed by a job over no files) and etcd answers, and follows Spark from then on:
 when Spark's JVM exits, health says NOT_SERVING and the worker exits (status 1) for its
 supervisor to start a new one (the standalone does); a job it was running is not FAILED but
-left to its request, which the next worker reruns (F15).
+left to its request, which the next worker reruns (F15). HTTP on --metrics-port (default
+--port + 1000; source/observability/http.py): `/metrics` (the job series of
+compaction/metrics.py), `/healthz`, and `/readyz` (ready while SERVING and etcd answers).
 """
 from __future__ import annotations
 
@@ -46,10 +53,13 @@ from typing import Callable
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
+
 from compaction import commit, plan as planning, spark_job
+from compaction.metrics import CompactionMetrics, WorkerReadiness
 from compaction.session import build_session
-from source import failpoints
-from source.core.errors import error_status
+from source import config_file, failpoints, logs
+from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.ledger.storage import Storage
@@ -58,6 +68,7 @@ from source.metadata import (EtcdStore, MetadataStore, MetadataUnavailable, Snap
 from source.metadata.follow import PrefixFollower
 from source.metadata.migrate import migrate
 from source.metadata.topic_info import effective_policies
+from source.observability.http import OFF, HttpEndpoint, default_port
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import admin_pb2 as apb
 
@@ -136,8 +147,13 @@ def peak_rss_bytes(jvm_pid: int | None) -> int:
 class Worker:
     def __init__(self, store: MetadataStore, spark, cluster: str, worker_id: str,
                  grace: float = 60.0, lease_ttl: int = 10, relist: float = 5.0,
-                 spark_alive: Callable[[], bool] = jvm_alive):
+                 spark_alive: Callable[[], bool] = jvm_alive,
+                 metrics: CompactionMetrics | None = None):
         self.store = store
+        #: job series (compaction/metrics.py); False in `etcd_ok` while the lease fails
+        self.metrics = metrics or CompactionMetrics(cluster)
+        self.etcd_ok = True
+        self._job_started = 0.0
         self.spark_alive = spark_alive
         #: set when Spark's JVM is gone (the worker runs no more jobs: its process exits)
         self.lost = asyncio.Event()
@@ -188,7 +204,9 @@ class Worker:
             await asyncio.sleep(self.lease_ttl / 3)
             try:
                 await self.store.refresh_lease(self.lease)
+                self.etcd_ok = True
             except Exception as exc:  # noqa: BLE001 - a lost lease: take a new one
+                self.etcd_ok = False
                 log.warning("lease refresh failed (%s); taking a new lease", exc)
                 try:
                     self.lease = await self.store.grant_lease(self.lease_ttl)
@@ -233,7 +251,7 @@ class Worker:
                 self.lost.set()
                 return
             except Exception:  # noqa: BLE001 - one job never stops the worker
-                log.exception("%s: compaction failed", topic)
+                log.exception("%s: compaction failed", topic, extra={"topic": str(topic)})
 
     # ---- one job ---------------------------------------------------------------------------
 
@@ -267,10 +285,12 @@ class Worker:
                 job = apb.CompactionJob.FromString(rec.value)
             job.worker = self.worker_id
             job.ClearField("error")
+            self._job_started, self.metrics.running = time.monotonic(), 1
             await self._attempts(topic, req, kv.value, job)
             self.jobs_run += 1
             await self._prune(topic)
         finally:
+            self.metrics.running = 0
             try:
                 await self.store.delete(claim)
             except MetadataUnavailable:
@@ -288,7 +308,8 @@ class Worker:
                 return await self._run(topic, req, req_bytes, job)
             except MetadataUnavailable:
                 log.warning("%s: job %s stopped: etcd is unavailable; it runs again once etcd "
-                            "is back", topic, req.job_id)
+                            "is back", topic, req.job_id,
+                            extra={"topic": str(topic), "job": req.job_id})
                 raise
             except Exception as exc:  # noqa: BLE001 - recorded in the job, the worker goes on
                 if await self._jvm_gone(exc):
@@ -297,9 +318,13 @@ class Worker:
                 if attempt < JOB_ATTEMPTS and lost_worker(exc):
                     log.warning("%s: job %s lost a Spark worker (%s); run %d of %d",
                                 topic, req.job_id, str(exc).splitlines()[0][:200],
-                                attempt + 1, JOB_ATTEMPTS)
+                                attempt + 1, JOB_ATTEMPTS,
+                                extra={"topic": str(topic), "job": req.job_id})
                     continue
                 await self._fail(topic, req, req_bytes, job, exc)
+                # what it wrote before it failed (say its topic was deleted meanwhile)
+                self._tasks.append(asyncio.get_running_loop().create_task(
+                    self._collect_later(topic, self.storage(req.storage_root))))
                 return
 
     async def _jvm_gone(self, exc: BaseException, wait: float = 3.0) -> bool:
@@ -339,6 +364,7 @@ class Worker:
             job.phase, job.end_time = apb.DONE, int(time.time() * 1000)
             await commit.finish(self.store, topic, keys.compaction_request(self.cluster, topic),
                                 req_bytes, job)
+            self.metrics.succeeded(topic, time.monotonic() - self._job_started)
             return
         plan = planning.make_plan(topic, job.job_id, ledgers, horizon, pointer, retain,
                                   tombstone_cutoff_ms=cutoff)
@@ -381,9 +407,13 @@ class Worker:
         await commit.publish(self.store, topic, new_pointer,
                              ptr_kv.mod_revision if ptr_kv else 0,
                              keys.compaction_request(self.cluster, topic), req_bytes, job)
+        self.metrics.succeeded(topic, time.monotonic() - self._job_started,
+                               manifest.input_entries, manifest.entries, plan.input_bytes,
+                               manifest.output_bytes, t_spark)
         log.info("%s: job %s published (%d entries, %d keys, horizon %s; %.3f s from the "
                  "request, %.3f s in Spark)", topic, job.job_id, manifest.entries, manifest.keys,
-                 horizon, time.time() - req.requested_ms / 1000, t_spark)
+                 horizon, time.time() - req.requested_ms / 1000, t_spark,
+                 extra={"topic": str(topic), "job": job.job_id})
         self._tasks.append(loop.create_task(self._collect_later(topic, storage)))
 
     async def _collect_later(self, topic: TopicName, storage: Storage) -> None:
@@ -418,11 +448,21 @@ class Worker:
 
     async def _fail(self, topic: TopicName, req: mpb.CompactionRequest, req_bytes: bytes,
                     job: apb.CompactionJob, exc: BaseException) -> None:
-        log.warning("%s: job %s failed: %s", topic, job.job_id, exc)
+        # the one line about it: a typed error as it is, anything else with its traceback
+        typed = isinstance(exc, errors.ShadowTopicError) or (
+            isinstance(exc, OSError) and exc.errno in errors.STORAGE_ERRNOS)
+        err = errors.typed(exc) if typed else errors.Internal(
+            f"compaction failed: {type(exc).__name__}: {exc}")
+        log.error("%s: compaction job %s failed: %s", topic, job.job_id,
+                  err.message.splitlines()[0] if err.message else err.reason,
+                  exc_info=None if typed else exc,
+                  extra={"topic": str(topic), "job": job.job_id,
+                         "error": f"{err.reason}: {err.message}"})
         job.phase, job.end_time = apb.FAILED, int(time.time() * 1000)
-        job.error.CopyFrom(error_status(exc))
+        job.error.CopyFrom(errors.error_status(err))
         await commit.finish(self.store, topic, keys.compaction_request(self.cluster, topic),
                                 req_bytes, job)
+        self.metrics.failed(topic, time.monotonic() - self._job_started)
         if req.storage_root:  # its output, and what earlier crashes left
             await self.collect(topic, self.storage(req.storage_root))
 
@@ -450,7 +490,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds a replaced compacted ledger stays for its readers")
     p.add_argument("--lease-ttl", type=int, default=10)
     p.add_argument("--relist", type=float, default=5.0)
-    a = p.parse_args(argv)
+    p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                   help="HTTP port of /metrics, /healthz and /readyz on --host (default: "
+                        "--port + 1000, or a free port when that one is taken; 0: any free "
+                        "port; -1: off)")
+    p.add_argument("--spark-log", default=None, metavar="PATH",
+                   help="Spark's own log (log4j, its JVM's and Python workers' output; "
+                        "default <data-dir>/logs/spark.log; '-': this worker's output)")
+    p.add_argument("--spark-log-level", type=str.upper, default="WARN",
+                   choices=["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"],
+                   help="Spark's log level (default WARN)")
+    logs.add_arguments(p)
+    config_file.add_arguments(p)
+    a = config_file.parse(p, "worker", argv)
     for item in a.spark_conf:
         if "=" not in item:
             p.error(f"--spark-conf {item!r}: expected KEY=VALUE")
@@ -462,7 +514,10 @@ async def serve(a: argparse.Namespace) -> None:
     # forked beside gRPC's threads, it once exited before it answered
     conf = dict(item.split("=", 1) for item in a.spark_conf)
     conf.setdefault("spark.local.dir", os.path.join(os.path.abspath(a.data_dir), "spark"))
-    spark = await asyncio.to_thread(start_spark, a.spark_master, conf)
+    spark_log = a.spark_log or os.path.join(os.path.abspath(a.data_dir), "logs", "spark.log")
+    spark = await asyncio.to_thread(start_spark, a.spark_master, conf,
+                                    log_path=None if spark_log == "-" else spark_log,
+                                    log_level=a.spark_log_level)
     server = grpc.aio.server()
     servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
@@ -471,10 +526,22 @@ async def serve(a: argparse.Namespace) -> None:
         raise OSError(f"cannot bind {a.host}:{a.port}")
     await servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
     await server.start()
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    GCCollector(registry=registry)
+    metrics = CompactionMetrics(a.cluster, registry)
+    readiness = WorkerReadiness()
+    http = None
+    if a.metrics_port != OFF:
+        http = HttpEndpoint(registry, readiness.not_ready, a.host,
+                            default_port(a.port) if a.metrics_port is None else a.metrics_port,
+                            fallback=a.metrics_port is None)
+        await http.start()
+        log.info("metrics on %s (health: /healthz, /readyz)", http.url)
     await asyncio.to_thread(spark_job.warm_up, spark)
     store = EtcdStore(a.etcd)
     worker = Worker(store, spark, a.cluster, a.worker_id or f"{socket.gethostname()}:{a.port}",
-                    grace=a.grace, lease_ttl=a.lease_ttl, relist=a.relist)
+                    grace=a.grace, lease_ttl=a.lease_ttl, relist=a.relist, metrics=metrics)
     while True:
         try:
             await worker.start()
@@ -482,6 +549,7 @@ async def serve(a: argparse.Namespace) -> None:
         except MetadataUnavailable:
             await asyncio.sleep(0.5)
     await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    readiness.worker = worker
     log.info("compaction worker %s ready (spark %s, etcd %s, health %s:%d)", worker.worker_id,
              a.spark_master, a.etcd, a.host, a.port)
     stop = asyncio.Event()
@@ -494,8 +562,11 @@ async def serve(a: argparse.Namespace) -> None:
     for task in waits:
         task.cancel()
     await servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+    readiness.stopping = True
     await worker.close()
     await server.stop(2)
+    if http is not None:
+        await http.close()
     await store.close()
     try:
         stop_spark(spark)
@@ -514,12 +585,12 @@ async def follow_spark(worker: Worker, interval: float = 1.0) -> None:
     worker.lost.set()
 
 
-def start_spark(master: str, conf: dict[str, str], attempts: int = 2):
+def start_spark(master: str, conf: dict[str, str], attempts: int = 2, **logging_to):
     """`build_session`, started once more when Spark's JVM exits before it answers
     (JAVA_GATEWAY_EXITED: a JVM that did not come up; seen in loaded test runs)."""
     for attempt in range(1, attempts + 1):
         try:
-            return build_session(master, conf)
+            return build_session(master, conf, **logging_to)
         except Exception as exc:  # noqa: BLE001 - pyspark's error condition tells which
             condition = (getattr(exc, "getCondition", None)          # pyspark 4
                          or getattr(exc, "getErrorClass", lambda: None))  # pyspark 3.5
@@ -546,9 +617,9 @@ def stop_spark(spark) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve(parse_args(argv)))
+    a = parse_args(argv)
+    logs.setup_from(a)
+    asyncio.run(serve(a))
 
 
 if __name__ == "__main__":

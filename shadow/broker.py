@@ -2,7 +2,8 @@
 
     python -m shadow.broker --etcd HOST:PORT --storage-root <the source's storage root> ...
 
-It takes the same flags as the source broker and registers with the role "shadow": the
+It takes the same flags as the source broker (its config file section is [shadow]:
+source/config_file.py) and registers with the role "shadow": the
 source's replicators and the brokers' Lookup send shadow topics here. It is assembled with
 the same features (`--features`, default every installed one); with the shadow role the
 shadow feature (shadow/feature.py) serves shadow topics and the Replication service here.
@@ -21,7 +22,7 @@ from shadow.feature import ROLE, ShadowFeature
 
 def main(argv: list[str] | None = None) -> None:
     cfg = parse_config(argv, "shadowtopic shadow-broker",
-                       "run a shadow broker (serves shadow topics; sources too)")
+                       "run a shadow broker (serves shadow topics; sources too)", "shadow")
     if cfg.features is not None and ShadowFeature.name not in cfg.features:
         raise SystemExit("shadowtopic shadow-broker: --features must include shadow "
                          "(a shadow broker serves shadow topics through it)")

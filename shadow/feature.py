@@ -36,7 +36,7 @@ from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.core.policies import Policies
 from source.ledger import retention
-from source.metadata import keys
+from source.metadata import keys, namespace_policies
 from source.metadata.base import Compare, Delete, KeyValue
 from source.metadata.topic_info import SHADOW
 from source.pb.storage.v1 import metadata_pb2 as mpb
@@ -45,6 +45,7 @@ from source.pb.v1 import replication_pb2_grpc
 
 from shadow.admin import ShadowAdmin
 from shadow.ledger import ShadowLedger
+from shadow.metrics import replication_metrics
 from shadow.needs import INTERVAL_S, NeedsPublisher
 from shadow.replication import Inbound, ReplicationService
 from shadow.replicators import Channels, TopicReplicators
@@ -188,6 +189,10 @@ class ShadowFeature(BrokerFeature):
             d = self.inbound.stats(str(t.name), t.ledger)
             out.shadow_replication[str(t.ledger.source)].CopyFrom(replicator_stats(d))
 
+    def metrics(self):
+        """The replication series of this broker's sources (shadow/metrics.py)."""
+        return replication_metrics(self.host.config.cluster, list(self._replicators.values()))
+
     # ---- deleting --------------------------------------------------------------------------
 
     def kinds(self) -> set[int]:
@@ -229,10 +234,11 @@ class ShadowRpcs:
 
     @unary
     async def CreateShadowTopic(self, request, context):
-        info = await self.admin.create(TopicName.parse(request.shadow),
-                                       TopicName.parse(request.source),
+        shadow = TopicName.parse(request.shadow)
+        info = await self.admin.create(shadow, TopicName.parse(request.source),
                                        dict(request.properties))
-        return topic_metadata(info)
+        return topic_metadata(info, namespace=await namespace_policies.read(
+            self.admin.store, shadow.namespace_name))
 
     @unary
     async def DeleteShadowTopic(self, request, context):

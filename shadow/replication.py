@@ -97,7 +97,8 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 except Exception as exc:  # noqa: BLE001 - the sender hears why; the stream ends
                     err = typed(exc, "Replicate")
                     log.warning("replication %s -> %s refused: %s", batch.source, batch.shadow,
-                                err)
+                                err, extra={"topic": batch.source, "shadow": batch.shadow,
+                                            "error": str(err)})
                     self.inbound.refused(batch.shadow, err)
                     yield replication_pb2.ReplicateAck(batch_id=batch.batch_id,
                                                        error=error_status(err))

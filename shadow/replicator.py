@@ -183,7 +183,10 @@ class ShadowReplicator:
                     errors.from_rpc_error(exc) if isinstance(exc, grpc.RpcError)
                     else errors.ServiceUnavailable(f"{type(exc).__name__}: {exc}"))
                 if self.last_error is None or str(err) != str(self.last_error):
-                    log.warning("replicator %s -> %s: %s", self.source, self.shadow, err)
+                    log.warning("replication %s -> %s failed: %s (retrying)", self.source,
+                                self.shadow, err, extra={"topic": str(self.source),
+                                                         "shadow": str(self.shadow),
+                                                         "error": str(err)})
                 self.last_error = err
             self.connected = False
             if self._closed:
@@ -237,7 +240,8 @@ class ShadowReplicator:
             self.position = pos = view.next_position()
             self.auto_resets += 1
             log.warning("replicator %s -> %s: backlog above %d entries: reset to %s",
-                        self.source, self.shadow, limit, pos)
+                        self.source, self.shadow, limit, pos,
+                        extra={"topic": str(self.source), "shadow": str(self.shadow)})
         _, _, epoch = self._ownership()
         last = view.last_confirmed()
         batch = replication_pb2.ReplicateBatch(
@@ -278,15 +282,19 @@ class ShadowReplicator:
 
     # ---- stats -----------------------------------------------------------------------------
 
-    def stats(self) -> dict:
-        now = time.monotonic()
-        t0, n0 = self._rate
-        self._rate = (now, self.msg_out)
+    def backlog(self, now: float) -> tuple[int, float]:
+        """(entries the shadow has not been sent yet, seconds it has been behind)."""
         view = self.view
         pos = view.valid_position(self.position) if self.position is not None \
             else view.next_position()
         backlog = view.entries_between(pos, view.next_position())
-        delay = now - self._behind_since if backlog and self._behind_since else 0.0
+        return backlog, now - self._behind_since if backlog and self._behind_since else 0.0
+
+    def stats(self) -> dict:
+        now = time.monotonic()
+        t0, n0 = self._rate
+        self._rate = (now, self.msg_out)
+        backlog, delay = self.backlog(now)
         return dict(msg_rate_out=(self.msg_out - n0) / (now - t0) if now > t0 else 0.0,
                     replication_backlog=backlog, replication_delay_in_seconds=delay,
                     connected=self.connected,

@@ -58,6 +58,9 @@ POINTS: dict[str, str] = {
     "ledger.seal.before_publish":
         "a source broker after a ledger's Parquet file is written and fsynced, before the "
         "ledger list marks the ledger SEALED",
+    "cli.loading":
+        "the `shadowtopic` CLI while it loads its modules (source/cli/main.py), before the "
+        "client library: `sleep(S)` holds it there so a test presses Ctrl-C during start-up",
 }
 
 _ACTION = re.compile(r"(?:(\d+)\*)?(kill|off|sleep\(([0-9.]+)\)|error\((.*)\))", re.S)

@@ -2,13 +2,20 @@
 processes on one data dir (like `pulsar standalone`). Ready when every role it started says
 SERVING on gRPC health.
 
+    <data-dir>/LOCK       held by the running standalone (source/dirlock.py)
     <data-dir>/etcd       etcd's data
     <data-dir>/storage    ledgers (the storage root) and WALs
-    <data-dir>/logs       etcd.log, broker.log, shadow-broker.log, compaction-worker.log
+    <data-dir>/logs       etcd.log, broker.log, shadow-broker.log, compaction-worker.log,
+                          spark.log (Spark's own logging, WARN and above)
 
-The children die with the standalone, even under kill -9 (`source.process.spawn`). It refuses
+A data dir another standalone holds is refused at once, with one line naming its holder,
+before anything is written into it. The children die with the standalone, even under kill -9
+(`source.process.spawn`). It refuses
 to start when its service port or etcd's ports are taken (say by an earlier standalone), so
-an orphan answering health on the port can never pass for its own broker. A role that
+an orphan answering health on the port can never pass for its own broker. It prints one line
+as each part becomes ready (etcd, then each role, with its URL), then a summary. A config
+file (`config`) and the log flags are passed on to every role; each reads its own section
+(source/config_file.py), and each role checks its section before anything starts. A role that
 exits is restarted by a `source.process.Supervisor` (back-off 0.5 s doubling to 8 s; 5
 failures within a minute stop everything, exit 1); etcd exiting stops everything. SIGTERM
 or SIGINT stops the roles, then etcd, exit 0.
@@ -19,6 +26,7 @@ terminate or kill -9 it) is what tests and benchmarks use too.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,6 +36,7 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from source import config_file, dirlock, logs
 from source.metadata.etcd_server import EtcdServer
 from source.process import FAILED, RUNNING, Supervisor, describe_exit, port_in_use, spawn
 
@@ -129,6 +138,15 @@ class BrokerProcess:
             self.proc.kill()
             self.proc.wait()
 
+    def metrics_url(self) -> str:
+        """The /metrics URL the process logged as it started ("" when off or not yet)."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                found = re.findall(r"metrics on (http://[^\s\"]+/metrics)", f.read())
+        except OSError:
+            return ""
+        return found[-1] if found else ""
+
     def log_tail(self, n: int = 40) -> str:
         try:
             with open(self.log_path, "rb") as f:
@@ -137,10 +155,94 @@ class BrokerProcess:
             return ""
 
 
+#: what the ready line calls each role, by module
+LABELS = {"source.broker.server": "source broker", "shadow.broker": "shadow broker",
+          "compaction.worker": "compaction worker"}
+
+
 def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
         etcd_port: int = 2379, host: str = LOOPBACK, etcd_peer_port: int | None = None,
         broker_args: list[str] | None = None, shadow_port: int | None = None,
-        compaction_port: int | None = None, worker_args: list[str] | None = None) -> int:
+        compaction_port: int | None = None, worker_args: list[str] | None = None,
+        config: str | None = None, log_format: str | None = None,
+        log_level: str | None = None, spark_log_level: str | None = None) -> int:
+    """Run until stopped; 0 after SIGTERM / SIGINT, 1 (after one `error:` line) when it
+    cannot start or a part fails. `config`, `log_format` and `log_level` go to every role
+    (None: not passed, each role's own config decides)."""
+    logs.setup(log_format or "console", log_level or "INFO")
+    common = _passed_on(config, log_format, log_level)
+    bad = check_config(common)
+    if bad:
+        print(f"error: {bad}", file=sys.stderr, flush=True)
+        return 1
+    data_dir = os.path.abspath(data_dir)
+    try:
+        lock = dirlock.acquire(data_dir, "shadowtopic standalone")
+    except dirlock.DataDirInUse as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except OSError as exc:
+        print(f"error: cannot use data dir {data_dir}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    with lock:
+        return _run(lock, data_dir, wipe, port, etcd_port, host, etcd_peer_port,
+                    broker_args or [], shadow_port, compaction_port, worker_args or [],
+                    common, spark_log_level)
+
+
+def check_config(common: list[str], timeout: float = 60.0) -> str | None:
+    """Each role's section of the config file and its variables, checked by the role itself
+    (`--print-config`, side by side) before anything starts: the first error, or None. Only
+    when there is a file or a SHADOWTOPIC_CFG__ variable to check."""
+    if "--config" not in common and not any(v.startswith(config_file.ENV_PREFIX)
+                                            for v in os.environ):
+        return None
+    procs = [subprocess.Popen([sys.executable, "-m", module, *common, "--print-config"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL, text=True) for module in LABELS]
+    errors = []
+    try:
+        for module, proc in zip(LABELS, procs):
+            _, err = proc.communicate(timeout=timeout)
+            if proc.returncode != 0:
+                lines = err.strip().splitlines() or [f"exited with code {proc.returncode}"]
+                errors.append(lines[-1].removeprefix("error: "))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return errors[0] if errors else None
+
+
+def _passed_on(config: str | None, log_format: str | None, log_level: str | None
+               ) -> list[str]:
+    """The flags every role is given."""
+    args = ["--config", os.path.abspath(config)] if config else []
+    if log_format:
+        args += ["--log-format", log_format]
+    if log_level:
+        args += ["--log-level", log_level]
+    return args
+
+
+def _wipe(data_dir: str, keep: str) -> None:
+    """Everything in `data_dir` but the lock file `keep` (held: another standalone must not
+    take the directory while it is emptied)."""
+    for name in os.listdir(data_dir):
+        path = os.path.join(data_dir, name)
+        if path == keep:
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+
+
+def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port: int,
+         host: str, etcd_peer_port: int | None, broker_args: list[str],
+         shadow_port: int | None, compaction_port: int | None, worker_args: list[str],
+         common: list[str], spark_log_level: str | None) -> int:
     peer_port = etcd_peer_port or etcd_port + 1
     shadow_port = shadow_port or port + 1
     compaction_port = compaction_port or port + 2
@@ -155,27 +257,32 @@ def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
             print(f"error: port {p} is in use (is another shadowtopic standalone running?)",
                   file=sys.stderr)
             return 1
-    data_dir = os.path.abspath(data_dir)
-    if wipe and os.path.isdir(data_dir):
-        shutil.rmtree(data_dir)
-    logs = os.path.join(data_dir, "logs")
-    os.makedirs(logs, exist_ok=True)
+    if wipe:
+        _wipe(data_dir, lock.path)
+    log_dir = os.path.join(data_dir, "logs")
+    os.makedirs(log_dir, exist_ok=True)
     etcd = EtcdServer(os.path.join(data_dir, "etcd"), client_port=etcd_port,
-                      peer_port=peer_port, log_path=os.path.join(logs, "etcd.log"))
+                      peer_port=peer_port, log_path=os.path.join(log_dir, "etcd.log"))
     broker = BrokerProcess(etcd.endpoint, data_dir, port, host=host,
-                           log_path=os.path.join(logs, "broker.log"), extra_args=broker_args)
+                           log_path=os.path.join(log_dir, "broker.log"),
+                           extra_args=[*common, *broker_args])
     # the shadow broker: a data dir of its own, the source broker's storage root (it reads
     # the source's ledgers there and writes none)
     shadow = BrokerProcess(etcd.endpoint, os.path.join(data_dir, "shadow-broker"), shadow_port,
-                           host=host, log_path=os.path.join(logs, "shadow-broker.log"),
-                           extra_args=[*(broker_args or []), "--storage-root",
+                           host=host, log_path=os.path.join(log_dir, "shadow-broker.log"),
+                           extra_args=[*common, *broker_args, "--storage-root",
                                        os.path.join(data_dir, "storage")],
                            module="shadow.broker")
     # the compaction worker: one warm SparkSession; its port serves gRPC health only
+    # Spark's own logging goes to logs/spark.log (WARN unless --spark-log-level)
+    spark = ["--spark-log", os.path.join(log_dir, "spark.log")]
+    if spark_log_level:
+        spark += ["--spark-log-level", spark_log_level]
     worker = BrokerProcess(etcd.endpoint, os.path.join(data_dir, "compaction-worker"),
                            compaction_port, host=LOOPBACK,
-                           log_path=os.path.join(logs, "compaction-worker.log"),
-                           extra_args=worker_args or [], module="compaction.worker")
+                           log_path=os.path.join(log_dir, "compaction-worker.log"),
+                           extra_args=[*common, *spark, *worker_args],
+                           module="compaction.worker")
     roles = [Supervisor(broker), Supervisor(shadow), Supervisor(worker, start_timeout=120)]
     stopping = False
 
@@ -188,13 +295,19 @@ def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
     try:
         print(f"starting etcd ({etcd.binary}) ...", flush=True)
         etcd.start(timeout=60)
+        print(f"etcd ready: http://{etcd.endpoint}", flush=True)
         print("starting the source and shadow brokers and the compaction worker ...",
               flush=True)
         for role in roles:
             role.start()
         announced = False
+        ready: set[int] = set()
         while not stopping:
             states = [role.poll() for role in roles]
+            for i, role in enumerate(roles):
+                if states[i] == RUNNING and i not in ready:
+                    ready.add(i)
+                    print(_ready_line(role.child), flush=True)
             failed = next((r for r in roles if r.state == FAILED), None)
             if failed is not None:
                 _report_failure(failed)
@@ -225,6 +338,14 @@ def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
         for role in reversed(roles):
             role.stop()
         etcd.close()
+
+
+def _ready_line(child: BrokerProcess) -> str:
+    label = LABELS.get(child.module, child.role)
+    metrics = f", metrics {url}" if (url := child.metrics_url()) else ""
+    if child.module == "compaction.worker":
+        return f"{label} ready: health on {child.url}{metrics}"
+    return f"{label} ready: {child.url}{metrics}"
 
 
 def _report_failure(sup: Supervisor) -> None:

@@ -1,4 +1,5 @@
-"""Admin service of a broker: topics, policies, stats, lookup, ledgers.
+"""Admin service of a broker: topics, policies (a topic's, a namespace's), stats, lookup,
+ledgers.
 
 Topic metadata is in topic_admin.py, durable subscriptions in subscription_admin.py. The
 RPCs of a feature (shadow topics: shadow/feature.py; compaction: compaction/feature.py) are
@@ -76,7 +77,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         info = await self.topic_admin.create(topic, request.partitions,
                                         Policies.from_pb(request.policies),
                                         dict(request.properties))
-        return topic_metadata(info)
+        return (await self.topic_admin.metadata([info]))[0]
 
     @unary
     async def DeleteTopic(self, request, context):
@@ -88,7 +89,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         ns = parse_namespace(request.namespace) if request.namespace else None
         infos = await self.topic_admin.list(ns)
         chunk, token = _page(infos, request.page, key=lambda i: i.name)
-        return apb.ListTopicsResponse(topics=[topic_metadata(i) for i in chunk],
+        return apb.ListTopicsResponse(topics=await self.topic_admin.metadata(chunk),
                                       next_page_token=token)
 
     @unary
@@ -105,6 +106,21 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         topic = TopicName.parse(request.topic)
         return (await self.topic_admin.set_policies(topic,
                                                     Policies.from_pb(request.policies))).to_pb()
+
+    # ---- namespaces -------------------------------------------------------------------------
+
+    @unary
+    async def GetNamespacePolicies(self, request, context):
+        ns = parse_namespace(request.namespace)
+        policies = await self.topic_admin.get_namespace_policies(ns)
+        return apb.NamespacePolicies(namespace=ns, policies=policies.to_pb())
+
+    @unary
+    async def SetNamespacePolicies(self, request, context):
+        ns = parse_namespace(request.namespace)
+        policies = await self.topic_admin.set_namespace_policies(
+            ns, Policies.from_pb(request.policies), list(request.remove))
+        return apb.NamespacePolicies(namespace=ns, policies=policies.to_pb())
 
     async def _partitions(self, topic: TopicName) -> list[TopicName]:
         info = await self.topics.info(topic)

@@ -44,7 +44,8 @@ from source.core.names import TopicName
 from source.cursors.snapshot import SnapshotCursorStore
 from source.cursors.store import Fence
 from source.ledger.entry_cache import EntryCache
-from source.ledger.managed import ManagedLedger
+from source.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
+from source.ledger.managed import LedgerConfig, ManagedLedger
 from source.ledger.storage import Storage
 from source.ledger.view import ServedView, Trimmed
 from source.metadata import keys
@@ -96,7 +97,8 @@ class InfoWatch:
 class TopicBuilder:
     def __init__(self, store: MetadataStore, storage: Storage, session: BrokerSession,
                  executor: Executor, entry_cache: EntryCache, cursors: SnapshotCursorStore,
-                 cursor_flush_interval: float, features: list[BrokerFeature]):
+                 cursor_flush_interval: float, features: list[BrokerFeature],
+                 dedup_idle_seconds: float = DEDUP_IDLE_S):
         self.store = store
         self.storage = storage
         self.session = session
@@ -105,6 +107,7 @@ class TopicBuilder:
         self.cursors = cursors
         self.cursor_flush_interval = cursor_flush_interval
         self.features = features
+        self.dedup_idle_seconds = dedup_idle_seconds
         self._openers: dict[int, ViewOpener] | None = None
         #: set by the TopicManager: a source's sealed ledger, a fenced writer
         self.on_sealed: Callable[[Topic], None] = lambda t: None
@@ -149,7 +152,7 @@ class TopicBuilder:
             writer = view if isinstance(view, ManagedLedger) else None
             t = Topic(topic, view, policies, own, writer, generation)
             if writer is not None:  # rolls follow the topic's policies from its first append
-                writer.config = ledger_config(policies)
+                writer.config = ledger_config(policies, writer.config)
             fence = Fence(key, value, keys.topic_info(topic), generation)
             subs = t.subscriptions = TopicSubscriptions(
                 topic, view, self.store, self.cursors, fence, lambda: t.policies,
@@ -175,11 +178,14 @@ class TopicBuilder:
             stack.push_async_callback(watch.follower.close)
             t.stack = stack.pop_all()
             opened = True
-        log.info("loaded %s (epoch %d, %d ledgers)", topic, epoch, len(view.ledgers()))
+        log.info("loaded %s (epoch %d, %d ledgers)", topic, epoch, len(view.ledgers()),
+                 extra={"topic": str(topic), "epoch": epoch})
         return t
 
     async def _open_source(self, topic: TopicName, info: mpb.TopicInfo,
                            own: Ownership) -> ManagedLedger:
         return await ManagedLedger.open(topic, self.store, self.storage, own.key, own.value,
-                                        own.epoch, self.executor, lease_ok=self.session.lease_ok,
+                                        own.epoch, self.executor,
+                                        LedgerConfig(dedup_idle_s=self.dedup_idle_seconds),
+                                        lease_ok=self.session.lease_ok,
                                         entry_cache=self.entry_cache)

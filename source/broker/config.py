@@ -2,18 +2,24 @@
 
 Both broker entry points (`python -m source.broker.server`, `python -m shadow.broker`) take
 the same flags; `--features` names the features the process is assembled with
-(source/broker/feature.py).
+(source/broker/feature.py). Every flag is also a key of the config file's section ([broker]
+or [shadow]) and an environment variable (source/config_file.py); `--log-format` and
+`--log-level` set up logging (source/logs.py). A broker process holds its data dir
+(`<data-dir>/broker.lock`, source/dirlock.py): a second broker on it is refused at once.
 """
 from __future__ import annotations
 
 import argparse
 import logging
 import os
+import sys
 import uuid
 from dataclasses import dataclass
 
+from source import config_file, dirlock, logs
 from source.broker import memory
 from source.core.argtypes import size
+from source.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
 from source.ledger.entry_cache import DEFAULT_BYTES
 
 
@@ -38,6 +44,12 @@ class BrokerConfig:
     client_stall_seconds: float = memory.DEFAULT_STALL_SECONDS
     handshake_timeout: float = memory.DEFAULT_HANDSHAKE_SECONDS
     keepalive_interval: float = memory.DEFAULT_KEEPALIVE_SECONDS
+    # the HTTP endpoint (/metrics, /healthz, /readyz: source/observability/http.py):
+    # None = port + 1000 (a free port when that one is taken), 0 = any free port, -1 = off
+    metrics_port: int | None = None
+    metrics_per_subscription: bool = False  # per-subscription series (many series)
+    # idempotent producing: a producer idle this long is forgotten (source/ledger/dedup.py)
+    dedup_idle_seconds: float = DEDUP_IDLE_S
 
     @property
     def url(self) -> str:
@@ -72,7 +84,10 @@ class BrokerConfig:
         return self.broker_id
 
 
-def parse_config(argv: list[str] | None, prog: str, description: str) -> BrokerConfig:
+def parse_config(argv: list[str] | None, prog: str, description: str,
+                 section: str = "broker") -> BrokerConfig:
+    """The flags over the config file's `section` and the environment (config_file.py);
+    sets up logging."""
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--etcd", default=os.environ.get("SHADOWTOPIC_ETCD", "127.0.0.1:2379"))
     p.add_argument("--data-dir", default="./data")
@@ -108,22 +123,39 @@ def parse_config(argv: list[str] | None, prog: str, description: str) -> BrokerC
                    default=memory.DEFAULT_KEEPALIVE_SECONDS, metavar="SECONDS",
                    help="ping every connection this often; one that does not answer "
                         "within 10 s is closed (default 30)")
+    p.add_argument("--dedup-idle-seconds", type=float, default=DEDUP_IDLE_S, metavar="SECONDS",
+                   help="idempotent producing: a producer that stored nothing on a topic for "
+                        "this long is forgotten there, and a batch it sends after that is "
+                        "new (Pulsar's brokerDeduplicationProducerInactivityTimeoutMinutes; "
+                        "default 21600: 6 h)")
     p.add_argument("--features", default=None, metavar="NAMES",
                    help="comma-separated broker features to run (default: every installed "
                         "one: shadow, compaction); '' runs the broker core alone. Every "
                         "broker of a cluster runs the same features")
+    p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                   help="HTTP port of /metrics, /healthz and /readyz on --host (default: "
+                        "--port + 1000, or a free port when that one is taken; 0: any free "
+                        "port; -1: off). The URL is logged and kept in the broker's etcd "
+                        "registration")
+    p.add_argument("--metrics-per-subscription", action="store_true",
+                   help="also export per-subscription series (one set per subscription: "
+                        "off by default, as 100,000 subscriptions make 100,000 series each)")
     p.add_argument("--profile", default=None, metavar="PATH",
                    help="run under cProfile and write its stats to PATH on exit (benchmarks)")
-    a = p.parse_args(argv)
+    logs.add_arguments(p)
+    config_file.add_arguments(p)
+    a = config_file.parse(p, section, argv)
     if a.entry_cache_bytes < 0:
         p.error("--entry-cache-bytes must be 0 or more")
+    if a.metrics_port is not None and not -1 <= a.metrics_port <= 65535:
+        p.error("--metrics-port must be a port, 0 (any free port) or -1 (off)")
     if a.client_memory_bytes <= 0:
         p.error("--client-memory-bytes must be more than 0")
-    for flag in ("client_stall_seconds", "handshake_timeout", "keepalive_interval"):
+    for flag in ("client_stall_seconds", "handshake_timeout", "keepalive_interval",
+                 "dedup_idle_seconds"):
         if not getattr(a, flag) > 0:
             p.error(f"--{flag.replace('_', '-')} must be more than 0")
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.setup_from(a)
     cfg = BrokerConfig(etcd=a.etcd, data_dir=a.data_dir, storage_root=a.storage_root,
                        host=a.host, port=a.port, cluster=a.cluster, lease_ttl=a.lease_ttl,
                        cursor_flush_interval=a.cursor_flush_interval,
@@ -133,8 +165,33 @@ def parse_config(argv: list[str] | None, prog: str, description: str) -> BrokerC
                        client_stall_seconds=a.client_stall_seconds,
                        handshake_timeout=a.handshake_timeout,
                        keepalive_interval=a.keepalive_interval,
+                       metrics_port=a.metrics_port,
+                       metrics_per_subscription=a.metrics_per_subscription,
+                       dedup_idle_seconds=a.dedup_idle_seconds,
                        features=None if a.features is None else
                        tuple(n for n in a.features.split(",") if n))
     if a.broker_id:
         cfg.broker_id = a.broker_id
     return cfg
+
+
+#: the data dir locks this process holds (until it exits)
+_held: list[dirlock.DirLock] = []
+
+
+def lock_data_dir(cfg: BrokerConfig) -> dirlock.DirLock | None:
+    """Hold the broker's data dir until this process exits; a dir another process holds
+    ends this one with one `error:` line naming the holder. A dir that cannot be opened
+    (read-only, full) is served unlocked, with a warning, as before."""
+    try:
+        lock = dirlock.acquire(cfg.data_dir, f"shadowtopic broker on port {cfg.port}",
+                               dirlock.BROKER)
+    except dirlock.DataDirInUse as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    except OSError as exc:
+        logging.getLogger("shadowtopic.broker").warning(
+            "cannot lock the data dir %s: %s", cfg.data_dir, exc)
+        return None
+    _held.append(lock)
+    return lock

@@ -20,7 +20,8 @@ feature. A feature may add, each optional (the base class does nothing):
   pass (`after_retention`);
 - a guard on deleting a topic (`delete_guard`: refuse, and the etcd compares the delete
   holds under) and the deletion of the topics of its kinds (`delete_topic`);
-- its part of a topic's stats (`topic_stats`, `internal_stats`).
+- its part of a topic's stats (`topic_stats`, `internal_stats`) and of the broker's
+  Prometheus series (`metrics`, read at scrape time: source/broker/metrics.py).
 
 A feature gets the broker's parts through `BrokerHost` (`bind`), before anything starts.
 
@@ -34,7 +35,7 @@ from __future__ import annotations
 import importlib.metadata
 from concurrent.futures import Executor
 from contextlib import AsyncExitStack
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable, Iterable, Protocol
 
 import grpc
 
@@ -148,6 +149,10 @@ class BrokerFeature:
         """Delete `topic`, of a kind this feature serves (`openers`, or `kinds`)."""
         raise errors.NotAllowed(f"{topic} cannot be deleted here")
 
+    async def topic_deleted(self, topic: TopicName) -> None:
+        """The source `topic` (or one partition of it) was deleted and its ledgers removed:
+        remove what this feature keeps of it (files under the storage root)."""
+
     def kinds(self) -> set[int]:
         """The topic kinds whose deletion this feature handles (even where it does not
         serve them)."""
@@ -159,6 +164,11 @@ class BrokerFeature:
     async def internal_stats(self, topic: TopicName, info: mpb.TopicInfo,
                              out: apb.InternalStats) -> None:
         """Add this feature's part to the internal stats of `topic`."""
+
+    def metrics(self) -> Iterable[Any]:
+        """Prometheus metric families (prometheus_client.core.*MetricFamily) this feature
+        adds to the broker's `/metrics`, read from its live state at each scrape."""
+        return ()
 
 
 def installed() -> dict[str, Callable[[], BrokerFeature]]:

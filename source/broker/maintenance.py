@@ -78,7 +78,9 @@ class Maintenance:
         if self.topics.loaded(t.name) is not t:
             return
         try:
-            await quota.apply(t, p if p is not None else await self.topics.policies(t.name))
+            p = p if p is not None else await self.topics.policies(t.name)
+            t.set_policies(p)  # also a change the watches missed (another broker's set-policies)
+            await quota.apply(t, p)
         except Exception as exc:  # noqa: BLE001 - applied again next interval
             log.warning("%s: disk policies not applied: %s", t.name, exc)
 

@@ -44,6 +44,7 @@ class BrokerSession:
         self.on_lost: Callable[[], None] | None = None
         self._task: asyncio.Task | None = None
         self.healthy = asyncio.Event()
+        self.metrics_url = ""           # registered with the broker (its HTTP endpoint)
 
     async def start(self) -> None:
         """Grant the lease and register; retries until etcd answers (no crash loop)."""
@@ -65,7 +66,7 @@ class BrokerSession:
         self.lease = await self.store.grant_lease(self.ttl)
         self.valid_until = sent + self.ttl * 0.8
         info = mpb.BrokerInfo(broker_id=self.broker_id, url=self.url, roles=self.roles,
-                              started_ms=int(time.time() * 1000))
+                              started_ms=int(time.time() * 1000), metrics_url=self.metrics_url)
         await self.store.put(keys.broker(self.cluster, self.broker_id),
                              info.SerializeToString(), lease=self.lease)
 

@@ -27,6 +27,9 @@ one dict lookup while no quota is exceeded). While the quota is exceeded:
 
 A shadow's subscriptions get steps 1-3 on the shadow broker; a shadow takes no produce, so
 the producer actions do nothing there (its `backlog_quota_exceeded` still shows in stats).
+A shadow knows the size of its source's sealed ledgers only (the open ledger's entries reach
+it as ids), so a size quota on a shadow counts the backlog in sealed ledgers; an age quota
+counts everything.
 The quota is learned once per maintenance interval (`--retention-interval`): a topic can go
 that far past its quota before produce is held or refused.
 """

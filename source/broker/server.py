@@ -16,6 +16,11 @@ taking new calls, let in-flight writes finish their fsync and acks, release owne
 Memory held for clients is capped (`--client-memory-bytes`), consumer streams that do not
 read are cut, and dead or half-open connections are closed (keepalive, handshake timeout):
 source/broker/memory.py.
+
+HTTP (source/observability/http.py) on --metrics-port (default --port + 1000): `/metrics`
+(source/broker/metrics.py, the features' series, gRPC request series), `/healthz` (alive)
+and `/readyz`: 200 only once started, while the etcd lease is held and while the data disk
+takes writes (the same inputs as gRPC health), else 503 with the reasons on one line.
 """
 from __future__ import annotations
 
@@ -29,14 +34,16 @@ import socket
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 
 from source.broker import feature
 from source.broker.admin_service import AdminService
-from source.broker.config import BrokerConfig, parse_config
+from source.broker.config import BrokerConfig, lock_data_dir, parse_config
 from source.broker.consumer_service import ConsumerService
 from source.broker.feature import BrokerFeature
 from source.broker.maintenance import Maintenance
 from source.broker.memory import ClientMemory, server_options
+from source.broker.metrics import BrokerCollector
 from source.broker.ownership import BrokerSession
 from source.broker.producer_service import ProducerService
 from source.broker.rpc import RejectMalformed
@@ -45,6 +52,8 @@ from source.core import errors
 from source.ledger import disk
 from source.ledger.storage import Storage
 from source.metadata.etcd import EtcdStore
+from source.observability.http import OFF, HttpEndpoint, default_port
+from source.observability.rpc_metrics import RpcMetrics
 from source.pb.v1 import admin_pb2_grpc, producer_pb2
 
 log = logging.getLogger("shadowtopic.broker")
@@ -76,6 +85,7 @@ class Broker:
         self.topics = TopicManager(self.store, self.storage, self.session,
                                    cursor_flush_interval=config.cursor_flush_interval,
                                    entry_cache_bytes=config.entry_cache_bytes,
+                                   dedup_idle_seconds=config.dedup_idle_seconds,
                                    features=self.features)
         self.maintenance = Maintenance(self.topics, self.features, config.retention_interval)
         self.memory = ClientMemory(config.client_memory_bytes, config.client_stall_seconds)
@@ -88,6 +98,39 @@ class Broker:
         self._health_task: asyncio.Task | None = None
         self._probe_task: asyncio.Task | None = None
         self._resuming: set[asyncio.Task] = set()
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self.rpc_metrics = RpcMetrics(self.registry)
+        self.registry.register(BrokerCollector(self))
+        self.http: HttpEndpoint | None = None
+        self._started = False
+        self._stopping = False
+
+    def not_ready(self) -> list[str]:
+        """Why `/readyz` says 503 ([]: ready)."""
+        reasons = []
+        if self._stopping:
+            reasons.append("shutting down")
+        elif not self._started:
+            reasons.append("starting")
+        if not self.session.healthy.is_set():
+            reasons.append(f"etcd {self.config.etcd} unreachable (no broker lease)")
+        if not self.storage.disk.writable:
+            err = self.storage.disk.error
+            reasons.append(f"storage not writable ({PRODUCER} NOT_SERVING; reads go on): "
+                           f"{err.message if err is not None else 'unknown'}")
+        return reasons
+
+    async def _start_http(self) -> None:
+        port = self.config.metrics_port
+        if port == OFF:
+            return
+        self.http = HttpEndpoint(self.registry, self.not_ready, self.config.host,
+                                 default_port(self.config.port) if port is None else port,
+                                 fallback=port is None)
+        await self.http.start()
+        self.session.metrics_url = self.http.url
 
     async def start(self) -> None:
         opts = [("grpc.max_send_message_length", MAX_MESSAGE),
@@ -95,7 +138,8 @@ class Broker:
                 ("grpc.so_reuseport", 0),
                 *server_options(self.config.handshake_timeout, self.config.keepalive_interval)]
         # a unary request that does not parse gets INVALID_ARGUMENT, not grpc's UNKNOWN
-        self.server = grpc.aio.server(options=opts, interceptors=[RejectMalformed()])
+        self.server = grpc.aio.server(options=opts,
+                                      interceptors=[self.rpc_metrics, RejectMalformed()])
         self.admin = AdminService(self.topics, self.session, self.features)
         admin_pb2_grpc.add_AdminServicer_to_server(self.admin, self.server)
         # Produce takes request bytes (stored as they came) and Connect sends pre-encoded
@@ -122,16 +166,21 @@ class Broker:
             raise OSError(f"cannot bind {self.config.url}")
         await self._set_health(False)
         await self.storage.disk.probe()  # before anything is served: health tells the truth
+        await self._start_http()  # a taken --metrics-port stops the start before gRPC serves
         await self.server.start()
         self.memory.start()
         await self.session.start()
+        self.topics.start()  # follows the namespaces' policies
         self.maintenance.start()
         for f in self.features:
             await f.start()
         self._health_task = asyncio.create_task(self._follow_health())
         self._probe_task = asyncio.create_task(self._probe_disk())
+        self._started = True
         log.info("broker %s listening on %s (etcd %s, storage %s)", self.config.broker_id,
                  self.config.url, self.config.etcd, self.storage.uri)
+        if self.http is not None:
+            log.info("metrics on %s (health: /healthz, /readyz)", self.http.url)
 
     async def _set_health(self, serving: bool, writable: bool = True) -> None:
         """Every service SERVING while `serving`; Producer only while `writable` too."""
@@ -178,6 +227,7 @@ class Broker:
                 log.warning("%s: sealing the ledgers kept open failed: %s", t.name, exc)
 
     async def stop(self, grace: float = 10.0) -> None:
+        self._stopping = True
         for task in (self._health_task, self._probe_task, *self._resuming):
             if task is not None:
                 task.cancel()
@@ -196,6 +246,8 @@ class Broker:
         await self.admin.owners.close()
         await self.session.stop(revoke=True)
         await self.store.close()
+        if self.http is not None:
+            await self.http.close()
 
 
 async def serve(config: BrokerConfig, features: list[BrokerFeature]) -> None:
@@ -232,7 +284,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def run(cfg: BrokerConfig) -> None:
     """Assemble the broker with the features `cfg` names (every installed one by default)
-    and serve until SIGTERM / SIGINT."""
+    and serve until SIGTERM / SIGINT. The data dir is held (config.lock_data_dir) first: a
+    second broker on it exits at once, naming the first."""
+    lock_data_dir(cfg)  # held until this process exits
     features = feature.load(list(cfg.features) if cfg.features is not None else None)
     # A broker holds millions of long-lived objects (100,000 subscriptions, their cursors and
     # consumers): with the default thresholds the cycle collector walks them all again and

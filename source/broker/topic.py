@@ -22,7 +22,7 @@ for a topic and then work on the object. Readers are held by the read engine
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Awaitable, Callable
 
 from source.broker.rates import Publisher, TopicCounters
@@ -91,7 +91,7 @@ class Topic:
     def set_policies(self, policies: Policies) -> None:
         self.policies = policies
         if self.writer is not None:
-            self.writer.config = ledger_config(policies)
+            self.writer.config = ledger_config(policies, self.writer.config)
 
     async def close(self, reason: errors.ShadowTopicError | None = None) -> None:
         """Close everything that opened with the topic, in reverse order (consumers hear
@@ -100,6 +100,7 @@ class Topic:
         await self.stack.aclose()
 
 
-def ledger_config(p: Policies) -> LedgerConfig:
-    return LedgerConfig(max_entries=p.ledger_max_entries, max_bytes=p.ledger_max_bytes,
-                        max_age_s=p.ledger_max_age_seconds)
+def ledger_config(p: Policies, base: LedgerConfig) -> LedgerConfig:
+    """`base` (the broker's settings the ledger opened with) with the rolls `p` sets."""
+    return replace(base, max_entries=p.ledger_max_entries, max_bytes=p.ledger_max_bytes,
+                   max_age_s=p.ledger_max_age_seconds)

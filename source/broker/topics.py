@@ -10,6 +10,10 @@ writes (`writable`: produce, roll, truncate) are refused before anything of it l
 opens only on a broker with a feature that serves its kind (shadow/feature.py on a shadow
 broker); elsewhere loading it is refused.
 
+Namespace policies (source/metadata/namespace_policies.py): one follower per broker
+(`start`); when a namespace's policies change, every loaded topic of it takes its effective
+policies anew, a topic that was opening meanwhile included.
+
 Loads run in a task of their own, shared by every caller asking for the same topic; an
 unload waits for its close to finish before the topic can load again. A fenced topic (lease
 lost, ownership taken) is dropped and closed; the next request loads it afresh.
@@ -39,16 +43,20 @@ from source.core import errors
 from source.core.names import TopicName
 from source.core.policies import Policies
 from source.cursors.snapshot import SnapshotCursorStore
+from source.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
 from source.ledger.entry_cache import DEFAULT_BYTES, EntryCache
 from source.ledger.storage import Storage
 from source.ledger.view import CompactedReads, LedgerView
 from source.metadata import keys
 from source.metadata.base import MetadataStore
+from source.metadata.namespace_policies import NamespaceFollower
 from source.metadata.topic_info import (effective_policies, generation_of, read_incarnation,
                                          read_info)
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
 log = logging.getLogger(__name__)
+
+POLICY_READS = 32  # topics whose policies are read at once after a namespace's changed
 
 
 def read_only(topic: TopicName | str, source: str) -> errors.NotAllowed:
@@ -90,7 +98,8 @@ class GenerationReads:
 class TopicManager:
     def __init__(self, store: MetadataStore, storage: Storage, session: BrokerSession,
                  cursor_flush_interval: float = 1.0, entry_cache_bytes: int = DEFAULT_BYTES,
-                 features: list[BrokerFeature] | None = None):
+                 features: list[BrokerFeature] | None = None,
+                 dedup_idle_seconds: float = DEDUP_IDLE_S):
         self.store = store
         self.storage = storage
         self.session = session
@@ -101,7 +110,8 @@ class TopicManager:
         self.entry_cache = EntryCache(entry_cache_bytes)
         self.features = list(features or ())
         self.builder = TopicBuilder(store, storage, session, self.executor, self.entry_cache,
-                                    self.cursors, cursor_flush_interval, self.features)
+                                    self.cursors, cursor_flush_interval, self.features,
+                                    dedup_idle_seconds)
         self.builder.on_fenced = self._on_fenced
         self.builder.on_retired = self._on_retired
         self._retiring: set[asyncio.Task] = set()
@@ -109,6 +119,32 @@ class TopicManager:
         self._loaded: dict[TopicName, Topic] = {}
         self._loading: dict[TopicName, asyncio.Future] = {}
         self._closing: dict[TopicName, asyncio.Task] = {}
+        # namespace policies: a change reaches every loaded topic of the namespace
+        self.namespaces = NamespaceFollower(store, self.namespaces_changed)
+        self._following: asyncio.Task | None = None
+
+    def start(self) -> None:
+        """Follow the namespaces' policies (until `close`), retrying while etcd is away."""
+        self._following = asyncio.get_running_loop().create_task(
+            self.namespaces.start_retrying())
+
+    async def namespaces_changed(self, namespaces: set[str] | None) -> None:
+        """The policies of `namespaces` (None: any) changed: each loaded topic of them takes
+        its effective policies anew (a topic deleted meanwhile keeps the ones it has)."""
+        todo = [t for t in self._loaded.values()
+                if namespaces is None or t.name.namespace_name in namespaces]
+
+        async def refresh(t: Topic) -> None:
+            try:
+                t.set_policies(await effective_policies(self.store, t.name))
+            except errors.TopicNotFound:
+                pass
+        for i in range(0, len(todo), POLICY_READS):  # a few etcd reads at a time
+            results = await asyncio.gather(*map(refresh, todo[i:i + POLICY_READS]),
+                                           return_exceptions=True)
+            failed = next((r for r in results if isinstance(r, BaseException)), None)
+            if failed is not None:
+                raise failed  # the follower offers the change again
 
     # ---- metadata (never loads a topic) ----------------------------------------------------
 
@@ -116,7 +152,7 @@ class TopicManager:
         return await read_info(self.store, topic)
 
     async def policies(self, topic: TopicName) -> Policies:
-        """Effective policies (a partition follows its parent)."""
+        """Effective policies (a partition follows its parent; every topic its namespace)."""
         return await effective_policies(self.store, topic)
 
     async def has_subscriptions(self, topic: TopicName) -> bool:
@@ -172,8 +208,14 @@ class TopicManager:
             raise errors.InvalidArgument(
                 f"{topic} is partitioned ({info.partitions} partitions): use "
                 f"{topic}-partition-<i>")
+        seen = self.namespaces.changes(topic.namespace_name)
         t = await self.builder.build(topic, info, generation)
         self._loaded[topic] = t
+        if self.namespaces.changes(topic.namespace_name) != seen:  # changed while it opened
+            try:
+                t.set_policies(await effective_policies(self.store, topic))
+            except errors.TopicNotFound:
+                pass  # deleted meanwhile: `current` retires it below
         if not await self.current(t):  # deleted (or created again) while it opened
             raise errors.ServiceUnavailable(f"{topic} was deleted or created again while it "
                                             "loaded; try again")
@@ -281,6 +323,10 @@ class TopicManager:
             t.ledger.fence(errors.Fenced(f"{name}: broker lease lost"))
 
     async def close(self) -> None:
+        await self.namespaces.close()
+        if self._following is not None:
+            self._following.cancel()
+            await asyncio.gather(self._following, return_exceptions=True)
         for topic in list(self._loaded):
             await self.unload(topic)
         self.executor.shutdown(wait=True)

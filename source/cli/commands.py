@@ -1,4 +1,9 @@
-"""What each CLI command does, through the client library (source.client)."""
+"""What the `topics` and `namespaces` commands and `standalone` / `broker` do, through the client library
+(source.client). The commands that move messages are in source/cli/messages.py, `brokers`
+in source/cli/brokers.py. main.py imports a command's module only when it runs.
+
+Every command that prints takes `-o json`: a command that changes something and has no
+data of its own to show prints what it did, e.g. `{"topic": ..., "deleted": true}`."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +13,6 @@ import sys
 
 from source.cli.output import emit, fail, message_line
 from source.client import Client, Policies
-from source.core import errors
 from source.core.names import canonical
 from source.core.policies import BacklogQuotaAction
 
@@ -47,11 +51,8 @@ def _policies(args: argparse.Namespace) -> Policies:
                        if getattr(args, flag, None) is not None})
 
 
-#: how long a CLI call retries temporary errors (the library's default is 30 s)
-OPERATION_TIMEOUT_S = 10.0
-
-
-def _client(args: argparse.Namespace) -> Client:
+def connect(args: argparse.Namespace) -> Client:
+    """The client of every command: `--url`, `--operation-timeout`."""
     return Client(args.url, operation_timeout=args.operation_timeout)
 
 
@@ -73,7 +74,7 @@ def broker(args) -> int:
 
 
 def topics_create(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         meta = c.admin.create_topic(args.topic, args.partitions, _policies(args),
                                     dict(args.property))
     emit(meta.to_dict(), args.output)
@@ -81,21 +82,30 @@ def topics_create(args) -> int:
 
 
 def topics_delete(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         c.admin.delete_topic(args.topic, args.force)
-    print(f"deleted {args.topic}")
+    _done({"topic": canonical(args.topic), "deleted": True}, args.output,
+          f"deleted {args.topic}")
     return 0
 
 
+def _done(result: dict, fmt: str, text: str) -> None:
+    """What a command that changes something did: `result` as JSON, or one line of text."""
+    if fmt == "json":
+        emit(result, "json")
+    else:
+        print(text)
+
+
 def topics_create_shadow_topic(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         meta = c.admin.create_shadow_topic(args.topic, args.source, dict(args.property))
     emit(meta.to_dict(), args.output)
     return 0
 
 
 def topics_get_shadow_topics(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         shadows = c.admin.get_shadow_topics(args.topic)
     if args.output == "json":
         emit(shadows, "json")
@@ -105,7 +115,7 @@ def topics_get_shadow_topics(args) -> int:
 
 
 def topics_get_shadow_source(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         source = c.admin.get_shadow_source(args.topic)
     if args.output == "json":
         emit({"topic": canonical(args.topic), "source": source}, "json")
@@ -115,14 +125,15 @@ def topics_get_shadow_source(args) -> int:
 
 
 def topics_delete_shadow_topic(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         c.admin.delete_shadow_topic(args.topic)
-    print(f"deleted shadow topic {args.topic}")
+    _done({"topic": canonical(args.topic), "deleted": True}, args.output,
+          f"deleted shadow topic {args.topic}")
     return 0
 
 
 def topics_compact(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         job_id = c.admin.compact(args.topic)
     if args.output == "json":
         emit({"topic": canonical(args.topic), "job_id": job_id}, "json")
@@ -142,7 +153,7 @@ def _job_failed(status) -> int:
 def topics_compaction_status(args) -> int:
     """The newest compaction job; with -w, follow it to its end: a progress bar with ETA on
     a terminal, one JSON object per change otherwise. Exits 1 when the job failed."""
-    with _client(args) as c:
+    with connect(args) as c:
         if not args.wait:
             status = c.admin.compaction_status(args.topic)
             emit(status.to_dict(), args.output)
@@ -158,7 +169,7 @@ def topics_compaction_status(args) -> int:
 
 
 def topics_list(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         topics = c.admin.list_topics(args.namespace)
     rows = [{"topic": t.topic, "kind": t.kind, "partitions": t.partitions, "source": t.source}
             for t in topics]
@@ -170,13 +181,13 @@ def topics_list(args) -> int:
 
 
 def topics_stats(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         emit(c.admin.stats(args.topic), args.output)
     return 0
 
 
 def topics_stats_internal(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         meta = c.admin.get_topic(args.topic)
         if meta.partitions:
             data = {f"{meta.topic}-partition-{i}":
@@ -195,13 +206,13 @@ def topics_stats_internal(args) -> int:
 
 
 def topics_truncate(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         emit(c.admin.truncate(args.topic), args.output)
     return 0
 
 
 def topics_get_policies(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         emit(_policies_out(c.admin.get_policies(args.topic)), args.output)
     return 0
 
@@ -210,138 +221,66 @@ def topics_set_policies(args) -> int:
     update = _policies(args)
     if not update.as_dict():
         fail("set-policies needs at least one policy flag (see --help)")
-    with _client(args) as c:
+    with connect(args) as c:
         emit(_policies_out(c.admin.set_policies(args.topic, update)), args.output)
     return 0
 
 
+def namespaces_get_policies(args) -> int:
+    with connect(args) as c:
+        emit(_policies_out(c.admin.get_namespace_policies(args.namespace)), args.output)
+    return 0
+
+
+def _policy_field(name: str) -> str:
+    """A policy named by its flag (message-ttl) or its field (message_ttl_seconds)."""
+    key = name.strip().lstrip("-").replace("-", "_")
+    if key in _POLICY_FLAGS.values():
+        return key
+    if key in _POLICY_FLAGS:
+        return _POLICY_FLAGS[key]
+    fail(f"--remove {name}: no such policy (one of "
+         f"{', '.join(f.replace('_', '-') for f in _POLICY_FLAGS)})")
+
+
+def namespaces_set_policies(args) -> int:
+    update = _policies(args)
+    remove = [_policy_field(n) for n in args.remove]
+    if not update.as_dict() and not remove:
+        fail("set-policies needs at least one policy flag or --remove (see --help)")
+    with connect(args) as c:
+        emit(_policies_out(c.admin.set_namespace_policies(args.namespace, update, remove)),
+             args.output)
+    return 0
+
+
 def topics_lookup(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         emit(c.admin.lookup(args.topic), args.output)
     return 0
 
 
 def topics_last_message_id(args) -> int:
-    with _client(args) as c:
+    """The newest message's id (per partition of a partitioned topic); with --compacted, the
+    newest one a compacted reader reads."""
+    with connect(args) as c:
         meta = c.admin.get_topic(args.topic)
         names = ([f"{meta.topic}-partition-{i}" for i in range(meta.partitions)]
                  if meta.partitions else [meta.topic])
-        data = {n: (str(m) if (m := c.admin.last_message_id(n)) else None) for n in names}
+        data = {n: (str(m) if (m := c.admin.last_message_id(n, args.compacted)) else None)
+                for n in names}
     emit(data if meta.partitions else {"message_id": data[meta.topic]}, args.output)
     return 0
 
 
 def topics_roll_ledger(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         emit(c.admin.roll_ledger(args.topic), args.output)
     return 0
 
 
-def produce(args) -> int:
-    """Send the messages -n times; stop at the first failure and say how many of them were
-    acknowledged before it (receipts come in send order, so: the first N)."""
-    props = dict(args.property)
-    payloads = [m.encode() for m in args.message]
-    total = args.num_produce * len(payloads)
-    sent = acked = 0
-    first = last = None
-    failure: list[errors.ShadowTopicError] = []
-
-    def done(mid, exc):  # on the producer's receipt thread
-        nonlocal first, last, acked
-        if exc is not None:
-            failure.append(exc)
-        elif not failure:
-            acked += 1
-            first = first or mid
-            last = mid
-
-    try:
-        with _client(args) as c:
-            with c.create_producer(args.topic, producer_name="cli") as p:
-                for _ in range(args.num_produce):
-                    if failure:
-                        break
-                    for payload in payloads:
-                        p.send_async(payload, key=args.key, properties=props, callback=done)
-                        sent += 1
-                    if sent % 100_000 == 0:
-                        p.flush()
-                p.flush()
-    except errors.ShadowTopicError as exc:
-        failure.append(exc)
-    if failure:
-        err = failure[0]
-        if sent:
-            err = type(err)(f"{err.message} ({acked} of {total} messages acknowledged before "
-                            f"the error)")
-        raise err
-    result = {"produced": sent, "first_message_id": str(first), "last_message_id": str(last)}
-    if args.output == "json":
-        emit(result, "json")
-    else:
-        print(f"{sent} messages produced to {args.topic} ({first} .. {last})")
-    return 0
-
-
-def read(args) -> int:
-    limit = args.num_messages
-    if limit is None:
-        limit = 0 if args.until_end else 1
-    count = 0
-    with _client(args) as c:
-        with c.create_reader(args.topic, start=args.start, inclusive=args.inclusive,
-                             read_compacted=args.compacted) as r:
-            while limit == 0 or count < limit:
-                if args.until_end and not r.has_message_available():
-                    break
-                try:
-                    msg = r.read_next(timeout=args.timeout)
-                except errors.Timeout:
-                    if args.until_end:
-                        break
-                    raise
-                message_line(msg, args.output)
-                count += 1
-    sys.stdout.flush()
-    if args.output == "table":
-        print(f"# {count} messages", file=sys.stderr)
-    return 0
-
-
-def consume(args) -> int:
-    """Receive -n messages (0: until Ctrl-C) from a durable subscription, print each as
-    `read` does and acknowledge the messages once they are printed and flushed (unless
-    --no-ack): at least once on stdout."""
-    limit = args.num_messages
-    count = 0
-    with _client(args) as c:
-        with c.subscribe(args.topic, args.subscription, consumer_type=args.type,
-                         initial_position=args.position,
-                         consumer_name=args.consumer_name) as consumer:
-            while limit == 0 or count < limit:
-                try:
-                    batch = [consumer.receive(timeout=args.timeout)]
-                except errors.Timeout:
-                    raise errors.Timeout(f"no message within {args.timeout:g}s ({count} "
-                                         f"messages consumed)") from None
-                more = 1000 if limit == 0 else min(1000, limit - count - 1)
-                if more > 0:
-                    batch += consumer.batch_receive(more, timeout=0)
-                for msg in batch:
-                    message_line(msg, args.output)
-                sys.stdout.flush()
-                if not args.no_ack:
-                    for msg in batch:
-                        consumer.acknowledge(msg)
-                count += len(batch)
-    if args.output == "table":
-        print(f"# {count} messages", file=sys.stderr)
-    return 0
-
-
 def topics_subscriptions(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         subs = c.admin.list_subscriptions(args.topic)
     if args.output == "json":
         emit(subs, "json")
@@ -351,14 +290,16 @@ def topics_subscriptions(args) -> int:
 
 
 def topics_create_subscription(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         c.admin.create_subscription(args.topic, args.subscription, args.position)
-    print(f"created subscription {args.subscription} on {args.topic}")
+    _done({"topic": canonical(args.topic), "subscription": args.subscription,
+           "position": args.position, "created": True}, args.output,
+          f"created subscription {args.subscription} on {args.topic}")
     return 0
 
 
 def topics_unsubscribe(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         change = c.admin.delete_subscription(args.topic, args.subscription, args.force,
                                              args.dry_run)
     if args.output == "json":
@@ -372,7 +313,7 @@ def topics_unsubscribe(args) -> int:
 
 def topics_reset_cursor(args) -> int:
     position = args.time if args.time is not None else args.message_id
-    with _client(args) as c:
+    with connect(args) as c:
         landed, clamped = c.admin.reset_cursor(args.topic, args.subscription, position,
                                                args.dry_run)
     if args.output == "json":
@@ -385,19 +326,19 @@ def topics_reset_cursor(args) -> int:
 
 
 def topics_skip(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         emit(c.admin.skip(args.topic, args.subscription, args.count, args.dry_run), args.output)
     return 0
 
 
 def topics_clear_backlog(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         emit(c.admin.clear_backlog(args.topic, args.subscription, args.dry_run), args.output)
     return 0
 
 
 def topics_peek_messages(args) -> int:
-    with _client(args) as c:
+    with connect(args) as c:
         msgs = c.admin.peek_messages(args.topic, args.subscription, args.count)
     for msg in msgs:
         message_line(msg, args.output)

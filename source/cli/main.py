@@ -1,6 +1,7 @@
 """`shadowtopic` command line: a thin layer over the client library.
 
-    shadowtopic standalone [--data-dir ./data] [--wipe-data]
+    shadowtopic standalone [--data-dir ./data] [--wipe-data] [--config FILE] [--port N ...]
+    shadowtopic config print [--effective] [--config FILE]
     shadowtopic topics create|delete|list|stats|stats-internal|truncate|get-policies|
                        set-policies|lookup|last-message-id|roll-ledger|compact|
                        compaction-status [-w] ...
@@ -9,29 +10,64 @@
                        delete-shadow-topic <shadow>
     shadowtopic topics subscriptions|create-subscription|unsubscribe|reset-cursor|skip|
                        clear-backlog|peek-messages <topic> -s SUB ...
+    shadowtopic namespaces get-policies <tenant/ns> | set-policies <tenant/ns> [flags]
+                       [--remove POLICY ...]
     shadowtopic produce <topic> -m MSG [-k KEY] [-n N] [-p k=v ...]
+    shadowtopic produce <topic> -f FILE|- [-k KEY | --key-separator SEP] [-p k=v ...]
     shadowtopic read <topic> [--start earliest|latest|L:E] [-n N | --until-end] [--compacted]
     shadowtopic consume <topic> -s SUB [-t TYPE] [-p earliest|latest|L:E] [-n N] [--no-ack]
+    shadowtopic brokers health [--etcd HOST:PORT] [--cluster C]
+    shadowtopic broker [BROKER FLAGS ...]      (shadowtopic broker --help)
+    shadowtopic --version
 
-Every command that prints data takes `-o table` (default) or `-o json`; the broker is
+Every command that prints takes `-o table` (default) or `-o json`; the broker is
 `--url` / $SHADOWTOPIC_URL (default localhost:6650); `--operation-timeout` bounds how long a
 call retries temporary errors (default 10 s: shorter than the library's 30 s, so a wrong URL
 fails soon). These go before or after the subcommand.
-Every error, usage errors included, prints one `error:` line on stderr and exits 1.
+Every error, usage errors included, prints one `error:` line on stderr and exits 1; Ctrl-C
+exits 130 with no traceback, while the CLI starts too.
 """
 from __future__ import annotations
 
-import argparse
-import os
+import signal
 import sys
-from typing import NoReturn
 
-from source.cli import commands
-from source.cli.output import fail
-from source.core.argtypes import (boolean, count, duration, key_value, positive, seconds, size,
-                              subscription_type, time_ms)
-from source.core import errors
-from source.core.policies import BacklogQuotaAction
+# Ctrl-C while the modules load (most of a short command's time: gRPC, protobuf) is held
+# until they are loaded, then exits 130 quietly, as Ctrl-C does later: an import cut in the
+# middle would print a traceback (or worse: CPython can turn it into a TypeError). Each
+# command's module imports only what it needs (rich only to print a table, etcd only for
+# `brokers`, no server code). Python's own start-up, before this file runs (site, ~20 ms),
+# is out of reach: a Ctrl-C then ends the process as Python does.
+_held: list[int] = []
+_previous = signal.getsignal(signal.SIGINT)
+if _previous is signal.default_int_handler:  # not when SIGINT is ignored or someone's own
+    try:
+        signal.signal(signal.SIGINT, lambda signum, frame: _held.append(signum))
+    except ValueError:  # imported outside the main thread: no handler to set
+        _previous = None
+else:
+    _previous = None
+try:
+    import argparse
+    import os
+    from typing import NoReturn
+
+    from source import failpoints
+    failpoints.hit("cli.loading")
+    from source.cli import brokers, commands, config_cmd, messages, standalone_cmd
+    from source.cli.output import fail
+    from source.core.argtypes import (boolean, count, duration, key_value, positive, seconds,
+                                      size, subscription_type, time_ms)
+    from source.core import errors
+    from source.core.policies import BacklogQuotaAction
+finally:
+    if _previous is not None:
+        signal.signal(signal.SIGINT, _previous)
+if _held:
+    sys.exit(130)
+
+#: how long a CLI call retries temporary errors (the library's default is 30 s)
+OPERATION_TIMEOUT_S = 10.0
 
 
 class Parser(argparse.ArgumentParser):
@@ -50,7 +86,7 @@ def _common(p: argparse.ArgumentParser, output: bool = True) -> None:
     p.add_argument("--operation-timeout", type=seconds, default=argparse.SUPPRESS,
                    metavar="SECONDS",
                    help="how long a call retries temporary errors (a broker restarting, "
-                        f"unreachable) before it fails (default {commands.OPERATION_TIMEOUT_S:g})")
+                        f"unreachable) before it fails (default {OPERATION_TIMEOUT_S:g})")
     if output:
         p.add_argument("-o", "--output", choices=["table", "json"], default=argparse.SUPPRESS,
                        help="table (default) or json")
@@ -106,32 +142,55 @@ def _subscription(p: argparse.ArgumentParser) -> None:
     p.add_argument("-s", "--subscription", required=True, help="subscription name")
 
 
+class _Version(argparse.Action):
+    """`--version`: the installed package's version (read only when asked)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                         nargs=0, help="print the version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            text = version("shadowtopic")
+        except PackageNotFoundError:
+            text = "unknown (not installed)"
+        print(f"shadowtopic {text}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="shadowtopic", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action=_Version)
     _common(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("standalone", help="run etcd, a source broker, a shadow broker and a "
                                           "compaction worker on one data dir")
-    p.add_argument("--data-dir", default="./data")
-    p.add_argument("--wipe-data", action="store_true", help="delete the data dir first")
-    p.add_argument("--port", type=int, default=6650)
-    p.add_argument("--shadow-port", type=int, default=None,
-                   help="the shadow broker's port (default --port + 1)")
-    p.add_argument("--compaction-port", type=int, default=None,
-                   help="the compaction worker's gRPC health port (default --port + 2)")
-    p.add_argument("--spark-master", default=None,
-                   help="the compaction worker's Spark master (default local[*])")
-    p.add_argument("--etcd-port", type=int, default=2379)
-    p.add_argument("--etcd-peer-port", type=int, default=None,
-                   help="etcd's peer port (default --etcd-port + 1)")
-    p.add_argument("--entry-cache-bytes", type=size, default=None, metavar="SIZE",
-                   help="the broker's memory for entries, all topics together (default 256M)")
-    p.set_defaults(func=commands.standalone)
+    standalone_cmd.add_arguments(p)  # parsed by standalone_cmd.parse (see parse_args)
+    p.set_defaults(func=standalone_cmd.run)
 
-    p = sub.add_parser("broker", help="run one broker process (see --help)", add_help=False)
-    p.add_argument("args", nargs=argparse.REMAINDER)
+    config_cmd.add_parser(sub)
+
+    # every argument after `broker` is the broker's own (`shadowtopic broker --help` lists
+    # them): parse_args hands it what this parser does not know
+    p = sub.add_parser("broker", help="run one broker process (shadowtopic broker --help)",
+                       add_help=False)
     p.set_defaults(func=commands.broker)
+
+    group = sub.add_parser("brokers", help="the brokers registered in etcd").add_subparsers(
+        dest="action", required=True)
+    p = group.add_parser("health", help="ask every registered broker its gRPC health, per "
+                         "service; exit 1 unless all are SERVING")
+    p.add_argument("--etcd", default=None, metavar="HOST:PORT",
+                   help="etcd endpoints, comma-separated (default $SHADOWTOPIC_ETCD or "
+                        "127.0.0.1:2379)")
+    p.add_argument("--cluster", default=None, help="only this cluster's brokers (default: all)")
+    p.add_argument("--timeout", type=seconds, default=3.0,
+                   help="seconds to wait for etcd and for each broker's answer (default 3)")
+    p.add_argument("-o", "--output", choices=["table", "json"], default=argparse.SUPPRESS,
+                   help="table (default) or json")
+    p.set_defaults(func=brokers.health)
 
     topics = sub.add_parser("topics", help="manage topics").add_subparsers(dest="action",
                                                                            required=True)
@@ -146,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = topics.add_parser("delete", help="delete a topic and its data")
     p.add_argument("topic")
     p.add_argument("-f", "--force", action="store_true")
-    _common(p, output=False)
+    _common(p)
     p.set_defaults(func=commands.topics_delete)
 
     p = topics.add_parser("list", help="list topics")
@@ -164,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
             ("roll-ledger", commands.topics_roll_ledger, "seal the open ledger now")]:
         p = topics.add_parser(name, help=text)
         p.add_argument("topic")
+        if name == "last-message-id":
+            p.add_argument("--compacted", action="store_true",
+                           help="the newest message a compacted reader reads (read --compacted)")
         _common(p)
         p.set_defaults(func=func)
 
@@ -189,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = topics.add_parser("delete-shadow-topic", help="delete a shadow topic, its "
                           "subscriptions and cursors (never its source's data)")
     p.add_argument("topic", metavar="shadow")
-    _common(p, output=False)
+    _common(p)
     p.set_defaults(func=commands.topics_delete_shadow_topic)
 
     p = topics.add_parser("compact", help="compact a source topic (latest value per key); "
@@ -212,6 +274,23 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func=commands.topics_set_policies)
 
+    namespaces = sub.add_parser("namespaces", help="namespace policies: the defaults of "
+                                "its topics").add_subparsers(dest="action", required=True)
+    p = namespaces.add_parser("get-policies", help="the policies set on a namespace (only "
+                              "those: topics get-policies shows a topic's effective ones)")
+    p.add_argument("namespace", help="tenant/namespace")
+    _common(p)
+    p.set_defaults(func=commands.namespaces_get_policies)
+    p = namespaces.add_parser("set-policies", help="set or --remove policies of a namespace: "
+                              "every topic of it without its own value takes them")
+    p.add_argument("namespace", help="tenant/namespace")
+    _policy_flags(p)
+    p.add_argument("--remove", action="append", default=[], metavar="POLICY",
+                   help="unset a policy (its flag name, e.g. message-ttl): its topics fall "
+                        "back to the default; repeat for more")
+    _common(p)
+    p.set_defaults(func=commands.namespaces_set_policies)
+
     p = topics.add_parser("subscriptions", help="list the subscriptions of a topic")
     p.add_argument("topic")
     _common(p)
@@ -222,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-m", "--messageId", "--message-id", "--position", dest="position",
                    default="latest",
                    help="where it starts: earliest | latest (default) | L:E")
-    _common(p, output=False)
+    _common(p)
     p.set_defaults(func=commands.topics_create_subscription)
 
     p = topics.add_parser("unsubscribe", help="delete a subscription")
@@ -267,14 +346,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("produce", help="produce messages")
     p.add_argument("topic")
-    p.add_argument("-m", "--message", action="append", required=True,
-                   help="payload (repeat for several messages; '' is a tombstone)")
-    p.add_argument("-k", "--key", default=None)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("-m", "--message", action="append",
+                      help="payload (repeat for several messages; '' is a tombstone)")
+    what.add_argument("-f", "--file", default=None, metavar="FILE",
+                      help="send each line of FILE as a message (- for stdin, read as it "
+                           "comes; empty lines skipped)")
+    p.add_argument("-k", "--key", default=None, help="the key of every message")
+    p.add_argument("--key-separator", default=None, metavar="SEP",
+                   help="split each message (each line) at its first SEP into key and "
+                        "payload, e.g. ':' sends 'user-1:hello' with key user-1")
     p.add_argument("-n", "--num-produce", type=positive, default=1,
-                   help="send the messages N times")
+                   help="send the -m messages N times")
     p.add_argument("-p", "--property", type=key_value, action="append", default=[])
     _common(p)
-    p.set_defaults(func=commands.produce)
+    p.set_defaults(func=messages.produce)
 
     p = sub.add_parser("read", help="read messages with a non-durable reader")
     p.add_argument("topic")
@@ -289,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=seconds, default=30.0,
                    help="seconds to wait for the next message")
     _common(p)
-    p.set_defaults(func=commands.read)
+    p.set_defaults(func=messages.read)
 
     p = sub.add_parser("consume", help="consume messages from a durable subscription")
     _subscription(p)
@@ -307,18 +393,25 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: wait for ever)")
     p.add_argument("--no-ack", action="store_true", help="do not acknowledge the messages")
     _common(p)
-    p.set_defaults(func=commands.consume)
+    p.set_defaults(func=messages.consume)
     return parser
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["standalone"]:  # its flags over the config file and the environment
+        return standalone_cmd.parse(argv[1:], Parser)
     if argv[:1] == ["broker"]:  # the rest are the broker's own flags, --help too
         return argparse.Namespace(func=commands.broker, args=argv[1:], url=None,
                                   output="table", operation_timeout=None)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if args.func is commands.broker:  # `shadowtopic -o json broker --help`, say
+        args.args = unknown
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.url = getattr(args, "url", None)
-    args.operation_timeout = getattr(args, "operation_timeout", commands.OPERATION_TIMEOUT_S)
+    args.operation_timeout = getattr(args, "operation_timeout", OPERATION_TIMEOUT_S)
     args.output = getattr(args, "output", "table")
     return args
 

@@ -1,6 +1,6 @@
-"""Admin client: topics, shadow topics, policies, stats, ledgers, subscriptions. Returns
-domain types and plain dicts (stats print with Pulsar's camelCase names, through protobuf's
-JSON mapping).
+"""Admin client: topics, shadow topics, policies (a topic's, a namespace's), stats, ledgers,
+subscriptions. Returns domain types and plain dicts (stats print with Pulsar's camelCase
+names, through protobuf's JSON mapping).
 
 Every call retries temporary errors within the client's operation timeout; the calls that
 are not idempotent (creates, deletes, skip, clear_backlog, truncate, roll_ledger, compact)
@@ -11,7 +11,7 @@ only errors that guarantee nothing was applied: source/client/retry.py says whic
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import grpc
 
@@ -23,7 +23,7 @@ from source.client.message import Message
 from source.client.retry import Deadline, not_applied, retriable
 from source.core import errors
 from source.core.message_id import MessageId
-from source.core.names import TopicName, canonical, check_subscription
+from source.core.names import TopicName, canonical, check_subscription, parse_namespace
 from source.core.policies import Policies, validate_partitions, validate_properties
 from source.pb.v1 import admin_pb2 as apb
 from source.pb.v1 import common_pb2
@@ -229,6 +229,25 @@ class Admin:
     def set_policies(self, topic: str, policies: Policies) -> Policies:
         return Policies.from_pb(self._call(self._stub.SetPolicies, apb.SetPoliciesRequest(
             topic=canonical(topic), policies=policies.to_pb())))
+
+    def get_namespace_policies(self, namespace: str) -> Policies:
+        """The policies set on `namespace` ("tenant/namespace"): only those fields; every
+        topic of it without its own value of a field takes the namespace's."""
+        return Policies.from_pb(self._call(
+            self._stub.GetNamespacePolicies,
+            apb.NamespaceRequest(namespace=parse_namespace(namespace))).policies)
+
+    def set_namespace_policies(self, namespace: str, policies: Policies | None = None,
+                               remove: Iterable[str] = ()) -> Policies:
+        """Set the fields `policies` sets and unset the fields named in `remove` (e.g.
+        "message_ttl_seconds") on `namespace`; returns its policies after that. Raises
+        InvalidTopicName / InvalidPolicies before sending when an argument is wrong."""
+        remove = list(remove)
+        Policies().without(remove)  # InvalidPolicies for a name that is no policy
+        return Policies.from_pb(self._call(
+            self._stub.SetNamespacePolicies, apb.SetNamespacePoliciesRequest(
+                namespace=parse_namespace(namespace),
+                policies=(policies or Policies()).to_pb(), remove=remove)).policies)
 
     def stats(self, topic: str) -> dict:
         return to_dict(self._call(self._stub.GetTopicStats,

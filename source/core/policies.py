@@ -2,8 +2,9 @@
 the limits of the other values a topic is created with (partitions, properties); and the hard
 ceilings of what one produce request carries.
 
-Stored per topic as only the fields a user set (`TopicInfo.policies`); `effective()` fills in
-the defaults. Sizes are bytes, times seconds. Every field has an explicit allowed range
+Stored per topic as only the fields a user set (`TopicInfo.policies`), and per namespace the
+same way (source/metadata/namespace_policies.py); `effective(namespace)` fills in, field by
+field, the topic's own value, else the namespace's, else the default (DEFAULTS). Sizes are bytes, times seconds. Every field has an explicit allowed range
 (`RANGES`), inclusive, which also fits its protobuf type:
 
     retention_time_seconds                  -1 (keep forever) .. 100 years    int64
@@ -33,7 +34,8 @@ past it: `producer_request_hold` (default: produce requests wait), `producer_exc
 (they fail with `ProducerBlockedQuotaExceeded`) or `consumer_backlog_eviction` (the
 subscriptions past it skip their oldest messages); `subscription_expiration_seconds`
 deletes durable subscriptions that had no consumer for that long. A shadow applies them to
-its own subscriptions; the producer actions do not apply to it (it takes no produce).
+its own subscriptions; the producer actions do not apply to it (it takes no produce), and
+its size quota counts the backlog in its source's sealed ledgers only (source/broker/quota.py).
 
 `retention_keeps_shadow_backlog`: retention also keeps every ledger from the oldest position
 the topic's shadows' durable subscriptions still need (each shadow broker publishes it in
@@ -161,8 +163,18 @@ class Policies:
         """These policies with every field `update` sets replaced."""
         return replace(self, **update.as_dict())
 
-    def effective(self) -> "Policies":
-        return DEFAULTS.merged(self)
+    def effective(self, namespace: "Policies | None" = None) -> "Policies":
+        """The policies that apply: DEFAULTS <- `namespace`'s <- these (a topic's own)."""
+        return DEFAULTS.merged(namespace or Policies()).merged(self)
+
+    def without(self, names) -> "Policies":
+        """These policies with the fields `names` unset; `InvalidPolicies` for a name that is
+        no policy."""
+        unknown = sorted(set(names) - set(FIELD_NAMES))
+        if unknown:
+            raise InvalidPolicies(f"no such policy: {', '.join(unknown)} (one of "
+                                  f"{', '.join(FIELD_NAMES)})")
+        return replace(self, **{n: None for n in names})
 
     def validate(self) -> "Policies":
         """Self, when every set field is of its type and within `RANGES`."""
@@ -179,6 +191,9 @@ class Policies:
                 raise InvalidPolicies(f"{name} must be in {low}..{high}, got {value}")
         return self
 
+
+#: every policy's name (the protobuf field names)
+FIELD_NAMES = tuple(f.name for f in fields(Policies))
 
 DEFAULTS = Policies(
     retention_time_seconds=-1, retention_size_bytes=-1, max_message_size=1 << 20,

@@ -38,8 +38,10 @@ Durability (what a restart, even after kill -9, rebuilds):
   (a higher ledger id) than the one there. A new owner loads that snapshot and replays
   only the WALs of the ledgers still OPEN: never a sealed ledger. Replays merge by maximum,
   so replaying a ledger the snapshot already covers changes nothing.
-- a producer idle for `idle_s` (default 6 h; `LedgerConfig.dedup_idle_s`) expires: its
-  entry leaves the map (and the next snapshot); a batch from it after that is new. At most
+- a producer idle for `idle_s` (default 6 h; `LedgerConfig.dedup_idle_s`, the broker's
+  `--dedup-idle-seconds`) expires: its entry leaves the map (and the next snapshot); a
+  batch from it after that is new. The writer looks for idle producers as it stores a
+  batch, every EXPIRE_EVERY_MS or `idle_s` if shorter. At most
   `MAX_PRODUCERS` producers go into a snapshot (the most recently active).
 """
 from __future__ import annotations
@@ -53,7 +55,7 @@ from source.pb.storage.v1 import metadata_pb2 as mpb
 RECENT = 256                 # stored batches remembered per producer (original ids of resends)
 DEFAULT_IDLE_S = 6 * 3600    # a producer idle this long is forgotten
 MAX_PRODUCERS = 10_000       # producers kept in a snapshot (in etcd: a bounded value)
-EXPIRE_EVERY_MS = 60_000     # how often the writer looks for idle producers
+EXPIRE_EVERY_MS = 60_000     # how often the writer looks for idle producers (at most)
 
 
 class Duplicate(NamedTuple):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 
 import pyarrow.fs as pafs
 
@@ -149,7 +150,12 @@ class Storage:
                 if info.type == pafs.FileType.Directory]
 
     def delete_dir(self, rel_dir: str) -> None:
+        """Remove a directory under the root and everything in it (none: nothing)."""
         try:
             self.fs.delete_dir(self.full(rel_dir))
         except (FileNotFoundError, OSError):
             pass
+
+    def delete_wal_dir(self, rel_dir: str) -> None:
+        """Remove a directory under the WAL root and everything in it (none: nothing)."""
+        shutil.rmtree(self.wal_path(rel_dir), ignore_errors=True)

@@ -219,7 +219,8 @@ class WritePath:
                         fut.set_result((led.ledger_id, first, False))
                 if frames:
                     self._notify()
-                if publish_ms - self.dedup.expired_at_ms >= EXPIRE_EVERY_MS:
+                if publish_ms - self.dedup.expired_at_ms >= min(EXPIRE_EVERY_MS,
+                                                               self.dedup.idle_ms):
                     self.dedup.expire(publish_ms)
             if led.closing and not led.pending:
                 # everything of this ledger is written: what the map holds now is what its

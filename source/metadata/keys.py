@@ -28,6 +28,10 @@
                                                       ascii worker id, under that worker's lease
     /shadowtopic/migrations/<name>                    ascii: a migration of the schema that
                                                       ran (source/metadata/migrate.py)
+    /shadowtopic/namespaces/<tenant>/<namespace>/policies
+                                                      Policies (common.proto): only the fields
+                                                      set on the namespace, the defaults of its
+                                                      topics (source/metadata/namespace_policies.py)
 
 <topic-path> is `persistent/<tenant>/<namespace>/<topic>` (TopicName.path), so a namespace's
 topics list under one prefix and no topic name is a prefix of another's keys.
@@ -50,6 +54,23 @@ MIGRATIONS_PREFIX = f"{ROOT}/migrations/"
 def migration(name: str) -> str:
     """Marker of a schema migration that ran to its end (source/metadata/migrate.py)."""
     return MIGRATIONS_PREFIX + name
+
+
+#: every namespace's policies are under it (each broker follows it)
+NAMESPACES_PREFIX = f"{ROOT}/namespaces/"
+
+
+def namespace_policies(namespace: str) -> str:
+    """The policies of `namespace` ("tenant/namespace", already validated)."""
+    return f"{NAMESPACES_PREFIX}{namespace}/policies"
+
+
+def namespace_from_policies_key(key: str) -> str | None:
+    """Inverse of `namespace_policies`: "tenant/namespace" (None: not such a key)."""
+    if not key.startswith(NAMESPACES_PREFIX) or not key.endswith("/policies"):
+        return None
+    parts = key[len(NAMESPACES_PREFIX):-len("/policies")].split("/")
+    return "/".join(parts) if len(parts) == 2 and all(parts) else None
 
 
 def _t(topic: TopicName) -> str:

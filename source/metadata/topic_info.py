@@ -1,13 +1,13 @@
 """A topic's record in etcd (`keys.topic_info`, a `TopicInfo`): reading it, and the policies
-that apply to a topic, since a partition follows its parent's; its generation (which
-incarnation of the name it is). The brokers and the
+that apply to a topic, since a partition follows its parent's and every topic its
+namespace's; its generation (which incarnation of the name it is). The brokers and the
 compaction worker read topics through here."""
 from __future__ import annotations
 
 from source.core import errors
 from source.core.names import TopicName
 from source.core.policies import Policies
-from source.metadata import keys
+from source.metadata import keys, namespace_policies
 from source.metadata.base import MetadataStore
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
@@ -54,9 +54,11 @@ async def generation_of(store: MetadataStore, topic: TopicName) -> int:
 
 
 async def effective_policies(store: MetadataStore, topic: TopicName) -> Policies:
-    """The policies that apply to `topic`, defaults filled in: a partition's are its
-    parent's. `TopicNotFound` when the topic, or a partition's parent, is gone."""
+    """The policies that apply to `topic`: field by field its own (a partition's are its
+    parent's), else its namespace's (source/metadata/namespace_policies.py), else the
+    default. `TopicNotFound` when the topic, or a partition's parent, is gone."""
     info = await read_info(store, topic)
     if info.partition_of:
         info = await read_info(store, TopicName.parse(info.partition_of))
-    return Policies.from_pb(info.policies).effective()
+    namespace = await namespace_policies.read(store, topic.namespace_name)
+    return Policies.from_pb(info.policies).effective(namespace)

@@ -408,3 +408,27 @@ def test_keyless_messages_dropped_by_policy(client, topic):
     ids = produce(client, topic, [(None, "free"), ("k", "v"), (None, "free2")])
     assert wait_done(client, topic, client.admin.compact(topic)).phase == "done"
     assert compacted_ids(client, topic) == [ids[1]]
+
+
+def test_a_deleted_topic_leaves_no_files(client, source, topic):
+    """Deleting a compacted topic removes its compacted ledgers, its sealed ledgers, its WAL
+    and cursor files and their folders (a new user found the compacted Parquet and empty
+    folders still on disk well after the collection grace period)."""
+    client.admin.create_topic(topic, policies=DROP_DELETES)
+    produce(client, topic, [("a", "a1"), ("b", "b1"), ("a", "a2")])
+    client.admin.create_subscription(topic, "s")
+    assert wait_done(client, topic, client.admin.compact(topic)).phase == "done"
+    produce(client, topic, [("c", "c1")])  # an open ledger with a WAL
+    root = os.path.join(source.data_dir, "storage")
+    name = TopicName.parse(topic)
+    folders = [os.path.join(root, d) for d in (Storage.topic_sealed_dir(name),
+                                               Storage.topic_wal_dir(name),
+                                               Storage.topic_compacted_dir(name))]
+    assert all(os.listdir(d) for d in folders), [(d, os.path.exists(d)) for d in folders]
+    client.admin.delete_topic(topic, force=True)
+    left = [d for d in folders if os.path.exists(d)]
+    assert left == []
+    topic_dir = Storage.topic_sealed_dir(name).split("/", 1)[1]  # persistent/<t>/<ns>/<local>
+    files = [os.path.join(dp, f) for dp, _, fs in os.walk(root) for f in fs
+             if topic_dir in os.path.join(dp, f)]
+    assert files == []

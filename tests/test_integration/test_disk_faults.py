@@ -22,6 +22,7 @@ from source.client import Client
 from source.core import errors
 from source.standalone import BrokerProcess
 from tests.test_integration.conftest import BROKER_ARGS
+from tests.test_integration.metrics_support import base_of, registered_metrics_url, wait_ready
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -109,6 +110,7 @@ def test_full_disk_fails_writes_typed_keeps_reads_and_recovers(etcd_server, smal
     topic = f"persistent://public/ns-{uuid.uuid4().hex[:8]}/full"
     broker = start_broker(etcd_server, small_disk, tmp_path)
     try:
+        ready = base_of(registered_metrics_url(etcd_server, broker))
         with Client(broker.url, timeout=20) as c:
             c.admin.create_topic(topic)
             acked = []
@@ -130,11 +132,13 @@ def test_full_disk_fails_writes_typed_keeps_reads_and_recovers(etcd_server, smal
                 wait_health(broker.url, PRODUCER, NOT_SERVING)
                 assert health(broker.url) == SERVING
                 assert health(broker.url, "shadowtopic.v1.Consumer") == SERVING
+                assert "storage not writable" in wait_ready(ready, 503)  # HTTP says so too
                 assert read_all(c, topic, len(acked)) == acked
                 assert c.admin.stats(topic)["msgInCounter"] >= 30
 
                 os.remove(filler)
                 wait_health(broker.url, PRODUCER, SERVING)
+                assert wait_ready(ready, 200) == "ready\n"
                 for i in range(30, 35):
                     acked.append((str(p.send(f"m{i}".encode())), f"m{i}".encode()))
             c.admin.roll_ledger(topic)

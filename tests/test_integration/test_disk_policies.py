@@ -235,3 +235,38 @@ def test_ttl_and_expiry_apply_to_a_shadows_own_subscriptions(start_pair, topic):
             wait_for(lambda: "idle" not in c.admin.list_subscriptions(shadow),
                      what="the shadow's idle subscription to expire")
             assert "kept" in c.admin.list_subscriptions(shadow)
+
+
+def test_quota_eviction_applies_to_a_shadows_own_subscriptions(start_pair, topic):
+    """A shadow's backlog quota with `consumer_backlog_eviction` skips its own slowest
+    subscription to within the quota; the source's subscriptions and producers are not the
+    shadow's business (the producer actions have nothing to act on in a shadow)."""
+    src, _ = start_pair("--retention-interval", "0.5")
+    shadow = f"{topic}-shadow"
+    with Client(src.url, timeout=20) as c:
+        c.admin.create_topic(topic)
+        c.admin.create_shadow_topic(shadow, topic)
+        c.admin.create_subscription(shadow, "slow", "earliest")
+        c.admin.create_subscription(topic, "source-slow", "earliest")
+        with c.create_producer(topic) as p:
+            for i in range(20):
+                p.send(payload(i))
+        # a shadow knows the size of its source's sealed ledgers only (the open one's entries
+        # reach it as ids): a size quota counts those
+        c.admin.roll_ledger(topic)
+        wait_for(lambda: backlog(c, shadow, "slow") == 20 and
+                 int(sub_stats(c, shadow, "slow").get("backlogSize", 0)) > 500,
+                 what="the shadow to replicate and see the sealed ledger")
+        c.admin.set_policies(shadow, Policies(
+            backlog_quota_size_bytes=500,
+            backlog_quota_action=BacklogQuotaAction.CONSUMER_BACKLOG_EVICTION))
+        slow = wait_for(lambda: (s := sub_stats(c, shadow, "slow")) and
+                        int(s.get("msgEvicted", 0)) > 0 and s, what="eviction on the shadow")
+        assert int(slow["backlogSize"]) <= 500
+        assert int(slow["msgBacklog"]) + int(slow["msgEvicted"]) == 20
+        assert backlog(c, topic, "source-slow") == 20
+        assert int(sub_stats(c, topic, "source-slow").get("msgEvicted", 0)) == 0
+        with c.create_producer(topic) as p:
+            p.send(b"more", timeout=10)
+        with c.subscribe(shadow, "slow") as cons:  # it reads on from the newest it kept
+            assert cons.receive(timeout=10).payload == payload(20 - int(slow["msgBacklog"]))

@@ -140,3 +140,46 @@ def test_a_second_live_producer_with_the_same_name_is_refused(broker, topic):
         with again:
             again.send(b"three")
     assert [m.payload for m in _read_all(broker.url, topic)] == [b"one", b"three"]
+
+
+def test_a_producer_idle_past_the_broker_bound_is_forgotten(etcd_server, tmp_path, topic):
+    """`--dedup-idle-seconds`: a stable name idle past it is forgotten (its attach answers
+    last sequence 0 and its numbering starts again); one active within it is kept."""
+    import grpc
+
+    from source.pb.v1 import producer_pb2
+
+    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "data"), free_port(),
+                      extra_args=["--dedup-idle-seconds", "2"])
+    b.start(timeout=60)
+    try:
+        def last_sequence(name: str) -> int:
+            with grpc.insecure_channel(b.url) as ch:
+                call = ch.stream_stream("/shadowtopic.v1.Producer/Produce")(iter([
+                    producer_pb2.ProduceRequest(topic=topic, producer_name=name,
+                                                attach=True).SerializeToString()]))
+                receipt = producer_pb2.ProduceReceipt.FromString(next(call))
+                assert not receipt.HasField("error"), receipt.error
+                return receipt.last_sequence_id
+
+        with Client(b.url, timeout=10) as c:
+            c.admin.create_topic(topic)
+            for name in ("idle", "busy"):
+                with c.create_producer(topic, producer_name=name) as p:
+                    for i in range(3):
+                        p.send(f"{name}-{i}".encode())
+            assert last_sequence("idle") == 3
+            deadline = time.monotonic() + 30
+            while last_sequence("idle") != 0:  # forgotten as another producer stores
+                assert time.monotonic() < deadline, "the idle producer was never forgotten"
+                with c.create_producer(topic, producer_name="busy") as p:
+                    p.send(b"busy-more")
+                time.sleep(0.5)
+            assert last_sequence("busy") > 3
+            with c.create_producer(topic, producer_name="idle") as p:
+                p.send(b"idle-again")  # sequence 1 again: new, not a duplicate
+        payloads = [m.payload for m in _read_all(b.url, topic)]
+        assert payloads[:6] == [b"idle-0", b"idle-1", b"idle-2", b"busy-0", b"busy-1", b"busy-2"]
+        assert payloads[-1] == b"idle-again"
+    finally:
+        b.kill()

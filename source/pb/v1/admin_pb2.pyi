@@ -120,6 +120,30 @@ class SetPoliciesRequest(_message.Message):
     policies: _common_pb2.Policies
     def __init__(self, topic: _Optional[str] = ..., policies: _Optional[_Union[_common_pb2.Policies, _Mapping]] = ...) -> None: ...
 
+class NamespaceRequest(_message.Message):
+    __slots__ = ("namespace",)
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    def __init__(self, namespace: _Optional[str] = ...) -> None: ...
+
+class SetNamespacePoliciesRequest(_message.Message):
+    __slots__ = ("namespace", "policies", "remove")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    REMOVE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    policies: _common_pb2.Policies
+    remove: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, namespace: _Optional[str] = ..., policies: _Optional[_Union[_common_pb2.Policies, _Mapping]] = ..., remove: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class NamespacePolicies(_message.Message):
+    __slots__ = ("namespace", "policies")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    POLICIES_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    policies: _common_pb2.Policies
+    def __init__(self, namespace: _Optional[str] = ..., policies: _Optional[_Union[_common_pb2.Policies, _Mapping]] = ...) -> None: ...
+
 class PublisherStats(_message.Message):
     __slots__ = ("producer_name", "msg_rate_in", "msg_throughput_in", "address", "connected_since")
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]

@@ -95,6 +95,16 @@ class AdminStub:
                 request_serializer=source_dot_pb_dot_v1_dot_admin__pb2.GetLastMessageIdRequest.SerializeToString,
                 response_deserializer=source_dot_pb_dot_v1_dot_common__pb2.MessageIdData.FromString,
                 _registered_method=True)
+        self.GetNamespacePolicies = channel.unary_unary(
+                '/shadowtopic.v1.Admin/GetNamespacePolicies',
+                request_serializer=source_dot_pb_dot_v1_dot_admin__pb2.NamespaceRequest.SerializeToString,
+                response_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.NamespacePolicies.FromString,
+                _registered_method=True)
+        self.SetNamespacePolicies = channel.unary_unary(
+                '/shadowtopic.v1.Admin/SetNamespacePolicies',
+                request_serializer=source_dot_pb_dot_v1_dot_admin__pb2.SetNamespacePoliciesRequest.SerializeToString,
+                response_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.NamespacePolicies.FromString,
+                _registered_method=True)
         self.CreateShadowTopic = channel.unary_unary(
                 '/shadowtopic.v1.Admin/CreateShadowTopic',
                 request_serializer=source_dot_pb_dot_v1_dot_admin__pb2.CreateShadowTopicRequest.SerializeToString,
@@ -253,6 +263,19 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetLastMessageId(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetNamespacePolicies(self, request, context):
+        """namespaces: the policies every topic of a namespace inherits unless it sets its own
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetNamespacePolicies(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -426,6 +449,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.GetLastMessageId,
                     request_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.GetLastMessageIdRequest.FromString,
                     response_serializer=source_dot_pb_dot_v1_dot_common__pb2.MessageIdData.SerializeToString,
+            ),
+            'GetNamespacePolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNamespacePolicies,
+                    request_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.NamespaceRequest.FromString,
+                    response_serializer=source_dot_pb_dot_v1_dot_admin__pb2.NamespacePolicies.SerializeToString,
+            ),
+            'SetNamespacePolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNamespacePolicies,
+                    request_deserializer=source_dot_pb_dot_v1_dot_admin__pb2.SetNamespacePoliciesRequest.FromString,
+                    response_serializer=source_dot_pb_dot_v1_dot_admin__pb2.NamespacePolicies.SerializeToString,
             ),
             'CreateShadowTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateShadowTopic,
@@ -837,6 +870,60 @@ class Admin:
             '/shadowtopic.v1.Admin/GetLastMessageId',
             source_dot_pb_dot_v1_dot_admin__pb2.GetLastMessageIdRequest.SerializeToString,
             source_dot_pb_dot_v1_dot_common__pb2.MessageIdData.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetNamespacePolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shadowtopic.v1.Admin/GetNamespacePolicies',
+            source_dot_pb_dot_v1_dot_admin__pb2.NamespaceRequest.SerializeToString,
+            source_dot_pb_dot_v1_dot_admin__pb2.NamespacePolicies.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNamespacePolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shadowtopic.v1.Admin/SetNamespacePolicies',
+            source_dot_pb_dot_v1_dot_admin__pb2.SetNamespacePoliciesRequest.SerializeToString,
+            source_dot_pb_dot_v1_dot_admin__pb2.NamespacePolicies.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,214 @@
+"""A broker's Prometheus series, read from its live state at scrape time.
+
+`BrokerCollector` is a prometheus-client Collector: nothing is updated on the hot path for
+it; each scrape reads the counters the topics keep anyway (source/broker/rates.py), the
+subscriptions' cursors, the entry cache and the cursor flushers. Counters are the topic's
+own monotonic counts: a topic unloaded and loaded again starts from 0 (Prometheus sees a
+counter reset, as with Pulsar's). Labels are Pulsar's: `cluster`, `namespace`
+(tenant/namespace), `topic` (persistent://...), plus `subscription` on per-subscription
+series.
+
+per loaded topic
+    pulsar_in_messages_total, pulsar_in_bytes_total          produced to it (a source)
+    pulsar_out_messages_total, pulsar_out_bytes_total        delivered to its readers
+    pulsar_rate_in, pulsar_rate_out, pulsar_throughput_in, pulsar_throughput_out
+                                                             per second, one-minute window
+    pulsar_producers_count, pulsar_subscriptions_count, pulsar_consumers_count
+    pulsar_storage_size            bytes of its ledgers (0 for a shadow: it stores nothing)
+    pulsar_msg_backlog             entries not acknowledged, over all its subscriptions
+    shadowtopic_cursor_flushes_total, shadowtopic_cursor_flush_failures_total,
+    shadowtopic_cursors_flushed_total, shadowtopic_cursor_flush_last_seconds
+                                   the topic's cursor flusher (source/cursors/flusher.py)
+per subscription, only with --metrics-per-subscription (100,000 subscriptions would be
+100,000 series each; bench/metrics_scrape.py measures both)
+    pulsar_subscription_back_log, pulsar_subscription_consumers_count,
+    shadowtopic_subscription_out_messages_total, shadowtopic_subscription_redelivered_total
+per broker (label `cluster`)
+    pulsar_topics_count            loaded topics
+    pulsar_ml_cache_used_size      bytes in the entry cache (source/ledger/entry_cache.py)
+    shadowtopic_entry_cache_limit_bytes, shadowtopic_entry_cache_peak_bytes,
+    shadowtopic_entry_cache_items, shadowtopic_entry_cache_evictions_total,
+    shadowtopic_entry_cache_evicted_bytes_total
+    shadowtopic_broker_ready       1 while /readyz says ready
+    shadowtopic_storage_writable   0 while the data disk is full or read-only
+and what each feature adds (`BrokerFeature.metrics`: shadow/metrics.py), the gRPC series
+(source/observability/rpc_metrics.py) and prometheus-client's process_* series.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Iterable
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from source.core.names import TopicName
+
+if TYPE_CHECKING:
+    from source.broker.server import Broker
+
+log = logging.getLogger("shadowtopic.broker.metrics")
+
+TOPIC_LABELS = ["cluster", "namespace", "topic"]
+SUB_LABELS = [*TOPIC_LABELS, "subscription"]
+
+
+def topic_labels(cluster: str, topic: TopicName) -> list[str]:
+    """The label values of `topic`'s series, in `TOPIC_LABELS` order."""
+    return [cluster, topic.namespace_name, str(topic)]
+
+
+class BrokerCollector(Collector):
+    def __init__(self, broker: "Broker"):
+        self.broker = broker
+
+    def collect(self) -> Iterable[Metric]:
+        b = self.broker
+        per_sub = b.config.metrics_per_subscription
+        c = _Families(per_sub)
+        for t in b.topics.loaded_topics():
+            c.topic(b.config.cluster, t)
+        yield from c.families()
+        cache = b.topics.entry_cache.stats()
+        cl = [b.config.cluster]
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(name, doc, labels=["cluster"])
+            g.add_metric(cl, value)
+            return g
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            c = CounterMetricFamily(name, doc, labels=["cluster"])
+            c.add_metric(cl, value)
+            return c
+
+        yield gauge("pulsar_topics_count", "topics loaded on this broker",
+                    len(b.topics.loaded_topics()))
+        yield gauge("pulsar_ml_cache_used_size", "bytes held in the entry cache",
+                    cache["held"])
+        yield gauge("shadowtopic_entry_cache_limit_bytes", "the entry cache's budget",
+                    cache["limit"])
+        yield gauge("shadowtopic_entry_cache_peak_bytes", "most bytes the entry cache held",
+                    cache["peak"])
+        yield gauge("shadowtopic_entry_cache_items", "entries in the entry cache",
+                    cache["items"])
+        yield counter("shadowtopic_entry_cache_evictions",
+                      "entries dropped from the entry cache", cache["evictions"])
+        yield counter("shadowtopic_entry_cache_evicted_bytes",
+                      "bytes dropped from the entry cache", cache["evicted_bytes"])
+        yield gauge("shadowtopic_broker_ready", "1 while /readyz says ready",
+                    0 if b.not_ready() else 1)
+        yield gauge("shadowtopic_storage_writable",
+                    "0 while the data disk is full or read-only (produce refused)",
+                    1 if b.storage.disk.writable else 0)
+        for f in b.features:
+            try:
+                yield from f.metrics()
+            except Exception:  # noqa: BLE001 - one feature's failure spoils no scrape
+                log.exception("metrics of feature %s failed", f.name)
+
+
+class _Families:
+    """The per-topic (and per-subscription) families of one scrape, filled topic by topic."""
+
+    def __init__(self, per_sub: bool):
+        self.per_sub = per_sub
+        T = TOPIC_LABELS
+        self.counters = {
+            "in_msgs": CounterMetricFamily("pulsar_in_messages", "messages produced", labels=T),
+            "in_bytes": CounterMetricFamily("pulsar_in_bytes", "bytes produced", labels=T),
+            "out_msgs": CounterMetricFamily("pulsar_out_messages", "messages delivered",
+                                            labels=T),
+            "out_bytes": CounterMetricFamily("pulsar_out_bytes", "bytes delivered", labels=T),
+            "flushes": CounterMetricFamily("shadowtopic_cursor_flushes",
+                                           "cursor snapshots saved", labels=T),
+            "flush_failures": CounterMetricFamily("shadowtopic_cursor_flush_failures",
+                                                  "cursor snapshots that failed", labels=T),
+            "cursors_flushed": CounterMetricFamily("shadowtopic_cursors_flushed",
+                                                   "cursor states written", labels=T),
+        }
+        self.gauges = {
+            "rate_in": GaugeMetricFamily("pulsar_rate_in", "messages in per second", labels=T),
+            "rate_out": GaugeMetricFamily("pulsar_rate_out", "messages out per second",
+                                          labels=T),
+            "tp_in": GaugeMetricFamily("pulsar_throughput_in", "bytes in per second",
+                                       labels=T),
+            "tp_out": GaugeMetricFamily("pulsar_throughput_out", "bytes out per second",
+                                        labels=T),
+            "producers": GaugeMetricFamily("pulsar_producers_count", "producers", labels=T),
+            "subs": GaugeMetricFamily("pulsar_subscriptions_count", "durable subscriptions",
+                                      labels=T),
+            "consumers": GaugeMetricFamily("pulsar_consumers_count",
+                                           "consumers of its subscriptions", labels=T),
+            "storage": GaugeMetricFamily("pulsar_storage_size", "bytes of its ledgers",
+                                         labels=T),
+            "backlog": GaugeMetricFamily("pulsar_msg_backlog",
+                                         "entries not acknowledged, all subscriptions",
+                                         labels=T),
+            "flush_last": GaugeMetricFamily("shadowtopic_cursor_flush_last_seconds",
+                                            "duration of the last cursor snapshot",
+                                            labels=T),
+        }
+        S = SUB_LABELS
+        self.subs = {
+            "backlog": GaugeMetricFamily("pulsar_subscription_back_log",
+                                         "entries not acknowledged", labels=S),
+            "consumers": GaugeMetricFamily("pulsar_subscription_consumers_count",
+                                           "consumers attached", labels=S),
+            "out": CounterMetricFamily("shadowtopic_subscription_out_messages",
+                                       "messages delivered", labels=S),
+            "redelivered": CounterMetricFamily("shadowtopic_subscription_redelivered",
+                                               "messages redelivered", labels=S),
+        } if per_sub else {}
+
+    def topic(self, cluster: str, t) -> None:
+        labels = topic_labels(cluster, t.name)
+        c, g = self.counters, self.gauges
+        k = t.counters
+        c["in_msgs"].add_metric(labels, k.msg_in)
+        c["in_bytes"].add_metric(labels, k.bytes_in)
+        c["out_msgs"].add_metric(labels, k.msg_out)
+        c["out_bytes"].add_metric(labels, k.bytes_out)
+        rin, tin, rout, tout = k.rates()
+        g["rate_in"].add_metric(labels, rin)
+        g["tp_in"].add_metric(labels, tin)
+        g["rate_out"].add_metric(labels, rout)
+        g["tp_out"].add_metric(labels, tout)
+        g["producers"].add_metric(labels, len(t.producers))
+        size = sum(i.size_bytes for i in t.ledger.ledgers()) if t.writer is not None else 0
+        g["storage"].add_metric(labels, size)
+        ts = t.subscriptions
+        backlog = consumers = 0
+        if ts is not None:
+            same: dict = {}  # (view, mark-delete) -> backlog, of cursors without holes
+            for name, sub in ts.subs.items():
+                cur = sub.cursor
+                if cur.holes:
+                    n = ts.backlog(sub)
+                else:  # 100,000 broadcast subscriptions sit at a few positions
+                    at = (sub.view, cur.mark_delete)
+                    n = same.get(at)
+                    if n is None:
+                        n = same[at] = ts.backlog(sub)
+                backlog += n
+                consumers += len(sub.consumers)
+                if self.per_sub:
+                    sl = [*labels, name]
+                    self.subs["backlog"].add_metric(sl, n)
+                    self.subs["consumers"].add_metric(sl, len(sub.consumers))
+                    self.subs["out"].add_metric(sl, sub.msg_out)
+                    self.subs["redelivered"].add_metric(sl, sub.redelivered)
+            fl = ts.flusher
+            c["flushes"].add_metric(labels, fl.flushes)
+            c["flush_failures"].add_metric(labels, fl.failures)
+            c["cursors_flushed"].add_metric(labels, fl.cursors_flushed)
+            g["flush_last"].add_metric(labels, fl.last_flush_s)
+        g["subs"].add_metric(labels, len(ts.subs) if ts is not None else 0)
+        g["consumers"].add_metric(labels, consumers)
+        g["backlog"].add_metric(labels, backlog)
+
+    def families(self) -> Iterable[Metric]:
+        yield from self.counters.values()
+        yield from self.gauges.values()
+        yield from self.subs.values()

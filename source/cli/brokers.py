@@ -1,0 +1,146 @@
+"""`shadowtopic brokers health`: every broker registered in etcd, asked for its gRPC health.
+
+Brokers register under `keys.broker(cluster, id)` (a `BrokerInfo`: id, url, roles, start
+time) while their etcd lease lives, so a broker that died a moment ago is still listed, as
+UNREACHABLE, until its lease runs out. Each broker is asked the standard gRPC health check
+(`grpc.health.v1.Health/Check`) for the whole server ("") and for each of its services:
+Admin, Producer (NOT_SERVING while its data disk takes no writes), Consumer, and on a
+shadow broker Replication. A service the broker does not serve is left out.
+
+etcd, gRPC health and the metadata protos are imported when the command runs (importing
+`source.metadata` loads the etcd client): other commands never load them through here.
+
+Output: one row per broker (`-o json`: a list of objects with `broker_id`, `cluster`,
+`url`, `roles`, `started_ms`, `metrics_url` (its HTTP /metrics, beside /healthz and
+/readyz; "" when off), `status`, `services` {name: status} and, when the broker did not
+answer, `error`). The exit code is 0 only when there is a broker and every broker
+and every service of it is SERVING; otherwise the rows are printed and then one `error:`
+line says which are not, exit 1.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import TYPE_CHECKING
+
+from source.cli.output import emit, fail
+
+if TYPE_CHECKING:
+    from source.pb.storage.v1.metadata_pb2 import BrokerInfo
+
+#: the services asked about, by the short name printed
+SERVICES = {"admin": "shadowtopic.v1.Admin", "producer": "shadowtopic.v1.Producer",
+            "consumer": "shadowtopic.v1.Consumer", "replication": "shadowtopic.v1.Replication"}
+SERVING = "SERVING"
+UNREACHABLE = "UNREACHABLE"
+DEFAULT_ETCD = "127.0.0.1:2379"
+
+
+def etcd_endpoints(flag: str | None) -> str:
+    return flag or os.environ.get("SHADOWTOPIC_ETCD") or DEFAULT_ETCD
+
+
+def registered(endpoints: str, cluster: str | None, timeout: float
+               ) -> list[tuple[str, "BrokerInfo"]]:
+    """(cluster, BrokerInfo) of every registered broker (of `cluster` only, if given),
+    sorted by cluster and id."""
+    from source.metadata import keys
+    from source.metadata.base import MetadataError
+    from source.metadata.etcd import EtcdStore
+    from source.pb.storage.v1 import metadata_pb2 as mpb
+
+    async def read():
+        store = EtcdStore(endpoints, timeout=timeout)
+        try:
+            prefix = keys.brokers_prefix(cluster) if cluster else f"{keys.ROOT}/clusters/"
+            return (await store.get_prefix(prefix)).items
+        finally:
+            await store.close()
+
+    try:
+        items = asyncio.run(read())
+    except MetadataError as exc:
+        fail(f"etcd at {endpoints}: {exc}")
+    out = []
+    for kv in items:
+        name, _, rest = kv.key.removeprefix(f"{keys.ROOT}/clusters/").partition("/")
+        broker_id = rest.removeprefix("brokers/")
+        if broker_id != rest and kv.key == keys.broker(name, broker_id):
+            out.append((name, mpb.BrokerInfo.FromString(kv.value)))
+    return sorted(out, key=lambda item: (item[0], item[1].broker_id))
+
+
+def check(brokers: list[tuple[str, "BrokerInfo"]], timeout: float) -> list[dict]:
+    """Ask every broker about itself and each service, all at once; a row per broker."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    channels, asked = [], []
+    try:
+        for cluster, info in brokers:
+            ch = grpc.insecure_channel(info.url)
+            channels.append(ch)
+            stub = health_pb2_grpc.HealthStub(ch)
+            calls = {name: stub.Check.future(health_pb2.HealthCheckRequest(service=service),
+                                             timeout=timeout)
+                     for name, service in [("", ""), *SERVICES.items()]}
+            asked.append((cluster, info, calls))
+        return [_row(cluster, info, calls) for cluster, info, calls in asked]
+    finally:
+        for ch in channels:
+            ch.close()
+
+
+def _row(cluster: str, info: "BrokerInfo", calls: dict) -> dict:
+    import grpc
+    from grpc_health.v1 import health_pb2
+    row = {"broker_id": info.broker_id, "cluster": cluster, "url": info.url,
+           "roles": list(info.roles), "started_ms": info.started_ms,
+           "metrics_url": info.metrics_url}
+    services, error = {}, None
+    for name, call in calls.items():
+        try:
+            status = health_pb2.HealthCheckResponse.ServingStatus.Name(call.result().status)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                continue  # not a service of this broker
+            status = UNREACHABLE
+            error = error or f"{exc.code().name}: {exc.details()}"
+        if name == "":
+            row["status"] = status
+        else:
+            services[name] = status
+    row.setdefault("status", UNREACHABLE)
+    row["services"] = services
+    if error is not None:
+        row["error"] = error
+    return row
+
+
+def _healthy(row: dict) -> bool:
+    return row["status"] == SERVING and all(s == SERVING for s in row["services"].values())
+
+
+def health(args) -> int:
+    endpoints = etcd_endpoints(args.etcd)
+    rows = check(registered(endpoints, args.cluster, args.timeout), args.timeout)
+    if args.output == "json":
+        emit(rows, "json")
+    else:
+        emit([{"broker": r["broker_id"], "cluster": r["cluster"], "url": r["url"],
+               "roles": ",".join(r["roles"]), "status": r["status"],
+               **{name: r["services"].get(name, "-") for name in SERVICES}} for r in rows],
+             "table", ["broker", "cluster", "url", "roles", "status", *SERVICES])
+    where = f"cluster {args.cluster}" if args.cluster else "any cluster"
+    if not rows:
+        fail(f"no broker is registered in etcd at {endpoints} ({where})")
+    bad = [r for r in rows if not _healthy(r)]
+    if bad:
+        fail(f"{len(bad)} of {len(rows)} brokers not serving: " + ", ".join(
+            f"{r['broker_id']} ({_problem(r)})" for r in bad))
+    return 0
+
+
+def _problem(row: dict) -> str:
+    if row["status"] != SERVING:
+        return row["status"] + (f": {row['error']}" if "error" in row else "")
+    return ", ".join(f"{name} {s}" for name, s in row["services"].items() if s != SERVING)
