@@ -16,7 +16,10 @@ properties, so a delivery names its send. Per subscriber:
   flushed once a flush interval (1 s), so acks of at most one interval are lost in a crash;
   while etcd or a broker is down or paused no flush can land. Anything else is a failure;
 - ids: a delivered acked send carries the id its send returned; nothing is delivered that was
-  never sent.
+  never sent;
+- stored twice: one send delivered under two message ids was stored twice (a producer's
+  resend after a lost receipt: idempotent producing must make this 0). A redelivery has the
+  same id.
 
 The compacted view (a read_compacted reader from earliest to the end) folded into key ->
 value must equal the model: each key's latest acked value (an empty payload deletes the key),
@@ -57,6 +60,7 @@ class SubscriberReport:
     dup_ok: int = 0
     dup_bad: list = field(default_factory=list)       # text
     ids: list = field(default_factory=list)           # text
+    stored_twice: list = field(default_factory=list)  # (pid, seq): under two message ids
     max_redelivery_age: float = 0.0
 
     def failures(self) -> list[str]:
@@ -67,6 +71,9 @@ class SubscriberReport:
         out += [f"{self.name}: order: {x}" for x in self.order[:5]]
         out += [f"{self.name}: duplicate: {x}" for x in self.dup_bad[:5]]
         out += [f"{self.name}: {x}" for x in self.ids[:5]]
+        if self.stored_twice:
+            out.append(f"{self.name}: {len(self.stored_twice)} sends stored twice (under two "
+                       f"message ids), e.g. (producer, seq) {self.stored_twice[:5]}")
         return out
 
 
@@ -105,6 +112,9 @@ def check_subscriber(name: str, sends: list[Send], deliveries: list[Delivery],
                              f"{prev_seq}")
         last_in_session[(d.session, d.pid)] = d.seq
         prev = seen.get(k)
+        if prev is not None and prev.msg_id != d.msg_id:
+            rep.stored_twice.append(k)  # not a redelivery: another copy of the send
+            continue
         if prev is None:
             if d.seq < max_first.get(d.pid, -1):
                 rep.order.append(f"producer {d.pid} seq {d.seq} first delivered after seq "

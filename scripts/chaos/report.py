@@ -46,6 +46,7 @@ def summarize(run, last: dict, stalls: list[str], errs: int, seed: int, started:
                   r.max_redelivery_age) for r in subs],
         "lost": sum(len(r.lost) for r in subs),
         "dups": sum(r.dup_ok + len(r.dup_bad) for r in subs),
+        "stored_twice": sum(len(r.stored_twice) for r in subs),
         "recovery": {k: (len(v), median(v), max(v)) for k, v in sorted(run.recovery.items())},
         "compactions": run.compactions,
         "mid_jobs": run.mid_jobs,
@@ -83,7 +84,7 @@ def text(s: dict) -> str:
     done = [t for p, t in comp if p == "done"]
     out = [f"\nchaos summary: {s['cycles']} cycles in {s['elapsed'] / 60:.1f} min, seed "
            f"{s['seed']}; acked {s['acked']}, unknown {s['unknown']}, lost {s['lost']}, "
-           f"duplicates {s['dups']}; compactions {len(done)} done of {len(comp)}"
+           f"duplicates {s['dups']}, stored twice {s.get('stored_twice', 0)}; compactions {len(done)} done of {len(comp)}"
            + (f" (median {median(done):.1f} s)" if done else "")
            + f"; jobs hit by a fault {len(s['mid_jobs'])} ({s['mid_jobs'].count('done')} done)"
            + f"; stalled subscribers reopened {len(s['stalls'])}", *_table(s)]
@@ -102,7 +103,10 @@ def write_docs(path: str, s: dict) -> None:
             f"- cycles: {s['cycles']} in {s['elapsed'] / 60:.1f} min",
             f"- sends acknowledged: {s['acked']}; unknown (the send raised): {s['unknown']}",
             f"- acknowledged messages lost: {s['lost']} (summed over the subscribers)",
-            f"- duplicates: {s['dups']} (summed over the subscribers)",
+            f"- duplicates: {s['dups']} (summed over the subscribers: redeliveries of one "
+            "stored message)",
+            f"- duplicates from producer retries (a send stored twice, under two ids): "
+            f"{s.get('stored_twice', 0)}",
             f"- end-of-cycle compactions: {len(done)} done of {len(comp)}"
             + (f", median {median(done):.1f} s, max {max(done):.1f} s" if done else ""),
             f"- compactions requested 0-0.5 s before a fault: {len(s['mid_jobs'])}, "

@@ -96,3 +96,14 @@ def test_a_read_not_compacted_up_to_the_horizon_fails():
     assert any("not compacted" in f for f in check_compacted("c", S, whole, "1:2"))
     assert check_compacted("c", S, [("b", b"1", "1:1")], "1:2") == []
     assert check_compacted("c", S, whole, "1:0") == []             # after the horizon: all
+
+
+def test_a_send_delivered_under_two_ids_was_stored_twice():
+    """A producer's resend stored again shows as one (producer, seq) under two ids, in the
+    same session or after a reconnect; a redelivery (same id) is not that."""
+    again = Delivery(0, 1, "2:0", 0, 0.1)
+    rep = check_subscriber("s", S, [d(0, 0), d(0, 1), again, d(0, 2)], {}, 2.0)
+    assert rep.stored_twice == [(0, 1)]
+    assert any("stored twice" in f for f in rep.failures())
+    redelivered = [d(0, 0, 0, 9.5), d(0, 1, 0, 9.8), d(0, 1, 1, 11.0), d(0, 2, 1, 11.2)]
+    assert check_subscriber("s", S, redelivered, {0: 10.0}, 2.0).stored_twice == []
