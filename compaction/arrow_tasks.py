@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from source.ledger.object_store import open_root
 from source.ledger.sealed import GROUP_BYTES, GROUP_ROWS, SCHEMA, WRITER_OPTIONS
 
 KEY_COLUMNS = ["ledger_id", "entry_id", "key", "is_tombstone", "publish_time"]
@@ -76,8 +77,8 @@ def _reduce(parts: list[pa.Table]) -> pa.Table:
 
 def _groups(groups: Iterator[Group]) -> Iterator[tuple[int, pafs.FileSystem, str, list[str]]]:
     for task, root, files in groups:
-        fs, base = pafs.FileSystem.from_uri(root)
-        yield task, fs, base.rstrip("/"), files
+        fs, base = open_root(root)
+        yield task, fs, base, files
 
 
 def _dropped(t: pa.Table, tombstone_cutoff_ms: int | None) -> pa.Array:

@@ -8,29 +8,9 @@ Its flags are the keys of the config file's [worker] section (source/config_file
 log lines are set up by source/logs.py, and Spark's own logging goes to `--spark-log`
 (default <data-dir>/logs/spark.log) at `--spark-log-level` (WARN) (compaction/session.py).
 
-It follows its cluster's compaction requests (keys.compaction_requests_prefix; a broker
-files one when a user asks `topics compact` or the threshold policy fires: see
-compaction/admin.py) and runs one job at a time:
-
-    claim --> SCANNING_KEYS --> WRITING --> COMMITTING --> DONE     (any step: FAILED)
-
-- claim: a key under this worker's etcd lease (keys.compaction_claim), so two workers never
-  run one job and a dead worker's jobs are taken over once its lease expires (every worker
-  re-lists the requests every `relist` seconds);
-- plan (compaction/plan.py) from the ledger list, the current pointer (its mod revision is
-  what the commit compares), the topic's `retain_null_key` and the tombstone cutoff of the
-  request (its time minus the `delete_retention_seconds` it carries: a rerun keeps the same
-  deletes; a request without it, from an older broker, takes the topic's policy now);
-- the Spark job (compaction/spark_job.py) writes `<root>/compacted/<topic-dir>/<job_id>/`;
-  Spark's progress and the driver's peak memory go into the job record as it runs;
-- commit (compaction/commit.py): one transaction publishes the pointer, marks the job DONE
-  and deletes the request; the replaced compacted ledger is collected after `grace` seconds.
-
-A job that fails is recorded FAILED with its error (an `ErrorStatus`) and its request is
-deleted; a worker killed mid-job leaves the request and its claim's lease expires: the job
-reruns under the same id and gives the same result (K16). A job whose Spark lost a Python
-worker or an executor under it runs again, `JOB_ATTEMPTS` times in all, before it is FAILED
-with the cause. gRPC health (on --host:--port) says SERVING once Spark is up (its Python
+It runs the jobs of its cluster's compaction requests (compaction/jobs.py: claim, plan,
+Spark, commit, collect; a job that loses Spark workers runs again, `JOB_ATTEMPTS` times).
+gRPC health (on --host:--port) says SERVING once Spark is up (its Python
 workers warmed by a job over no files) and etcd answers, and follows Spark from then on:
 when Spark's JVM exits, health says NOT_SERVING and the worker exits (status 1) for its
 supervisor to start a new one (the standalone does); a job it was running is not FAILED but
@@ -46,433 +26,23 @@ import logging
 import os
 import signal
 import socket
-import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 
-from compaction import commit, plan as planning, spark_job
+from compaction import spark_job
+from compaction.jobs import Worker
 from compaction.metrics import CompactionMetrics, WorkerReadiness
 from compaction.session import build_session
-from source import config_file, failpoints, logs
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger.storage import Storage
-from source.metadata import (EtcdStore, MetadataStore, MetadataUnavailable, Snapshot,
-                             WatchEvent, keys)
-from source.metadata.follow import PrefixFollower
-from source.metadata.migrate import migrate
-from source.metadata.topic_info import effective_policies
+from source import config_file, logs
+from source.ledger import object_store
+from source.metadata import EtcdStore, MetadataUnavailable
 from source.observability.http import OFF, HttpEndpoint, default_port
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import admin_pb2 as apb
-
-#: runs of a job when Spark loses a Python worker or an executor under it (F15)
-JOB_ATTEMPTS = 3
-#: what Spark's errors say when a Python worker or an executor was lost (worth a rerun)
-LOST_WORKER = ("Python worker exited unexpectedly", "ExecutorLostFailure",
-               "Python worker failed to connect back", "Connection reset by peer")
-
-
-class SparkLost(RuntimeError):
-    """Spark's JVM is gone: this worker can run no job."""
-
-
-def jvm_alive() -> bool:
-    """Whether the JVM of this process's SparkSession still runs (a local driver: its
-    process; a session whose JVM is not our child counts as alive)."""
-    from pyspark import SparkContext
-    proc = getattr(SparkContext._gateway, "proc", None)
-    return proc is None or proc.poll() is None
-
-
-#: what an error says when the driver lost its connection to Spark's JVM (which may be dying)
-GATEWAY_LOST = ("Connection refused", "Py4JNetworkError", "Answer from Java side is empty",
-                "Error while sending or receiving", "Connection reset by peer")
-
-
-def gateway_lost(exc: BaseException) -> bool:
-    """Whether a job's error is the driver's connection to Spark's JVM breaking."""
-    text = f"{type(exc).__name__}: {exc}"
-    return isinstance(exc, ConnectionError) or any(mark in text for mark in GATEWAY_LOST)
-
-
-def lost_worker(exc: BaseException) -> bool:
-    """Whether a job's error is Spark losing a Python worker or an executor."""
-    text = str(exc)
-    return any(mark in text for mark in LOST_WORKER)
-
 
 log = logging.getLogger("compaction.worker")
-KEEP_JOBS = 10          # job records kept per topic
-PROGRESS_EVERY = 0.5    # seconds between job-record updates while Spark runs
 
-
-def _descendants(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            for task in os.listdir(f"/proc/{p}/task"):
-                with open(f"/proc/{p}/task/{task}/children") as f:
-                    kids = [int(c) for c in f.read().split()]
-                out += kids
-                todo += kids
-        except OSError:
-            pass
-    return out
-
-
-def peak_rss_bytes(jvm_pid: int | None) -> int:
-    """Peak resident memory (VmHWM) of this process plus Spark's driver JVM and the Python
-    workers it runs tasks in (its descendants)."""
-    total = 0
-    pids = ["self"] + ([str(p) for p in [jvm_pid, *_descendants(jvm_pid)]] if jvm_pid else [])
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmHWM:"):
-                        total += int(line.split()[1]) * 1024
-        except OSError:
-            pass
-    return total
-
-
-class Worker:
-    def __init__(self, store: MetadataStore, spark, cluster: str, worker_id: str,
-                 grace: float = 60.0, lease_ttl: int = 10, relist: float = 5.0,
-                 spark_alive: Callable[[], bool] = jvm_alive,
-                 metrics: CompactionMetrics | None = None):
-        self.store = store
-        #: job series (compaction/metrics.py); False in `etcd_ok` while the lease fails
-        self.metrics = metrics or CompactionMetrics(cluster)
-        self.etcd_ok = True
-        self._job_started = 0.0
-        self.spark_alive = spark_alive
-        #: set when Spark's JVM is gone (the worker runs no more jobs: its process exits)
-        self.lost = asyncio.Event()
-        self.cluster = cluster
-        self.spark = spark
-        self.worker_id = worker_id
-        self.grace = grace
-        self.lease_ttl = lease_ttl
-        self.relist = relist
-        self.lease = 0
-        self._queue: asyncio.Queue[TopicName] = asyncio.Queue()
-        self._queued: set[TopicName] = set()
-        self._storages: dict[str, Storage] = {}
-        self._executor = ThreadPoolExecutor(2, thread_name_prefix="compaction")
-        self._tasks: list[asyncio.Task] = []
-        #: the cluster's compaction requests (list, then watch): each one queued once
-        self._requests = PrefixFollower(store, keys.compaction_requests_prefix(cluster),
-                                        self._on_requests, self._on_request_events)
-        self.jobs_run = 0
-        try:
-            self._jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
-        except Exception:  # noqa: BLE001 - a remote driver: only our own memory
-            self._jvm_pid = None
-
-    # ---- life ------------------------------------------------------------------------------
-
-    async def start(self) -> None:
-        await migrate(self.store)  # job records of an older layout move first (once)
-        self.lease = await self.store.grant_lease(self.lease_ttl)
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._keep_lease()),
-                       loop.create_task(self._requests.start_retrying()),
-                       loop.create_task(self._relist()), loop.create_task(self._run_jobs())]
-
-    async def close(self) -> None:
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._requests.close()
-        try:
-            await self.store.revoke_lease(self.lease)
-        except Exception:  # noqa: BLE001 - it expires anyway
-            pass
-        self._executor.shutdown(wait=False, cancel_futures=True)
-
-    async def _keep_lease(self) -> None:
-        while True:
-            await asyncio.sleep(self.lease_ttl / 3)
-            try:
-                await self.store.refresh_lease(self.lease)
-                self.etcd_ok = True
-            except Exception as exc:  # noqa: BLE001 - a lost lease: take a new one
-                self.etcd_ok = False
-                log.warning("lease refresh failed (%s); taking a new lease", exc)
-                try:
-                    self.lease = await self.store.grant_lease(self.lease_ttl)
-                except MetadataUnavailable:
-                    pass
-
-    def _enqueue(self, key: str) -> None:
-        topic = keys.topic_from_compaction_request(self.cluster, key)
-        if topic is not None and topic not in self._queued:
-            self._queued.add(topic)
-            self._queue.put_nowait(topic)
-
-    async def _on_requests(self, snap: Snapshot) -> None:
-        for kv in snap.items:
-            self._enqueue(kv.key)
-
-    async def _on_request_events(self, events: list[WatchEvent]) -> None:
-        for ev in events:
-            if ev.type == "put":
-                self._enqueue(ev.key)
-
-    async def _relist(self) -> None:
-        """Requests whose worker died (their claims expire) are found again here."""
-        while True:
-            await asyncio.sleep(self.relist)
-            try:
-                snap = await self.store.get_prefix(
-                    keys.compaction_requests_prefix(self.cluster))
-            except MetadataUnavailable:
-                continue
-            for kv in snap.items:
-                self._enqueue(kv.key)
-
-    async def _run_jobs(self) -> None:
-        while True:
-            topic = await self._queue.get()
-            self._queued.discard(topic)
-            try:
-                await self.run(topic)
-            except SparkLost as exc:
-                log.error("%s: %s", topic, exc)
-                self.lost.set()
-                return
-            except Exception:  # noqa: BLE001 - one job never stops the worker
-                log.exception("%s: compaction failed", topic, extra={"topic": str(topic)})
-
-    # ---- one job ---------------------------------------------------------------------------
-
-    def storage(self, root: str) -> Storage:
-        st = self._storages.get(root)
-        if st is None:
-            st = self._storages[root] = Storage(root)
-        return st
-
-    async def _put_job(self, topic: TopicName, job: apb.CompactionJob) -> None:
-        await self.store.put(keys.compaction_job(topic, job.job_id), job.SerializeToString())
-
-    async def run(self, topic: TopicName) -> None:
-        kv = await self.store.get(keys.compaction_request(self.cluster, topic))
-        if kv is None:
-            return
-        claim = keys.compaction_claim(self.cluster, topic)
-        if not await self.store.create(claim, self.worker_id.encode(), self.lease):
-            held = await self.store.get(claim)
-            if held is None or held.value != self.worker_id.encode():
-                return  # another worker runs it
-            # ours, left by a run whose release failed (etcd was away): jobs run one at a
-            # time here, so nothing of ours runs it now
-            log.info("%s: taking back this worker's own claim", topic)
-        try:
-            req = mpb.CompactionRequest.FromString(kv.value)
-            job = apb.CompactionJob(job_id=req.job_id, topic=str(topic), trigger=req.trigger,
-                                    start_time=int(time.time() * 1000))
-            rec = await self.store.get(keys.compaction_job(topic, req.job_id))
-            if rec is not None:
-                job = apb.CompactionJob.FromString(rec.value)
-            job.worker = self.worker_id
-            job.ClearField("error")
-            self._job_started, self.metrics.running = time.monotonic(), 1
-            await self._attempts(topic, req, kv.value, job)
-            self.jobs_run += 1
-            await self._prune(topic)
-        finally:
-            self.metrics.running = 0
-            try:
-                await self.store.delete(claim)
-            except MetadataUnavailable:
-                pass  # it goes with the lease
-
-    async def _attempts(self, topic: TopicName, req: mpb.CompactionRequest, req_bytes: bytes,
-                        job: apb.CompactionJob) -> None:
-        """Run the job; again when Spark lost a Python worker or an executor under it (up to
-        `JOB_ATTEMPTS` runs), else record it FAILED. When Spark's JVM is gone the job is
-        not FAILED: `SparkLost` leaves its request to the next worker. Nor when etcd is
-        away (`MetadataUnavailable`): the request stays, and the worker's relist runs the
-        job again once etcd answers (recording it FAILED would need etcd too)."""
-        for attempt in range(1, JOB_ATTEMPTS + 1):
-            try:
-                return await self._run(topic, req, req_bytes, job)
-            except MetadataUnavailable:
-                log.warning("%s: job %s stopped: etcd is unavailable; it runs again once etcd "
-                            "is back", topic, req.job_id,
-                            extra={"topic": str(topic), "job": req.job_id})
-                raise
-            except Exception as exc:  # noqa: BLE001 - recorded in the job, the worker goes on
-                if await self._jvm_gone(exc):
-                    raise SparkLost(f"Spark's JVM exited during job {req.job_id}; the job "
-                                    "is left to the next worker") from exc
-                if attempt < JOB_ATTEMPTS and lost_worker(exc):
-                    log.warning("%s: job %s lost a Spark worker (%s); run %d of %d",
-                                topic, req.job_id, str(exc).splitlines()[0][:200],
-                                attempt + 1, JOB_ATTEMPTS,
-                                extra={"topic": str(topic), "job": req.job_id})
-                    continue
-                await self._fail(topic, req, req_bytes, job, exc)
-                # what it wrote before it failed (say its topic was deleted meanwhile)
-                self._tasks.append(asyncio.get_running_loop().create_task(
-                    self._collect_later(topic, self.storage(req.storage_root))))
-                return
-
-    async def _jvm_gone(self, exc: BaseException, wait: float = 3.0) -> bool:
-        """Whether Spark's JVM is gone. A broken connection to it is seen before the JVM's
-        process has finished exiting (a large heap takes a while to unmap): after such an
-        error the process is watched for `wait` seconds before the job is blamed."""
-        if not self.spark_alive():
-            return True
-        if not gateway_lost(exc):
-            return False
-        deadline = asyncio.get_running_loop().time() + wait
-        while asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.05)
-            if not self.spark_alive():
-                return True
-        return False
-
-    async def _run(self, topic: TopicName, req: mpb.CompactionRequest, req_bytes: bytes,
-                   job: apb.CompactionJob) -> None:
-        loop = asyncio.get_running_loop()
-        job.phase = apb.SCANNING_KEYS
-        await self._put_job(topic, job)
-        policies = await effective_policies(self.store, topic)
-        retain = policies.retain_null_key
-        retention = req.delete_retention_seconds if req.HasField("delete_retention_seconds") \
-            else policies.delete_retention_seconds
-        cutoff = planning.tombstone_cutoff(req.requested_ms, retention)
-        lst_kv = await self.store.get(keys.ledgers(topic))
-        ledgers = mpb.LedgerList.FromString(lst_kv.value) if lst_kv else mpb.LedgerList()
-        ptr_kv = await self.store.get(keys.compaction(topic))
-        pointer = mpb.CompactionPointer.FromString(ptr_kv.value) if ptr_kv else None
-        horizon = MessageId.from_pb(req.horizon) if req.HasField("horizon") else None
-        storage = self.storage(req.storage_root)
-        previous = pointer.horizon if pointer is not None else None
-        if horizon is None or (previous is not None and horizon <= MessageId.from_pb(previous)):
-            # nothing sealed (K6), or nothing after the current horizon: the view stands
-            job.phase, job.end_time = apb.DONE, int(time.time() * 1000)
-            await commit.finish(self.store, topic, keys.compaction_request(self.cluster, topic),
-                                req_bytes, job)
-            self.metrics.succeeded(topic, time.monotonic() - self._job_started)
-            return
-        plan = planning.make_plan(topic, job.job_id, ledgers, horizon, pointer, retain,
-                                  tombstone_cutoff_ms=cutoff)
-        job.tombstone_cutoff_ms = cutoff or 0
-        job.entries_total = plan.input_entries
-        job.bytes_read = plan.input_bytes
-        job.input_ledgers = len(plan.ledgers)
-        job.previous_job_id = pointer.job_id if pointer is not None else ""
-        job.horizon.CopyFrom(horizon.to_pb())
-        await self._put_job(topic, job)
-        out_rel = Storage.compacted_rel(topic, job.job_id)
-        last = [0.0]
-
-        started = set()
-
-        def progress(phase: int, done: int, total: int) -> None:  # from Spark's thread
-            now = time.monotonic()
-            if now - last[0] < PROGRESS_EVERY and phase == job.phase:
-                return
-            last[0] = now
-            loop.call_soon_threadsafe(self._progress, topic, job, phase, done, total)
-            if not total and phase not in started:  # the job's thread: a phase begins
-                started.add(phase)
-                failpoints.hit("compaction.phase_start")
-
-        t_spark = time.monotonic()
-        manifest = await loop.run_in_executor(
-            self._executor, lambda: spark_job.run(self.spark, plan, storage, out_rel, progress))
-        t_spark = time.monotonic() - t_spark
-        job.phase = apb.COMMITTING
-        job.entries_read = manifest.input_entries
-        job.entries_written = manifest.entries
-        job.keys = manifest.keys
-        job.bytes_written = manifest.output_bytes
-        job.peak_rss_bytes = peak_rss_bytes(self._jvm_pid)
-        await self._put_job(topic, job)
-        failpoints.hit("compaction.before_publish")
-        new_pointer = commit.pointer_for(manifest, f"{out_rel}/manifest.pb")
-        job.phase, job.end_time = apb.DONE, int(time.time() * 1000)
-        await commit.publish(self.store, topic, new_pointer,
-                             ptr_kv.mod_revision if ptr_kv else 0,
-                             keys.compaction_request(self.cluster, topic), req_bytes, job)
-        self.metrics.succeeded(topic, time.monotonic() - self._job_started,
-                               manifest.input_entries, manifest.entries, plan.input_bytes,
-                               manifest.output_bytes, t_spark)
-        log.info("%s: job %s published (%d entries, %d keys, horizon %s; %.3f s from the "
-                 "request, %.3f s in Spark)", topic, job.job_id, manifest.entries, manifest.keys,
-                 horizon, time.time() - req.requested_ms / 1000, t_spark,
-                 extra={"topic": str(topic), "job": job.job_id})
-        self._tasks.append(loop.create_task(self._collect_later(topic, storage)))
-
-    async def _collect_later(self, topic: TopicName, storage: Storage) -> None:
-        """After the grace period: every compacted ledger of `topic` that neither the
-        pointer nor a queued or running job names is collected."""
-        await asyncio.sleep(self.grace)
-        try:
-            await self.collect(topic, storage)
-        except Exception as exc:  # noqa: BLE001 - the next job collects it
-            log.info("%s: collection skipped: %s", topic, exc)
-
-    async def collect(self, topic: TopicName, storage: Storage, grace: float = 0.0
-                      ) -> list[str]:
-        keep = set()
-        ptr = await self.store.get(keys.compaction(topic))
-        if ptr is not None:
-            keep.add(mpb.CompactionPointer.FromString(ptr.value).manifest_path.rsplit("/", 1)[0])
-        req = await self.store.get(keys.compaction_request(self.cluster, topic))
-        if req is not None:
-            job_id = mpb.CompactionRequest.FromString(req.value).job_id
-            keep.add(Storage.compacted_rel(topic, job_id))
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, commit.collect, storage, topic, keep, grace)
-
-    def _progress(self, topic: TopicName, job: apb.CompactionJob, phase: int, done: int,
-                  total: int) -> None:
-        if job.phase in (apb.COMMITTING, apb.DONE, apb.FAILED):
-            return
-        job.phase, job.tasks_done, job.tasks_total = phase, done, total
-        job.peak_rss_bytes = peak_rss_bytes(self._jvm_pid)
-        asyncio.get_running_loop().create_task(self._put_job(topic, job))
-
-    async def _fail(self, topic: TopicName, req: mpb.CompactionRequest, req_bytes: bytes,
-                    job: apb.CompactionJob, exc: BaseException) -> None:
-        # the one line about it: a typed error as it is, anything else with its traceback
-        typed = isinstance(exc, errors.ShadowTopicError) or (
-            isinstance(exc, OSError) and exc.errno in errors.STORAGE_ERRNOS)
-        err = errors.typed(exc) if typed else errors.Internal(
-            f"compaction failed: {type(exc).__name__}: {exc}")
-        log.error("%s: compaction job %s failed: %s", topic, job.job_id,
-                  err.message.splitlines()[0] if err.message else err.reason,
-                  exc_info=None if typed else exc,
-                  extra={"topic": str(topic), "job": job.job_id,
-                         "error": f"{err.reason}: {err.message}"})
-        job.phase, job.end_time = apb.FAILED, int(time.time() * 1000)
-        job.error.CopyFrom(errors.error_status(err))
-        await commit.finish(self.store, topic, keys.compaction_request(self.cluster, topic),
-                                req_bytes, job)
-        self.metrics.failed(topic, time.monotonic() - self._job_started)
-        if req.storage_root:  # its output, and what earlier crashes left
-            await self.collect(topic, self.storage(req.storage_root))
-
-    async def _prune(self, topic: TopicName) -> None:
-        snap = await self.store.get_prefix(keys.compaction_jobs_prefix(topic))
-        for kv in sorted(snap.items, key=lambda kv: kv.key)[:-KEEP_JOBS]:
-            await self.store.delete(kv.key)
-
-
-# ---- the process ---------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="shadowtopic compaction-worker",
@@ -494,6 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="HTTP port of /metrics, /healthz and /readyz on --host (default: "
                         "--port + 1000, or a free port when that one is taken; 0: any free "
                         "port; -1: off)")
+    object_store.add_arguments(p)
     p.add_argument("--spark-log", default=None, metavar="PATH",
                    help="Spark's own log (log4j, its JVM's and Python workers' output; "
                         "default <data-dir>/logs/spark.log; '-': this worker's output)")
@@ -506,6 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for item in a.spark_conf:
         if "=" not in item:
             p.error(f"--spark-conf {item!r}: expected KEY=VALUE")
+    a.s3 = object_store.options_from(p, a)
     return a
 
 
@@ -541,7 +113,8 @@ async def serve(a: argparse.Namespace) -> None:
     await asyncio.to_thread(spark_job.warm_up, spark)
     store = EtcdStore(a.etcd)
     worker = Worker(store, spark, a.cluster, a.worker_id or f"{socket.gethostname()}:{a.port}",
-                    grace=a.grace, lease_ttl=a.lease_ttl, relist=a.relist, metrics=metrics)
+                    grace=a.grace, lease_ttl=a.lease_ttl, relist=a.relist, metrics=metrics,
+                    s3=a.s3, scratch_dir=a.data_dir)
     while True:
         try:
             await worker.start()

@@ -10,7 +10,9 @@ shadow feature (shadow/feature.py) serves shadow topics and the Replication serv
 A produce to a shadow is refused; source topics are served too.
 
 Its storage root must be the source broker's (standalone passes the same one), so that
-sealed ledgers and the open ledger's WAL are readable here.
+sealed ledgers are readable here. The open ledger's entries are read from the source's WAL
+when this broker shares the source's WAL directory (the standalone), else from the source's
+broker over gRPC (shadow/tail.py).
 """
 from __future__ import annotations
 

@@ -11,10 +11,11 @@ shadow drops them too and tells its listeners `on_trimmed`, as the source's
 `ManagedLedger` does, so cursors move past them and count what they skipped (C8).
 
 Reads go through a `LedgerListReader` over the storage root the source writes to: sealed
-ledgers from their Parquet files, an unsealed ledger's confirmed range from the source's
-WAL (readable when the root is a POSIX filesystem shared with the source: `Storage.
-shared_wal`; with an object-store root unsealed entries are not readable here and the
-shadow sees sealed ledgers only: docs/ARCHITECTURE.md, "Storage formats").
+ledgers from their Parquet files, an unsealed ledger's confirmed range through a tail
+reader (shadow/tail.py): the source's WAL when this broker's WAL root holds it (a POSIX
+root shared with the source), else, from the first WAL not found where its list record
+says (and still unsealed in the list read again), `Storage.ReadEntries` of the source's
+owner, whose url the replication receiver gives (`source_url`).
 
 What is confirmed. A sealed ledger holds the entries its list record says. An unsealed
 ledger's count comes from two places:
@@ -24,8 +25,8 @@ ledger's count comes from two places:
 - the WAL itself, once the ledger takes no more entries: when a later ledger holds entries
   (replicated, or sealed in the list), the source's writer of this one has finished (a new
   ledger's writer starts after the old one's last fsync), so every frame of its WAL is
-  durable and is what its sealed file will hold; the shadow counts the frames (headers
-  only) in a background task.
+  durable and is what its sealed file will hold; the shadow counts them in a background
+  task (the WAL's frame headers, or the entries the owner still returns).
 The view ends at the *frontier*: the first unsealed ledger whose count may still grow or
 is not known yet. Ledgers after it stay hidden (even sealed ones) until it is settled, so
 a reader at the end of what it knows of a ledger is never moved past entries it has not
@@ -37,8 +38,8 @@ and the watch has not told us yet) reads the list again and retries once.
 
 Seams: the shadow's compacted view (compaction/view.py) wraps this view and
 follows `keys.compaction(source)` (its `ledgers_of` says whose pointer: K10);
-replicated payloads, if the replicator sends them, can be served from memory through the
-reader's `tail` (not built: reads use storage).
+replicated payloads (sent while this shadow reads its tail from the source's owner: it
+then acks `want_raw`) are read from the broker's `TailCache` first (shadow/tail.py).
 """
 from __future__ import annotations
 
@@ -50,9 +51,9 @@ from typing import Awaitable, Callable, TypeVar
 from google.protobuf.message import DecodeError
 
 from source.core import errors
+from source.core.errors import ShadowTopicError
 from source.core.message_id import MessageId
 from source.core.names import TopicName
-from source.ledger import wal as walmod
 from source.ledger.entry_cache import EntryCache
 from source.ledger.ledger_reader import LedgerListReader
 from source.ledger.storage import Storage
@@ -63,19 +64,14 @@ from source.pb.storage.v1 import metadata_pb2 as mpb
 
 from source.metadata.follow import KeyFollower
 
+from shadow.tail import FileTail, RemoteTail, TailReader, wal_entries
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 SEALED, OPEN = mpb.LedgerState.SEALED, mpb.LedgerState.OPEN
 MAX_RETRY_S = 5.0
 
-
-def wal_entries(path: str) -> int:
-    """How many entries the complete frames of a WAL hold (frame headers only)."""
-    frames = walmod.scan_frames(path, 0, 0)
-    if not frames:
-        return 0
-    first, count = frames[-1][0], frames[-1][1]
-    return first + count
+__all__ = ["ShadowLedger", "wal_entries"]
 
 
 class ShadowLedger:
@@ -88,7 +84,9 @@ class ShadowLedger:
         self.storage = storage
         self._executor = executor
         self._retry_delay = retry_delay
-        self._wal_readable = storage.shared_wal
+        #: the source owner's url (shadow/replication.py sets it from the source's ownership)
+        self.source_url: str | None = None
+        self._remote = False                         # the tail comes from the owner
         self._list = mpb.LedgerList()                # the source's list, as followed
         self._visible: list[mpb.LedgerInfo] = []     # its ledgers up to the frontier
         self._frontier: int | None = None            # first unsealed ledger not settled
@@ -101,7 +99,10 @@ class ShadowLedger:
         self._next = MessageId(0, 0)                 # never moves back
         self._newest: MessageId | None = None        # newest readable id listeners heard of
         self.reader = LedgerListReader(storage, executor, lambda: self._visible,
-                                       confirmed=self._confirmed, cache=entry_cache)
+                                       confirmed=self._confirmed, cache=entry_cache,
+                                       unsealed=_Unsealed(self))
+        self.file_tail = FileTail(self.reader, storage, executor)
+        self.remote_tail = RemoteTail(source, lambda: self.source_url)
         self.entry_cache = self.reader.cache  # the read engine charges encodings here too
         self._listeners: list[ViewListener] = []
         self._closed: errors.ShadowTopicError | None = None
@@ -144,6 +145,7 @@ class ShadowLedger:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         self.reader.forget_wals()
+        await self.remote_tail.close()
         for listener in list(self._listeners):
             listener.on_closed(self._closed)
 
@@ -166,7 +168,7 @@ class ShadowLedger:
         lid, n = last.ledger_id, last.entry_id + 1
         if self._counts.get(lid, 0) < n:
             self._counts[lid] = n
-        if lid == self._frontier and self._hi <= lid and self._wal_readable:
+        if lid == self._frontier and self._hi <= lid:
             # the common case: more of the ledger at the frontier (no ledger to settle)
             self._hi = lid
             self._advance_to(MessageId(lid, n))
@@ -230,8 +232,6 @@ class ShadowLedger:
 
     def _known(self, lid: int) -> int:
         """Entries of an unsealed ledger this shadow knows of (settled or replicated)."""
-        if not self._wal_readable:
-            return 0
         return self._final.get(lid, self._counts.get(lid, 0))
 
     # ---- the frontier ----------------------------------------------------------------------
@@ -241,8 +241,6 @@ class ShadowLedger:
         return self._confirmed_id(info.ledger_id)
 
     def _confirmed_id(self, lid: int) -> int:
-        if not self._wal_readable:
-            return 0
         n = self._final.get(lid)
         if n is not None:
             return n
@@ -259,7 +257,7 @@ class ShadowLedger:
             if info.state == SEALED or info.ledger_id in self._final:
                 continue
             frontier = info.ledger_id
-            if info.ledger_id < hi and self._wal_readable:
+            if info.ledger_id < hi:
                 to_scan.append(info)  # a later ledger holds entries: this one is complete
             break
         self._visible, self._frontier, self._to_scan = visible, frontier, to_scan
@@ -297,18 +295,18 @@ class ShadowLedger:
 
     async def _settle(self) -> None:
         """Count the entries of unsealed ledgers that take no more (their WAL is final)."""
-        loop = asyncio.get_running_loop()
         delay = self._retry_delay
         try:
             while self._closed is None and self._to_scan:
                 info = self._to_scan[0]
                 lid = info.ledger_id
                 try:
-                    n = await loop.run_in_executor(self._executor, wal_entries,
-                                                   self.storage.wal_path(info.wal_path))
-                except (ValueError, OSError) as exc:
-                    # sealed and removed (or dropped) meanwhile: the list will say so
-                    log.info("%s: WAL of ledger %d: %s; reading the list again",
+                    n = await self._on_tail(info, lambda tail: tail.entries(
+                        info, self._counts.get(lid, 0)))
+                except ShadowTopicError as exc:
+                    # sealed and removed (or dropped) meanwhile: the list will say so; or
+                    # the source's owner is away or moving: it is asked again
+                    log.info("%s: entries of ledger %d: %s; reading the list again",
                              self.topic, lid, exc)
                     if not await self._follower.refresh():
                         await asyncio.sleep(delay)
@@ -332,6 +330,31 @@ class ShadowLedger:
         finally:
             if asyncio.current_task() is self._scan_task:
                 self._scan_task = None
+
+    # ---- the tail: the source's WAL here, or its owner (shadow/tail.py) --------------------
+
+    async def _on_tail(self, info: mpb.LedgerInfo,
+                       call: Callable[[TailReader], Awaitable[T]]) -> T:
+        """`call` on the WAL here; when the ledger's WAL is not under this broker's WAL root
+        while the source's list (read again) still holds the ledger unsealed, on the source's
+        owner from now on."""
+        if not self._remote:
+            try:
+                return await call(self.file_tail)
+            except errors.DataLoss:
+                if self.file_tail.reachable(info) or not await self._unsealed_here(info):
+                    raise
+                self._remote = True
+                log.info("%s: the WAL of ledger %d of %s is not under %s: reading unsealed "
+                         "entries from the source's owner", self.topic, info.ledger_id,
+                         self.source, self.storage.wal_base)
+        return await call(self.remote_tail)
+
+    async def _unsealed_here(self, info: mpb.LedgerInfo) -> bool:
+        """Whether the source's list, read again, holds the ledger and not sealed."""
+        await self._follower.refresh()
+        live = next((i for i in self._list.ledgers if i.ledger_id == info.ledger_id), None)
+        return live is not None and live.state != SEALED
 
     # ---- LedgerView ------------------------------------------------------------------------
 
@@ -385,6 +408,11 @@ class ShadowLedger:
 
     # ---- stats -----------------------------------------------------------------------------
 
+    @property
+    def remote(self) -> bool:
+        """Whether unsealed entries come from the source's owner (not a shared WAL)."""
+        return self._remote
+
     def ledgers(self) -> list[mpb.LedgerInfo]:
         """The source's ledgers as this shadow follows them (the source's ids: the data is
         shared), unsealed ones with the entries readable here filled in."""
@@ -415,3 +443,18 @@ class ShadowLedger:
 
     def storage_size(self) -> int:
         return sum(r.size_bytes for r in self.reader.ranges())
+
+
+class _Unsealed:
+    """The reader's `UnsealedReads` (source/ledger/ledger_reader.py): the shadow's tail."""
+
+    def __init__(self, ledger: ShadowLedger):
+        self._ledger = ledger
+
+    async def read(self, info: mpb.LedgerInfo, first: int, count: int,
+                   max_bytes: int) -> list[ReadEntry]:
+        return await self._ledger._on_tail(
+            info, lambda tail: tail.read(info, first, count, max_bytes))
+
+    async def publish_times(self, info: mpb.LedgerInfo, count: int) -> list[int]:
+        return await self._ledger._on_tail(info, lambda tail: tail.publish_times(info, count))

@@ -12,8 +12,13 @@ never listed. An
 accepted batch loads the shadow here if it is not loaded (this broker takes ownership),
 then tells the shadow's `ShadowLedger` the newest id the source confirmed (the last entry
 of the batch, or the batch's `last_confirmed`): ids only move forward, so a resent batch
-changes nothing (R5). The ack carries the shadow's last confirmed id and whether it wants
-the entries' bytes (not yet: the shadow reads the shared ledgers).
+changes nothing (R5). The source's owner url (its ownership record, read with the epoch)
+is given to the `ShadowLedger` too: a shadow broker that does not share the source's WAL
+reads the unsealed tail from there (shadow/tail.py). The ack carries the shadow's last
+confirmed id and `want_raw`: whether the shadow wants the entries' bytes, which it does while
+it reads its unsealed tail from the source's owner (no shared WAL); the bytes a batch
+carries then go to the broker's one `TailCache` (shadow/tail.py), shared by every shadow of
+the source, where the shadow's reads of the tail find them before asking the owner.
 
 `Inbound` keeps what a shadow's stats say of its incoming replication (a shadow that cannot
 follow says so): whether a stream from its source carries it now, since when it does not,
@@ -30,11 +35,13 @@ from source.core import errors
 from source.core.errors import error_status, typed
 from source.core.message_id import MessageId
 from source.core.names import TopicName
+from source.ledger.view import ReadEntry
 from source.metadata import keys
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import replication_pb2, replication_pb2_grpc
 
 from shadow.ledger import ShadowLedger
+from shadow.tail import TailCache
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +89,18 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         self.topics = topics
         self.cluster = cluster
         self.inbound = inbound or Inbound()
+        self.tail_cache = TailCache()  # replicated bytes, for shadows reading remotely
 
-    async def _source_epoch(self, source: TopicName) -> int:
+    async def _source_owner(self, source: TopicName) -> tuple[int, str]:
+        """(epoch, broker url) of the source's ownership in etcd ((0, ''): no owner)."""
         kv = await self.topics.store.get(keys.ownership(self.cluster, source))
-        return mpb.Ownership.FromString(kv.value).epoch if kv is not None else 0
+        if kv is None:
+            return 0, ""
+        owner = mpb.Ownership.FromString(kv.value)
+        return owner.epoch, owner.broker_url
 
     async def Replicate(self, request_iterator, context):
-        epochs: dict[str, int] = {}
+        epochs: dict[str, tuple[int, str]] = {}  # source -> (epoch, owner url)
         carried: set[str] = set()  # the shadows this stream carries (for their stats)
         try:
             async for batch in request_iterator:
@@ -109,18 +121,18 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 last = view.last_confirmed()
                 yield replication_pb2.ReplicateAck(
                     batch_id=batch.batch_id, last_persisted=last.to_pb() if last else None,
-                    want_raw=False)
+                    want_raw=view.remote)
         finally:
             for shadow in carried:
                 self.inbound.detach(shadow)
 
     async def _accept(self, batch: replication_pb2.ReplicateBatch,
-                      epochs: dict[str, int]) -> ShadowLedger:
+                      epochs: dict[str, tuple[int, str]]) -> ShadowLedger:
         shadow = TopicName.parse(batch.shadow)
         source = TopicName.parse(batch.source)
-        known = epochs.get(batch.source)
+        known, url = epochs.get(batch.source, (None, ""))
         if known is None or batch.source_epoch > known:
-            known = epochs[batch.source] = await self._source_epoch(source)
+            known, url = epochs[batch.source] = await self._source_owner(source)
         if batch.source_epoch < known:
             raise errors.Fenced(
                 f"replication of {source} at epoch {batch.source_epoch} refused: the source's "
@@ -133,6 +145,9 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         view = t.ledger
         if not isinstance(view, ShadowLedger) or view.source != source:
             raise errors.InvalidArgument(f"{shadow} is not a shadow of {source}")
+        if url:
+            view.source_url = url  # where its unsealed tail is read when no WAL is shared
+        view.remote_tail.cache = self.tail_cache
         newest = None
         if batch.entries:
             e = batch.entries[-1]
@@ -142,6 +157,10 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
             newest = lc if newest is None or lc > newest else newest
         if newest is not None:
             if await view.lists_ledger(newest.ledger_id):
+                raws = [ReadEntry(e.ledger_id, e.entry_id, e.publish_time, e.raw)
+                        for e in batch.entries if e.HasField("raw")]
+                if raws:  # before the id: a read it wakes finds them
+                    self.tail_cache.add(str(source), raws)
                 view.on_replicated(newest)
             else:  # not (or no more) a ledger of the source: nothing to apply
                 log.debug("replication of %s -> %s: ledger %d is not in the source's list; "

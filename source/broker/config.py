@@ -14,11 +14,12 @@ import logging
 import os
 import sys
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from source import config_file, dirlock, logs
 from source.broker import memory
 from source.core.argtypes import size
+from source.ledger import object_store
 from source.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
 from source.ledger.entry_cache import DEFAULT_BYTES
 
@@ -28,6 +29,9 @@ class BrokerConfig:
     etcd: str = "127.0.0.1:2379"
     data_dir: str = "./data"
     storage_root: str | None = None      # pyarrow URI; default <data_dir>/storage
+    # open ledgers' WALs: <wal_dir>/wal/...; None: the root when local, else <data_dir>
+    wal_dir: str | None = None
+    s3: object_store.S3Options = field(default_factory=object_store.S3Options)
     host: str = "127.0.0.1"
     port: int = 6650
     cluster: str = "standalone"
@@ -91,7 +95,14 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--etcd", default=os.environ.get("SHADOWTOPIC_ETCD", "127.0.0.1:2379"))
     p.add_argument("--data-dir", default="./data")
-    p.add_argument("--storage-root", default=None)
+    p.add_argument("--storage-root", default=None, metavar="URI",
+                   help="where ledgers and cursors live: a path, or an object store such as "
+                        "s3://BUCKET/PREFIX (see --s3-endpoint); default <data-dir>/storage")
+    p.add_argument("--wal-dir", default=None, metavar="DIR",
+                   help="local directory holding open ledgers' write-ahead logs (under "
+                        "DIR/wal/) until they are sealed into the storage root; default: the "
+                        "storage root when it is a local path, else --data-dir")
+    object_store.add_arguments(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=6650)
     p.add_argument("--cluster", default="standalone")
@@ -155,8 +166,10 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
                  "dedup_idle_seconds"):
         if not getattr(a, flag) > 0:
             p.error(f"--{flag.replace('_', '-')} must be more than 0")
+    s3 = object_store.options_from(p, a)
     logs.setup_from(a)
     cfg = BrokerConfig(etcd=a.etcd, data_dir=a.data_dir, storage_root=a.storage_root,
+                       wal_dir=a.wal_dir, s3=s3,
                        host=a.host, port=a.port, cluster=a.cluster, lease_ttl=a.lease_ttl,
                        cursor_flush_interval=a.cursor_flush_interval,
                        retention_interval=a.retention_interval,

@@ -165,8 +165,7 @@ class StreamOutbox:
         self._closed = False
         self._disposed = False
         self.task: asyncio.Task | None = None  # the call's task (cut cancels it)
-        self.writing: asyncio.Future | None = None  # gRPC's write of the last message
-        self.cut_reason: errors.ShadowTopicError | None = None
+        self.cut_reason: errors.ShadowTopicError | None = None  # why it was cut
         self.peer = ""
         self.errored: set[int] = set()  # handles told an error since the stream last looked
 
@@ -243,18 +242,15 @@ class StreamOutbox:
         return self._progress if (self._frames or self._in_flight) else None
 
     def cut(self, reason: errors.ShadowTopicError) -> None:
-        """End a stream that does not read and drop what it holds: its pending write is
-        cancelled and the call ends with `reason` as its status, which the client reads
-        after what gRPC had already buffered for it (`Connect`). Without a write in
-        progress (services driven without gRPC), the call's task is cancelled."""
+        """End a stream that does not read and drop what it holds: the call's task is
+        cancelled (its pending write with it) and `Connect` ends the call with `reason` as
+        its status, which the client reads after what gRPC had already buffered for it."""
         log.warning("%s: consumer stream cut (%s, holding %d bytes): %s", self.peer or "?",
                     reason.reason, self._bytes + self._in_flight, reason.message)
         self.cut_reason = reason
-        writing, task = self.writing, self.task
+        task = self.task
         self.dispose()
-        if writing is not None and not writing.done():
-            writing.cancel()
-        elif task is not None:
+        if task is not None:
             task.cancel()
 
     async def take(self) -> bytes | None:
@@ -300,21 +296,18 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
 
     async def Connect(self, request_iterator, context):
         """The gRPC handler: writes each message of `stream` with `context.write`, so a
-        stream cut for not reading (`StreamOutbox.cut`: its write is cancelled) ends with
-        its reason as the call's status. (Cancelling a handler that yields does not end
-        the call on the wire: its client waited until the server stopped.)"""
+        stream cut for not reading (`StreamOutbox.cut` cancels this task) ends with its
+        reason as the call's status. (Cancelling a handler that yields does not end the
+        call on the wire: its client waited until the server stopped.)"""
         outbox = StreamOutbox(memory=self.memory)
         async with contextlib.aclosing(self.stream(request_iterator, context, outbox)) as out:
-            async for message in out:
-                outbox.writing = asyncio.ensure_future(context.write(message))
-                try:
-                    await outbox.writing
-                except asyncio.CancelledError:
-                    if outbox.cut_reason is None:
-                        raise
-                    await abort_stream(context, outbox.cut_reason)
-                finally:
-                    outbox.writing = message = None
+            try:
+                async for message in out:
+                    await context.write(message)
+            except asyncio.CancelledError:
+                if outbox.cut_reason is None:
+                    raise
+                await abort_stream(context, outbox.cut_reason)
 
     async def stream(self, request_iterator, context, outbox: StreamOutbox | None = None):
         """The ServerMessages of one Connect stream (tests drive this with plain iterators

@@ -1,6 +1,6 @@
 """Broker registration and topic ownership through one etcd lease plus a fencing epoch.
 
-The broker holds one lease (kept alive every ttl/3) under which it registers itself and
+The broker holds one lease (kept alive every ttl/4) under which it registers itself and
 every topic it owns. It trusts that lease only until `sent + 0.8 * ttl` of the last
 successful keepalive (its own monotonic clock, not etcd's word): past that it fences every
 topic itself, so a broker cut off from etcd stops acknowledging before etcd can hand its
@@ -9,6 +9,11 @@ absent, with a fresh epoch from the topic's epoch counter. Every ledger-list wri
 the ownership value, so when the lease lapses (a paused or partitioned broker) and another
 broker takes the topic, the old owner's writes fail and it fences itself (etcd locks alone
 are not safe; Jepsen etcd 3.4.3).
+
+The registration (`BrokerInfo`) also carries the broker's load: `load()` (set by the broker:
+topics loaded, their subscriptions) is read after each keepalive, and the registration is
+rewritten under the same lease when it changed, at most every `load_interval` seconds
+(`shadowtopic brokers list` shows it; placement reads it).
 """
 from __future__ import annotations
 
@@ -28,6 +33,16 @@ from source.pb.storage.v1 import metadata_pb2 as mpb
 log = logging.getLogger(__name__)
 
 
+def topics_load(topics) -> tuple[int, int]:
+    """(topics, subscriptions) of a broker's loaded topics: its load in `BrokerInfo`."""
+    subscriptions = 0
+    for t in topics:
+        subs = getattr(t, "subscriptions", None)
+        if subs is not None:
+            subscriptions += len(subs.subs)
+    return len(topics), subscriptions
+
+
 class BrokerSession:
     """This broker's lease, its registration and its owned topics."""
 
@@ -45,6 +60,12 @@ class BrokerSession:
         self._task: asyncio.Task | None = None
         self.healthy = asyncio.Event()
         self.metrics_url = ""           # registered with the broker (its HTTP endpoint)
+        #: () -> (topics loaded, their subscriptions); None: registered without a load
+        self.load: Callable[[], tuple[int, int]] | None = None
+        self.load_interval = 5.0
+        self._info: mpb.BrokerInfo | None = None
+        self._load_written: tuple[int, int] | None = None
+        self._load_at = 0.0             # monotonic time of the last write of the load
 
     async def start(self) -> None:
         """Grant the lease and register; retries until etcd answers (no crash loop)."""
@@ -67,8 +88,44 @@ class BrokerSession:
         self.valid_until = sent + self.ttl * 0.8
         info = mpb.BrokerInfo(broker_id=self.broker_id, url=self.url, roles=self.roles,
                               started_ms=int(time.time() * 1000), metrics_url=self.metrics_url)
+        load = self._measure()
+        if load is not None:
+            info.topics, info.subscriptions = load
+            info.load_ms = int(time.time() * 1000)
+        try:
+            await self.store.put(keys.broker(self.cluster, self.broker_id),
+                                 info.SerializeToString(), lease=self.lease)
+        except BaseException:
+            self.lease = 0  # not registered: grant and register again (this lease expires)
+            raise
+        self._info = info
+        self._load_written, self._load_at = load, time.monotonic()
+
+    def _measure(self) -> tuple[int, int] | None:
+        if self.load is None:
+            return None
+        try:
+            return self.load()
+        except Exception:  # noqa: BLE001 - a load that cannot be measured stays unwritten
+            log.exception("measuring the broker's load failed")
+            return None
+
+    async def _write_load(self) -> None:
+        """Rewrite the registration when the load changed (at most every load_interval)."""
+        if (self.load is None or self._info is None
+                or time.monotonic() - self._load_at < self.load_interval):
+            return
+        now = self._measure()
+        if now is None or now == self._load_written:
+            return
+        info = mpb.BrokerInfo()
+        info.CopyFrom(self._info)
+        info.topics, info.subscriptions = now
+        info.load_ms = int(time.time() * 1000)
         await self.store.put(keys.broker(self.cluster, self.broker_id),
                              info.SerializeToString(), lease=self.lease)
+        self._info = info
+        self._load_written, self._load_at = now, time.monotonic()
 
     async def _keepalive(self) -> None:
         while True:
@@ -82,6 +139,7 @@ class BrokerSession:
                     await self.store.refresh_lease(self.lease)
                     self.valid_until = sent + self.ttl * 0.8
                     self.healthy.set()
+                    await self._write_load()
             except LeaseNotFound:
                 self._lost("lost")
                 continue

@@ -30,6 +30,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -44,12 +45,13 @@ from source.broker.feature import BrokerFeature
 from source.broker.maintenance import Maintenance
 from source.broker.memory import ClientMemory, server_options
 from source.broker.metrics import BrokerCollector
-from source.broker.ownership import BrokerSession
+from source.broker.ownership import BrokerSession, topics_load
 from source.broker.producer_service import ProducerService
+from source.broker.storage_service import add_storage_service
 from source.broker.rpc import RejectMalformed
 from source.broker.topics import TopicManager
 from source.core import errors
-from source.ledger import disk
+from source.ledger import disk, object_store
 from source.ledger.storage import Storage
 from source.metadata.etcd import EtcdStore
 from source.observability.http import OFF, HttpEndpoint, default_port
@@ -73,12 +75,15 @@ class Broker:
         self.features = list(features or ())
         self.store = EtcdStore(config.etcd)
         root = config.storage_root or os.path.join(os.path.abspath(config.data_dir), "storage")
-        if "://" not in root:
+        wal_dir = config.wal_dir
+        if wal_dir is None and "://" in root and not root.startswith("file://"):
+            wal_dir = os.path.abspath(config.data_dir)  # an object store: WALs stay local
+        for d in ([] if "://" in root else [root]) + ([wal_dir] if wal_dir else []):
             try:
-                os.makedirs(root, exist_ok=True)
+                os.makedirs(d, exist_ok=True)
             except OSError as exc:  # a read-only or full disk: serve what is there
-                log.warning("cannot create the storage root %s: %s", root, exc)
-        self.storage = Storage(root)
+                log.warning("cannot create the directory %s: %s", d, exc)
+        self.storage = Storage(root, wal_dir, config.s3)
         self.storage.disk.on_change = self._disk_changed
         self.session = BrokerSession(self.store, config.cluster, config.broker_id, config.url,
                                      list(config.roles), ttl=config.lease_ttl)
@@ -93,6 +98,7 @@ class Broker:
             f.bind(self)
         self.service_names = list(SERVICE_NAMES)
         self.session.on_lost = self.topics.fence_all
+        self.session.load = lambda: topics_load(self.topics.loaded_topics())  # in etcd
         self.health = health.aio.HealthServicer()
         self.server: grpc.aio.Server | None = None
         self._health_task: asyncio.Task | None = None
@@ -156,6 +162,8 @@ class Broker:
                     self.consumer.Connect,
                     request_deserializer=None,  # parsed in slices (consumer_service.py)
                     response_serializer=None)}),))
+        # Storage.ReadEntries: a ledger's entries for brokers that cannot open its WAL
+        self.service_names += add_storage_service(self.server, self.topics, self.memory)
         for f in self.features:
             self.service_names += f.add_services(self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -165,6 +173,8 @@ class Broker:
         if bound == 0:
             raise OSError(f"cannot bind {self.config.url}")
         await self._set_health(False)
+        await asyncio.to_thread(object_store.check_root, self.storage.fs, self.storage.base,
+                                self.storage.uri)  # an unreachable bucket: RootUnavailable
         await self.storage.disk.probe()  # before anything is served: health tells the truth
         await self._start_http()  # a taken --metrics-port stops the start before gRPC serves
         await self.server.start()
@@ -293,13 +303,17 @@ def run(cfg: BrokerConfig) -> None:
     # again (acks of a broadcast ran 2.5x slower). Young collections every 100,000
     # allocations instead of 700; cycles are rare here and still collected.
     gc.set_threshold(100_000, 50, 1000)
-    if cfg.profile:
-        import cProfile
-        with cProfile.Profile() as prof:
+    try:
+        if cfg.profile:
+            import cProfile
+            with cProfile.Profile() as prof:
+                asyncio.run(serve(cfg, features))
+            prof.dump_stats(cfg.profile)
+        else:
             asyncio.run(serve(cfg, features))
-        prof.dump_stats(cfg.profile)
-    else:
-        asyncio.run(serve(cfg, features))
+    except object_store.RootUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

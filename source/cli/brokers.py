@@ -1,8 +1,17 @@
-"""`shadowtopic brokers health`: every broker registered in etcd, asked for its gRPC health.
+"""`shadowtopic brokers list` and `brokers health`: the brokers registered in etcd, as
+registered (list) or asked for their gRPC health (health).
+
+`list` prints what each broker registered: id, cluster, url, roles, metrics URL and its
+load (topics loaded and their subscriptions, rewritten by the broker when they change, at
+most every 5 s: source/broker/ownership.py). `-o json`: a list of objects with `broker_id`,
+`cluster`, `url`, `roles`, `started_ms`, `metrics_url`, `topics`, `subscriptions` and
+`load_ms` (when the load was measured, 0: not yet). Exit 0 with an empty list when no
+broker is registered; one `error:` line, exit 1, when etcd does not answer or `--etcd` is
+not HOST:PORT[,HOST:PORT...] (the members of one etcd cluster).
 
 Brokers register under `keys.broker(cluster, id)` (a `BrokerInfo`: id, url, roles, start
-time) while their etcd lease lives, so a broker that died a moment ago is still listed, as
-UNREACHABLE, until its lease runs out. Each broker is asked the standard gRPC health check
+time, load) while their etcd lease lives, so a broker that died a moment ago is still
+listed (by `health` as UNREACHABLE) until its lease runs out. `health`: each broker is asked the standard gRPC health check
 (`grpc.health.v1.Health/Check`) for the whole server ("") and for each of its services:
 Admin, Producer (NOT_SERVING while its data disk takes no writes), Consumer, and on a
 shadow broker Replication. A service the broker does not serve is left out.
@@ -10,7 +19,7 @@ shadow broker Replication. A service the broker does not serve is left out.
 etcd, gRPC health and the metadata protos are imported when the command runs (importing
 `source.metadata` loads the etcd client): other commands never load them through here.
 
-Output: one row per broker (`-o json`: a list of objects with `broker_id`, `cluster`,
+`health` output: one row per broker (`-o json`: a list of objects with `broker_id`, `cluster`,
 `url`, `roles`, `started_ms`, `metrics_url` (its HTTP /metrics, beside /healthz and
 /readyz; "" when off), `status`, `services` {name: status} and, when the broker did not
 answer, `error`). The exit code is 0 only when there is a broker and every broker
@@ -37,7 +46,16 @@ DEFAULT_ETCD = "127.0.0.1:2379"
 
 
 def etcd_endpoints(flag: str | None) -> str:
-    return flag or os.environ.get("SHADOWTOPIC_ETCD") or DEFAULT_ETCD
+    """The etcd endpoints asked (flag, $SHADOWTOPIC_ETCD, default), checked: HOST:PORT[,...]."""
+    endpoints = flag or os.environ.get("SHADOWTOPIC_ETCD") or DEFAULT_ETCD
+    items = [e.strip().removeprefix("http://") for e in endpoints.split(",") if e.strip()]
+    for item in items:
+        port = item.rpartition(":")[2] if ":" in item else "2379"
+        if not port.isdigit() or not 0 < int(port) < 65536:
+            fail(f"bad etcd endpoint {item!r} in {endpoints!r}: expected HOST:PORT[,HOST:PORT...]")
+    if not items:
+        fail(f"no etcd endpoint in {endpoints!r}: expected HOST:PORT[,HOST:PORT...]")
+    return endpoints
 
 
 def registered(endpoints: str, cluster: str | None, timeout: float
@@ -68,6 +86,25 @@ def registered(endpoints: str, cluster: str | None, timeout: float
         if broker_id != rest and kv.key == keys.broker(name, broker_id):
             out.append((name, mpb.BrokerInfo.FromString(kv.value)))
     return sorted(out, key=lambda item: (item[0], item[1].broker_id))
+
+
+def list_brokers(args) -> int:
+    rows = [{"broker_id": info.broker_id, "cluster": cluster, "url": info.url,
+             "roles": list(info.roles), "started_ms": info.started_ms,
+             "metrics_url": info.metrics_url, "topics": info.topics,
+             "subscriptions": info.subscriptions, "load_ms": info.load_ms}
+            for cluster, info in registered(etcd_endpoints(args.etcd), args.cluster,
+                                            args.timeout)]
+    if args.output == "json":
+        emit(rows, "json")
+    else:
+        emit([{"broker": r["broker_id"], "cluster": r["cluster"], "url": r["url"],
+               "roles": ",".join(r["roles"]), "topics": r["topics"],
+               "subscriptions": r["subscriptions"], "metrics": r["metrics_url"] or "-"}
+              for r in rows],
+             "table", ["broker", "cluster", "url", "roles", "topics", "subscriptions",
+                       "metrics"])
+    return 0
 
 
 def check(brokers: list[tuple[str, "BrokerInfo"]], timeout: float) -> list[dict]:

@@ -16,7 +16,7 @@
     shadowtopic produce <topic> -f FILE|- [-k KEY | --key-separator SEP] [-p k=v ...]
     shadowtopic read <topic> [--start earliest|latest|L:E] [-n N | --until-end] [--compacted]
     shadowtopic consume <topic> -s SUB [-t TYPE] [-p earliest|latest|L:E] [-n N] [--no-ack]
-    shadowtopic brokers health [--etcd HOST:PORT] [--cluster C]
+    shadowtopic brokers list|health [--etcd HOST:PORT[,HOST:PORT...]] [--cluster C]
     shadowtopic broker [BROKER FLAGS ...]      (shadowtopic broker --help)
     shadowtopic --version
 
@@ -180,17 +180,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     group = sub.add_parser("brokers", help="the brokers registered in etcd").add_subparsers(
         dest="action", required=True)
-    p = group.add_parser("health", help="ask every registered broker its gRPC health, per "
-                         "service; exit 1 unless all are SERVING")
-    p.add_argument("--etcd", default=None, metavar="HOST:PORT",
-                   help="etcd endpoints, comma-separated (default $SHADOWTOPIC_ETCD or "
-                        "127.0.0.1:2379)")
-    p.add_argument("--cluster", default=None, help="only this cluster's brokers (default: all)")
-    p.add_argument("--timeout", type=seconds, default=3.0,
-                   help="seconds to wait for etcd and for each broker's answer (default 3)")
-    p.add_argument("-o", "--output", choices=["table", "json"], default=argparse.SUPPRESS,
-                   help="table (default) or json")
-    p.set_defaults(func=brokers.health)
+    for name, func, text in [
+            ("list", brokers.list_brokers, "every registered broker: id, url, roles, metrics "
+             "URL and load (topics, subscriptions)"),
+            ("health", brokers.health, "ask every registered broker its gRPC health, per "
+             "service; exit 1 unless all are SERVING")]:
+        p = group.add_parser(name, help=text)
+        p.add_argument("--etcd", default=None, metavar="HOST:PORT",
+                       help="etcd endpoints, comma-separated (default $SHADOWTOPIC_ETCD or "
+                            "127.0.0.1:2379)")
+        p.add_argument("--cluster", default=None,
+                       help="only this cluster's brokers (default: all)")
+        p.add_argument("--timeout", type=seconds, default=3.0,
+                       help="seconds to wait for etcd (health: and for each broker's answer; "
+                            "default 3)")
+        p.add_argument("-o", "--output", choices=["table", "json"], default=argparse.SUPPRESS,
+                       help="table (default) or json")
+        p.set_defaults(func=func)
 
     topics = sub.add_parser("topics", help="manage topics").add_subparsers(dest="action",
                                                                            required=True)

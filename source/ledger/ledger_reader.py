@@ -15,6 +15,10 @@ Where entries come from, newest first:
   in a small cache charged to the same `EntryCache`;
 - the sealed ledger's Parquet file (a few open files in an LRU).
 An entry reads byte-identical from any of them.
+A reader that may not have the WAL of an unsealed ledger (a shadow broker on another
+machine than its source's owner) is given `unsealed` (`UnsealedReads`): its reads and
+publish times of unsealed entries not in memory go there instead of the WAL; `read_wal`
+and `wal_publish_times` are the WAL's own, for such an `unsealed` to fall back on.
 A read works on a copy of the list but re-checks each ledger in the live list before
 touching storage, so a ledger that sealed meanwhile is read from Parquet and one that
 retention deleted meanwhile is skipped, never mistaken for empty.
@@ -25,7 +29,7 @@ import asyncio
 import bisect
 from collections import OrderedDict
 from concurrent.futures import Executor
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 from source.core import errors
 from source.core.message_id import MessageId
@@ -41,13 +45,27 @@ OPEN_FILES = 4
 READER_CACHE_BYTES = 16 << 20  # WAL frames a reader given no broker cache keeps
 
 
+class UnsealedReads(Protocol):
+    """Where a reader reads the confirmed entries of an unsealed ledger it holds no memory
+    of, instead of the ledger's WAL (shadow/tail.py)."""
+
+    async def read(self, info: mpb.LedgerInfo, first: int, count: int,
+                   max_bytes: int) -> list[ReadEntry]:
+        """Entries first .. first+count-1 (fewer once `max_bytes` of raw are read, at
+        least one), in order. Raises DataLoss when they cannot be read."""
+
+    async def publish_times(self, info: mpb.LedgerInfo, count: int) -> list[int]:
+        """The publish times of the ledger's first `count` entries (at least)."""
+
+
 class LedgerListReader:
     def __init__(self, storage: Storage, executor: Executor,
                  ledgers: Callable[[], Sequence[mpb.LedgerInfo]],
                  tail: Callable[[int], walmod.Entries | None] = lambda lid: None,
                  confirmed: Callable[[mpb.LedgerInfo], int] = lambda info: info.entries,
-                 cache: EntryCache | None = None):
+                 cache: EntryCache | None = None, unsealed: UnsealedReads | None = None):
         self.storage = storage
+        self._unsealed = unsealed
         self._executor = executor
         self._ledgers = ledgers
         self._tail = tail
@@ -128,7 +146,9 @@ class LedgerListReader:
         if mem is not None:
             return mem.publish_ms
         if info.state != SEALED:
-            return (await self._scanned(info, self._confirmed(info))).publish_times()
+            if self._unsealed is not None:
+                return await self._unsealed.publish_times(info, self._confirmed(info))
+            return await self.wal_publish_times(info, self._confirmed(info))
         reader = await self._open_sealed(info)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, reader.publish_times)
@@ -146,9 +166,16 @@ class LedgerListReader:
             want = max_entries - len(out)
             mem = self._tail(lid)
             if mem is not None or (info.state != SEALED and first < self._confirmed(info)):
+                short = False
                 try:
-                    got, got_size = await self._read_unsealed(info, mem, first, want,
-                                                              max_bytes - size)
+                    if mem is None and self._unsealed is not None:
+                        n = min(want, self._confirmed(info) - first)
+                        got = await self._unsealed.read(info, first, n, max_bytes - size)
+                        got_size = sum(len(e.raw) for e in got)
+                        short = len(got) < n  # never read on past a gap
+                    else:
+                        got, got_size = await self._read_unsealed(info, mem, first, want,
+                                                                  max_bytes - size)
                 except errors.DataLoss:
                     live = self._live(lid)  # its WAL is gone: sealed or deleted meanwhile?
                     if live is not None and live.state != SEALED:
@@ -156,7 +183,7 @@ class LedgerListReader:
                 else:
                     out += got
                     size += got_size
-                    if len(out) >= max_entries or size >= max_bytes:
+                    if short or len(out) >= max_entries or size >= max_bytes:
                         break
                     continue
             info = self._live(lid)  # it may have sealed or gone since the copy
@@ -217,6 +244,17 @@ class LedgerListReader:
             if i == before:
                 raise errors.DataLoss(f"WAL of ledger {lid} does not hold entry {i}")
         return out, size
+
+    async def read_wal(self, info: mpb.LedgerInfo, first: int, count: int,
+                       max_bytes: int) -> list[ReadEntry]:
+        """Confirmed entries first .. first+count-1 of an unsealed ledger, from its WAL
+        (DataLoss when the WAL is gone)."""
+        return (await self._read_unsealed(info, None, first, count, max_bytes))[0]
+
+    async def wal_publish_times(self, info: mpb.LedgerInfo, entries: int) -> list[int]:
+        """Publish times of an unsealed ledger's first `entries` entries, from its WAL's
+        frame headers (DataLoss when the WAL is gone)."""
+        return (await self._scanned(info, entries)).publish_times()
 
     def _live(self, lid: int) -> mpb.LedgerInfo | None:
         for info in self._ledgers():

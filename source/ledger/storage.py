@@ -5,7 +5,8 @@
     <wal_root>/wal/<topic-dir>/<ledger_id>.wal       open ledgers' WALs
 
 `root` is a URI pyarrow.fs understands (`file:///data`, `s3://bucket/prefix`, ...); a plain path
-means the local filesystem. The WAL lives under the root when the root is a local (POSIX)
+means the local filesystem; source/ledger/object_store.py opens it (S3 endpoint, region and
+credentials there). The WAL lives under the root when the root is a local (POSIX)
 filesystem, so a new owner can seal a dead owner's open ledger; with an object-store root it
 stays on the broker's local disk (`wal_dir`) and unsealed entries wait for that broker.
 Paths stored in etcd are relative to these roots.
@@ -32,6 +33,7 @@ import shutil
 import pyarrow.fs as pafs
 
 from source.core.names import TopicName
+from source.ledger import object_store
 from source.ledger.disk import DiskState
 
 
@@ -63,11 +65,12 @@ def topic_dir(topic: TopicName) -> str:
 
 
 class Storage:
-    def __init__(self, root: str, wal_dir: str | None = None):
+    def __init__(self, root: str, wal_dir: str | None = None,
+                 s3: object_store.S3Options | None = None):
         if "://" not in root:
             root = os.path.abspath(root)
-        self.fs, base = pafs.FileSystem.from_uri(root if "://" in root else "file://" + root)
-        self.base = base.rstrip("/")
+        self.s3 = s3 or object_store.S3Options()
+        self.fs, self.base = object_store.open_root(root, self.s3)
         self.uri = root
         local = isinstance(self.fs, pafs.LocalFileSystem)
         if wal_dir is None:
@@ -81,8 +84,13 @@ class Storage:
 
     @property
     def root_uri(self) -> str:
-        """The root as a URI `pyarrow.fs.FileSystem.from_uri` opens (file:// when local)."""
-        return "file://" + self.base if isinstance(self.fs, pafs.LocalFileSystem) else self.uri
+        """The root as a URI `object_store.open_root` opens alone, in another process (file://
+        when local; an s3:// root carries its endpoint and region as URI options)."""
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            return "file://" + self.base
+        if object_store.is_s3(self.uri) and "?" not in self.uri:
+            return self.s3.task_uri(self.uri)
+        return self.uri
 
     @staticmethod
     def topic_sealed_dir(topic: TopicName) -> str:

@@ -5,6 +5,15 @@ Unary calls run in a thread pool (`run_in_executor`). Watches do not use etcd3's
 stream breaks, so callbacks never learn that etcd went away): each `watch_prefix` opens its
 own gRPC Watch stream on the client's channel, read by a daemon thread that hands responses
 to the loop with `call_soon_threadsafe`.
+
+Several endpoints (`host:port,host:port,...`: the members of one etcd cluster) make a client
+that fails over (etcd3's `MultiEndpointEtcd3Client`): an endpoint whose call failed
+UNAVAILABLE or DEADLINE_EXCEEDED is set aside for a second and the next call goes to
+another. etcd3 does not retry the call itself, so a store call does, once per other
+endpoint, when the failed one refused the connection (the request never reached etcd:
+safe for writes too) or, for reads and lease keep-alives, on any UNAVAILABLE: a client
+whose member was killed goes on without a failed call (tests/test_integration/
+test_etcd_cluster.py).
 """
 from __future__ import annotations
 
@@ -102,6 +111,26 @@ def _map_error(exc: BaseException) -> BaseException:
     return exc
 
 
+def _idempotent(fn: Callable[..., T]) -> Callable[..., T]:
+    """`fn` marked safe to send again to another member after any UNAVAILABLE (a read)."""
+    def run(*args):
+        return fn(*args)
+    run.idempotent = True  # type: ignore[attr-defined]
+    return run
+
+
+def _endpoint_failed(exc: BaseException, idempotent: bool) -> bool:
+    """The call failed at its endpoint in a way another member may not: the connection was
+    refused (the request never left), or any UNAVAILABLE for an idempotent call."""
+    rpc = exc if isinstance(exc, grpc.RpcError) else exc.__context__
+    if not isinstance(rpc, grpc.RpcError) or not hasattr(rpc, "code"):
+        return False
+    if rpc.code() != grpc.StatusCode.UNAVAILABLE:
+        return False
+    details = (rpc.details() or "").lower()
+    return idempotent or "failed to connect" in details or "connection refused" in details
+
+
 def _compare(c: Compare):
     if c.target not in _COMPARE_TARGETS or c.op not in ("==", "!=", "<", ">"):
         raise ValueError(f"bad compare {c}")
@@ -150,12 +179,30 @@ class EtcdStore(MetadataStore):
             self._client._manage_grpc_errors(exc)  # always raises
             raise
 
+    def _failing_over(self, fn: Callable[..., T], idempotent: bool) -> Callable[..., T]:
+        """`fn`, called again on the next endpoint when the endpoint it went to failed
+        (see the module doc); once per endpoint at most."""
+        tries = len(self._client.endpoints) if self._client.failover else 1
+        if tries == 1:
+            return fn
+
+        def run(*args):
+            for attempt in range(tries):
+                try:
+                    return fn(*args)
+                except Exception as exc:
+                    if attempt + 1 >= tries or not _endpoint_failed(exc, idempotent):
+                        raise
+            raise AssertionError("unreachable")
+        return run
+
     async def _call(self, fn: Callable[..., T], *args) -> T:
         if self._closed:
             raise MetadataUnavailable("store closed")
         loop = asyncio.get_running_loop()
+        run = self._failing_over(fn, getattr(fn, "idempotent", False))
         try:
-            return await loop.run_in_executor(self._pool, fn, *args)
+            return await loop.run_in_executor(self._pool, run, *args)
         except Exception as exc:
             if self._closed:
                 raise MetadataUnavailable("store closed") from exc
@@ -167,7 +214,7 @@ class EtcdStore(MetadataStore):
     # ---- KV ---------------------------------------------------------------------------------
 
     async def get(self, key: str) -> KeyValue | None:
-        resp = await self._call(self._client.get_response, key)
+        resp = await self._call(_idempotent(self._client.get_response), key)
         return _kv(resp.kvs[0]) if resp.kvs else None
 
     async def get_prefix(self, prefix: str) -> Snapshot:
@@ -178,8 +225,9 @@ class EtcdStore(MetadataStore):
         kvs: list[KeyValue] = []
         revision = None
         while True:
-            resp = await self._call(lambda k=key, r=revision: self._client.get_range_response(
-                k, end, sort_order="ascend", limit=PAGE_KEYS, revision=r))
+            resp = await self._call(_idempotent(
+                lambda k=key, r=revision: self._client.get_range_response(
+                    k, end, sort_order="ascend", limit=PAGE_KEYS, revision=r)))
             kvs.extend(_kv(kv) for kv in resp.kvs)
             if revision is None:
                 revision = resp.header.revision
@@ -191,8 +239,8 @@ class EtcdStore(MetadataStore):
         key, end = _range_end(prefix)
         if after and after.encode() >= key:
             key = after.encode() + b"\0"  # the first key after `after`
-        resp = await self._call(lambda: self._client.get_range_response(
-            key, end, sort_order="ascend", keys_only=True, limit=limit))
+        resp = await self._call(_idempotent(lambda: self._client.get_range_response(
+            key, end, sort_order="ascend", keys_only=True, limit=limit)))
         return [kv.key.decode() for kv in resp.kvs]
 
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
@@ -228,7 +276,7 @@ class EtcdStore(MetadataStore):
         return lease.id
 
     async def refresh_lease(self, lease: int) -> None:
-        responses = await self._call(lambda: list(self._client.refresh_lease(lease)))
+        responses = await self._call(_idempotent(lambda: list(self._client.refresh_lease(lease))))
         if not responses or responses[0].TTL <= 0:  # etcd answers TTL 0 for an unknown lease
             raise LeaseNotFound(f"lease {lease:x} not found")
 

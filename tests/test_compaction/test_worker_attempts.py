@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from compaction import worker
+from compaction import jobs as worker
 from source.core.errors import MetadataUnavailable
 from source.core.names import TopicName
 from source.metadata import keys
