@@ -9,12 +9,14 @@
   and sealed before this owner starts a new ledger; its frames' producer sequence ids are
   replayed into the dedup map, which starts from the list's last snapshot. Then the topic's files the ledger list
   does not name are deleted (the sweep), still before this owner creates any file.
-- a full or read-only disk (source/ledger/disk.py): a seal that cannot write its Parquet
-  file keeps its ledger OPEN in the list and readable from its WAL (its frame index held as
-  the ledger's in-memory entries, its raws dropped), and remembers it in `_unsealed`;
-  `retry_seals` seals those ledgers, in order, once the disk takes writes (the broker calls
-  it when its probe sees the disk writable again, and from its maintenance loop; a roll
-  calls it too). A topic that opens on such a disk is served read-only: recovery reads the
+- a full or read-only disk (source/ledger/disk.py), or an object store or etcd that fails
+  the seal: a seal that cannot write its Parquet file or mark it SEALED keeps its ledger
+  OPEN in the list and readable from its WAL (its frame index held as the ledger's
+  in-memory entries, its raws dropped), and remembers it in `_unsealed`; `retry_seals`
+  seals those ledgers, in order, once the disk takes writes (the broker calls it when its
+  probe sees the disk writable again, and from its maintenance loop, every
+  `--retention-interval`; a roll calls it too). (A seal cut off by an S3 outage was never
+  tried again before: the ledger stayed OPEN until the broker restarted.) A topic that opens on such a disk is served read-only: recovery reads the
   WALs without writing (a torn tail stays, unindexed), the ledgers it cannot seal stay
   open, the sweep skips what it cannot delete, and no new ledger starts (`_current` is
   None) until an append finds the disk writable. Nothing is acknowledged that was not
@@ -139,13 +141,21 @@ class Sealing:
     async def _seal_or_keep(self, lid: int, wal_rel: str, frames: walmod.FrameIndex,
                             count: int, recovered: walmod.Entries | None = None
                             ) -> mpb.LedgerInfo | None:
-        """`_seal`; on a full or read-only disk the ledger stays open and readable, to be
-        sealed by `retry_seals` (the error is raised)."""
+        """`_seal`; when it fails (a full or read-only disk, an object store or etcd that
+        does not answer) the ledger stays open and readable, to be sealed by `retry_seals`
+        (the error is raised). Not after the topic was fenced: its next owner seals it."""
         try:
             return await self._seal(lid, wal_rel, frames, count)
         except UNWRITABLE as exc:
             log.warning("%s: ledger %d stays open (read from its WAL) until the disk takes "
                         "writes: %s", self.topic, lid, exc)
+            self._keep_unsealed(lid, wal_rel, frames, count, recovered)
+            raise
+        except Exception as exc:
+            if self._fenced is not None or isinstance(exc, errors.Fenced):
+                raise
+            log.warning("%s: ledger %d stays open (read from its WAL) until it can be "
+                        "sealed (retried each maintenance pass): %s", self.topic, lid, exc)
             self._keep_unsealed(lid, wal_rel, frames, count, recovered)
             raise
 

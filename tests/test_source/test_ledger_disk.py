@@ -86,3 +86,29 @@ def test_torn_tail_on_a_read_only_disk_is_not_served(tmp_path, arun, monkeypatch
         await ro.close()
 
     arun(main())
+
+
+def test_a_seal_the_object_store_or_etcd_failed_is_retried(tmp_path, arun):
+    """A seal that fails for another reason than the disk (an S3 outage, etcd away while
+    the list is marked) keeps its ledger open and readable, and the next `retry_seals` (the
+    broker's maintenance pass) seals it; before, it stayed OPEN until a restart."""
+    from source import failpoints
+
+    async def main():
+        env = Env(tmp_path)
+        ml = await env.open()
+        lid, _ = await _append(ml, 20)
+        with failpoints.enabled({"ledger.seal.before_publish": "1*error(S3 is away)"}):
+            with pytest.raises(Exception, match="S3 is away"):
+                await ml.roll()
+        states = {i.ledger_id: i.state for i in ml.ledgers()}
+        assert states[lid] == mpb.OPEN
+        assert [e.raw for e in await _read_all(ml)] == [f"m{i}".encode() for i in range(20)]
+        await ml.retry_seals()
+        states = {i.ledger_id: i.state for i in ml.ledgers()}
+        assert states[lid] == mpb.SEALED
+        assert not os.path.exists(env.storage.wal_path(env.storage.wal_rel(TOPIC, lid)))
+        assert [e.raw for e in await _read_all(ml)] == [f"m{i}".encode() for i in range(20)]
+        await ml.close()
+
+    arun(main())
