@@ -34,6 +34,17 @@ topics to the shadow broker. One shadow broker process serves every shadow.
   each broker's idle rate measured just before over the same window length; us per produced
   message [the source's grows sub-linearly with shadows].
 
+- latency-remote (issue 21): the latency cases on a cluster of their own where the source
+  broker and the shadow broker each have their own data dir and `--wal-dir` (as on two
+  machines; sealed ledgers in one storage root): the shadow broker gets the unsealed tail
+  over gRPC (shadow/tail.py). Same cases, alternating; p99 / the source reader's p99 per
+  round and its median [<= 1.5x for 1 and 4 shadows].
+- catchup-s3 (issue 21): the catch-up (no NATS) on a cluster whose storage root is a bucket
+  on moto's S3 server (a process on a loopback port; tests/test_integration/s3_support.py),
+  every broker with its own `--wal-dir`; the source's `ledger_max_bytes` is
+  `--catchup-ledger-bytes` (2 MiB) so the history is in sealed ledgers in the bucket.
+  `--profile PREFIX` profiles these clusters' brokers to PREFIX-remote.* / PREFIX-s3.*.
+
 Fan-out and broadcast over shadows are bench/shadows_scale.py. bench/run.py --only
 shadows,shadows-scale puts both in RESULTS.md.
 """
@@ -57,7 +68,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 HEAD = struct.Struct("<Qd")  # sequence, send time (time.time())
-PARTS = ("create", "latency", "catchup", "cpu")
+PARTS = ("create", "latency", "catchup", "cpu", "latency-remote", "catchup-s3")
 
 
 def proc_cpu(pid: int) -> float:
@@ -77,9 +88,16 @@ def ms(v: float | None) -> float | None:
 
 
 class Pair:
-    """etcd + a source broker + a shadow broker on one storage root (a cluster of its own)."""
+    """etcd + a source broker + shadow broker(s) on one storage root (a cluster of its own).
 
-    def __init__(self, data_dir: str, tag: str = "shadows", profile: str | None = None):
+    `split_wal`: each broker keeps its open ledgers' WAL under its own data dir (`--wal-dir`),
+    as on separate machines: a shadow broker then reads the unsealed tail from the source
+    broker over gRPC (shadow/tail.py). `s3`: a started moto server (MotoS3 of
+    tests/test_integration/s3_support.py): the storage root is a fresh bucket on it.
+    `shadow_brokers`: how many shadow broker processes (shadows are placed among them)."""
+
+    def __init__(self, data_dir: str, tag: str = "shadows", profile: str | None = None,
+                 split_wal: bool = False, s3=None, shadow_brokers: int = 1):
         """`profile`: a path prefix; each broker then runs under cProfile and dumps its stats
         to `<profile>.source` / `<profile>.shadow` when it exits."""
         from source.broker.server import free_port
@@ -87,25 +105,37 @@ class Pair:
         from source.standalone import BrokerProcess
 
         self.root = os.path.join(data_dir, f"storage-{tag}")
+        env = None
+        s3_args: list[str] = []
+        if s3 is not None:
+            self.root = f"s3://{s3.new_bucket()}/bench-{tag}"
+            env, s3_args = s3.env, s3.s3_args()
         self.etcd = EtcdServer(os.path.join(data_dir, f"etcd-{tag}"))
         self.etcd.start()
-        args = ["--storage-root", self.root, "--cluster", f"bench-{uuid.uuid4().hex[:8]}"]
-        def profiled(name: str) -> list[str]:
-            return ["--profile", f"{profile}.{name}"] if profile else []
+        args = ["--storage-root", self.root, "--cluster", f"bench-{uuid.uuid4().hex[:8]}",
+                *s3_args]
+
+        def own(name: str) -> list[str]:
+            wal = ["--wal-dir", os.path.join(data_dir, f"{name}-{tag}", "wal-root")] \
+                if split_wal else []
+            return wal + (["--profile", f"{profile}.{name}"] if profile else [])
 
         self.src = BrokerProcess(self.etcd.endpoint, os.path.join(data_dir, f"src-{tag}"),
-                                 free_port(), extra_args=args + profiled("source"))
-        self.sh = BrokerProcess(self.etcd.endpoint, os.path.join(data_dir, f"sh-{tag}"),
-                                free_port(), extra_args=args + profiled("shadow"),
-                                module="shadow.broker")
-        for b in (self.src, self.sh):
+                                 free_port(), extra_args=args + own("source"), env=env)
+        names = ["shadow"] + [f"shadow{i + 1}" for i in range(1, shadow_brokers)]
+        self.shs = [BrokerProcess(self.etcd.endpoint, os.path.join(data_dir, f"{n}-{tag}"),
+                                  free_port(), extra_args=args + own(n),
+                                  module="shadow.broker", env=env) for n in names]
+        self.sh = self.shs[0]
+        for b in (self.src, *self.shs):
             b.start(timeout=60)
         self.timeout = 120.0 if profile else 30.0
         self.url = self.src.url
         self.src_pid, self.sh_pid = self.src.proc.pid, self.sh.proc.pid
+        self.sh_pids = [b.proc.pid for b in self.shs]
 
     def close(self) -> None:
-        for b in (self.sh, self.src):
+        for b in (*self.shs, self.src):
             b.terminate(timeout=self.timeout)
         self.etcd.stop()
 
@@ -340,7 +370,11 @@ def catchup_round(c, src: str, shadow: str, messages: int, queue: int, last_id) 
     t0 = time.perf_counter()
     c.admin.create_shadow_topic(shadow, src)
     t1 = time.perf_counter()
-    while c.admin.last_message_id(shadow) != last_id:
+    for _ in range(300_000):  # bounded: 2 ms polls, and 600 s
+        if c.admin.last_message_id(shadow) == last_id:
+            break
+        if time.perf_counter() - t0 > 600:
+            raise SystemExit(f"bench: shadows: catch-up: {shadow} not serving after 600 s")
         time.sleep(0.002)
     t2 = time.perf_counter()
     first, read, last = _read_all(c, shadow, messages, queue)
@@ -357,14 +391,20 @@ def catchup_round(c, src: str, shadow: str, messages: int, queue: int, last_id) 
 
 
 def run_catchup(pair: Pair, c, messages: int, rounds: int, payload: int, queue: int,
-                peers: str | None) -> dict:
+                peers: str | None, ledger_bytes: int = 0) -> dict:
+    """`ledger_bytes`: the source's ledger_max_bytes (0: the default policy), so that the
+    history is in sealed ledgers of the storage root (catchup-s3)."""
     from run import produce_round, run_peer  # bench/run.py
+    from source.client import Policies
 
     src = "persistent://bench/shadows/history"
-    c.admin.create_topic(src)
+    c.admin.create_topic(src, policies=Policies(ledger_max_bytes=ledger_bytes)
+                         if ledger_bytes else None)
     produce_round(pair.url, src, messages, 2, payload, sample=1000)
-    time.sleep(1.0)
-    out: dict = {"messages": messages, "receiver_queue": queue, "rounds": []}
+    time.sleep(2.0)  # the last roll-over's seal lands
+    out: dict = {"messages": messages, "receiver_queue": queue, "rounds": [],
+                 "storage_root": pair.root, "ledger_max_bytes": ledger_bytes or None,
+                 "ledgers": len(c.admin.internal_stats(src).get("ledgers", []))}
     last_id = c.admin.last_message_id(src)
     for r in range(rounds):
         row = catchup_round(c, src, f"{src}-shadow-{r}", messages, queue, last_id)
@@ -456,28 +496,51 @@ def run_shadows(data_dir: str, peers: str | None, a) -> dict:
 
     parts = a.parts.split(",") if isinstance(a.parts, str) else list(a.parts)
     res: dict = {"parts": parts, "load_start": os.getloadavg()}
-    with Pair(data_dir, profile=getattr(a, "profile", None)) as pair, Client(pair.url, timeout=120) as c:
-        if "latency" in parts:
-            print("running shadow latency cases (source / 1 / 4 shadows, alternating)",
-                  flush=True)
-            res["latency"] = run_latency(pair, c, a.rate, a.seconds, a.tick, a.rounds,
-                                         a.payload)
-        if "cpu" in parts:
-            print("running source broker CPU per message with 0 / 1 / 4 / 8 shadows",
-                  flush=True)
-            res["cpu"] = run_cpu(pair, c, a.cpu_messages, a.rounds, a.payload)
-        if "catchup" in parts:
-            print("running shadow catch-up rounds (ours / NATS mirror, alternating)",
-                  flush=True)
-            res["catchup"] = run_catchup(pair, c, a.catchup_messages, a.rounds, a.payload,
-                                         a.catchup_queue, peers)
-        if "create" in parts:
-            print(f"running create-shadow on a source of {a.create_messages:,} messages",
-                  flush=True)
-            res["create"] = run_create(pair, c, a.create_messages, a.create_reps, a.payload,
-                                       a.create_auto_reset)
+    if set(parts) & {"create", "latency", "catchup", "cpu"}:
+        with Pair(data_dir, profile=getattr(a, "profile", None)) as pair, \
+                Client(pair.url, timeout=120) as c:
+            if "latency" in parts:
+                print("running shadow latency cases (source / 1 / 4 shadows, alternating)",
+                      flush=True)
+                res["latency"] = run_latency(pair, c, a.rate, a.seconds, a.tick, a.rounds,
+                                             a.payload)
+            if "cpu" in parts:
+                print("running source broker CPU per message with 0 / 1 / 4 / 8 shadows",
+                      flush=True)
+                res["cpu"] = run_cpu(pair, c, a.cpu_messages, a.rounds, a.payload)
+            if "catchup" in parts:
+                print("running shadow catch-up rounds (ours / NATS mirror, alternating)",
+                      flush=True)
+                res["catchup"] = run_catchup(pair, c, a.catchup_messages, a.rounds, a.payload,
+                                             a.catchup_queue, peers)
+            if "create" in parts:
+                print(f"running create-shadow on a source of {a.create_messages:,} messages",
+                      flush=True)
+                res["create"] = run_create(pair, c, a.create_messages, a.create_reps, a.payload,
+                                           a.create_auto_reset)
+    if "latency-remote" in parts:
+        print("running shadow latency with the shadow broker on its own WAL dir (the tail "
+              "over gRPC): source / 1 / 4 shadows, alternating", flush=True)
+        with Pair(data_dir, "remote", profile=_prof(a, "remote"), split_wal=True) as pair, \
+                Client(pair.url, timeout=120) as c:
+            res["latency_remote"] = run_latency(pair, c, a.rate, a.seconds, a.tick, a.rounds,
+                                                a.payload)
+    if "catchup-s3" in parts:
+        print(f"running catch-up of {a.catchup_messages:,} messages from sealed ledgers in "
+              "an s3:// root (moto's server)", flush=True)
+        from tests.test_integration.s3_support import MotoS3
+        with MotoS3(data_dir) as moto, \
+                Pair(data_dir, "s3", profile=_prof(a, "s3"), split_wal=True, s3=moto) as pair, \
+                Client(pair.url, timeout=120) as c:
+            res["catchup_s3"] = run_catchup(pair, c, a.catchup_messages, a.rounds, a.payload,
+                                            a.catchup_queue, None, a.catchup_ledger_bytes)
     res["load_end"] = os.getloadavg()
     return res
+
+
+def _prof(a, tag: str) -> str | None:
+    prof = getattr(a, "profile", None)
+    return f"{prof}-{tag}" if prof else None
 
 
 def add_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
@@ -497,6 +560,9 @@ def add_args(p: argparse.ArgumentParser, prefix: str = "") -> None:
     p.add_argument(f"{o}catchup-messages", type=int, default=100_000)
     p.add_argument(f"{o}catchup-queue", type=int, default=1000,
                    help="catch-up: the reader's receiver queue")
+    p.add_argument(f"{o}catchup-ledger-bytes", type=int, default=2 << 20,
+                   help="catchup-s3: the source's ledger_max_bytes (the history is then in "
+                        "sealed ledgers in the bucket; default 2 MiB)")
     p.add_argument(f"{o}cpu-messages", type=int, default=200_000)
 
 

@@ -163,7 +163,63 @@ def shadows_lines(res: dict) -> list[str]:
                          f"{n} shadows +{extra[n]} us ({extra[n] / n:.2f} us per shadow)"
                          for n in ns)]
         body.append("")
+    remote_lines(res, summary, body)
     return lines + summary + [""] + body
+
+
+def remote_lines(res: dict, summary: list[str], body: list[str]) -> None:
+    """Issue 21's cases: latency with the shadow broker on its own data dir and WAL dir (the
+    unsealed tail over gRPC) and a catch-up from sealed ledgers in an s3:// root."""
+    lat, cu = res.get("latency_remote"), res.get("catchup_s3")
+    if lat:
+        for n in (1, 4):
+            r = lat.get(f"median_p99_over_source_{n}")
+            if r is not None:
+                summary.append(
+                    f"| tail over gRPC (own WAL dir): produce -> reader p50 / p99, {n} "
+                    f"shadow{'s' * (n > 1)} / the source's reader, {lat['rate']:,} msgs/s "
+                    f"(median round) | {lat.get(f'median_p50_ms_{n}')} / "
+                    f"{lat.get(f'median_p99_ms_{n}')} ms / {lat.get('median_p50_ms_0')} / "
+                    f"{lat.get('median_p99_ms_0')} ms: p99 {r}x | p99 <= 1.5x the source "
+                    f"reader's | {ok(r <= 1.5)} |")
+        body += ["### Latency with the shadow broker as another machine (the tail over gRPC)",
+                 "", "As the latency cases above, on a cluster of its own where the source "
+                 "broker and the shadow broker each have their own data dir and `--wal-dir` "
+                 "(sealed ledgers in one storage root): the shadow broker reads no file of the "
+                 "source's WAL and gets the unsealed tail from the replicator's `raw` entries "
+                 "(one tail cache per source) and `Storage.ReadEntries` on the source broker.",
+                 "", "| round | case | p50 ms | p99 ms | p99.9 ms | max ms | p99 / source's | "
+                 "sent msgs/s | late ticks | missing | source broker cores | shadow broker "
+                 "cores |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for i, row in enumerate(lat["rounds"], 1):
+            base = row.get(0, row.get("0"))
+            for n in sorted(row, key=int):
+                x = row[n]
+                case = "source reader" if int(n) == 0 else f"{n} shadow(s)"
+                ratio = round(x["p99_ms"] / base["p99_ms"], 2) if int(n) and base else "-"
+                body.append(f"| {i} | {case} | {x['p50_ms']} | {x['p99_ms']} | "
+                            f"{x['p999_ms']} | {x['max_ms']} | {ratio} | {x['rate']:,} | "
+                            f"{x['late_ticks']} | {x['missing']} | {x['src_cores']} | "
+                            f"{x['sh_cores']} |")
+        body.append("")
+    if cu:
+        summary.append(f"| a new shadow reads {cu['messages']:,} messages from sealed ledgers "
+                       f"in an s3:// root (moto's server; create -> last read, median) | "
+                       f"{cu['median_s']} s (serving after "
+                       f"{round(cu['median_serving_s'] * 1000, 1)} ms) | | |")
+        body += ["### A new shadow reads the history from the object store", "",
+                 f"As the catch-up above (no NATS), on a cluster of its own whose storage root "
+                 f"is `s3://` on moto's S3 server (a process on a loopback port), every broker "
+                 f"with its own data dir and `--wal-dir`; the source's `ledger_max_bytes` is "
+                 f"{_n(cu.get('ledger_max_bytes'))} so the history is in "
+                 f"{_n(cu.get('ledgers'))} ledgers, all but the last sealed into the bucket.",
+                 "", "| round | create ms | serving ms | read s | total s | msgs/s | source "
+                 "read s |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for i, x in enumerate(cu["rounds"], 1):
+            body.append(f"| {i} | {x['create_s'] * 1000:.1f} | {x['serving_s'] * 1000:.1f} | "
+                        f"{x['read_s']} | {x['seconds']} | {x['msgs_per_s']:,} | "
+                        f"{x['source_read_s']} |")
+        body.append("")
 
 
 def scale_lines(res: dict) -> list[str]:
@@ -244,4 +300,29 @@ def scale_lines(res: dict) -> list[str]:
                   f"- attach CPU: {bc['attach_cpu_s']} s; idle cores after attach: "
                   f"{bc['idle_cores']}; traffic cores: {bc['traffic_cores']}; clients "
                   f"{bc['client_traffic_cpu_s']} CPU s during the traffic", ""]
+    fb = res.get("fanout_brokers")
+    if fb:
+        per = fb["subs"] // fb["shadows"]
+        lines += [f"### (c) {fb['shadows']} shadows x {per} subscriptions on 1 shadow broker "
+                  "and on 2", "",
+                  f"Two clusters side by side, each a source of {fb['messages']:,} messages and "
+                  f"{fb['shadows']} shadows, every broker with its own data dir and "
+                  "`--wal-dir`: one with 1 shadow broker, one with 2 (the cluster places the "
+                  "shadows). Each round the fan-out of (a) (fresh Exclusive subscriptions at "
+                  f"\"earliest\", {fb['procs']} client processes) on each, alternating. Shadow "
+                  "broker us/msg sums the shadow brokers' CPU.", "",
+                  "| round | shadow brokers | msgs/s | seconds | client us/msg | shadow "
+                  "broker(s) us/msg | source broker us/msg |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for i, row in enumerate(fb["rounds"], 1):
+            for n in sorted(row, key=int):
+                x = row[n]
+                lines.append(f"| {i} | {n} | {x['msgs_per_s']:,} | {x['seconds']} | "
+                             f"{x['client_cpu_us_per_msg']} | {x['sh_cpu_us_per_msg']} | "
+                             f"{x['src_cpu_us_per_msg']} |")
+        lines += ["", "- median msgs/s: " + ", ".join(
+            f"{n} shadow broker(s) {fb[f'median_msgs_per_s_{n}']:,.0f}"
+            for n in (1, 2) if f"median_msgs_per_s_{n}" in fb),
+            "- shadows per serving broker: " + "; ".join(
+                f"{n} broker(s): {len(set(v))} broker(s) serve them"
+                for n, v in fb["placement"].items()), ""]
     return lines

@@ -22,6 +22,10 @@ every shadow lives in the one shadow broker process, as in `make run`).
   after attach + settle - before) [< 2 KB], latency of every delivery (listener time - send
   time) p50/p99 on the source and on the shadows [p99 < 1 s], and each broker's CPU per
   message during the traffic (the source's must not grow with subscriptions on shadows).
+- fanout-brokers (issue 21): the fan-out of `fanout` (`--shadows` x `--subs / --shadows`,
+  no ceiling, no source reference) on two clusters side by side, every broker with its own
+  data dir and `--wal-dir`: one with 1 shadow broker, one with 2 (the cluster's placement
+  puts the shadows; the result lists which broker serves each); alternating each round.
 """
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-PARTS = ("fanout", "broadcast")
+PARTS = ("fanout", "broadcast", "fanout-brokers")
 
 
 def _consume_many(url: str, subs: list[tuple[str, str]], total: int, start_at: float,
@@ -104,14 +108,15 @@ def fanout_round(pair, c, topics: list[str], tag: str, subs: int, procs: int, me
                                                   queue_size, q)) for g in groups]
     for p in ps:
         p.start()
-    cpu0 = [proc_cpu(pair.src_pid), proc_cpu(pair.sh_pid)]
+    sh_pids = getattr(pair, "sh_pids", [pair.sh_pid])
+    cpu0 = [proc_cpu(pair.src_pid), sum(proc_cpu(p) for p in sh_pids)]
     res = []
     for _ in ps:
         try:
             res.append(q.get(timeout=900))
         except Exception:  # noqa: BLE001 - a consumer died: say so
             raise SystemExit("bench: shadow fan-out: a consumer process failed")
-    cpu = [proc_cpu(pair.src_pid) - cpu0[0], proc_cpu(pair.sh_pid) - cpu0[1]]
+    cpu = [proc_cpu(pair.src_pid) - cpu0[0], sum(proc_cpu(p) for p in sh_pids) - cpu0[1]]
     for p in ps:
         p.join(30)
     drain = max(_drained(c.admin, t, names[t]) for t in topics)
@@ -156,6 +161,37 @@ def run_fanout(pair, c, peers: str | None, messages: int, shadows: int, subs: in
             "median_msgs_per_s": statistics.median(x["msgs_per_s"] for x in rows),
             "median_ratio": _median([x["ratio"] for x in rows]),
             "median_source_ratio": _median([x["source_ratio"] for x in rows])}
+
+
+def run_fanout_brokers(pairs: dict, messages: int, shadows: int, subs: int, procs: int,
+                       rounds: int, payload: int, queue_size: int = 1000) -> dict:
+    """`pairs`: {shadow brokers: (Pair, Client)}, each a cluster of its own with `shadows`
+    shadows of one pre-filled source; each round the same fan-out on each, alternating."""
+    from consume import prefill  # bench/consume.py
+
+    src = "persistent://bench/shadows-scale/fanb"
+    topics = [f"{src}-shadow-{i}" for i in range(shadows)]
+    out: dict = {"messages": messages, "shadows": shadows, "subs": subs, "procs": procs,
+                 "placement": {}, "rounds": []}
+    for n, (pair, c) in pairs.items():
+        c.admin.create_topic(src)
+        for t in topics:
+            c.admin.create_shadow_topic(t, src)
+        fill = prefill(pair.url, src, messages, payload)
+        # which shadow broker serves each shadow (placement is the cluster's, not ours)
+        out["placement"][n] = sorted(str(c.admin.lookup(t)["brokerUrl"]) for t in topics)
+        print(f"  {n} shadow broker(s): pre-filled {messages:,} in {fill:.1f}s; shadows on "
+              f"{out['placement'][n]}", flush=True)
+    for r in range(rounds):
+        row = {}
+        for n, (pair, c) in pairs.items():
+            row[n] = fanout_round(pair, c, topics, f"r{r}", subs, procs, messages, queue_size)
+            print(f"  fan-out round {r + 1}, {n} shadow broker(s): {row[n]}", flush=True)
+        out["rounds"].append(row)
+    for n in pairs:
+        out[f"median_msgs_per_s_{n}"] = statistics.median(
+            row[n]["msgs_per_s"] for row in out["rounds"])
+    return out
 
 
 def run_broadcast(pair, c, subs: int, shadows: int, duration: float, rate: float = 1.0,
@@ -277,6 +313,15 @@ def run_scale(data_dir: str, peers: str | None, a) -> dict:
                 Client(pair.url, timeout=120) as c:
             res["broadcast"] = run_broadcast(pair, c, a.broadcast_subs, a.shadows,
                                              a.broadcast_duration)
+    if "fanout-brokers" in parts:
+        print(f"running fan-out to {a.subs} subscriptions over {a.shadows} shadows on 1 "
+              "shadow broker / 2 shadow brokers (own WAL dirs), alternating", flush=True)
+        with Pair(data_dir, "fan1", split_wal=True) as p1, Client(p1.url, timeout=120) as c1, \
+                Pair(data_dir, "fan2", split_wal=True, shadow_brokers=2) as p2, \
+                Client(p2.url, timeout=120) as c2:
+            res["fanout_brokers"] = run_fanout_brokers({1: (p1, c1), 2: (p2, c2)},
+                                                       a.fanout_messages, a.shadows, a.subs,
+                                                       a.procs, a.rounds, a.payload)
     res["load_end"] = os.getloadavg()
     return res
 
