@@ -205,8 +205,12 @@ class BrokerSession:
         return mpb.Ownership.FromString(kv.value) if kv else None
 
     async def serving(self, topic: TopicName, role: str) -> mpb.BrokerInfo | None:
-        """Where `topic` goes when nobody owns it: this broker when it has `role`, else a
-        registered broker with it (`pick_broker`); None when there is none."""
-        if role in self.roles:
+        """Where `topic` goes when nobody owns it: a shadow to the least loaded shadow
+        broker (`pick_broker`), another topic to this broker when it has `role`, else to a
+        registered broker with it; None when there is none."""
+        if role in self.roles and role != "shadow":
             return mpb.BrokerInfo(broker_id=self.broker_id, url=self.url, roles=self.roles)
-        return await pick_broker(self.store, self.cluster, role, topic)
+        picked = await pick_broker(self.store, self.cluster, role, topic)
+        if picked is None and role in self.roles:  # not registered yet: serve it here
+            return mpb.BrokerInfo(broker_id=self.broker_id, url=self.url, roles=self.roles)
+        return picked

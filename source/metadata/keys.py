@@ -186,6 +186,10 @@ def ownership(cluster: str, topic: TopicName) -> str:
     return f"{ROOT}/clusters/{cluster}/ownership/{topic.path}"
 
 
+def ownership_prefix(cluster: str) -> str:
+    return f"{ROOT}/clusters/{cluster}/ownership/"
+
+
 def topic_from_info_key(key: str) -> TopicName | None:
     """Inverse of `topic_info` (for listing topics by prefix)."""
     prefix = f"{ROOT}/topics/persistent/"

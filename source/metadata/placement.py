@@ -1,12 +1,22 @@
 """Placement: which registered broker serves a topic nobody owns yet.
 
-Brokers register under `keys.brokers_prefix(cluster)` with their roles (source, shadow, ...).
-Every asker computes the same answer from that list alone, so the source broker's replicator
-and any broker answering a lookup agree without talking to each other.
+Brokers register under `keys.brokers_prefix(cluster)` with their roles (source, shadow, ...)
+and their load (`BrokerInfo.topics`, `.subscriptions`, rewritten every few seconds). A topic
+(each partition of a partitioned topic separately) goes to the least loaded live broker with
+the role: fewest topics served, then fewest subscriptions, ties by broker id. "Topics
+served" is the larger of the broker's reported count and the ownership records it holds now
+(`keys.ownership_prefix(cluster)`, leased by their owner), so a topic placed a moment ago
+counts before the broker's next load report.
+
+The assignment is sticky: the ownership record the serving broker holds says who serves a
+topic, and callers (Lookup, the source's shadow replicators) ask here only when no live
+broker owns it - when it is first placed, or when its owner's lease expired (failover).
+Every asker computes the answer from etcd alone, so they agree without talking to each
+other.
 """
 from __future__ import annotations
 
-import zlib
+from collections import Counter
 
 from source.core.names import TopicName
 from source.metadata import keys
@@ -14,14 +24,29 @@ from source.metadata.base import MetadataStore
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
 
+def least_loaded(brokers: list[mpb.BrokerInfo],
+                 owned: Counter | None = None) -> mpb.BrokerInfo | None:
+    """The broker with the fewest topics (reported, or owned now: the larger), then the
+    fewest subscriptions, then the smallest id; None for no brokers."""
+    owned = owned or Counter()
+    return min(brokers, default=None,
+               key=lambda b: (max(b.topics, owned[b.broker_id]), b.subscriptions, b.broker_id))
+
+
 async def pick_broker(store: MetadataStore, cluster: str, role: str,
                       topic: TopicName) -> mpb.BrokerInfo | None:
-    """A registered broker with `role` for `topic`, the same for every asker (by a hash of
-    the topic's name without its partition suffix, so a topic's partitions go together)."""
+    """The live registered broker with `role` that should serve `topic` now that nobody owns
+    it (see the module docstring); None when no broker has the role."""
     snap = await store.get_prefix(keys.brokers_prefix(cluster))
-    brokers = sorted((b for b in (mpb.BrokerInfo.FromString(kv.value) for kv in snap.items)
-                      if role in b.roles), key=lambda b: b.broker_id)
+    brokers = [b for b in (mpb.BrokerInfo.FromString(kv.value) for kv in snap.items)
+               if role in b.roles]
     if not brokers:
         return None
-    base = str(topic).split("-partition-")[0]
-    return brokers[zlib.crc32(base.encode()) % len(brokers)]
+    owners = await store.get_prefix(keys.ownership_prefix(cluster))
+    owned: Counter = Counter()
+    for kv in owners.items:
+        try:
+            owned[mpb.Ownership.FromString(kv.value).broker_id] += 1
+        except Exception:  # noqa: BLE001 - a damaged record counts for nobody
+            continue
+    return least_loaded(brokers, owned)

@@ -1,0 +1,94 @@
+"""Placement by load (source/metadata/placement.py) over the in-memory metadata store: the
+least loaded live broker with the role gets a topic nobody owns (topics, then subscriptions,
+then id), ownership records count at once, partitions spread, and when an owner's lease
+expires the topic goes to the least loaded broker still alive."""
+from __future__ import annotations
+
+import asyncio
+
+from source.broker.ownership import BrokerSession
+from source.core.names import TopicName
+from source.metadata import MemoryStore, keys
+from source.metadata.placement import pick_broker
+from source.pb.storage.v1 import metadata_pb2 as mpb
+
+C = "c"
+
+
+async def _register(store, broker_id: str, roles=("shadow",), topics=0, subs=0) -> int:
+    lease = await store.grant_lease(30)
+    info = mpb.BrokerInfo(broker_id=broker_id, url=f"127.0.0.1:{len(broker_id)}",
+                          roles=list(roles), topics=topics, subscriptions=subs)
+    await store.put(keys.broker(C, broker_id), info.SerializeToString(), lease=lease)
+    return lease
+
+
+async def _own(store, topic: TopicName, broker_id: str, lease: int) -> None:
+    own = mpb.Ownership(broker_id=broker_id, broker_url="x", epoch=1)
+    await store.put(keys.ownership(C, topic), own.SerializeToString(), lease=lease)
+
+
+def _t(name: str) -> TopicName:
+    return TopicName.parse(f"persistent://t/ns/{name}")
+
+
+def test_fewest_topics_then_subscriptions_then_id():
+    async def body():
+        store = MemoryStore()
+        await _register(store, "b", topics=1, subs=0)
+        await _register(store, "c", topics=0, subs=5)
+        await _register(store, "d", topics=0, subs=2)
+        await _register(store, "a", roles=("source",))   # not a shadow broker
+        assert (await pick_broker(store, C, "shadow", _t("x"))).broker_id == "d"
+        await _register(store, "e", topics=0, subs=2)
+        await _register(store, "f", topics=0, subs=2)
+        assert (await pick_broker(store, C, "shadow", _t("x"))).broker_id == "d"  # tie: id
+        assert await pick_broker(store, C, "compaction", _t("x")) is None
+        await store.close()
+    asyncio.run(body())
+
+
+def test_owned_topics_count_before_the_next_load_report_so_placements_spread():
+    async def body():
+        store = MemoryStore()
+        leases = {b: await _register(store, b) for b in ("s1", "s2")}
+        placed = []
+        for i in range(4):  # a partitioned shadow: each partition placed on its own
+            topic = _t(f"sh-partition-{i}")
+            b = await pick_broker(store, C, "shadow", topic)
+            await _own(store, topic, b.broker_id, leases[b.broker_id])
+            placed.append(b.broker_id)
+        assert placed == ["s1", "s2", "s1", "s2"]
+        await store.close()
+    asyncio.run(body())
+
+
+def test_when_the_owner_dies_the_least_loaded_live_broker_takes_the_topic():
+    async def body():
+        store = MemoryStore()
+        leases = {b: await _register(store, b) for b in ("s1", "s2", "s3")}
+        await _own(store, _t("busy"), "s3", leases["s3"])
+        await _own(store, _t("sh"), "s1", leases["s1"])
+        await store.revoke_lease(leases["s1"])  # s1 dies: its registration and ownership go
+        assert await store.get(keys.ownership(C, _t("sh"))) is None
+        assert (await pick_broker(store, C, "shadow", _t("sh"))).broker_id == "s2"
+        await store.close()
+    asyncio.run(body())
+
+
+def test_a_shadow_broker_answering_a_lookup_names_the_least_loaded_not_itself():
+    async def body():
+        store = MemoryStore()
+        s1 = BrokerSession(store, C, "s1", "127.0.0.3:1", ["shadow"], ttl=5)
+        await s1.start()
+        await s1.wait_ready(10)
+        other = await _register(store, "s2")
+        await _own(store, _t("a"), "s1", s1.lease)
+        picked = await s1.serving(_t("b"), "shadow")
+        assert picked.broker_id == "s2"
+        await store.revoke_lease(other)
+        assert (await s1.serving(_t("b"), "shadow")).broker_id == "s1"
+        assert (await s1.serving(_t("src"), "source")) is None  # no source broker
+        await s1.stop()
+        await store.close()
+    asyncio.run(body())
