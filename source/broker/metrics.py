@@ -37,16 +37,17 @@ and what each feature adds (`BrokerFeature.metrics`: shadow/metrics.py), the gRP
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from source.broker.config import BrokerConfig
+from source.broker.feature import BrokerFeature
+from source.broker.topics import TopicManager
 from source.core.names import TopicName
-
-if TYPE_CHECKING:
-    from source.broker.server import Broker
+from source.ledger.storage import Storage
 
 log = logging.getLogger("shadowtopic.broker.metrics")
 
@@ -59,8 +60,20 @@ def topic_labels(cluster: str, topic: TopicName) -> list[str]:
     return [cluster, topic.namespace_name, str(topic)]
 
 
+class Scraped(Protocol):
+    """What a scrape reads of the broker (source/broker/server.py's `Broker`)."""
+
+    config: BrokerConfig
+    topics: TopicManager
+    storage: Storage
+    features: list[BrokerFeature]
+
+    def not_ready(self) -> list[str]:
+        """Why /readyz says 503 ([]: ready)."""
+
+
 class BrokerCollector(Collector):
-    def __init__(self, broker: "Broker"):
+    def __init__(self, broker: Scraped):
         self.broker = broker
 
     def collect(self) -> Iterable[Metric]:
