@@ -11,9 +11,10 @@ that fails over (etcd3's `MultiEndpointEtcd3Client`): an endpoint whose call fai
 UNAVAILABLE or DEADLINE_EXCEEDED is set aside for a second and the next call goes to
 another. etcd3 does not retry the call itself, so a store call does, once per other
 endpoint, when the failed one refused the connection (the request never reached etcd:
-safe for writes too) or, for reads and lease keep-alives, on any UNAVAILABLE: a client
-whose member was killed goes on without a failed call (tests/test_integration/
-test_etcd_cluster.py).
+safe for writes too) or, for reads, plain puts and lease keep-alives (the same state when
+applied twice; never a transaction, whose compares would then fail), on any UNAVAILABLE
+(a killed member's open connection fails with "Stream removed"): a client whose member was
+killed goes on without a failed call (tests/test_integration/test_etcd_cluster.py).
 """
 from __future__ import annotations
 
@@ -244,7 +245,8 @@ class EtcdStore(MetadataStore):
         return [kv.key.decode() for kv in resp.kvs]
 
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
-        resp = await self._call(self._client.put, key, value, lease or None)
+        # a plain put again is the same state: sent to the next member on any UNAVAILABLE
+        resp = await self._call(_idempotent(self._client.put), key, value, lease or None)
         return resp.header.revision
 
     async def delete(self, key: str, prefix: bool = False) -> int:
