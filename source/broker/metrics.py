@@ -29,6 +29,10 @@ per broker (label `cluster`)
     shadowtopic_entry_cache_limit_bytes, shadowtopic_entry_cache_peak_bytes,
     shadowtopic_entry_cache_items, shadowtopic_entry_cache_evictions_total,
     shadowtopic_entry_cache_evicted_bytes_total
+    shadowtopic_client_memory_bytes, shadowtopic_client_memory_limit_bytes,
+    shadowtopic_client_memory_refused_total, shadowtopic_slow_consumer_cuts_total
+                                   memory held for clients against its cap
+                                   (source/broker/memory.py)
     shadowtopic_broker_ready       1 while /readyz says ready
     shadowtopic_storage_writable   0 while the data disk is full or read-only
 and what each feature adds (`BrokerFeature.metrics`: shadow/metrics.py), the gRPC series
@@ -45,6 +49,7 @@ from prometheus_client.registry import Collector
 
 from source.broker.config import BrokerConfig
 from source.broker.feature import BrokerFeature
+from source.broker.memory import ClientMemory
 from source.broker.topics import TopicManager
 from source.core.names import TopicName
 from source.ledger.storage import Storage
@@ -67,6 +72,7 @@ class Scraped(Protocol):
     topics: TopicManager
     storage: Storage
     features: list[BrokerFeature]
+    memory: ClientMemory
 
     def not_ready(self) -> list[str]:
         """Why /readyz says 503 ([]: ready)."""
@@ -110,6 +116,18 @@ class BrokerCollector(Collector):
                       "entries dropped from the entry cache", cache["evictions"])
         yield counter("shadowtopic_entry_cache_evicted_bytes",
                       "bytes dropped from the entry cache", cache["evicted_bytes"])
+        mem = b.memory
+        yield gauge("shadowtopic_client_memory_bytes",
+                    "memory held for clients, as counted against --client-memory-bytes",
+                    mem.used)
+        yield gauge("shadowtopic_client_memory_limit_bytes", "--client-memory-bytes",
+                    mem.limit)
+        yield counter("shadowtopic_client_memory_refused",
+                      "requests refused at the client-memory cap (BrokerMemoryFull)",
+                      mem.refused)
+        yield counter("shadowtopic_slow_consumer_cuts",
+                      "consumer streams cut for taking no data (SlowConsumer)",
+                      mem.cut_streams)
         yield gauge("shadowtopic_broker_ready", "1 while /readyz says ready",
                     0 if b.not_ready() else 1)
         yield gauge("shadowtopic_storage_writable",
