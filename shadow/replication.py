@@ -157,10 +157,13 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
             newest = lc if newest is None or lc > newest else newest
         if newest is not None:
             if await view.lists_ledger(newest.ledger_id):
+                # the source's other shadows here may have brought them already
+                held, key = self.tail_cache.holds, str(source)
                 raws = [ReadEntry(e.ledger_id, e.entry_id, e.publish_time, e.raw)
-                        for e in batch.entries if e.HasField("raw")]
+                        for e in batch.entries
+                        if e.HasField("raw") and not held(key, e.ledger_id, e.entry_id)]
                 if raws:  # before the id: a read it wakes finds them
-                    self.tail_cache.add(str(source), raws)
+                    self.tail_cache.add(key, raws)
                 view.on_replicated(newest)
             else:  # not (or no more) a ledger of the source: nothing to apply
                 log.debug("replication of %s -> %s: ledger %d is not in the source's list; "

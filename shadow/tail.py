@@ -126,6 +126,9 @@ class TailCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def holds(self, source: str, ledger_id: int, entry_id: int) -> bool:
+        return (source, ledger_id, entry_id) in self._entries
+
     def add(self, source: str, entries: Iterable[ReadEntry]) -> None:
         for e in entries:
             key = (source, e.ledger_id, e.entry_id)

@@ -79,7 +79,8 @@ class BrokerProcess:
 
     def __init__(self, etcd: str, data_dir: str, port: int, host: str = "127.0.0.1",
                  log_path: str | None = None, extra_args: list[str] | None = None,
-                 module: str = "source.broker.server", env: dict[str, str] | None = None):
+                 module: str = "source.broker.server", env: dict[str, str] | None = None,
+                 prefix: list[str] | None = None):
         self.module = module    # the shadow broker is "shadow.broker"
         self.role = {"shadow.broker": "shadow broker",
                      "compaction.worker": "compaction worker"}.get(module, "broker")
@@ -90,6 +91,9 @@ class BrokerProcess:
         self.log_path = log_path or os.path.join(data_dir, "logs", f"broker-{port}.log")
         self.extra_args = extra_args or []
         self.env = env          # added to this process's environment (e.g. failpoints.env)
+        #: a command the broker runs under, that ends by exec'ing its arguments (unshare,
+        #: setpriv, a container runtime): the pid stays the broker's
+        self.prefix = prefix or []
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -97,10 +101,11 @@ class BrokerProcess:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 60.0, wait: bool = True) -> "BrokerProcess":
-        self.proc = spawn([sys.executable, "-m", self.module, "--etcd", self.etcd,
-                           "--data-dir", self.data_dir, "--host", self.host,
-                           "--port", str(self.port), *self.extra_args], self.log_path,
-                           env=dict(os.environ, **self.env) if self.env else None)
+        args = [sys.executable, "-m", self.module, "--etcd", self.etcd,
+                "--data-dir", self.data_dir, "--host", self.host,
+                "--port", str(self.port), *self.extra_args]
+        self.proc = spawn([*self.prefix, *args], self.log_path,
+                          env=dict(os.environ, **self.env) if self.env else None)
         if wait:
             try:
                 wait_serving(self.url, timeout, self.proc)

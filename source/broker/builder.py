@@ -53,6 +53,7 @@ from source.metadata.base import MetadataStore
 from source.metadata.follow import KeyFollower
 from source.metadata.topic_info import SOURCE, decode_info, effective_policies
 from source.pb.storage.v1 import metadata_pb2 as mpb
+from source.read.encodings import EncodingsPool
 from source.subscriptions import TopicSubscriptions
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,8 @@ class TopicBuilder:
     def __init__(self, store: MetadataStore, storage: Storage, session: BrokerSession,
                  executor: Executor, entry_cache: EntryCache, cursors: SnapshotCursorStore,
                  cursor_flush_interval: float, features: list[BrokerFeature],
-                 dedup_idle_seconds: float = DEDUP_IDLE_S):
+                 dedup_idle_seconds: float = DEDUP_IDLE_S,
+                 encodings: EncodingsPool | None = None):
         self.store = store
         self.storage = storage
         self.session = session
@@ -108,6 +110,7 @@ class TopicBuilder:
         self.cursor_flush_interval = cursor_flush_interval
         self.features = features
         self.dedup_idle_seconds = dedup_idle_seconds
+        self.encodings = encodings if encodings is not None else EncodingsPool()
         self._openers: dict[int, ViewOpener] | None = None
         #: set by the TopicManager: a source's sealed ledger, a fenced writer
         self.on_sealed: Callable[[Topic], None] = lambda t: None
@@ -156,7 +159,7 @@ class TopicBuilder:
             fence = Fence(key, value, keys.topic_info(topic), generation)
             subs = t.subscriptions = TopicSubscriptions(
                 topic, view, self.store, self.cursors, fence, lambda: t.policies,
-                t.counters, self.cursor_flush_interval)
+                t.counters, self.cursor_flush_interval, self.encodings)
             for f in self.features:
                 await f.open_topic(t, info, stack)
             await subs.load(t.compacted_view if t.compacted is not None else None)

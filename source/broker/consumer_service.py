@@ -286,7 +286,8 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
     def __init__(self, topics: TopicManager, memory: ClientMemory | None = None):
         self.topics = topics
         self.memory = memory if memory is not None else ClientMemory()
-        self.engine = ReadEngine(topics.view, topics.counters_for, topics.compacted_view)
+        self.engine = ReadEngine(topics.view, topics.counters_for, topics.compacted_view,
+                                 topics.encodings)
         self._streams: set[StreamOutbox] = set()
 
     def shutdown(self) -> None:

@@ -47,6 +47,7 @@ from source.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
 from source.ledger.entry_cache import DEFAULT_BYTES, EntryCache
 from source.ledger.storage import Storage
 from source.ledger.view import CompactedReads, LedgerView
+from source.read.encodings import EncodingsPool
 from source.metadata import keys
 from source.metadata.base import MetadataStore
 from source.metadata.namespace_policies import NamespaceFollower
@@ -108,10 +109,13 @@ class TopicManager:
         self.cursor_flush_interval = cursor_flush_interval
         # one memory budget for the entries of every topic (source/ledger/entry_cache.py)
         self.entry_cache = EntryCache(entry_cache_bytes)
+        # the entries' encodings, shared by every view of the same ledgers (a source's
+        # shadows here too: source/read/encodings.py)
+        self.encodings = EncodingsPool()
         self.features = list(features or ())
         self.builder = TopicBuilder(store, storage, session, self.executor, self.entry_cache,
                                     self.cursors, cursor_flush_interval, self.features,
-                                    dedup_idle_seconds)
+                                    dedup_idle_seconds, self.encodings)
         self.builder.on_fenced = self._on_fenced
         self.builder.on_retired = self._on_retired
         self._retiring: set[asyncio.Task] = set()

@@ -21,11 +21,14 @@ Ledger = tuple[int, list[tuple[int, bytes]], bool]  # (ledger id, entries, seale
 
 
 class MemoryView:
-    ledgers_of = TopicName.parse("memory-view")
     entry_cache = None  # reads and encodings are not charged to a budget
 
-    def __init__(self, ledgers: list[Ledger] | None = None, next_id: int = 1):
+    def __init__(self, ledgers: list[Ledger] | None = None, next_id: int = 1,
+                 ledgers_of: TopicName | None = None):
         self._ledgers: list[Ledger] = ledgers if ledgers is not None else []
+        #: a name of its own: ledger ids here are not unique across views, and views of
+        #: one `ledgers_of` share their encoded entries (source/read/encodings.py)
+        self.ledgers_of = ledgers_of or TopicName.parse(f"memory-view-{id(self._ledgers)}")
         self._next_id = next_id
         self._listeners: list[ViewListener] = []
         self._closed: errors.ShadowTopicError | None = None
@@ -63,7 +66,7 @@ class MemoryView:
             listener.on_closed(self._closed)
 
     def reopened(self) -> "MemoryView":
-        return MemoryView(self._ledgers, self._next_id)
+        return MemoryView(self._ledgers, self._next_id, self.ledgers_of)
 
     # ---- LedgerView ------------------------------------------------------------------------
 

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict
 from typing import Awaitable, Callable, Protocol
 
-from source import wire
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.ledger.view import LedgerView, ReadEntry, Trimmed
+from source.read.encodings import Encodings, EncodingsPool
 from source.read.positions import Start, resolve
 
 log = logging.getLogger(__name__)
@@ -35,8 +34,6 @@ MAX_FRAME_BYTES = 2 << 20
 #: asked again whether they take more (each outbox copies the read into a frame of its own:
 #: one 2 MiB read for 300 readers that do not read was 600 MiB past the client-memory cap)
 FLUSH_BYTES = 16 << 20
-ENCODED_CACHE_BYTES = 4 << 20  # per topic: about two frames' worth of recent encodings
-# (and charged to the broker's entry cache, source/ledger/entry_cache.py, when the view has one)
 
 
 class Outbox(Protocol):
@@ -153,7 +150,8 @@ class TopicReaders:
     """Every member of one topic (readers, or durable subscriptions), grouped by position,
     and the topic's dispatch task (a `ViewListener`)."""
 
-    def __init__(self, owner: Owner, topic: TopicName, view: LedgerView):
+    def __init__(self, owner: Owner, topic: TopicName, view: LedgerView,
+                 encodings: EncodingsPool | None = None):
         self.owner = owner
         self.topic = topic
         self.view = view
@@ -165,10 +163,10 @@ class TopicReaders:
         #: what one of them wants (a consumer left, a rewind): a read that crossed no
         #: change delivers without asking every member again
         self.changes = 0
-        self._encodings: OrderedDict[tuple[int, int], bytes] = OrderedDict()  # oldest first
-        self._encoded_bytes = 0
-        self._budget = view.entry_cache  # the broker's EntryCache (None: not charged)
-        self._charge = None  # its Item for the encodings (one per topic, resized)
+        #: the broker's encoded entries (source/read/encodings.py): the ones of this view's
+        #: ledgers, held from the first read until no member is left or the view closed
+        self._pool = encodings if encodings is not None else EncodingsPool()
+        self._encodings: Encodings | None = None
         self._dirty = False
         self._task: asyncio.Task | None = None
         view.add_listener(self)
@@ -237,41 +235,18 @@ class TopicReaders:
     # ---- dispatch --------------------------------------------------------------------------
 
     def encoded(self, entries: list[ReadEntry]) -> list[bytes]:
-        """The entries as EncodedEntry bytes, from the topic's small cache of recent
-        encodings when members at nearby positions read the same entries (subscriptions
-        drift apart by a frame or two; each would encode the same entries again)."""
-        cache = self._encodings
-        enc = wire.encode_entry
-        out = []
-        for e in entries:
-            key = (e.ledger_id, e.entry_id)
-            b = cache.get(key)
-            if b is None:
-                b = cache[key] = enc(e.ledger_id, e.entry_id, e.publish_ms, e.raw)
-                self._encoded_bytes += len(b)
-            out.append(b)
-        while self._encoded_bytes > ENCODED_CACHE_BYTES and cache:
-            self._encoded_bytes -= len(cache.popitem(last=False)[1])
-        if self._budget is not None:
-            item = self._charge
-            if item is not None and item.live:
-                self._budget.resize(item, self._encoded_bytes)
-            elif self._encoded_bytes:
-                item = self._budget.charge(self._encoded_bytes, self._encodings_evicted)
-                self._charge = item if item.live else None
-        return out
-
-    def _encodings_evicted(self, _item) -> None:
-        """The entry cache evicted this topic's encodings (least recently used)."""
-        self._charge = None
-        self._encodings.clear()
-        self._encoded_bytes = 0
+        """The entries as EncodedEntry bytes, shared with every group of the broker that
+        reads the same ledgers (members at nearby positions read the same entries; so do
+        the shadows of one source)."""
+        if self._encodings is None:
+            self._encodings = self._pool.acquire(self.view)
+        return self._encodings.encode(entries)
 
     def drop_encodings(self) -> None:
-        """Release the encodings (the view closed, or no member is left)."""
-        if self._charge is not None:
-            self._budget.release(self._charge)
-        self._encodings_evicted(None)
+        """Stop using the shared encodings (the view closed, or no member is left)."""
+        if self._encodings is not None:
+            self._pool.release(self._encodings)
+            self._encodings = None
 
     def wake(self) -> None:
         self._dirty = True
@@ -359,8 +334,10 @@ class ReadEngine:
 
     def __init__(self, resolve: Callable[[TopicName], Awaitable[LedgerView]],
                  counters: Callable[[TopicName], Counters],
-                 resolve_compacted: Callable[[TopicName], Awaitable[LedgerView]] | None = None):
+                 resolve_compacted: Callable[[TopicName], Awaitable[LedgerView]] | None = None,
+                 encodings: EncodingsPool | None = None):
         self._resolve = resolve
+        self.encodings = encodings if encodings is not None else EncodingsPool()
         self._resolve_compacted = resolve_compacted
         self._counters = counters
         #: (topic, read_compacted) -> its readers: compacted readers read another view
@@ -381,7 +358,8 @@ class ReadEngine:
         if tr is None or tr.view is not view:
             if tr is not None:
                 self.rehome(tr)
-            tr = self._topics[(topic, compacted)] = TopicReaders(self, topic, view)
+            tr = self._topics[(topic, compacted)] = TopicReaders(self, topic, view,
+                                                                 self.encodings)
             tr.compacted = compacted
         return tr
 

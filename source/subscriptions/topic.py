@@ -47,6 +47,7 @@ from source.cursors.state import CursorState, next_after_in, pack
 from source.cursors.store import CursorStore, Fence
 from source.ledger.view import LedgerView, ReadEntry, Trimmed
 from source.metadata.base import MetadataStore
+from source.read.encodings import EncodingsPool
 from source.read.engine import Counters, Member, TopicReaders
 from source.read.positions import MESSAGE_ID, PUBLISH_TIME, Start, resolve
 from source.subscriptions.consumer import ConsumerOutbox, CursorMoved, SubConsumer
@@ -78,13 +79,15 @@ class Change:
 class TopicSubscriptions:
     def __init__(self, topic: TopicName, view: LedgerView, metadata: MetadataStore,
                  cursors: CursorStore, fence: Fence, policies: Callable[[], Policies],
-                 counters: Counters, flush_interval: float = 1.0):
+                 counters: Counters, flush_interval: float = 1.0,
+                 encodings: EncodingsPool | None = None):
         self.topic = topic
         self.view = view
         self.policies = policies
         self.out = counters
         self.next_after = next_after_in(view)
-        self.readers = TopicReaders(self, topic, view)
+        self.encodings = encodings if encodings is not None else EncodingsPool()
+        self.readers = TopicReaders(self, topic, view, self.encodings)
         #: the compacted view and its dispatch groups, for subscriptions read with
         #: read_compacted (set by `use_compacted` before the first such consumer attaches)
         self.compacted: LedgerView | None = None
@@ -170,7 +173,7 @@ class TopicSubscriptions:
         """Serve `read_compacted` consumers from `view` (the topic's CompactedView)."""
         if self.compacted is None:
             self.compacted = view
-            self.compacted_readers = TopicReaders(self, self.topic, view)
+            self.compacted_readers = TopicReaders(self, self.topic, view, self.encodings)
             self.compacted_next_after = next_after_in(view, sparse=True)
 
     async def subscribe(self, outbox: ConsumerOutbox, handle: int, name: str, type_: str,

@@ -4,7 +4,10 @@ WAL dir, sharing only etcd and an `s3://` storage root (moto's S3 server, s3_sup
 
 Placement by load (source/metadata/placement.py) puts two shadows of one source on the two
 shadow brokers; each serves every message with the source's ids, the unsealed tail (which
-only the source broker holds, read through shadow/tail.py) included. After kill -9 of one
+only the source broker holds, read through shadow/tail.py) included, while neither can read
+the source broker's files: each shadow broker runs in a mount namespace of its own where an
+empty tmpfs covers the source's data and WAL dirs and the other shadow broker's (root ignores
+file modes, so a mount is what hides them). After kill -9 of one
 shadow broker its shadow moves to the other once the lease (3 s) expires: Lookup names the
 survivor, a durable subscription resumes from its first unacknowledged message, and the
 consumer that was open follows by itself (source/client/reconnect.py). The shadow brokers
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -33,10 +37,26 @@ PREFIX = "multi-host"
 SRC_HOST, SH_HOSTS = "127.0.0.2", ("127.0.0.3", "127.0.0.4")
 
 
+def hiding(dirs: list[str]) -> list[str]:
+    """A command prefix: run the rest in a mount namespace of its own where each of `dirs`
+    is an empty tmpfs (util-linux `unshare`; root only, as the disk-fault tests)."""
+    mounts = " && ".join(f"mount -t tmpfs -o size=1m,mode=000 hidden {shlex.quote(d)}"
+                         for d in dirs)
+    return ["unshare", "--mount", "--propagation", "private", "--",
+            "sh", "-c", f'{mounts} && exec "$@"', "hide"]
+
+
+def seen_by(pid: int, path: str) -> subprocess.CompletedProcess:
+    """`ls -A path` as the process `pid` sees it (in its mount namespace)."""
+    return subprocess.run(["nsenter", "--target", str(pid), "--mount", "--", "ls", "-A", path],
+                          capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+
+
 class Hosts:
     def __init__(self, moto, cluster, src, shadows, src_wal, worker):
         self.moto, self.cluster, self.src, self.shadows = moto, cluster, src, shadows
         self.src_wal, self.worker = src_wal, worker
+        self.src_dirs = [src.data_dir, src_wal]
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +70,13 @@ def hosts(etcd_server, tmp_path_factory):
         src_wal = str(base / "src-wal")
         src = BrokerProcess(etcd_server.endpoint, str(base / "src"), free_port(), host=SRC_HOST,
                             extra_args=[*common, "--wal-dir", src_wal], env=moto.env)
-        shadows = [BrokerProcess(etcd_server.endpoint, str(base / f"sh{i}"), free_port(),
-                                 host=h,
-                                 extra_args=[*common, "--wal-dir", str(base / f"sh{i}-wal")],
-                                 env=moto.env, module="shadow.broker")
+        dirs = {i: [str(base / f"sh{i}"), str(base / f"sh{i}-wal")] for i in (0, 1)}
+        for d in [src.data_dir, src_wal, *dirs[0], *dirs[1]]:
+            os.makedirs(d, exist_ok=True)  # mount points
+        shadows = [BrokerProcess(etcd_server.endpoint, dirs[i][0], free_port(), host=h,
+                                 extra_args=[*common, "--wal-dir", dirs[i][1]],
+                                 env=moto.env, module="shadow.broker",
+                                 prefix=hiding([src.data_dir, src_wal, *dirs[1 - i]]))
                    for i, h in enumerate(SH_HOSTS)]
         # the compaction worker (Spark) boots meanwhile; the compaction test waits for it
         worker = BrokerProcess(etcd_server.endpoint, str(base / "worker"), free_port(),
@@ -113,6 +136,12 @@ def test_shadows_spread_read_the_tail_and_fail_over(hosts):
         with c.create_producer(topic) as p:
             ids = [p.send(f"m{i}".encode(), key=f"k{i % 3}") for i in range(50)]
         assert len({i.ledger_id for i in ids}) == 3  # two sealed in the bucket, one open
+        # the source's files are there, but not where the shadow brokers look
+        assert os.listdir(hosts.src_wal) and os.listdir(hosts.src.data_dir)
+        for b in hosts.shadows:
+            for d in hosts.src_dirs:
+                res = seen_by(b.proc.pid, d)
+                assert res.returncode == 0 and res.stdout == "", (d, res.stdout, res.stderr)
         owners = {}
         for sh in shadows:  # one after the other: each is placed by the load the last left
             c.admin.create_shadow_topic(sh, topic)
@@ -162,9 +191,11 @@ def test_shadows_spread_read_the_tail_and_fail_over(hosts):
         with c.subscribe(moved, "late", initial_position="earliest") as late:
             assert [late.receive(timeout=15).message_id for _ in range(55)] == ids + more
 
-    # no shadow broker ever opened a file under the source broker's WAL dir
+    # the source's WAL holds the tail the shadows read; no shadow broker could see it
+    assert [f for _d, _s, files in os.walk(hosts.src_wal) for f in files]
     for b in hosts.shadows:
         if b.proc.poll() is None:
+            assert seen_by(b.proc.pid, hosts.src_wal).stdout == ""
             assert not [f for f in open_fds(b.proc.pid) if f.startswith(hosts.src_wal)]
         with open(b.log_path, errors="replace") as f:
             assert hosts.src_wal not in f.read()

@@ -26,6 +26,7 @@ from source.metadata import keys
 from source.metadata.memory import MemoryStore
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import common_pb2
+from source.read.encodings import Encodings
 from source.read.engine import ReadEngine, TopicReaders
 from source.read.positions import Start
 
@@ -386,9 +387,10 @@ def test_encoded_entries_count_against_the_budget(tmp_path, arun):
         entries = [ReadEntry(1, i, 5, b"x" * 1000) for i in range(10)]
         encoded = tr.encoded(entries)
         assert len(encoded) == 10 and cache.held == sum(map(len, encoded))
+        held = tr._encodings
         # another topic's entries take the budget: this topic's encodings are evicted
         other = cache.charge(19_000, lambda item: None)
-        assert other.live and cache.held == 19_000 and not tr._encodings
+        assert other.live and cache.held == 19_000 and len(held) == 0
         again = tr.encoded(entries[:2])       # encoded afresh, charged again (other goes)
         assert again == encoded[:2] and cache.held == sum(map(len, again)) and not other.live
         tr.drop_encodings()
@@ -422,8 +424,8 @@ class _Count:
 def test_readers_from_earliest_read_everything_under_a_tiny_budget(tmp_path, arun,
                                                                    monkeypatch):
     evicted = []
-    real = TopicReaders._encodings_evicted
-    monkeypatch.setattr(TopicReaders, "_encodings_evicted",
+    real = Encodings.evicted
+    monkeypatch.setattr(Encodings, "evicted",
                         lambda self, item: (evicted.append(item), real(self, item)))
 
     async def main():
@@ -454,7 +456,7 @@ def test_readers_from_earliest_read_everything_under_a_tiny_budget(tmp_path, aru
         for t in mls:
             assert outboxes[t].raws == sent[t]
         assert env.cache.held <= env.cache.limit and env.cache.evictions > 0
-        encoded = sum(tr._encoded_bytes for tr in engine._topics.values())
+        encoded = engine.encodings.encoded_bytes
         assert env.cache.held == sum(_held(ml) for ml in mls.values()) + encoded
         assert any(item is not None for item in evicted), "encodings were never charged"
         for ml in mls.values():
