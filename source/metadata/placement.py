@@ -3,7 +3,10 @@
 Brokers register under `keys.brokers_prefix(cluster)` with their roles (source, shadow, ...)
 and their load (`BrokerInfo.topics`, `.subscriptions`, rewritten every few seconds). A topic
 (each partition of a partitioned topic separately) goes to the least loaded live broker with
-the role: fewest topics served, then fewest subscriptions, ties by broker id. "Topics
+the role: fewest topics served, then fewest subscriptions, and among brokers equal on both
+the one the topic's name ranks first (rendezvous hashing: a hash of broker id and topic, so
+the partitions of a shadow placed in the same instant, before any of them is owned, spread
+over the tied brokers instead of all going to the smallest id). "Topics
 served" is the larger of the broker's reported count and the ownership records it holds now
 (`keys.ownership_prefix(cluster)`, leased by their owner), so a topic placed a moment ago
 counts before the broker's next load report.
@@ -16,6 +19,7 @@ other.
 """
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 
 from source.core.names import TopicName
@@ -24,13 +28,19 @@ from source.metadata.base import MetadataStore
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
 
-def least_loaded(brokers: list[mpb.BrokerInfo],
+def rank(broker_id: str, topic: TopicName) -> bytes:
+    """The rendezvous rank of `broker_id` for `topic` (the smallest wins a tie)."""
+    return hashlib.blake2b(f"{broker_id}\n{topic}".encode(), digest_size=8).digest()
+
+
+def least_loaded(brokers: list[mpb.BrokerInfo], topic: TopicName,
                  owned: Counter | None = None) -> mpb.BrokerInfo | None:
     """The broker with the fewest topics (reported, or owned now: the larger), then the
-    fewest subscriptions, then the smallest id; None for no brokers."""
+    fewest subscriptions, then the best rendezvous rank for `topic`; None for no brokers."""
     owned = owned or Counter()
     return min(brokers, default=None,
-               key=lambda b: (max(b.topics, owned[b.broker_id]), b.subscriptions, b.broker_id))
+               key=lambda b: (max(b.topics, owned[b.broker_id]), b.subscriptions,
+                              rank(b.broker_id, topic), b.broker_id))
 
 
 async def pick_broker(store: MetadataStore, cluster: str, role: str,
@@ -49,4 +59,4 @@ async def pick_broker(store: MetadataStore, cluster: str, role: str,
             owned[mpb.Ownership.FromString(kv.value).broker_id] += 1
         except Exception:  # noqa: BLE001 - a damaged record counts for nobody
             continue
-    return least_loaded(brokers, owned)
+    return least_loaded(brokers, topic, owned)

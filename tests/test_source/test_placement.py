@@ -1,7 +1,7 @@
 """Placement by load (source/metadata/placement.py) over the in-memory metadata store: the
 least loaded live broker with the role gets a topic nobody owns (topics, then subscriptions,
-then id), ownership records count at once, partitions spread, and when an owner's lease
-expires the topic goes to the least loaded broker still alive."""
+then the topic's rendezvous rank), ownership records count at once, partitions spread, and
+when an owner's lease expires the topic goes to the least loaded broker still alive."""
 from __future__ import annotations
 
 import asyncio
@@ -9,7 +9,7 @@ import asyncio
 from source.broker.ownership import BrokerSession
 from source.core.names import TopicName
 from source.metadata import MemoryStore, keys
-from source.metadata.placement import pick_broker
+from source.metadata.placement import pick_broker, rank
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
 C = "c"
@@ -42,7 +42,13 @@ def test_fewest_topics_then_subscriptions_then_id():
         assert (await pick_broker(store, C, "shadow", _t("x"))).broker_id == "d"
         await _register(store, "e", topics=0, subs=2)
         await _register(store, "f", topics=0, subs=2)
-        assert (await pick_broker(store, C, "shadow", _t("x"))).broker_id == "d"  # tie: id
+        # a tie: the topic's rendezvous rank decides, the same answer for every asker
+        tied = {"d", "e", "f"}
+        want = min(tied, key=lambda b: rank(b, _t("x")))
+        assert (await pick_broker(store, C, "shadow", _t("x"))).broker_id == want
+        assert (await pick_broker(store, C, "shadow", _t("x"))).broker_id == want
+        assert {(await pick_broker(store, C, "shadow", _t(f"y{i}"))).broker_id
+                for i in range(30)} == tied
         assert await pick_broker(store, C, "compaction", _t("x")) is None
         await store.close()
     asyncio.run(body())
@@ -58,7 +64,24 @@ def test_owned_topics_count_before_the_next_load_report_so_placements_spread():
             b = await pick_broker(store, C, "shadow", topic)
             await _own(store, topic, b.broker_id, leases[b.broker_id])
             placed.append(b.broker_id)
-        assert placed == ["s1", "s2", "s1", "s2"]
+        # each placement counts at once: the one after a placement goes to the other broker
+        assert placed[0] != placed[1] and placed[2] != placed[3], placed
+        await store.close()
+    asyncio.run(body())
+
+
+def test_partitions_placed_in_the_same_instant_spread_over_tied_brokers():
+    """Nothing is owned yet when the replicators of a partitioned shadow all ask at once:
+    the loads are equal, and the partitions still do not all go to one broker."""
+    async def body():
+        store = MemoryStore()
+        for b in ("s1", "s2", "s3"):
+            await _register(store, b)
+        picks = await asyncio.gather(*(pick_broker(store, C, "shadow", _t(f"sh-partition-{i}"))
+                                       for i in range(12)))
+        counts = {b: sum(p.broker_id == b for p in picks) for b in ("s1", "s2", "s3")}
+        assert all(counts.values()), counts
+        assert max(counts.values()) <= 8, counts
         await store.close()
     asyncio.run(body())
 
