@@ -149,3 +149,16 @@ def worker(etcd_server, tmp_path_factory, cluster):
         yield w
     finally:
         w.kill()
+
+
+@pytest.fixture
+def compacting_source(etcd_server, tmp_path, cluster, worker):
+    """A source broker of the module worker's `cluster`, of this test alone (the test may
+    restart it); killed afterwards."""
+    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
+                      extra_args=[*BROKER_ARGS, "--cluster", cluster])
+    b.start(timeout=60)
+    try:
+        yield b
+    finally:
+        b.kill()

@@ -25,8 +25,9 @@ from source.client import Client
 from source.metadata import keys
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from tests.test_integration.etcd_support import on_etcd
-from tests.test_integration.test_compacted_read import (ITEMS, eventually, produce,
-                                                        publish_compaction, storage_root)
+from tests.test_integration.test_compacted_read import (ITEMS, produce, publish_compaction,
+                                                        storage_root)
+from tests.test_integration.waiting import eventually, wait_for
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 
@@ -75,17 +76,6 @@ def read_back(url: str, topic: str) -> list[tuple[str | None, str]]:
     """(key, payload) of every message of `topic`, through `shadowtopic read`."""
     res = run(url, "read", topic, "--until-end", "-o", "json")
     return [(m["key"], m["payload"]) for m in map(json.loads, ok(res).splitlines())]
-
-
-def wait_for(check, what: str, timeout: float = 30.0):
-    """Poll `check()` until it returns something true (bounded in time)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def stderr_line(proc: subprocess.Popen, timeout: float = 60.0) -> str:
@@ -169,7 +159,8 @@ def test_ctrl_c_while_producing_from_stdin_says_what_was_acknowledged(broker, to
         proc.stdin.write(b"k1=a\nk2=b\nk3=c\n")
         proc.stdin.flush()  # the input stays open: the CLI waits for more
         with Client(broker.url) as c:
-            wait_for(lambda: c.admin.stats(topic)["msgInCounter"] == 3, "3 messages stored")
+            wait_for(lambda: c.admin.stats(topic)["msgInCounter"] == 3, 30,
+                     "3 messages stored")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
@@ -189,7 +180,7 @@ def test_ctrl_c_while_producing_many_waits_for_the_receipts(broker, topic):
                             env=env_for(broker.url))
     try:
         with Client(broker.url) as c:
-            wait_for(lambda: c.admin.stats(topic)["msgInCounter"] > 0, "a message stored")
+            wait_for(lambda: c.admin.stats(topic)["msgInCounter"] > 0, 30, "a message stored")
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=120)
             stored = c.admin.stats(topic)["msgInCounter"]

@@ -11,35 +11,12 @@ reaches them only through the new compacted ledger.
 """
 from __future__ import annotations
 
-import time
-import uuid
-
-import pytest
-
-from source.broker.server import free_port
 from source.client import Client, Policies
 from source.core.policies import DEFAULTS
-from source.standalone import BrokerProcess
 from tests.test_integration.compaction_support import pointer, produce, wait_done
+from tests.test_integration.waiting import eventually
 
 FILLERS = 20  # messages between what the reader read and the delete: more than it prefetches
-
-
-@pytest.fixture
-def source(etcd_server, tmp_path, cluster, worker):
-    """A source broker of the worker's cluster, of this test alone (it may be restarted)."""
-    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
-                      extra_args=["--lease-ttl", "3", "--cluster", cluster])
-    b.start(timeout=60)
-    try:
-        yield b
-    finally:
-        b.kill()
-
-
-@pytest.fixture
-def topic():
-    return f"persistent://public/ns-{uuid.uuid4().hex[:8]}/t"
 
 
 def compact(client, topic: str) -> str:
@@ -70,24 +47,13 @@ def apply(state: dict, msg) -> None:
         state.pop(msg.key, None)
 
 
-def eventually(check, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-
-
-def test_a_compacted_reader_crossing_a_compaction_receives_the_delete(source, etcd_server,
-                                                                       topic):
+def test_a_compacted_reader_crossing_a_compaction_receives_the_delete(compacting_source,
+                                                                       etcd_server, topic):
     """K18, the issue's repro: put k1, compact, a read_compacted reader reads past the
     horizon, k1 is deleted, compact again: the reader goes on in the new compacted ledger
     and receives k1's tombstone, ending with exactly the topic's keys (default policies:
     delete_retention_seconds is one day)."""
-    with Client(source.url, timeout=30) as c:
+    with Client(compacting_source.url, timeout=30) as c:
         first = produce(c, topic, [("k1", "v1")])
         assert c.admin.get_policies(topic).delete_retention_seconds == \
             DEFAULTS.delete_retention_seconds == 86400
@@ -118,12 +84,12 @@ def test_a_compacted_reader_crossing_a_compaction_receives_the_delete(source, et
 
 
 def test_a_compacted_subscription_receives_the_delete_across_a_broker_restart(
-        source, etcd_server, topic):
+        compacting_source, etcd_server, topic):
     """K18 for a durable read_compacted subscription: it acknowledged past the first
     horizon, k1 was deleted, the broker restarted, then the topic was compacted again:
     resumed from its cursor, it reads on in the new compacted ledger and receives k1's
     tombstone (the cursor is all it kept: the delete reaches it from the ledger)."""
-    with Client(source.url, timeout=30) as c:
+    with Client(compacting_source.url, timeout=30) as c:
         c.admin.create_topic(topic, policies=Policies(delete_retention_seconds=3600))
         first = produce(c, topic, [("k1", "v1"), ("k2", "v2")])
         compact(c, topic)
@@ -141,9 +107,9 @@ def test_a_compacted_subscription_receives_the_delete_across_a_broker_restart(
             str(fillers[0])))
         sub.close()
         delete = produce(c, topic, [("k1", "")])[0]
-    assert source.terminate() == 0
-    source.start(timeout=60)
-    with Client(source.url, timeout=30) as c:
+    assert compacting_source.terminate() == 0
+    compacting_source.start(timeout=60)
+    with Client(compacting_source.url, timeout=30) as c:
         compact(c, topic)
         assert compacted_ids(c, topic) == [first[1], fillers[-1], delete]
         sub = c.subscribe(topic, "snap", read_compacted=True, receiver_queue_size=1)

@@ -19,6 +19,7 @@ from source.broker.server import free_port
 from source.client import Client, Policies, errors
 from source.core.policies import BacklogQuotaAction
 from source.standalone import BrokerProcess
+from tests.test_integration.waiting import wait_for
 
 ARGS = ["--lease-ttl", "3", "--retention-interval", "0.5"]
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
@@ -40,16 +41,6 @@ def quick_broker(etcd_server, tmp_path):
 def cli(url: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([EXE, "--url", url, *args], capture_output=True, text=True,
                           timeout=60, stdin=subprocess.DEVNULL)
-
-
-def wait_for(cond, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def sub_stats(c: Client, topic: str, name: str) -> dict:
@@ -84,9 +75,9 @@ def test_ttl_acknowledges_old_messages_then_retention_deletes_their_ledger(quick
         assert res.returncode == 0, res.stderr
         assert json.loads(cli(quick_broker.url, "topics", "get-policies", topic, "-o", "json")
                           .stdout)["message_ttl_seconds"] == 2
-        wait_for(lambda: backlog(c, topic, "abandoned") == 0, what="TTL to acknowledge")
+        wait_for(lambda: backlog(c, topic, "abandoned") == 0, 30, "TTL to acknowledge")
         assert int(sub_stats(c, topic, "abandoned")["msgExpired"]) == 5
-        wait_for(lambda: entries(c, topic) == 0, what="retention to delete the ledger")
+        wait_for(lambda: entries(c, topic) == 0, 30, "retention to delete the ledger")
         with c.create_producer(topic) as p:  # new messages are kept until they are old
             p.send(b"fresh")
         assert backlog(c, topic, "abandoned") == 1
@@ -114,7 +105,7 @@ def test_quota_hold_makes_produce_wait_until_a_consumer_catches_up(quick_broker,
     with Client(quick_broker.url, timeout=20) as c:
         quota_topic(c, topic, BacklogQuotaAction.PRODUCER_REQUEST_HOLD)
         with c.create_producer(topic) as p:
-            wait_for(lambda: exceeded(c, topic), what="the quota to be exceeded")
+            wait_for(lambda: exceeded(c, topic), 30, "the quota to be exceeded")
             assert sub_stats(c, topic, "slow")["backlogQuotaExceeded"] is True
             with pytest.raises(errors.Timeout):  # held: the client's timeout ends the wait
                 p.send(b"held", timeout=1.5)
@@ -143,19 +134,19 @@ def test_quota_hold_makes_produce_wait_until_a_consumer_catches_up(quick_broker,
                 sender.join(30)
                 assert not sender.is_alive() and "id" in result, result
                 assert got[:20] == [payload(i) for i in range(20)]
-        wait_for(lambda: not exceeded(c, topic), what="the quota to be met")
+        wait_for(lambda: not exceeded(c, topic), 30, "the quota to be met")
 
 
 def test_quota_exception_refuses_produce_with_a_typed_error(quick_broker, topic):
     with Client(quick_broker.url, timeout=20) as c:
         quota_topic(c, topic, BacklogQuotaAction.PRODUCER_EXCEPTION)
         with c.create_producer(topic) as p:
-            wait_for(lambda: exceeded(c, topic), what="the quota to be exceeded")
+            wait_for(lambda: exceeded(c, topic), 30, "the quota to be exceeded")
             with pytest.raises(errors.ProducerBlockedQuotaExceeded) as info:
                 p.send(b"refused", timeout=10)
             assert "slow" in info.value.message
             c.admin.clear_backlog(topic, "slow")
-            wait_for(lambda: not exceeded(c, topic), what="the quota to be met")
+            wait_for(lambda: not exceeded(c, topic), 30, "the quota to be met")
             p.send(b"accepted", timeout=10)
 
 
@@ -169,7 +160,7 @@ def test_quota_eviction_skips_the_slowest_subscription_to_within_quota(quick_bro
                     p.send(payload(i))
             for _ in range(20):
                 fast.acknowledge(fast.receive(timeout=10))
-            wait_for(lambda: backlog(c, topic, "fast") == 0, what="fast to catch up")
+            wait_for(lambda: backlog(c, topic, "fast") == 0, 30, "fast to catch up")
             res = cli(quick_broker.url, "topics", "set-policies", topic,
                       "--backlog-quota-size", "500",
                       "--backlog-quota-action", "consumer_backlog_eviction")
@@ -178,7 +169,7 @@ def test_quota_eviction_skips_the_slowest_subscription_to_within_quota(quick_bro
             assert json.loads(shown.stdout)["backlog_quota_action"] == \
                 "consumer_backlog_eviction"
             slow = wait_for(lambda: (s := sub_stats(c, topic, "slow")) and
-                            int(s.get("msgEvicted", 0)) > 0 and s, what="eviction")
+                            int(s.get("msgEvicted", 0)) > 0 and s, 30, "eviction")
             assert int(slow["backlogSize"]) <= 500 and int(slow["msgBacklog"]) < 20
             assert int(slow["msgBacklog"]) + int(slow["msgEvicted"]) == 20
             assert int(sub_stats(c, topic, "fast")["msgEvicted"]) == 0
@@ -203,7 +194,7 @@ def test_idle_subscription_expires_one_with_a_consumer_stays(quick_broker, topic
                       "--subscription-expiration", "2s")
             assert res.returncode == 0, res.stderr
             wait_for(lambda: "idle" not in c.admin.list_subscriptions(topic),
-                     what="the idle subscription to expire")
+                     timeout=30, what="the idle subscription to expire")
             assert "busy" in c.admin.list_subscriptions(topic)
             assert busy.receive(timeout=10).payload == b"x"
             assert int(sub_stats(c, topic, "busy")["lastActive"]) > 0
@@ -222,18 +213,18 @@ def test_ttl_and_expiry_apply_to_a_shadows_own_subscriptions(start_pair, topic):
             with c.create_producer(topic) as p:
                 for i in range(5):
                     p.send(payload(i))
-            wait_for(lambda: backlog(c, shadow, "idle") == 5, what="the shadow to replicate")
+            wait_for(lambda: backlog(c, shadow, "idle") == 5, 30, "the shadow to replicate")
             got = kept.receive(timeout=10)  # received, never acknowledged
             assert got.payload == payload(0)
             c.admin.set_policies(shadow, Policies(message_ttl_seconds=2))
             wait_for(lambda: backlog(c, shadow, "kept") == 0 and
-                     backlog(c, shadow, "idle") == 0, what="TTL on the shadow")
+                     backlog(c, shadow, "idle") == 0, 30, "TTL on the shadow")
             assert int(sub_stats(c, shadow, "kept")["msgExpired"]) == 5
             # the source's own subscriptions are not the shadow's business
             assert c.admin.get_policies(topic).message_ttl_seconds == 0
             c.admin.set_policies(shadow, Policies(subscription_expiration_seconds=2))
             wait_for(lambda: "idle" not in c.admin.list_subscriptions(shadow),
-                     what="the shadow's idle subscription to expire")
+                     timeout=30, what="the shadow's idle subscription to expire")
             assert "kept" in c.admin.list_subscriptions(shadow)
 
 
@@ -256,12 +247,12 @@ def test_quota_eviction_applies_to_a_shadows_own_subscriptions(start_pair, topic
         c.admin.roll_ledger(topic)
         wait_for(lambda: backlog(c, shadow, "slow") == 20 and
                  int(sub_stats(c, shadow, "slow").get("backlogSize", 0)) > 500,
-                 what="the shadow to replicate and see the sealed ledger")
+                 timeout=30, what="the shadow to replicate and see the sealed ledger")
         c.admin.set_policies(shadow, Policies(
             backlog_quota_size_bytes=500,
             backlog_quota_action=BacklogQuotaAction.CONSUMER_BACKLOG_EVICTION))
         slow = wait_for(lambda: (s := sub_stats(c, shadow, "slow")) and
-                        int(s.get("msgEvicted", 0)) > 0 and s, what="eviction on the shadow")
+                        int(s.get("msgEvicted", 0)) > 0 and s, 30, "eviction on the shadow")
         assert int(slow["backlogSize"]) <= 500
         assert int(slow["msgBacklog"]) + int(slow["msgEvicted"]) == 20
         assert backlog(c, topic, "source-slow") == 20

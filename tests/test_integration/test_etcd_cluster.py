@@ -34,6 +34,7 @@ from source.metadata import EtcdStore, keys
 from source.metadata.etcd_server import EtcdCluster, EtcdServer
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.standalone import BrokerProcess
+from tests.test_integration.waiting import wait_for
 
 pytestmark = [pytest.mark.integration]
 
@@ -107,16 +108,6 @@ def cli_json(*args: str, url: str = ""):
     res = cli(*args, "-o", "json", url=url)
     assert res.returncode == 0, f"shadowtopic {' '.join(args)}: {res.stderr}"
     return json.loads(res.stdout)
-
-
-def wait_for(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
 
 
 @pytest.fixture(scope="module")
@@ -263,7 +254,7 @@ def test_brokers_list_shows_each_broker_with_its_load(world):
                 return (world.sh.url in now and world.src.url in now
                         and now[world.sh.url][1].subscriptions >= 2
                         and now[world.src.url][1].subscriptions >= 1)
-            wait_for(loaded, 30, "both brokers' load in etcd")
+            wait_for(loaded, 30, "both brokers' load in etcd", interval=0.3)
             rows = cli_json("brokers", "list", "--etcd", world.etcd.endpoints,
                             "--cluster", world.cluster)
     assert len(rows) == 2

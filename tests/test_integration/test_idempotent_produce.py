@@ -13,6 +13,7 @@ from source.broker.server import free_port
 from source.client import Client, errors
 from source.core.message_id import MessageId
 from source.standalone import BrokerProcess
+from tests.test_integration.waiting import wait_for
 
 
 def _read_all(url: str, topic: str) -> list:
@@ -23,13 +24,6 @@ def _read_all(url: str, topic: str) -> list:
                 return out
             out.append(r.read_next(timeout=20))
     raise AssertionError("the topic did not end")
-
-
-def _wait(cond, what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 @pytest.mark.slow
@@ -69,8 +63,8 @@ def test_producer_carries_on_through_kill9_restarts_exactly_once_in_order(
             sender = threading.Thread(target=produce, daemon=True)
             sender.start()
             for k in range(kills):
-                _wait(lambda: len(acked) >= (k + 1) * count // (kills + 2) or failed,
-                      "acknowledgements before a kill")
+                wait_for(lambda: len(acked) >= (k + 1) * count // (kills + 2) or failed, 120,
+                         "acknowledgements before a kill", interval=0.02)
                 b.kill()
                 b.start(timeout=60)
             sender.join(180)

@@ -12,7 +12,6 @@ import uuid
 
 import pytest
 
-from source.broker.server import free_port
 from source.client import Client, Policies, errors
 from source.core.names import TopicName
 from source.standalone import BrokerProcess
@@ -129,18 +128,6 @@ def test_replication_series_per_shadow_and_per_subscription_series(start_pair, e
         assert value(s, "shadowtopic_subscription_out_messages_total", **sub) == 12
         assert value(s, "pulsar_out_messages_total", **labels_of(shadow, cluster)) == 12
         cons.close()
-
-
-@pytest.fixture
-def compacting_source(etcd_server, tmp_path, cluster, worker):
-    """A source broker of the module worker's cluster."""
-    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
-                      extra_args=["--lease-ttl", "3", "--cluster", cluster])
-    b.start(timeout=60)
-    try:
-        yield b
-    finally:
-        b.kill()
 
 
 def test_compaction_worker_counts_a_compaction(compacting_source, worker, cluster):

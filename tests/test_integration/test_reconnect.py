@@ -11,6 +11,7 @@ import pytest
 
 from source.client import Client
 from source.core import errors
+from tests.test_integration.waiting import wait_for
 
 #: the clients under test keep reconnecting this long (a restart takes a few seconds)
 RECONNECT_S = 60.0
@@ -29,16 +30,6 @@ def produce(url: str, topic: str, payloads: list[str]) -> None:
 def restart(broker) -> None:
     broker.kill()
     broker.start(timeout=60)
-
-
-def wait_for(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 @pytest.mark.own_broker
@@ -93,7 +84,8 @@ def test_a_durable_consumer_carries_on_across_kill_9_and_ends_with_everything_ac
 
         def backlog() -> int:
             return c.admin.stats(topic)["subscriptions"]["sub"]["msgBacklog"]
-        wait_for(lambda: backlog() == total - 150, 30, "the acks to reach the broker")
+        wait_for(lambda: backlog() == total - 150, 30, "the acks to reach the broker",
+                 interval=0.2)
         time.sleep(1.5)  # one cursor flush interval (1 s), and then some
         restart(broker)
         after: list[str] = []
@@ -108,7 +100,7 @@ def test_a_durable_consumer_carries_on_across_kill_9_and_ends_with_everything_ac
         assert not acked_before & set(after)
         assert set(unacked) <= set(after)  # the at-least-once window
         assert set(seen) | set(after) == {f"m{i}" for i in range(total)}
-        wait_for(lambda: backlog() == 0, 30, "the backlog to reach 0")
+        wait_for(lambda: backlog() == 0, 30, "the backlog to reach 0", interval=0.2)
         consumer.close()
 
 

@@ -11,9 +11,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
+
+from tests.test_integration.waiting import wait_for
 
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
@@ -71,16 +72,6 @@ def one_line_error(res, expected: str | None = None, contains: str | None = None
     if contains is not None:
         assert lines[0].startswith("error: ") and contains in lines[0], lines[0]
     return lines[0]
-
-
-def wait_for(cond, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def ids(msgs: list[dict]) -> list[str]:
@@ -166,7 +157,8 @@ def test_read_consume_and_admin_commands_work_on_a_shadow_through_the_source_bro
         rep = st.get("shadowReplication", {}).get(shadow)
         return rep if rep and rep.get("connected") and rep.get("replicatedPosition") == last \
             else None
-    rep = wait_for(replicated, 30, "shadowReplication of the source's stats to catch up")
+    rep = wait_for(replicated, 30, "shadowReplication of the source's stats to catch up",
+                   interval=0.2)
     # a new shadow's replicator starts at the tail (the history is read from the ledgers):
     # it carried the 5 live messages' ids
     assert int(rep.get("replicationBacklog", 0)) == 0 and int(rep["msgOutCounter"]) >= 5, rep
@@ -261,7 +253,7 @@ def test_stats_internal_of_a_shadow_lists_the_sources_ledger_ids(pair, cli, topi
 
     sh.kill()                                             # nobody serves the shadow now
     wait_for(lambda: cli("topics", "lookup", shadow).returncode == 1, 30,
-             "the shadow broker's registration to lapse")
+             "the shadow broker's registration to lapse", interval=0.2)
     unserved = jdoc(cli("topics", "stats-internal", shadow, "-o", "json"))
     assert ledger_ids(unserved) == ledger_ids(src), \
         f"the shadow's stats-internal while nobody serves it: {unserved}"

@@ -23,6 +23,7 @@ from source.client import Client, Policies, errors
 from source.core.names import TopicName
 from source.metadata import keys
 from tests.test_integration.etcd_support import etcd_prefix
+from tests.test_integration.waiting import drain, wait_for
 
 N = 35            # messages: 3 sealed ledgers of 10 and an open one of 5
 SMALL = dict(ledger_max_entries=10, retention_time_seconds=0)  # every sealed ledger is "old"
@@ -41,28 +42,6 @@ def etcd(etcd_server, prefix: str) -> dict[str, bytes]:
 def need(etcd_server, source: str, shadow: str) -> bytes | None:
     key = keys.shadow_needs(TopicName.parse(source), TopicName.parse(shadow))
     return etcd(etcd_server, key).get(key)
-
-
-def wait_for(cond, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
-def drain(consumer, n: int, timeout: float = 15.0) -> list:
-    got = []
-    deadline = time.monotonic() + timeout
-    while len(got) < n:
-        left = deadline - time.monotonic()
-        assert left > 0, f"got {len(got)} of {n}"
-        m = consumer.receive(timeout=left)
-        got.append(m)
-        consumer.acknowledge(m)
-    return got
 
 
 def entries(c, topic: str) -> int:
@@ -103,7 +82,7 @@ def test_policy_on_a_lagging_shadow_subscription_keeps_the_sources_ledgers(pair,
         time.sleep(3)  # six retention passes, a seal or more each
         assert entries(c, topic) == N  # nothing deleted: the shadow still needs it all
         with c.subscribe(shadow, "lagging") as cons:
-            got = drain(cons, N)
+            got = drain(cons, N, timeout=15)
             assert [(m.message_id.ledger_id, m.message_id.entry_id) for m in got] == \
                 [(x.ledger_id, x.entry_id) for x in ids]
             sub = wait_for(lambda: c.admin.stats(shadow)["subscriptions"]["lagging"],
@@ -132,7 +111,7 @@ def test_policy_off_retention_deletes_and_the_shadow_cursor_skips(pair, topic, e
             ids = [p.send(f"m{i}".encode()) for i in range(N)]
         wait_for(lambda: entries(c, topic) == N - 30, what="retention")
         with c.subscribe(shadow, "lagging") as cons:
-            got = drain(cons, N - 30)
+            got = drain(cons, N - 30, timeout=15)
             assert [(m.message_id.ledger_id, m.message_id.entry_id) for m in got] == \
                 [(x.ledger_id, x.entry_id) for x in ids[30:]]
             sub = wait_for(lambda: c.admin.stats(shadow)["subscriptions"]["lagging"],
@@ -158,7 +137,7 @@ def test_turning_the_policy_on_later_keeps_from_then_on(pair, topic, etcd_server
         time.sleep(2)
         assert entries(c, topic) == 25  # kept from the shadow's need on
         with c.subscribe(shadow, "lagging") as cons:
-            got = drain(cons, 25)
+            got = drain(cons, 25, timeout=15)
             assert got[0].value() == "a10" and got[-1].value() == "b19"
 
 
@@ -189,13 +168,13 @@ def test_a_shadow_deleted_through_the_source_broker_is_unloaded_by_the_shadow_br
         assert c.admin.lookup(shadow)["brokerUrl"] == sh.url
         with c.create_producer(topic) as p:
             p.send(b"one")
-        drain(cons, 1)
+        drain(cons, 1, timeout=15)
         wait_for(lambda: need(etcd_server, topic, shadow), what="the shadow's need")
         time.sleep(1.2)  # a cursor flush: the cursor pointer exists
         assert keys.cursors(TopicName.parse(shadow)) in etcd(etcd_server, prefix)
         with c.create_producer(topic) as p:  # acked, not yet flushed when it is deleted
             p.send(b"two")
-        drain(cons, 1)
+        drain(cons, 1, timeout=15)
         c.admin.delete_shadow_topic(shadow)  # handled by the source broker
         with pytest.raises(errors.TopicNotFound):
             deadline = time.monotonic() + 10
@@ -208,5 +187,5 @@ def test_a_shadow_deleted_through_the_source_broker_is_unloaded_by_the_shadow_br
         c.admin.create_shadow_topic(shadow, topic)
         assert c.admin.list_subscriptions(shadow) == []
         with c.subscribe(shadow, "s", initial_position="earliest") as again:
-            assert [m.value() for m in drain(again, 2)] == ["one", "two"]
+            assert [m.value() for m in drain(again, 2, timeout=15)] == ["one", "two"]
         cons.close()

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from source.client import Client, Policies, errors
+from tests.test_integration.waiting import wait_for
 
 N = 1_000_000
 LEDGER_MAX_ENTRIES = 300_000   # a batch may overshoot a ledger by < 1 batch: 3 sealed + open
@@ -44,16 +45,6 @@ def files(root: str) -> dict[str, str]:
             except FileNotFoundError:
                 continue
     return out
-
-
-def wait_for(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 class Runs:
@@ -115,7 +106,8 @@ def test_a_shadow_of_a_million_message_source_writes_no_file_and_reads_all_with_
                     len([p for p in on_disk if p.endswith(".wal")]) == 1:
                 return ledgers
             return None
-        ledgers = wait_for(settled, 120, "the source's full ledgers to seal")
+        ledgers = wait_for(settled, 120, "the source's full ledgers to seal",
+                           interval=0.2)
         # what the producer got back is exactly the source's ledgers, entry by entry
         assert acked.runs == [[lg["ledgerId"], 0, int(lg["entries"]) - 1] for lg in ledgers]
         sealed = [lg for lg in ledgers if lg["state"] == "SEALED"]

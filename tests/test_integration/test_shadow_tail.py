@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import uuid
 
 import grpc
@@ -24,6 +23,7 @@ from source.core.errors import REASON_KEY
 from source.core.names import canonical
 from source.pb.v1 import common_pb2, storage_pb2
 from source.standalone import BrokerProcess
+from tests.test_integration.waiting import drain, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -85,28 +85,6 @@ def payloads(got: list[common_pb2.EncodedEntry]) -> list[bytes]:
 
 def ledgers(c: Client, topic: str) -> list[dict]:
     return c.admin.internal_stats(topic)["ledgers"]
-
-
-def wait_for(cond, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
-def drain(consumer, n: int, timeout: float = 20.0) -> list:
-    got = []
-    deadline = time.monotonic() + timeout
-    while len(got) < n:
-        left = deadline - time.monotonic()
-        assert left > 0, f"got {len(got)} of {n}"
-        m = consumer.receive(timeout=left)
-        got.append(m)
-        consumer.acknowledge(m)
-    return got
 
 
 def files_under(root: str) -> list[str]:

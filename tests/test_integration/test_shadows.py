@@ -14,6 +14,7 @@ import pytest
 from source.client import Client, Policies, errors
 from source.core.names import canonical
 from source.pb.v1 import common_pb2, replication_pb2
+from tests.test_integration.waiting import drain, nothing_more, wait_for
 
 
 @pytest.fixture
@@ -31,37 +32,6 @@ def files(root: str) -> dict[str, int]:
             p = os.path.join(d, n)
             out[os.path.relpath(p, root)] = os.path.getsize(p)
     return out
-
-
-def drain(consumer, n: int, timeout: float = 15.0, ack: bool = True) -> list:
-    got = []
-    deadline = time.monotonic() + timeout
-    while len(got) < n:
-        left = deadline - time.monotonic()
-        assert left > 0, f"got {len(got)} of {n}"
-        m = consumer.receive(timeout=left)
-        got.append(m)
-        if ack:
-            consumer.acknowledge(m)
-    return got
-
-
-def nothing_more(consumer, wait: float = 0.5) -> bool:
-    try:
-        consumer.receive(timeout=wait)
-    except errors.Timeout:
-        return True
-    return False
-
-
-def wait_for(cond, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def fields(m) -> tuple:
@@ -84,14 +54,14 @@ def test_r1_r3_a_shadow_delivers_the_sources_messages_with_the_same_ids(pair, to
         with c.create_reader(topic, start="earliest") as r:
             want = [fields(r.read_next(timeout=10)) for _ in range(100)]
         with c.subscribe(f"{topic}-shadow", "s", initial_position="earliest") as cons:
-            got = drain(cons, 100)
+            got = drain(cons, 100, timeout=15)
             assert [fields(m)[1:] for m in got] == [w[1:] for w in want]
             assert [(m.message_id.ledger_id, m.message_id.entry_id) for m in got] == \
                 [(w[0].ledger_id, w[0].entry_id) for w in want]
             # live messages follow, with their ids
             with c.create_producer(topic) as p:
                 live = [p.send(f"live{i}".encode(), key="k") for i in range(20)]
-            got = drain(cons, 20)
+            got = drain(cons, 20, timeout=15)
             assert [(m.message_id.ledger_id, m.message_id.entry_id) for m in got] == \
                 [(x.ledger_id, x.entry_id) for x in live]
             assert nothing_more(cons)
@@ -110,7 +80,7 @@ def test_r2_two_shadows_and_the_source_each_get_every_message(pair, topic):
         with c.create_producer(topic) as p:
             ids = [p.send(f"m{i}".encode()) for i in range(50)]
         for cons in consumers:
-            got = drain(cons, 50)
+            got = drain(cons, 50, timeout=15)
             assert [(m.message_id.ledger_id, m.message_id.entry_id) for m in got] == \
                 [(x.ledger_id, x.entry_id) for x in ids]
             assert nothing_more(cons, 0.3)
@@ -133,7 +103,7 @@ def test_r6_the_shadow_broker_killed_and_restarted_catches_up(pair, topic):
         cons = c.subscribe(f"{topic}-shadow", "s", initial_position="earliest")
         with c.create_producer(topic) as p:
             first = [p.send(f"a{i}".encode()) for i in range(10)]
-        drain(cons, 10)
+        drain(cons, 10, timeout=15)
         time.sleep(1.5)  # its cursor is flushed
         sh.kill()
         with c.create_producer(topic) as p:
@@ -143,11 +113,11 @@ def test_r6_the_shadow_broker_killed_and_restarted_catches_up(pair, topic):
         sh.start(timeout=60)
     with Client(src.url) as c:
         cons = c.subscribe(f"{topic}-shadow", "s")
-        got = drain(cons, 10)
+        got = drain(cons, 10, timeout=15)
         assert [m.message_id.entry_id for m in got] == [x.entry_id for x in meanwhile]
         with c.create_producer(topic) as p:
             after = p.send(b"after")
-        assert drain(cons, 1)[0].message_id.entry_id == after.entry_id
+        assert drain(cons, 1, timeout=15)[0].message_id.entry_id == after.entry_id
         assert nothing_more(cons)
         assert first  # (used above)
 
@@ -234,7 +204,7 @@ def test_r7_a_backlog_past_the_policy_resets_and_the_shadow_still_reads_it(pair,
                                [f"{topic}-shadow"]).get("connected") and s, what="reconnect")
         assert int(st["autoResets"]) >= 1
         with c.subscribe(f"{topic}-shadow", "s") as cons:
-            got = drain(cons, 101)
+            got = drain(cons, 101, timeout=15)
             assert [m.message_id.entry_id for m in got] == [x.entry_id for x in ids]
 
 
@@ -276,7 +246,7 @@ def _shadow_with_messages(c, topic: str, shadow: str, n: int = 5):
     cons = c.subscribe(shadow, "s", initial_position="earliest")
     with c.create_producer(topic) as p:
         ids = [p.send(f"m{i}".encode()) for i in range(n)]
-    drain(cons, n)
+    drain(cons, n, timeout=15)
     return cons, ids, int(c.admin.lookup(topic)["epoch"])
 
 
@@ -300,7 +270,7 @@ def test_r5_resent_and_stale_batches_change_nothing_and_a_deposed_owner_is_refus
         assert acks[0].HasField("error") and acks[0].error.reason == "Fenced"
         with c.create_producer(topic) as p:  # replication goes on
             more = p.send(b"more")
-        assert drain(cons, 1)[0].message_id.entry_id == more.entry_id
+        assert drain(cons, 1, timeout=15)[0].message_id.entry_id == more.entry_id
         cons.close()
 
 
@@ -329,7 +299,7 @@ def test_r5_replication_is_accepted_only_at_the_owners_epoch_and_for_listed_ledg
         assert c.admin.last_message_id(shadow) == ids[-1]
         with c.create_producer(topic) as p:  # replication goes on, reads work
             more = p.send(b"more")
-        assert drain(cons, 1)[0].message_id == more
+        assert drain(cons, 1, timeout=15)[0].message_id == more
         with c.create_reader(shadow, start="earliest") as r:
             got = [r.read_next(timeout=10).payload for _ in range(6)]
         assert got == [f"m{i}".encode() for i in range(5)] + [b"more"]
@@ -350,7 +320,7 @@ def test_c8_source_truncation_moves_shadow_cursors_past_deleted_ledgers(pair, to
         with c.create_producer(topic) as p:
             after = [p.send(f"n{i}".encode()) for i in range(3)]
         with c.subscribe(shadow, "lagging") as cons:
-            got = drain(cons, 3)
+            got = drain(cons, 3, timeout=15)
             assert [m.message_id.entry_id for m in got] == [x.entry_id for x in after]
             assert [m.message_id.ledger_id for m in got] == [x.ledger_id for x in after]
         sub = wait_for(lambda: c.admin.stats(shadow)["subscriptions"]["lagging"],

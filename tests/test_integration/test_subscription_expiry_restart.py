@@ -14,11 +14,14 @@ import pytest
 from source.broker.server import free_port
 from source.client import Client, Policies, errors
 from source.standalone import BrokerProcess
+from tests.test_integration.waiting import wait_for
 
 # a cluster of its own: brokers of earlier tests, killed with their leases not yet expired,
 # are still registered in the session's etcd and must not be picked to own the topic
 ARGS = ["--lease-ttl", "3", "--retention-interval", "0.5"]
 APART_S = 4.0  # between the disconnect and the kill: what the two counts differ by at least
+#: client errors a wait counts as not yet: the restarted broker may not own the topic yet
+NOT_YET = (errors.ShadowTopicError,)
 
 
 @pytest.fixture
@@ -32,21 +35,6 @@ def restartable(etcd_server, tmp_path):
         yield b
     finally:
         b.kill()
-
-
-def wait_for(cond, timeout: float = 30.0, what: str = "condition"):
-    """Poll `cond()` until it is truthy (client errors count as not yet: the restarted
-    broker may not own the topic yet); its value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            v = cond()
-        except errors.ShadowTopicError:
-            v = None
-        if v:
-            return v
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def now_ms() -> int:
@@ -70,18 +58,18 @@ def test_expiry_counts_from_the_disconnect_across_a_kill_and_restart(restartable
                 p.send(b"pinned")
             assert cons.receive(timeout=10).payload == b"pinned"  # never acknowledged
         wait_for(lambda: sub_stats(c, topic, "abandoned")["consumers"] == [] or None,
-                 what="the consumer to detach")
+                 timeout=30, what="the consumer to detach", ignore=NOT_YET)
         before = flushes(c, topic, "abandoned")
         detached = int(sub_stats(c, topic, "abandoned")["lastActive"])
         wait_for(lambda: flushes(c, topic, "abandoned") > before,
-                 what="the cursor flusher to save the detach")
+                 timeout=30, what="the cursor flusher to save the detach", ignore=NOT_YET)
     time.sleep(APART_S)
     killed = now_ms()
     broker.kill()
     broker.start(timeout=60)
     with Client(broker.url, timeout=20) as c:
-        after = wait_for(lambda: sub_stats(c, topic, "abandoned"),
-                         what="the restarted broker to load the topic")
+        after = wait_for(lambda: sub_stats(c, topic, "abandoned"), 30,
+                         "the restarted broker to load the topic", ignore=NOT_YET)
         # the persisted detach time, not the load's
         assert int(after["lastActive"]) == detached
         assert detached <= killed - APART_S * 1000
@@ -90,6 +78,6 @@ def test_expiry_counts_from_the_disconnect_across_a_kill_and_restart(restartable
         expiration = (now_ms() - detached) // 1000 + 3
         c.admin.set_policies(topic, Policies(subscription_expiration_seconds=expiration))
         wait_for(lambda: "abandoned" not in c.admin.list_subscriptions(topic),
-                 what="the abandoned subscription to expire")
+                 timeout=30, what="the abandoned subscription to expire", ignore=NOT_YET)
         gone = now_ms()
         assert detached + expiration * 1000 <= gone < killed + expiration * 1000

@@ -9,6 +9,7 @@ import pytest
 
 from source.client import Client, MessageId, Policies
 from source.core import errors
+from tests.test_integration.waiting import drain, nothing_more, wait_for
 
 
 def produce(client: Client, topic: str, n: int, prefix: str = "m", keys: int = 0) -> list:
@@ -20,43 +21,8 @@ def produce(client: Client, topic: str, n: int, prefix: str = "m", keys: int = 0
     return ids
 
 
-def drain(consumer, n: int, timeout: float = 20.0, ack: bool = True) -> list:
-    """Receive `n` messages (acking each unless told not to)."""
-    out = []
-    deadline = time.monotonic() + timeout
-    while len(out) < n:
-        left = deadline - time.monotonic()
-        assert left > 0, f"got {len(out)} of {n} messages"
-        try:
-            msg = consumer.receive(timeout=min(left, 1.0))
-        except errors.Timeout:
-            continue
-        out.append(msg)
-        if ack:
-            consumer.acknowledge(msg)
-    return out
-
-
-def nothing_more(consumer, wait: float = 0.5) -> bool:
-    try:
-        consumer.receive(timeout=wait)
-    except errors.Timeout:
-        return True
-    return False
-
-
 def sub_stats(client: Client, topic: str, sub: str) -> dict:
     return client.admin.stats(topic)["subscriptions"][sub]
-
-
-def wait_for(cond, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 # ---- C1: the four types ----------------------------------------------------------------------
@@ -78,13 +44,13 @@ def test_c1_failover_promotes_the_standby(broker, client, topic):
     with Client(broker.url) as ca, Client(broker.url) as cb:
         a = ca.subscribe(topic, "f", "failover", consumer_name="a")
         b = cb.subscribe(topic, "f", "failover", consumer_name="b")
-        wait_for(lambda: a.is_active is True and b.is_active is False, what="a active")
+        wait_for(lambda: a.is_active is True and b.is_active is False, 10, "a active")
         produce(client, topic, 10)
         got = drain(a, 4)  # acked 0..3; 4..9 delivered to a and never acked
         assert [m.value() for m in got] == [f"m{i}" for i in range(4)]
         assert nothing_more(b, 0.3)
         a.close()
-        wait_for(lambda: b.is_active is True, what="b promoted")
+        wait_for(lambda: b.is_active is True, 10, "b promoted")
         rest = drain(b, 6)
         assert [m.value() for m in rest] == [f"m{i}" for i in range(4, 10)]
         assert all(m.redelivery_count == 1 for m in rest)  # a had been sent them all
@@ -157,11 +123,11 @@ def test_c3_individual_cumulative_and_negative_acks(broker, client, topic):
         again = drain(sh, 1, timeout=10)
         assert again[0].message_id == got[2].message_id and again[0].redelivery_count == 1
         sh.acknowledge(got[3])
-        wait_for(lambda: sub_stats(client, topic, "sh")["msgBacklog"] == 0, what="backlog 0")
+        wait_for(lambda: sub_stats(client, topic, "sh")["msgBacklog"] == 0, 10, "backlog 0")
     with client.subscribe(topic, "ex", initial_position="earliest") as ex:
         got = drain(ex, 4, ack=False)
         ex.acknowledge_cumulative(got[2])
-        wait_for(lambda: sub_stats(client, topic, "ex")["msgBacklog"] == 1, what="backlog 1")
+        wait_for(lambda: sub_stats(client, topic, "ex")["msgBacklog"] == 1, 10, "backlog 1")
 
 
 def test_c3_a_dead_consumers_unacked_messages_go_to_another_with_a_count(broker, client, topic):
@@ -179,7 +145,7 @@ def test_c3_a_dead_consumers_unacked_messages_go_to_another_with_a_count(broker,
     assert sorted(m.value() for m in again) == sorted(m.value() for m in got[5:])
     assert all(m.redelivery_count == 1 for m in again)
     # acks are fire-and-forget: the backlog reaches 0 once the broker has them all
-    wait_for(lambda: sub_stats(client, topic, "sh")["msgBacklog"] == 0, what="backlog 0")
+    wait_for(lambda: sub_stats(client, topic, "sh")["msgBacklog"] == 0, 10, "backlog 0")
 
 
 # ---- C4 / C6: restart, exact backlogs --------------------------------------------------------
@@ -194,7 +160,7 @@ def test_c4_c6_kill_9_resumes_at_the_last_persisted_cursor_with_exact_backlogs(
         got = drain(c, 30, ack=False)
         for i in sorted(acked):
             c.acknowledge(got[i])
-        wait_for(lambda: sub_stats(client, topic, "s")["msgBacklog"] == 22, what="backlog 22")
+        wait_for(lambda: sub_stats(client, topic, "s")["msgBacklog"] == 22, 10, "backlog 22")
         time.sleep(1.5)  # one flush interval (1 s) and then some
     broker.kill()
     broker.start(timeout=60)
@@ -207,7 +173,7 @@ def test_c4_c6_kill_9_resumes_at_the_last_persisted_cursor_with_exact_backlogs(
             c.acknowledge_cumulative(got[10])
             want = sum(1 for i in range(30) if i not in acked and ids[i] > got[10].message_id)
             wait_for(lambda: sub_stats(again, topic, "s")["msgBacklog"] == want,
-                     what="backlog after cumulative ack")
+                     timeout=10, what="backlog after cumulative ack")
 
 
 # ---- C5: seek and reset ---------------------------------------------------------------------
@@ -235,7 +201,7 @@ def test_c5_seek_and_reset_cursor_by_id_and_time_clamp_and_tell_consumers(broker
         assert not clamped
         assert [m.value() for m in drain(c, 9)][0] == "m1"   # the attached consumer follows
         # acks are fire-and-forget: the broker counts them a moment later
-        wait_for(lambda: sub_stats(client, topic, "s")["msgBacklog"] == 0, what="backlog 0")
+        wait_for(lambda: sub_stats(client, topic, "s")["msgBacklog"] == 0, 10, "backlog 0")
 
 
 def test_c6_admin_skip_clear_peek_and_dry_run(broker, client, topic):
@@ -331,12 +297,12 @@ def test_retention_keeps_an_unacknowledged_ledger_until_it_is_acked(etcd_server,
             got = drain(c, 12, ack=False)
             for m in got[:5]:
                 c.acknowledge(m)   # the first ledger is acknowledged
-            wait_for(lambda: ledgers() == kept - 1, what="first ledger deleted")
+            wait_for(lambda: ledgers() == kept - 1, 10, "first ledger deleted")
             for m in got[5:]:
                 c.acknowledge(m)
-            wait_for(lambda: ledgers() <= 1, what="every acked sealed ledger deleted")
+            wait_for(lambda: ledgers() <= 1, 10, "every acked sealed ledger deleted")
             wait_for(lambda: sub_stats(client, topic, "s")["msgBacklog"] == 0,
-                     what="backlog 0")
+                     timeout=10, what="backlog 0")
     finally:
         b.kill()
 
@@ -355,7 +321,7 @@ def test_c3_exclusive_nack_rewinds_to_the_first_unacked_without_duplicates(broke
         assert [m.value() for m in again] == ["m1", "m2", "m3", "m4"]
         assert [m.redelivery_count for m in again] == [1, 1, 1, 1]
         assert nothing_more(c, 0.5)
-        wait_for(lambda: sub_stats(client, topic, "ex")["msgBacklog"] == 0, what="backlog 0")
+        wait_for(lambda: sub_stats(client, topic, "ex")["msgBacklog"] == 0, 10, "backlog 0")
 
 
 def test_internal_stats_show_each_cursor_as_pulsar_prints_it(broker, client, topic):
@@ -370,8 +336,8 @@ def test_internal_stats_show_each_cursor_as_pulsar_prints_it(broker, client, top
         def cursor():
             return client.admin.internal_stats(topic)["cursors"].get("s", {})
         wait_for(lambda: cursor().get("individuallyDeletedMessages") ==
-                 f"[({lid}:1..{lid}:3]]", what="acked range shown")
+                 f"[({lid}:1..{lid}:3]]", 10, "acked range shown")
         cur = cursor()
         assert cur["markDeletePosition"] == f"{lid}:0"
         assert cur["readPosition"] == f"{lid}:6" and cur["messagesConsumedCounter"] == 6
-        wait_for(lambda: cursor()["cursorFlushes"] >= 1, what="a cursor flush")
+        wait_for(lambda: cursor()["cursorFlushes"] >= 1, 10, "a cursor flush")
