@@ -37,8 +37,10 @@ topics to the shadow broker. One shadow broker process serves every shadow.
 - latency-remote (issue 21): the latency cases on a cluster of their own where the source
   broker and the shadow broker each have their own data dir and `--wal-dir` (as on two
   machines; sealed ledgers in one storage root): the shadow broker gets the unsealed tail
-  over gRPC (shadow/tail.py). Same cases, alternating; p99 / the source reader's p99 per
-  round and its median [<= 1.5x for 1 and 4 shadows].
+  over gRPC (shadow/tail.py). Same cases, alternating, and in each shadow case a reader of
+  the source itself beside the shadows' (the same client process, the same load): p99 / that
+  reader's p99 per round and its median [<= 1.5x for 1 and 4 shadows]; p99 / the lone
+  source reader's too.
 - catchup-s3 (issue 21): the catch-up (no NATS) on a cluster whose storage root is a bucket
   on moto's S3 server (a process on a loopback port; tests/test_integration/s3_support.py),
   every broker with its own `--wal-dir`; the source's `ledger_max_bytes` is
@@ -302,7 +304,12 @@ def run_create(pair: Pair, c, messages: int, reps: int, payload: int,
 
 
 def latency_case(pair: Pair, src: str, readers: list[str], rate: int, seconds: float,
-                 tick: float, payload: int) -> dict:
+                 tick: float, payload: int, beside: bool = False) -> dict:
+    """One case: `readers` follow the tail while `src` gets `rate` msgs/s. With `beside`, a
+    reader of `src` itself runs in the same client process (its figures: `beside_*`), the
+    shadows' reference under the same load."""
+    if beside:
+        readers = [src, *readers]
     pr, qr, stop = start_readers(pair.url, readers, warm=rate)
     cpu0 = [proc_cpu(pair.src_pid), proc_cpu(pair.sh_pid)]
     pp, qp = _spawn(_paced, pair.url, src, rate, seconds, tick, payload)
@@ -313,8 +320,16 @@ def latency_case(pair: Pair, src: str, readers: list[str], rate: int, seconds: f
     res = _get(qr, pr, 60, "the readers")
     pp.join(10)
     pr.join(10)
-    lat = [x for b in res["lat"] for x in array("d", b)]
-    return {"readers": len(readers), "sent": prod["sent"], "acked": prod["acked"],
+    lats = [array("d", b) for b in res["lat"]]
+    extra = {}
+    if beside:
+        ref, lats = lats[0], lats[1:]
+        readers = readers[1:]
+        extra = {"beside_p50_ms": ms(pct(ref, 0.5)), "beside_p99_ms": ms(pct(ref, 0.99)),
+                 "beside_missing": prod["sent"] - res["got"][0]}
+        res["got"] = res["got"][1:]
+    lat = [x for a in lats for x in a]
+    return {**extra, "readers": len(readers), "sent": prod["sent"], "acked": prod["acked"],
             "rate": round(prod["sent"] / prod["seconds"]), "late_ticks": prod["late_ticks"],
             "ack_p50_ms": prod["ack_p50_ms"], "ack_p99_ms": prod["ack_p99_ms"],
             "missing": sum(prod["sent"] - g for g in res["got"]),
@@ -326,7 +341,10 @@ def latency_case(pair: Pair, src: str, readers: list[str], rate: int, seconds: f
 
 
 def run_latency(pair: Pair, c, rate: int, seconds: float, tick: float, rounds: int,
-                payload: int, counts=(0, 1, 4)) -> dict:
+                payload: int, counts=(0, 1, 4), beside: bool = False) -> dict:
+    """The cases in `counts` (0: a reader of the source alone), alternating in each round;
+    with `beside`, each shadow case also reads the source in the same client process and
+    its ratio is to that reader."""
     setups = {}
     for n in counts:
         src = f"persistent://bench/shadows/lat{n}"
@@ -340,14 +358,20 @@ def run_latency(pair: Pair, c, rate: int, seconds: float, tick: float, rounds: i
         row = {}
         for n in counts:
             src, readers = setups[n]
-            row[n] = latency_case(pair, src, readers, rate, seconds, tick, payload)
+            row[n] = latency_case(pair, src, readers, rate, seconds, tick, payload,
+                                  beside=beside and n > 0)
             print(f"  latency round {r + 1}, {n or 'no'} shadows: {row[n]}", flush=True)
         out["rounds"].append(row)
     for n in counts:
         rs = [row[n] for row in out["rounds"]]
         out[f"median_p50_ms_{n}"] = statistics.median(x["p50_ms"] for x in rs)
         out[f"median_p99_ms_{n}"] = statistics.median(x["p99_ms"] for x in rs)
-        if n:
+        if n and beside:
+            out[f"median_beside_p50_ms_{n}"] = statistics.median(x["beside_p50_ms"] for x in rs)
+            out[f"median_beside_p99_ms_{n}"] = statistics.median(x["beside_p99_ms"] for x in rs)
+            out[f"median_p99_over_beside_{n}"] = round(statistics.median(
+                x["p99_ms"] / x["beside_p99_ms"] for x in rs), 2)
+        if n and 0 in counts:
             out[f"median_p99_over_source_{n}"] = round(statistics.median(
                 row[n]["p99_ms"] / row[0]["p99_ms"] for row in out["rounds"]), 2)
     return out
@@ -524,7 +548,7 @@ def run_shadows(data_dir: str, peers: str | None, a) -> dict:
         with Pair(data_dir, "remote", profile=_prof(a, "remote"), split_wal=True) as pair, \
                 Client(pair.url, timeout=120) as c:
             res["latency_remote"] = run_latency(pair, c, a.rate, a.seconds, a.tick, a.rounds,
-                                                a.payload)
+                                                a.payload, beside=True)
     if "catchup-s3" in parts:
         print(f"running catch-up of {a.catchup_messages:,} messages from sealed ledgers in "
               "an s3:// root (moto's server)", flush=True)
