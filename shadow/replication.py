@@ -15,10 +15,12 @@ of the batch, or the batch's `last_confirmed`): ids only move forward, so a rese
 changes nothing (R5). The source's owner url (its ownership record, read with the epoch)
 is given to the `ShadowLedger` too: a shadow broker that does not share the source's WAL
 reads the unsealed tail from there (shadow/tail.py). The ack carries the shadow's last
-confirmed id and `want_raw`: whether the shadow wants the entries' bytes, which it does while
-it reads its unsealed tail from the source's owner (no shared WAL); the bytes a batch
-carries then go to the broker's one `TailCache` (shadow/tail.py), shared by every shadow of
-the source, where the shadow's reads of the tail find them before asking the owner.
+confirmed id and `want_raw`: whether the stream is to carry the entries' bytes, which one
+stream per source does while its shadows read the unsealed tail from the source's owner (no
+shared WAL; `Carriers`, shadow/carriers.py: the others send ids only, applied once the
+carrier's bytes are here); the bytes go to the broker's one `TailCache` (shadow/tail.py),
+shared by every shadow of the source, where the shadows' reads of the tail find them before
+asking the owner.
 
 `Inbound` keeps what a shadow's stats say of its incoming replication (a shadow that cannot
 follow says so): whether a stream from its source carries it now, since when it does not,
@@ -41,6 +43,7 @@ from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import replication_pb2, replication_pb2_grpc
 
 from shadow.ledger import ShadowLedger
+from shadow.carriers import Carriers
 from shadow.tail import TailCache
 
 log = logging.getLogger(__name__)
@@ -90,6 +93,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         self.cluster = cluster
         self.inbound = inbound or Inbound()
         self.tail_cache = TailCache()  # replicated bytes, for shadows reading remotely
+        self.carriers = Carriers()     # which shadow of each source brings them
 
     async def _source_owner(self, source: TopicName) -> tuple[int, str]:
         """(epoch, broker url) of the source's ownership in etcd ((0, ''): no owner)."""
@@ -105,7 +109,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         try:
             async for batch in request_iterator:
                 try:
-                    view = await self._accept(batch, epochs)
+                    view, carrying = await self._accept(batch, epochs)
                 except Exception as exc:  # noqa: BLE001 - the sender hears why; the stream ends
                     err = typed(exc, "Replicate")
                     log.warning("replication %s -> %s refused: %s", batch.source, batch.shadow,
@@ -121,13 +125,16 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
                 last = view.last_confirmed()
                 yield replication_pb2.ReplicateAck(
                     batch_id=batch.batch_id, last_persisted=last.to_pb() if last else None,
-                    want_raw=view.remote)
+                    want_raw=carrying)
         finally:
             for shadow in carried:
                 self.inbound.detach(shadow)
+                self.carriers.forget(shadow)
 
     async def _accept(self, batch: replication_pb2.ReplicateBatch,
-                      epochs: dict[str, tuple[int, str]]) -> ShadowLedger:
+                      epochs: dict[str, tuple[int, str]]) -> tuple[ShadowLedger, bool]:
+        """The shadow's view once the batch is applied (or waits for its carrier), and
+        whether this stream is to carry the source's bytes (the ack's `want_raw`)."""
         shadow = TopicName.parse(batch.shadow)
         source = TopicName.parse(batch.source)
         known, url = epochs.get(batch.source, (None, ""))
@@ -148,6 +155,8 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         if url:
             view.source_url = url  # where its unsealed tail is read when no WAL is shared
         view.remote_tail.cache = self.tail_cache
+        key = str(source)
+        carrying = view.remote and self.carriers.carries(key, str(shadow))
         newest = None
         if batch.entries:
             e = batch.entries[-1]
@@ -158,14 +167,20 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         if newest is not None:
             if await view.lists_ledger(newest.ledger_id):
                 # the source's other shadows here may have brought them already
-                held, key = self.tail_cache.holds, str(source)
+                held = self.tail_cache.holds
                 raws = [ReadEntry(e.ledger_id, e.entry_id, e.publish_time, e.raw)
                         for e in batch.entries
                         if e.HasField("raw") and not held(key, e.ledger_id, e.entry_id)]
                 if raws:  # before the id: a read it wakes finds them
                     self.tail_cache.add(key, raws)
-                view.on_replicated(newest)
+                    self.carriers.carried(key, (raws[-1].ledger_id, raws[-1].entry_id))
+                if view.remote and not carrying:  # once the carrier brought the bytes
+                    self.carriers.when_carried(key, str(shadow),
+                                               (newest.ledger_id, newest.entry_id),
+                                               lambda: view.on_replicated(newest))
+                else:
+                    view.on_replicated(newest)
             else:  # not (or no more) a ledger of the source: nothing to apply
                 log.debug("replication of %s -> %s: ledger %d is not in the source's list; "
                          "id %s not applied", source, shadow, newest.ledger_id, newest)
-        return view
+        return view, carrying

@@ -231,3 +231,70 @@ def test_a_remote_shadow_asks_for_raw_and_serves_the_tail_from_what_was_sent(tmp
         assert got == sent
         assert sl.remote_tail.calls == calls and service.tail_cache.hits >= 7
     run(tmp_path, True, body)
+
+
+def test_one_shadow_stream_carries_the_bytes_the_others_send_ids(tmp_path):
+    """Two shadows of one source on this broker (two streams): only the first is asked for
+    the bytes; the other's ids wait for them, and once the carrier stops sending, the other
+    takes over and its entries read from the source's owner."""
+    async def body(h):
+        sl, src, driver = h.view, h.shadow.source, h.shadow
+        topics = SimpleNamespace(store=driver.store)
+
+        async def topic(name):
+            return SimpleNamespace(ledger=sl)  # both shadow names: the same view will do
+        topics.topic = topic
+        service = ReplicationService(topics, "c")
+        service.carriers.wait_s = 0.2
+        epoch = driver.managed.epoch
+        streams = {}
+
+        def stream(shadow):
+            q: asyncio.Queue = asyncio.Queue()
+
+            async def batches():
+                while (b := await q.get()) is not None:
+                    yield b
+            streams[shadow] = q
+            return service.Replicate(batches(), None).__aiter__()
+
+        async def send(acks, shadow, entries=()):
+            batch = replication_pb2.ReplicateBatch(
+                shadow=shadow, source=str(SOURCE), batch_id=1, source_epoch=epoch,
+                last_confirmed=src.last_confirmed().to_pb())
+            for e in entries:
+                batch.entries.add(ledger_id=e.ledger_id, entry_id=e.entry_id,
+                                  publish_time=e.publish_ms, raw=e.raw)
+            streams[shadow].put_nowait(batch)
+            return await asyncio.wait_for(acks.__anext__(), 10)
+
+        await h.append(msgs(0, 5))
+        await read_all(sl)  # the WAL is not here: the shadow reads remotely
+        a, b = str(TOPIC), str(TOPIC) + "-b"
+        acks_a, acks_b = stream(a), stream(b)
+        assert (await send(acks_a, a)).want_raw is True
+        assert (await send(acks_b, b)).want_raw is False
+        raws = msgs(5, 12)
+        lid, first = await src.append(raws, wal.request_bytes(raws), sum(map(len, raws)))
+        new = await src.read(MessageId(lid, first), 100, 1 << 30)
+        before = sl.replicated
+        await send(acks_b, b)                 # the id of entries nobody brought yet
+        assert sl.replicated == before        # it waits for the carrier's bytes
+        await send(acks_a, a, new)            # the carrier brings them: b's id applies
+        assert sl.replicated == MessageId(lid, first + 6)
+        assert len(service.tail_cache) == 7 and service.carriers.handovers == 0
+
+        raws = msgs(12, 15)                   # now the carrier sends nothing more
+        lid, first = await src.append(raws, wal.request_bytes(raws), sum(map(len, raws)))
+        await send(acks_b, b)
+        assert sl.replicated == MessageId(lid, first - 1)
+        await until(lambda: sl.replicated == MessageId(lid, first + 2), 10)
+        assert service.carriers.handovers == 1
+        assert (await send(acks_b, b)).want_raw is True   # b carries from here on
+        assert (await send(acks_a, a)).want_raw is False
+        calls = sl.remote_tail.calls
+        got = await sl.read(MessageId(lid, first), 100, 1 << 30)
+        assert [e.raw for e in got] == raws and sl.remote_tail.calls > calls  # from the owner
+        for q in streams.values():
+            q.put_nowait(None)
+    run(tmp_path, True, body)
