@@ -133,7 +133,7 @@ class ShadowFeature(BrokerFeature):
             t.name, info, t.ledger, host.store, host.session.cluster,
             lambda: (own.key, own.value, own.epoch),
             lambda: t.policies.replicator_auto_reset_backlog_entries or 0,
-            self.channels).start()
+            self.channels, host.session.picks).start()
         self._replicators[t] = replicators
         stack.callback(self._replicators.pop, t, None)
         stack.push_async_callback(replicators.close)

@@ -43,7 +43,7 @@ from source.core.names import TopicName
 from source.ledger.view import LedgerView, Trimmed
 from source.metadata import keys
 from source.metadata.base import Compare, MetadataStore, Put
-from source.metadata.placement import pick_broker
+from source.metadata.placement import RecentPicks, pick_broker
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from source.pb.v1 import replication_pb2
 
@@ -69,7 +69,8 @@ def parse_position(text: str) -> MessageId | None:
 class ShadowReplicator:
     def __init__(self, source: TopicName, shadow: TopicName, view: LedgerView,
                  store: MetadataStore, cluster: str, ownership: Callable[[], tuple[str, bytes, int]],
-                 auto_reset: Callable[[], int], channel: Callable[[str], grpc.aio.Channel]):
+                 auto_reset: Callable[[], int], channel: Callable[[str], grpc.aio.Channel],
+                 picks: RecentPicks | None = None):
         self.source = source
         self.shadow = shadow
         self.view = view
@@ -78,6 +79,7 @@ class ShadowReplicator:
         self._ownership = ownership          # () -> (key, value, epoch) of the source's owner
         self._auto_reset = auto_reset        # () -> the policy's threshold (0: never)
         self._channel = channel              # url -> a (shared) grpc.aio channel
+        self._picks = picks                  # this broker's placements not owned yet
         self.position: MessageId | None = None
         self.acked: MessageId | None = None  # last id the shadow acknowledged
         self.connected = False
@@ -159,7 +161,8 @@ class ShadowReplicator:
         kv = await self.store.get(keys.ownership(self.cluster, self.shadow))
         if kv is not None:
             return mpb.Ownership.FromString(kv.value).broker_url
-        picked = await pick_broker(self.store, self.cluster, SHADOW_ROLE, self.shadow)
+        picked = await pick_broker(self.store, self.cluster, SHADOW_ROLE, self.shadow,
+                                   self._picks)
         if picked is None:
             raise errors.ServiceUnavailable(f"no broker with the shadow role is registered "
                                             f"to serve {self.shadow}")

@@ -19,6 +19,7 @@ from source.ledger.view import LedgerView
 from source.metadata import keys
 from source.metadata.base import MetadataStore
 from source.metadata.follow import KeyFollower
+from source.metadata.placement import RecentPicks
 from source.pb.storage.v1 import metadata_pb2 as mpb
 from shadow.replicator import ShadowReplicator
 
@@ -47,13 +48,14 @@ class TopicReplicators:
     def __init__(self, topic: TopicName, info: mpb.TopicInfo, view: LedgerView,
                  store: MetadataStore, cluster: str,
                  ownership: Callable[[], tuple[str, bytes, int]],
-                 auto_reset: Callable[[], int], channels: Channels):
+                 auto_reset: Callable[[], int], channels: Channels,
+                 picks: RecentPicks | None = None):
         self.topic = topic
         self._partition = info.partition_index if info.partition_of else -1
         self._list_key = keys.shadows(TopicName.parse(info.partition_of)
                                       if info.partition_of else topic)
         self._make = lambda shadow: ShadowReplicator(
-            topic, shadow, view, store, cluster, ownership, auto_reset, channels.get)
+            topic, shadow, view, store, cluster, ownership, auto_reset, channels.get, picks)
         self.store = store
         self.replicators: dict[TopicName, ShadowReplicator] = {}
         self._follower = KeyFollower(store, self._list_key, self._on_list)

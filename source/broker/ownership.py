@@ -27,7 +27,7 @@ from source.core.names import TopicName
 from source.metadata import keys
 from source.metadata.base import (Compare, Delete, LeaseNotFound, MetadataStore,
                                   MetadataUnavailable, Put)
-from source.metadata.placement import pick_broker
+from source.metadata.placement import RecentPicks, pick_broker
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,8 @@ class BrokerSession:
         self._task: asyncio.Task | None = None
         self.healthy = asyncio.Event()
         self.metrics_url = ""           # registered with the broker (its HTTP endpoint)
+        #: topics this broker placed (lookups, shadow replicators) not owned yet
+        self.picks = RecentPicks()
         #: () -> (topics loaded, their subscriptions); None: registered without a load
         self.load: Callable[[], tuple[int, int]] | None = None
         self.load_interval = 5.0
@@ -210,7 +212,7 @@ class BrokerSession:
         registered broker with it; None when there is none."""
         if role in self.roles and role != "shadow":
             return mpb.BrokerInfo(broker_id=self.broker_id, url=self.url, roles=self.roles)
-        picked = await pick_broker(self.store, self.cluster, role, topic)
+        picked = await pick_broker(self.store, self.cluster, role, topic, self.picks)
         if picked is None and role in self.roles:  # not registered yet: serve it here
             return mpb.BrokerInfo(broker_id=self.broker_id, url=self.url, roles=self.roles)
         return picked

@@ -11,6 +11,13 @@ served" is the larger of the broker's reported count and the ownership records i
 (`keys.ownership_prefix(cluster)`, leased by their owner), so a topic placed a moment ago
 counts before the broker's next load report.
 
+Picks made at once (the replicators of a source's new shadows, or of a partitioned
+shadow's partitions, all start together) cannot see each other's ownership records yet:
+a process that places many topics passes one `RecentPicks`, which serializes its picks and
+counts each one as owned by the picked broker until that broker's ownership record is there
+(or for PENDING_S at most), so they spread exactly; a topic picked again before it is owned
+gets the same broker while that broker lives.
+
 The assignment is sticky: the ownership record the serving broker holds says who serves a
 topic, and callers (Lookup, the source's shadow replicators) ask here only when no live
 broker owns it - when it is first placed, or when its owner's lease expired (failover).
@@ -19,13 +26,17 @@ other.
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import time
 from collections import Counter
 
 from source.core.names import TopicName
 from source.metadata import keys
 from source.metadata.base import MetadataStore
 from source.pb.storage.v1 import metadata_pb2 as mpb
+
+PENDING_S = 10.0  # a pick counts as owned this long at most (its broker takes it sooner)
 
 
 def rank(broker_id: str, topic: TopicName) -> bytes:
@@ -43,10 +54,46 @@ def least_loaded(brokers: list[mpb.BrokerInfo], topic: TopicName,
                               rank(b.broker_id, topic), b.broker_id))
 
 
-async def pick_broker(store: MetadataStore, cluster: str, role: str,
-                      topic: TopicName) -> mpb.BrokerInfo | None:
+class RecentPicks:
+    """This process's picks whose ownership records are not there yet (see the module
+    docstring): topic -> (broker id, when), for PENDING_S at most."""
+
+    def __init__(self, pending_s: float = PENDING_S):
+        self.pending_s = pending_s
+        self.lock = asyncio.Lock()
+        self._picks: dict[TopicName, tuple[str, float]] = {}
+
+    def __len__(self) -> int:
+        return len(self._picks)
+
+    def pending(self, owned_keys: set[str], cluster: str) -> dict[TopicName, str]:
+        """The picks not owned yet and not expired (the others are forgotten)."""
+        now = time.monotonic()
+        for topic, (_, at) in list(self._picks.items()):
+            if now - at > self.pending_s or keys.ownership(cluster, topic) in owned_keys:
+                del self._picks[topic]
+        return {topic: broker_id for topic, (broker_id, _) in self._picks.items()}
+
+    def add(self, topic: TopicName, broker_id: str) -> None:
+        self._picks[topic] = (broker_id, time.monotonic())
+
+
+async def pick_broker(store: MetadataStore, cluster: str, role: str, topic: TopicName,
+                      recent: RecentPicks | None = None) -> mpb.BrokerInfo | None:
     """The live registered broker with `role` that should serve `topic` now that nobody owns
-    it (see the module docstring); None when no broker has the role."""
+    it (see the module docstring); None when no broker has the role. With `recent`, this
+    process's other picks not owned yet count too, and this one is added to them."""
+    if recent is None:
+        return await _pick(store, cluster, role, topic, None)
+    async with recent.lock:
+        picked = await _pick(store, cluster, role, topic, recent)
+        if picked is not None:
+            recent.add(topic, picked.broker_id)
+        return picked
+
+
+async def _pick(store: MetadataStore, cluster: str, role: str, topic: TopicName,
+                recent: RecentPicks | None) -> mpb.BrokerInfo | None:
     snap = await store.get_prefix(keys.brokers_prefix(cluster))
     brokers = [b for b in (mpb.BrokerInfo.FromString(kv.value) for kv in snap.items)
                if role in b.roles]
@@ -59,4 +106,12 @@ async def pick_broker(store: MetadataStore, cluster: str, role: str,
             owned[mpb.Ownership.FromString(kv.value).broker_id] += 1
         except Exception:  # noqa: BLE001 - a damaged record counts for nobody
             continue
+    if recent is not None:
+        pending = recent.pending({kv.key for kv in owners.items}, cluster)
+        again = pending.pop(topic, None)
+        if again is not None:  # picked a moment ago: the same broker while it lives
+            same = next((b for b in brokers if b.broker_id == again), None)
+            if same is not None:
+                return same
+        owned.update(pending.values())
     return least_loaded(brokers, topic, owned)

@@ -9,7 +9,7 @@ import asyncio
 from source.broker.ownership import BrokerSession
 from source.core.names import TopicName
 from source.metadata import MemoryStore, keys
-from source.metadata.placement import pick_broker, rank
+from source.metadata.placement import RecentPicks, pick_broker, rank
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
 C = "c"
@@ -113,5 +113,29 @@ def test_a_shadow_broker_answering_a_lookup_names_the_least_loaded_not_itself():
         assert (await s1.serving(_t("b"), "shadow")).broker_id == "s1"
         assert (await s1.serving(_t("src"), "source")) is None  # no source broker
         await s1.stop()
+        await store.close()
+    asyncio.run(body())
+
+
+def test_picks_of_one_process_made_at_once_spread_exactly():
+    """With the process's RecentPicks (the source broker's replicators starting together),
+    each pick counts until its ownership record is there: 4 shadows on 2 brokers, 2 each;
+    a topic picked again before it is owned keeps its broker."""
+    async def body():
+        store = MemoryStore()
+        leases = {b: await _register(store, b) for b in ("s1", "s2")}
+        recent = RecentPicks()
+        topics = [_t(f"sh-{i}") for i in range(4)]
+        picks = await asyncio.gather(*(pick_broker(store, C, "shadow", t, recent)
+                                       for t in topics))
+        ids = [p.broker_id for p in picks]
+        assert sorted(ids) == ["s1", "s1", "s2", "s2"], ids
+        again = await pick_broker(store, C, "shadow", topics[0], recent)
+        assert again.broker_id == ids[0]
+        # once owned, a pick is no longer pending: the records count instead
+        for t, b in zip(topics, ids):
+            await _own(store, t, b, leases[b])
+        await pick_broker(store, C, "shadow", _t("next"), recent)
+        assert len(recent) == 1  # only "next" is pending now
         await store.close()
     asyncio.run(body())
