@@ -5,8 +5,11 @@ Compact(topic), on the topic's owner:
 1. a shadow is refused (`NotAllowed`: a shadow reads its source's compacted ledger, the
    source is what gets compacted); a running or queued job is refused with
    `CompactionInProgress` naming its job id (K11);
-2. the open ledger is sealed, so the job covers every message produced before the request;
-   its horizon is the last entry of the newest sealed ledger;
+2. the open ledger is sealed, and the seals of the ledgers before it are waited for, so the
+   job covers every message produced before the request; its horizon is the last entry of
+   the newest ledger that is sealed with every ledger before it (a job reads SEALED ledgers
+   only: a horizon past a ledger still being sealed would leave that ledger's messages out
+   of the compacted view for good);
 3. one etcd transaction creates, only if the topic has no request yet, the
    `CompactionRequest` (keys.compaction_request, watched by the cluster's compaction
    workers) and the job record
@@ -49,12 +52,53 @@ def new_job_id() -> str:
     return f"{int(time.time() * 1000):013d}-{secrets.token_hex(4)}"
 
 
+#: how long a compaction request waits for the ledgers rolled before it to be sealed
+SEAL_WAIT_S = 30.0
+
+
 def sealed_horizon(t: Topic) -> MessageId | None:
-    """The last entry of the newest sealed ledger with entries (None: nothing sealed)."""
-    for r in reversed(t.ledger.ranges()):
-        if r.sealed and r.entries:
-            return MessageId(r.ledger_id, r.entries - 1)
-    return None
+    """The last entry of the newest ledger with entries that is sealed with every ledger
+    before it (None: nothing sealed). Never past an unsealed ledger: the job's plan reads
+    SEALED ledgers only (compaction/plan.py) and would skip it."""
+    horizon = None
+    for r in t.ledger.ranges():
+        if not r.sealed:
+            break
+        if r.entries:
+            horizon = MessageId(r.ledger_id, r.entries - 1)
+    return horizon
+
+
+async def wait_sealed(t: Topic, upto: int, timeout: float = SEAL_WAIT_S,
+                      step: float = 0.02) -> None:
+    """Wait until every ledger up to `upto` (the one `roll` sealed) is sealed.
+
+    `roll` waits for the seal of the ledger it rolls only. A ledger rolled earlier (when it
+    filled) may still be sealing: seals run side by side, and over S3 a small ledger's can
+    finish first. Filing the request then gave a horizon past that ledger, the job skipped
+    it, and its messages were missing from the compacted view for good (a compacted reader
+    waiting for one of them seemed to hang). A seal that failed meanwhile is tried again
+    here and its error raised; after `timeout` seconds, `ServiceUnavailable`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    pending: list[int] = []
+    for i in range(int(timeout / step) + 2):  # bounded: the deadline ends it first
+        if t.writer.fenced is not None:
+            raise t.writer.fenced
+        pending = [r.ledger_id for r in t.ledger.ranges() if r.ledger_id <= upto
+                   and not r.sealed]
+        if not pending:
+            return
+        if i == 0:
+            log.info("%s: compaction request waits for ledgers %s to be sealed", t.name,
+                     pending, extra={"topic": str(t.name)})
+        await t.writer.retry_seals()  # a seal that failed is tried again (or raises)
+        if loop.time() >= deadline:
+            break
+        await asyncio.sleep(step)
+    raise errors.ServiceUnavailable(
+        f"{t.name}: ledgers {pending} are still being sealed after {timeout:.0f} s; "
+        f"compact again later")
 
 
 def combine(jobs: list[apb.CompactionJob], topic: TopicName) -> apb.CompactionJob:
@@ -116,7 +160,9 @@ class CompactionAdmin:
         t = await self.topics.writable(part)
         self.filing.add(part)  # retention keeps the ledgers from now on
         try:
-            await t.writer.roll()
+            sealed = await t.writer.roll()
+            if sealed is not None:  # earlier ledgers may still be sealing: see wait_sealed
+                await wait_sealed(t, sealed.ledger_id)
             await self._put_request(part, t, job_id, trigger)
         finally:
             self.filing.discard(part)

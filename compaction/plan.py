@@ -6,7 +6,8 @@ Incremental (K12, docs/BEHAVIOURS.md): the input is the previous compacted ledge
 pointer's manifest) plus the ledgers sealed after its horizon, up to the new horizon; a full
 plan (`full=True`) reads every sealed ledger up to the horizon instead. Ledgers that
 retention deleted are simply not in the list: what they held survives in the previous
-compacted ledger (K15).
+compacted ledger (K15). A ledger up to the horizon that is in the list but not SEALED (its
+broker was still sealing it) fails the plan (`NotAllowed`) rather than being skipped.
 
 Deletes (K18): a key whose latest message is a tombstone (an empty payload) keeps that
 tombstone in the compacted ledger while it is recent, as Kafka's delete.retention.ms does, so
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import TopicName
 from source.pb.storage.v1 import metadata_pb2 as mpb
@@ -82,6 +84,16 @@ def make_plan(topic: TopicName, job_id: str, ledger_list: mpb.LedgerList,
     after = previous.horizon.ledger_id if previous is not None else 0
     ledgers: tuple[mpb.LedgerInfo, ...] = ()
     if horizon is not None:
+        # a ledger up to the horizon that is not sealed yet would be skipped below, its
+        # messages missing from the compacted view for good: the job fails instead (brokers
+        # file a horizon only once every ledger up to it is sealed, compaction/admin.py)
+        unsealed = [info.ledger_id for info in ledger_list.ledgers
+                    if info.state != mpb.LedgerState.SEALED
+                    and after < info.ledger_id <= horizon.ledger_id]
+        if unsealed:
+            raise errors.NotAllowed(
+                f"{topic}: ledger {unsealed[0]} is not sealed yet, and it is at or before the "
+                f"horizon {horizon}: the job would leave its messages out; compact again")
         ledgers = tuple(sorted(
             (info for info in ledger_list.ledgers
              if info.state == mpb.LedgerState.SEALED and info.entries

@@ -55,6 +55,10 @@ POINTS: dict[str, str] = {
         "a source broker after a produce batch is stored (its WAL frame fsynced, or found a "
         "duplicate of a stored one), before its receipt is sent: `1*kill` makes the producer "
         "resend a batch the broker already stored (idempotent producing)",
+    "ledger.seal.write":
+        "a source broker, in the executor thread that writes a ledger's Parquet file, before "
+        "it writes: `1*sleep(S)` holds that one seal while the broker goes on (a later "
+        "ledger's seal finishes first, as a slow object store makes happen)",
     "ledger.seal.before_publish":
         "a source broker after a ledger's Parquet file is written and fsynced, before the "
         "ledger list marks the ledger SEALED",

@@ -195,7 +195,7 @@ class Sealing:
         try:
             res = await asyncio.get_running_loop().run_in_executor(
                 self._executor, functools.partial(
-                    seal_wal, self.storage.fs, self.storage.full(rel),
+                    _write_sealed, self.storage.fs, self.storage.full(rel),
                     self.storage.wal_path(wal_rel), frames, count, ledger_id=lid))
         except OSError as exc:  # a full or read-only disk: StorageFull / StorageReadOnly
             raise await self._storage_failure(exc, f"sealing ledger {lid}") from None
@@ -223,3 +223,10 @@ class Sealing:
         """Drop an unsealed ledger's in-memory entries and the reader's handle on its WAL."""
         self._mem.pop(lid, TailEntries(self.entry_cache, "")).drop_all()
         self.reader.forget_wal(lid)
+
+
+def _write_sealed(*args, **kwargs):
+    """`seal_wal`, in the executor thread (a failpoint's pause there holds this one seal
+    while the broker goes on: its other seals, produces and reads)."""
+    failpoints.hit("ledger.seal.write")
+    return seal_wal(*args, **kwargs)

@@ -5,10 +5,10 @@ the bucket, reads come back from it, a kill -9 keeps every acknowledged cursor, 
 shadow reads the source's sealed ledgers from the bucket.
 
 One module-scoped fixture (moto, one bucket, a source broker, a shadow broker, a cluster of
-their own) serves every test; each test uses topics of its own. Compaction over the bucket,
-with shadows reading the compacted view: test_multi_host.py. (A test here of the source's
-own compacted read over the bucket hung in about 1 run of 8: that read is a known bug, left
-out of `make test` until it is fixed.)
+their own) serves every test; each test uses topics of its own. A compaction worker of the
+pair's cluster (`s3_worker`) compacts a topic over the bucket, and the source and its shadow
+both read the compacted view from it. (That test hung in about 1 run of 8 while a request's
+horizon could pass a ledger still being sealed: test_compaction_horizon.py.)
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from source.client import Client, Policies, errors
 from source.ledger.storage import Storage
 from source.core.names import TopicName
 from source.standalone import BrokerProcess
+from tests.test_integration.compaction_support import WORKER_ARGS, wait_done
 from tests.test_integration.s3_support import MotoS3
 
 PREFIX = "cluster-a"
@@ -200,3 +201,43 @@ def test_a_malformed_s3_endpoint_is_refused(tmp_path):
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert res.returncode == 2, res.stderr
     assert "--s3-endpoint" in res.stderr and "http(s)://HOST[:PORT]" in res.stderr, res.stderr
+
+
+@pytest.fixture(scope="module")
+def s3_worker(s3, etcd_server, tmp_path_factory):
+    """A compaction worker of the pair's cluster, with the same S3 flags and credentials."""
+    w = BrokerProcess(etcd_server.endpoint, str(tmp_path_factory.mktemp("s3-worker")),
+                      free_port(), module="compaction.worker", env=s3.moto.env,
+                      extra_args=[*WORKER_ARGS, "--cluster", s3.cluster, *s3.moto.s3_args()])
+    w.start(timeout=180)
+    try:
+        yield w
+    finally:
+        w.kill()
+
+
+def test_compaction_reads_and_writes_the_bucket_and_both_brokers_read_it(s3, s3_worker):
+    """The Spark job's tasks read the sealed ledgers from the bucket and write the compacted
+    ledger there; the source and its shadow serve the compacted view from it."""
+    topic = topic_name()
+    shadow = topic + "-shadow"
+    items = [("a", "a1"), ("b", "b1"), ("a", "a2"), ("c", "c1"), ("b", "b2"), ("a", "a3")]
+    with Client(s3.src.url, timeout=30) as c:
+        c.admin.create_topic(topic, policies=Policies(ledger_max_entries=4))
+        c.admin.create_shadow_topic(shadow, topic)
+        with c.create_producer(topic) as p:
+            ids = [p.send(v.encode(), key=k) for k, v in items]
+        job_id = c.admin.compact(topic)
+        status = wait_done(c, topic, job_id, timeout=180)
+        assert status.phase == "done", status.error
+        assert status.horizon == ids[-1]
+        want = [(ids[i], items[i][1].encode()) for i in (3, 4, 5)]  # c1, b2, a3 in id order
+        for url, name in ((s3.src.url, topic), (s3.sh.url, shadow)):
+            with Client(url, timeout=30) as cc, \
+                    cc.create_reader(name, "earliest", read_compacted=True) as r:
+                got = [r.read_next(timeout=60) for _ in want]  # moto and Spark under load
+                assert [(m.message_id, m.payload) for m in got] == want, name
+    compacted = Storage.compacted_rel(TopicName.parse(topic), job_id)
+    objects = s3.keys(compacted)
+    assert f"{compacted}/manifest.pb" in objects, objects
+    assert [o for o in objects if o.rsplit("/", 1)[1].startswith("part-")], objects
