@@ -20,8 +20,9 @@ The tail cache. While a shadow reads from the owner, the replication receiver an
 (shadow/replicator.py); the receiver keeps them in the broker's one `TailCache` (keyed by
 source, so every shadow of a source shares them; at most TAIL_CACHE_BYTES of raw in all,
 the oldest dropped first), and `RemoteTail.read` serves what it finds there, contiguous
-from the first entry asked for, before asking the owner. The cache holds only entries the
-source sent as confirmed, byte for byte.
+from the first entry asked for, before asking the owner; what the owner returns goes there
+too (the source's other shadows, and the other subscriptions of this one, read the same
+ranges). The cache holds only entries the source sent as confirmed, byte for byte.
 
 `entries(info, known)` is the final entry count of an unsealed ledger that takes no more
 (a later ledger holds entries): from the file, its frame headers; from the owner, the
@@ -220,6 +221,8 @@ class RemoteTail:
         if count and (not got or got[0].entry_id != first):
             raise errors.DataLoss(f"the owner of {self.source} does not hold entry {first} "
                                   f"of ledger {info.ledger_id}")
+        if self.cache is not None:  # the source's other shadows and readers here read them too
+            self.cache.add(str(self.source), got)
         return got
 
     async def publish_times(self, info, count):

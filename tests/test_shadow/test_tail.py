@@ -224,7 +224,7 @@ def test_a_remote_shadow_asks_for_raw_and_serves_the_tail_from_what_was_sent(tmp
         sent = await src.read(MessageId(lid, first), 100, 1 << 30)
         acks = await replicate(sent, src.last_confirmed())
         assert acks[0].last_persisted.entry_id == first + 6
-        assert len(service.tail_cache) == 7
+        assert len(service.tail_cache) == 5 + 7  # what was read from the owner, and sent
         h.shadow.topics.serving = False  # the owner's service answers no more
         calls = sl.remote_tail.calls
         got = await sl.read(MessageId(lid, first), 100, 1 << 30)
@@ -297,4 +297,19 @@ def test_one_shadow_stream_carries_the_bytes_the_others_send_ids(tmp_path):
         assert [e.raw for e in got] == raws and sl.remote_tail.calls > calls  # from the owner
         for q in streams.values():
             q.put_nowait(None)
+    run(tmp_path, True, body)
+
+
+def test_what_a_shadow_read_from_the_owner_serves_the_next_read_from_the_cache(tmp_path):
+    """Entries fetched with ReadEntries go to the broker's tail cache: the next read of the
+    range (another subscription, another shadow of the source) makes no call."""
+    async def body(h):
+        sl, src = h.view, h.shadow.source
+        sl.remote_tail.cache = cache = TailCache()
+        await h.append(msgs(0, 8))
+        first = await read_all(sl)
+        assert first == await read_all(src) and len(cache) == 8
+        calls = sl.remote_tail.calls
+        assert await read_all(sl) == first
+        assert sl.remote_tail.calls == calls and cache.hits >= 8
     run(tmp_path, True, body)
