@@ -85,7 +85,10 @@ class ShadowLedger:
         self._executor = executor
         self._retry_delay = retry_delay
         #: the source owner's url (shadow/replication.py sets it from the source's ownership)
-        self.source_url: str | None = None
+        self._source_url: str | None = None
+        #: set when something this shadow waits for arrives (the source's owner url): the
+        #: count of an unsealed ledger that failed for want of it goes on at once
+        self._nudge = asyncio.Event()
         self._remote = False                         # the tail comes from the owner
         self._list = mpb.LedgerList()                # the source's list, as followed
         self._visible: list[mpb.LedgerInfo] = []     # its ledgers up to the frontier
@@ -148,6 +151,18 @@ class ShadowLedger:
         await self.remote_tail.close()
         for listener in list(self._listeners):
             listener.on_closed(self._closed)
+
+    @property
+    def source_url(self) -> str | None:
+        """The source's owner, where the unsealed tail is read when no WAL is shared (given
+        by the replication receiver, shadow/replication.py)."""
+        return self._source_url
+
+    @source_url.setter
+    def source_url(self, url: str | None) -> None:
+        if url != self._source_url:
+            self._source_url = url
+            self._nudge.set()
 
     def fence(self, reason: errors.ShadowTopicError) -> None:
         """This broker lost the topic (its lease): stop serving it."""
@@ -300,6 +315,7 @@ class ShadowLedger:
             while self._closed is None and self._to_scan:
                 info = self._to_scan[0]
                 lid = info.ledger_id
+                self._nudge.clear()  # from here on, what arrives cuts the wait below
                 try:
                     n = await self._on_tail(info, lambda tail: tail.entries(
                         info, self._counts.get(lid, 0)))
@@ -309,7 +325,11 @@ class ShadowLedger:
                     log.info("%s: entries of ledger %d: %s; reading the list again",
                              self.topic, lid, exc)
                     if not await self._follower.refresh():
-                        await asyncio.sleep(delay)
+                        try:  # the owner's url arriving ends the wait (a new shadow's
+                            # first batch brings it: the count must not wait a backoff)
+                            await asyncio.wait_for(self._nudge.wait(), delay)
+                        except asyncio.TimeoutError:
+                            pass
                         delay = min(delay * 2, MAX_RETRY_S)
                     self._changed()
                     continue

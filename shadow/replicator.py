@@ -216,7 +216,10 @@ class ShadowReplicator:
         batch_id = 0
         try:
             while not self._closed:
-                batch = await self._next_batch()
+                # a stream's first batch goes at once, heartbeat or not: the shadow learns
+                # the source's last confirmed id now (a new shadow starts at the tail, with
+                # nothing to send: it waited a heartbeat interval to serve the history)
+                batch = await self._next_batch(at_once=batch_id == 0)
                 if batch is None:
                     continue  # woken with nothing to send and no heartbeat due
                 batch_id += 1
@@ -232,9 +235,9 @@ class ShadowReplicator:
             out.put_nowait(None)
             call.cancel()
 
-    async def _next_batch(self) -> replication_pb2.ReplicateBatch | None:
+    async def _next_batch(self, at_once: bool = False) -> replication_pb2.ReplicateBatch | None:
         """The next batch from `position`; when nothing waits, a heartbeat once HEARTBEAT_S
-        passed, or None when woken earlier (the caller asks again)."""
+        passed (`at_once`: now), or None when woken earlier (the caller asks again)."""
         view = self.view
         self._wake.clear()  # before looking: an append from here on wakes the wait below
         pos = self.position = view.valid_position(self.position)
@@ -262,6 +265,8 @@ class ShadowReplicator:
                                       publish_time=e.publish_ms, raw=e.raw)
                 if entries:
                     return batch
+        if at_once:
+            return batch
         try:
             await asyncio.wait_for(self._wake.wait(), HEARTBEAT_S)
             return None
