@@ -70,7 +70,8 @@ class LazyCompactedView:
         if started is None:
             topics = self.host.topics
             follower = CompactionFollower(self.host.store, self.host.storage, topics.executor,
-                                          self.topic.ledger.ledgers_of, self.topic.ledger)
+                                          self.topic.ledger.ledgers_of, self.topic.ledger,
+                                          name=self.topic.name)
 
             async def start() -> CompactionFollower:
                 await follower.start()

@@ -12,6 +12,17 @@ is missing or corrupt) makes reads at or before the horizon fail with that error
 K17), and `last_readable` (what GetLastMessageId with read_compacted answers) too when its
 answer would come from there; the raw view is untouched.
 
+A failed open is not final: the store may be back in a moment (an S3 hiccup, a timeout). While
+the broken pointer is still the current one, `update` opens it again in the background after
+0.5 s, then doubling to at most 30 s between tries (`retry_first`, `retry_max`); a
+`ChecksumError` (a file that does not match its manifest: corrupt, not away) is tried again at
+the longest delay only. Each failed try logs one WARNING naming the topic and keeps the reads
+failing, with the newest error; the first open that succeeds swaps the ledger in as any swap
+does (listeners woken: readers go on by id). A newer pointer (or none) cancels the tries, as
+does `close`. A replica never serves stale or partial data meanwhile: reads of the prefix fail
+until the ledger opens. Failpoint `compaction.ledger.open` (source/failpoints.py) fails opens
+in tests.
+
 Pointer swaps (`update`: open in the executor, then `swap`) wake the listeners; readers go on
 by id (a position the new ledger compacted away moves to the next survivor at the next
 dispatch). A read takes one pointer for its whole call, so a swap while the executor reads
@@ -30,6 +41,7 @@ import asyncio
 import logging
 from concurrent.futures import Executor
 
+from source import failpoints
 from source.core import errors
 from source.core.message_id import MessageId
 from source.core.names import TopicName
@@ -43,13 +55,31 @@ from source.pb.storage.v1 import metadata_pb2 as mpb
 
 log = logging.getLogger(__name__)
 
+RETRY_FIRST = 0.5   # seconds before a broken pointer's ledger is opened again, doubling ...
+RETRY_MAX = 30.0    # ... to this (and a corrupt ledger's delay from the start)
+
+
+def open_ledger(storage: Storage, manifest: mpb.CompactedManifest) -> CompactedLedger:
+    """Open a pointer's compacted ledger (blocking: in the executor). Failpoint
+    `compaction.ledger.open`: an injected error fails it as an unreachable store does."""
+    try:
+        failpoints.hit("compaction.ledger.open")
+    except failpoints.FailpointError as exc:
+        raise errors.DataLoss(f"the store failed to open it: {exc}") from None
+    return CompactedLedger(storage, manifest)
+
 
 class CompactedView:
     def __init__(self, raw: LedgerView, executor: Executor | None = None,
-                 storage: Storage | None = None):
+                 storage: Storage | None = None, name: TopicName | None = None,
+                 retry_first: float = RETRY_FIRST, retry_max: float = RETRY_MAX):
         self.raw = raw
         self.executor = executor
         self.storage = storage  # where `update` opens compacted ledgers
+        self.name = name or raw.ledgers_of  # the topic read, in logs
+        self.retry_first, self.retry_max = retry_first, retry_max
+        self._reopen: asyncio.Task | None = None  # opens a broken pointer again
+        self._closed = False  # `close`d: nothing is tried again
         self.ledger: CompactedLedger | None = None
         self.horizon: MessageId | None = None
         self.broken: errors.ShadowTopicError | None = None  # the pointer's ledger is unreadable
@@ -83,23 +113,76 @@ class CompactedView:
     async def update(self, pointer: mpb.CompactionPointer | None) -> None:
         """Open `pointer`'s compacted ledger (in the executor) and swap it in; a ledger that
         cannot be opened (a file missing or corrupt) is swapped in as broken: reads at or
-        before its horizon raise that error (K17). The same pointer again changes nothing."""
+        before its horizon raise that error (K17), and it is opened again in the background
+        with backoff until it opens or another pointer comes (the module doc). The same
+        pointer again changes nothing."""
         if pointer == self.pointer:
             return
         self._updates += 1
         mine = self._updates
+        self._stop_reopen()  # a newer pointer: the older one is not tried again
         if pointer is None:
             self.swap(None, None)
             return
         ledger, broken = None, None
         try:
             ledger = await asyncio.get_running_loop().run_in_executor(
-                self.executor, CompactedLedger, self.storage, pointer.manifest)
+                self.executor, open_ledger, self.storage, pointer.manifest)
         except errors.ShadowTopicError as exc:  # missing or corrupt: compacted reads fail
-            log.error("compacted ledger of job %s unreadable: %s", pointer.job_id, exc)
+            log.error("%s: compacted ledger of job %s unreadable: %s", self.name,
+                      pointer.job_id, exc)
             broken = exc
         if mine == self._updates:  # no newer pointer arrived while this one opened
             self.swap(pointer, ledger, broken)
+            if broken is not None and not self._closed:
+                self._reopen = asyncio.get_running_loop().create_task(
+                    self._open_again(pointer, mine, broken))
+
+    def _delay(self, previous: float | None, exc: BaseException) -> float:
+        if isinstance(exc, errors.ChecksumError):  # corrupt: not back soon, if ever
+            return self.retry_max
+        return self.retry_first if previous is None else min(previous * 2, self.retry_max)
+
+    async def _open_again(self, pointer: mpb.CompactionPointer, mine: int,
+                          first: BaseException) -> None:
+        """Open the broken `pointer` again with backoff while it is the current one (see the
+        module doc); the first success swaps it in."""
+        delay = self._delay(None, first)
+        while True:
+            await asyncio.sleep(delay)
+            if mine != self._updates or self.pointer is not pointer or self.broken is None:
+                return  # a newer pointer (or a swap from elsewhere) is served
+            try:
+                ledger = await asyncio.get_running_loop().run_in_executor(
+                    self.executor, open_ledger, self.storage, pointer.manifest)
+            except Exception as exc:  # noqa: BLE001 - tried again until the pointer changes
+                if mine != self._updates or self.pointer is not pointer:
+                    return
+                delay = self._delay(delay, exc)
+                log.warning("%s: compacted ledger of job %s still unreadable, trying again "
+                            "in %.2fs: %s", self.name, pointer.job_id, delay, exc)
+                if isinstance(exc, errors.ShadowTopicError):
+                    self.broken = exc  # reads fail with the newest reason
+                continue
+            if mine == self._updates and self.pointer is pointer and self.broken is not None:
+                log.info("%s: compacted ledger of job %s opened again", self.name,
+                         pointer.job_id)
+                self._reopen = None
+                self.swap(pointer, ledger)
+            return
+
+    def _stop_reopen(self) -> None:
+        task, self._reopen = self._reopen, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+
+    async def close(self) -> None:
+        """Stop opening a broken pointer again (the topic closes)."""
+        self._closed = True
+        task, self._reopen = self._reopen, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
     def _in_prefix(self, position: MessageId, horizon: MessageId | None = None) -> bool:
         h = horizon if horizon is not None else self.horizon
@@ -243,9 +326,10 @@ class CompactionFollower:
     one key follower (source/metadata/follow.py)."""
 
     def __init__(self, store: MetadataStore, storage: Storage, executor: Executor,
-                 of: TopicName, raw: LedgerView, retry_delay: float = 0.5):
+                 of: TopicName, raw: LedgerView, retry_delay: float = 0.5,
+                 name: TopicName | None = None):
         self.key = keys.compaction(of)
-        self.view = CompactedView(raw, executor, storage)
+        self.view = CompactedView(raw, executor, storage, name)
         self.retry_delay = retry_delay
         self._follower = KeyFollower(store, self.key, self._apply, retry_delay)
 
@@ -274,3 +358,4 @@ class CompactionFollower:
 
     async def close(self) -> None:
         await self._follower.close()
+        await self.view.close()

@@ -62,6 +62,11 @@ POINTS: dict[str, str] = {
     "ledger.seal.before_publish":
         "a source broker after a ledger's Parquet file is written and fsynced, before the "
         "ledger list marks the ledger SEALED",
+    "compaction.ledger.open":
+        "a broker, in the executor thread that opens a topic's compacted ledger for "
+        "`read_compacted` reads (compaction/view.py), before it opens the files: "
+        "`N*error(TEXT)` fails the first N opens as an unreachable object store does "
+        "(`DataLoss`), so a test sees the view broken and then opened again",
     "cli.loading":
         "the `shadowtopic` CLI while it loads its modules (source/cli/main.py), before the "
         "client library: `sleep(S)` holds it there so a test presses Ctrl-C during start-up",
