@@ -245,7 +245,7 @@ def test_one_shadow_stream_carries_the_bytes_the_others_send_ids(tmp_path):
             return SimpleNamespace(ledger=sl)  # both shadow names: the same view will do
         topics.topic = topic
         service = ReplicationService(topics, "c")
-        service.carriers.wait_s = 0.2
+        service.carriers.wait_s = 2.0  # far past an ack's round trip, even loaded
         epoch = driver.managed.epoch
         streams = {}
 

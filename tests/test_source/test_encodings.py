@@ -66,7 +66,7 @@ async def _read_all(views: dict[TopicName, MemoryView], n: int) -> dict[TopicNam
         outboxes[topic] = _Outbox()
         reader, _last = await engine.open(outboxes[topic], h, topic, Start())
         engine.flow(reader, 1 << 20)
-    for _ in range(200):
+    for _ in range(1000):  # 10 s at most
         if all(len(o.raws) >= n for o in outboxes.values()):
             break
         await asyncio.sleep(0.01)
