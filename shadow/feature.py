@@ -50,6 +50,7 @@ from shadow.needs import INTERVAL_S, NeedsPublisher
 from shadow.replication import Inbound, ReplicationService
 from shadow.replicators import Channels, TopicReplicators
 from shadow.served import Served
+from shadow.shedding import Shedder
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class ShadowFeature(BrokerFeature):
         self.inbound = Inbound()  # what its shadows' stats say of their replication
         self._replicators: dict[Topic, TopicReplicators] = {}
         self._publisher: NeedsPublisher | None = None
+        self.shedder: Shedder | None = None  # load shedding, on a shadow broker
 
     def bind(self, host: BrokerHost) -> None:
         self.host = host
@@ -93,7 +95,14 @@ class ShadowFeature(BrokerFeature):
         """Whether this broker serves shadow topics (it has the shadow role)."""
         return ROLE in self.host.config.roles
 
+    async def start(self) -> None:
+        if self.serving:
+            self.shedder = Shedder(self.host, ROLE, self.host.config.load_shedding_interval)
+            self.shedder.start()
+
     async def close(self) -> None:
+        if self.shedder is not None:
+            await self.shedder.close()
         if self._publisher is not None:
             await self._publisher.close()
         await self.channels.close()
@@ -114,6 +123,9 @@ class ShadowFeature(BrokerFeature):
 
     async def _open(self, topic: TopicName, info: mpb.TopicInfo,
                     own: Ownership) -> ShadowLedger:
+        if self.shedder is not None and self.shedder.refuses(topic):
+            raise errors.TopicNotOwned(f"{topic} was moved off this broker (load shedding); "
+                                       f"look it up again")
         topics = self.host.topics
         return await ShadowLedger.open(topic, TopicName.parse(info.source), topics.store,
                                        topics.storage, topics.executor,

@@ -54,6 +54,9 @@ class BrokerConfig:
     metrics_per_subscription: bool = False  # per-subscription series (many series)
     # idempotent producing: a producer idle this long is forgotten (source/ledger/dedup.py)
     dedup_idle_seconds: float = DEDUP_IDLE_S
+    # a shadow broker serving clearly more shadows than another gives one up this often
+    # (shadow/shedding.py); 0: never
+    load_shedding_interval: float = 0.0
 
     @property
     def url(self) -> str:
@@ -139,6 +142,10 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
                         "this long is forgotten there, and a batch it sends after that is "
                         "new (Pulsar's brokerDeduplicationProducerInactivityTimeoutMinutes; "
                         "default 21600: 6 h)")
+    p.add_argument("--load-shedding-interval", type=float, default=0.0, metavar="SECONDS",
+                   help="a shadow broker that owns 2 or more topics more than the least "
+                        "loaded live shadow broker gives up one shadow this often, so a "
+                        "shadow broker that joins takes its share (default 0: never)")
     p.add_argument("--features", default=None, metavar="NAMES",
                    help="comma-separated broker features to run (default: every installed "
                         "one: shadow, compaction); '' runs the broker core alone. Every "
@@ -166,6 +173,8 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
                  "dedup_idle_seconds"):
         if not getattr(a, flag) > 0:
             p.error(f"--{flag.replace('_', '-')} must be more than 0")
+    if a.load_shedding_interval < 0:
+        p.error("--load-shedding-interval must be 0 (off) or more")
     s3 = object_store.options_from(p, a)
     logs.setup_from(a)
     cfg = BrokerConfig(etcd=a.etcd, data_dir=a.data_dir, storage_root=a.storage_root,
@@ -181,6 +190,7 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
                        metrics_port=a.metrics_port,
                        metrics_per_subscription=a.metrics_per_subscription,
                        dedup_idle_seconds=a.dedup_idle_seconds,
+                       load_shedding_interval=a.load_shedding_interval,
                        features=None if a.features is None else
                        tuple(n for n in a.features.split(",") if n))
     if a.broker_id:

@@ -36,7 +36,7 @@ from source.metadata import keys
 from source.metadata.base import MetadataStore
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
-PENDING_S = 10.0  # a pick counts as owned this long at most (its broker takes it sooner)
+PENDING_S = 5.0  # a pick counts as owned this long at most (its broker takes it sooner)
 
 
 def rank(broker_id: str, topic: TopicName) -> bytes:
@@ -75,7 +75,11 @@ class RecentPicks:
         return {topic: broker_id for topic, (broker_id, _) in self._picks.items()}
 
     def add(self, topic: TopicName, broker_id: str) -> None:
-        self._picks[topic] = (broker_id, time.monotonic())
+        """A pick; picking the same broker again keeps the first pick's time (asking again
+        and again must not keep a pick that never became ownership alive)."""
+        held = self._picks.get(topic)
+        if held is None or held[0] != broker_id:
+            self._picks[topic] = (broker_id, time.monotonic())
 
 
 async def pick_broker(store: MetadataStore, cluster: str, role: str, topic: TopicName,

@@ -139,3 +139,24 @@ def test_picks_of_one_process_made_at_once_spread_exactly():
         assert len(recent) == 1  # only "next" is pending now
         await store.close()
     asyncio.run(body())
+
+
+def test_asking_again_does_not_keep_a_pick_that_never_became_ownership():
+    """A shadow picked for a broker that never takes it (it refuses it: load shedding) is
+    asked for again and again; the pick still expires and the next one is by load."""
+    async def body():
+        store = MemoryStore()
+        for b in ("s1", "s2"):
+            await _register(store, b)
+        recent = RecentPicks(pending_s=0.3)
+        topic = _t("sh")
+        first = (await pick_broker(store, C, "shadow", topic, recent)).broker_id
+        other = _t("other")  # placed on the other broker meanwhile: now the loads are equal
+        await pick_broker(store, C, "shadow", other, recent)
+        for _ in range(4):  # asked again every 0.05 s: the same broker while the pick holds
+            assert (await pick_broker(store, C, "shadow", topic, recent)).broker_id == first
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.15)  # 0.35 s after the first pick, 0.15 s after the last ask
+        assert len(recent.pending(set(), C)) == 0  # expired, though asked again
+        await store.close()
+    asyncio.run(body())
