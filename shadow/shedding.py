@@ -22,12 +22,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 
 from source.broker.feature import BrokerHost
 from source.core import errors
 from source.core.names import TopicName
 from source.metadata import keys
+from source.metadata.placement import owned_by_broker
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
 from shadow.ledger import ShadowLedger
@@ -95,12 +95,7 @@ class Shedder:
         for topic in [t for t in self._held if self.refuses(t)]:
             if keys.ownership(session.cluster, topic) not in owned_keys:
                 return None  # the last one given up is not served elsewhere yet: wait
-        owned: Counter = Counter()
-        for kv in owners.items:
-            try:
-                owned[mpb.Ownership.FromString(kv.value).broker_id] += 1
-            except Exception:  # noqa: BLE001 - a damaged record counts for nobody
-                continue
+        owned = owned_by_broker(owners.items)
         mine, least = owned[session.broker_id], min(owned[b] for b in peers)
         if mine - least < self.margin:
             return None

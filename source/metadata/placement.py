@@ -33,7 +33,7 @@ from collections import Counter
 
 from source.core.names import TopicName
 from source.metadata import keys
-from source.metadata.base import MetadataStore
+from source.metadata.base import KeyValue, MetadataStore
 from source.pb.storage.v1 import metadata_pb2 as mpb
 
 PENDING_S = 5.0  # a pick counts as owned this long at most (its broker takes it sooner)
@@ -96,6 +96,17 @@ async def pick_broker(store: MetadataStore, cluster: str, role: str, topic: Topi
         return picked
 
 
+def owned_by_broker(owners: list[KeyValue]) -> Counter:
+    """broker id -> how many ownership records (of `keys.ownership_prefix`) it holds."""
+    owned: Counter = Counter()
+    for kv in owners:
+        try:
+            owned[mpb.Ownership.FromString(kv.value).broker_id] += 1
+        except Exception:  # noqa: BLE001 - a damaged record counts for nobody
+            continue
+    return owned
+
+
 async def _pick(store: MetadataStore, cluster: str, role: str, topic: TopicName,
                 recent: RecentPicks | None) -> mpb.BrokerInfo | None:
     snap = await store.get_prefix(keys.brokers_prefix(cluster))
@@ -104,12 +115,7 @@ async def _pick(store: MetadataStore, cluster: str, role: str, topic: TopicName,
     if not brokers:
         return None
     owners = await store.get_prefix(keys.ownership_prefix(cluster))
-    owned: Counter = Counter()
-    for kv in owners.items:
-        try:
-            owned[mpb.Ownership.FromString(kv.value).broker_id] += 1
-        except Exception:  # noqa: BLE001 - a damaged record counts for nobody
-            continue
+    owned = owned_by_broker(owners.items)
     if recent is not None:
         pending = recent.pending({kv.key for kv in owners.items}, cluster)
         again = pending.pop(topic, None)

@@ -13,35 +13,24 @@ from source.pb.v1 import common_pb2
 from source.read.encodings import EncodingsPool
 from source.read.engine import ReadEngine
 from source.read.positions import Start
+from tests.test_source.test_entry_cache import _Count, _Outbox as _RawsOutbox
 
 SOURCE = TopicName.parse("persistent://public/default/src")
 SHADOWS = [TopicName.parse(f"persistent://public/default/src-shadow-{i}") for i in range(4)]
 
 
-class _Outbox:
+class _Outbox(_RawsOutbox):
+    """test_entry_cache's outbox that also keeps the ids it was sent."""
+
     def __init__(self):
+        super().__init__()
         self.ids: list[tuple[int, int]] = []
-        self.raws: list[bytes] = []
-
-    def has_room(self):
-        return True
-
-    def call_when_room(self, callback):
-        pass
 
     def send_entries(self, handles, encoded, size):
+        super().send_entries(handles, encoded, size)
         for e in encoded:
             entry = common_pb2.EncodedEntry.FromString(e)
             self.ids.append((entry.ledger_id, entry.entry_id))
-            self.raws.append(entry.raw)
-
-    def send_error(self, handle, error):
-        raise AssertionError(f"reader failed: {error}")
-
-
-class _Count:
-    def add_out(self, msgs, size):
-        pass
 
 
 def _counting(monkeypatch) -> list[int]:
