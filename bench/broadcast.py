@@ -69,7 +69,7 @@ def _subscriber(idx: int, url: str, topic: str, names: list[str], messages: int,
     """One client process: `subscribe_many` for `names` with a listener that records the
     latency of every delivery (a histogram in 0.1 ms steps), counts it per (subscription,
     message) and acknowledges it."""
-    from source.client import Client
+    from shadowtopic.client import Client
 
     n = len(names)
     counts = bytearray(n * messages)  # deliveries per (subscription, message), saturating
@@ -155,7 +155,7 @@ def _subscriber(idx: int, url: str, topic: str, names: list[str], messages: int,
 
 def _grouped_api() -> bool:
     """Does this client's `message_listener` take `(message, recipients)`?"""
-    from source.client import listener
+    from shadowtopic.client import listener
 
     return hasattr(listener, "Recipients")
 
@@ -186,9 +186,9 @@ class PointerWatch(threading.Thread):
 
     def __init__(self, etcd: str, topic: str, every: float = 0.2):
         super().__init__(daemon=True, name="pointer-watch")
-        from source.core.names import TopicName
-        from source.metadata import keys
-        from source.metadata.etcd import make_client
+        from shadowtopic.core.names import TopicName
+        from shadowtopic.metadata import keys
+        from shadowtopic.metadata.etcd import make_client
 
         self.key = keys.cursors(TopicName.parse(topic))
         self.client = make_client(etcd, 5.0)
@@ -198,7 +198,7 @@ class PointerWatch(threading.Thread):
         self._halt = threading.Event()
 
     def run(self) -> None:
-        from source.pb.storage.v1 import cursors_pb2 as cpb
+        from shadowtopic.pb.storage.v1 import cursors_pb2 as cpb
 
         while not self._halt.wait(self.every):
             try:
@@ -243,10 +243,10 @@ def run_broadcast(data_dir: str, subs: int = 100_000, procs: int = 4, duration: 
     """One etcd + broker under `data_dir`; attach, idle, send; returns the figures.
     `profile`: the broker runs under cProfile and dumps its stats there when it exits."""
     from consume import proc_cpu  # bench/consume.py
-    from source.broker.server import free_port
-    from source.client import Client
-    from source.metadata.etcd_server import EtcdServer
-    from source.standalone import BrokerProcess
+    from shadowtopic.broker.server import free_port
+    from shadowtopic.client import Client
+    from shadowtopic.metadata.etcd_server import EtcdServer
+    from shadowtopic.standalone import BrokerProcess
 
     messages = max(1, int(duration * rate))
     names = [f"b-{i}" for i in range(subs)]

@@ -1,5 +1,5 @@
 """Compaction (issue 10), measured as a user meets it: one real etcd, a source broker, a shadow
-broker and a warm compaction worker (`python -m compaction.worker`, local[*]) on one storage
+broker and a warm compaction worker (`python -m shadowtopic.compaction.worker`, local[*]) on one storage
 root, driven through the public client.
 
     .venv/bin/python bench/compaction_bench.py [--messages 5000000] [--keys 100000] [--rounds 3]
@@ -57,9 +57,9 @@ class Cluster:
     """etcd + source broker + shadow broker + compaction worker (one storage root)."""
 
     def __init__(self, data_dir: str):
-        from source.broker.server import free_port
-        from source.metadata.etcd_server import EtcdServer
-        from source.standalone import BrokerProcess
+        from shadowtopic.broker.server import free_port
+        from shadowtopic.metadata.etcd_server import EtcdServer
+        from shadowtopic.standalone import BrokerProcess
 
         self.root = os.path.join(data_dir, "storage")
         self.etcd = EtcdServer(os.path.join(data_dir, "etcd"))
@@ -69,9 +69,9 @@ class Cluster:
         self.src = BrokerProcess(self.etcd.endpoint, os.path.join(data_dir, "src"), free_port(),
                                  extra_args=args)
         self.sh = BrokerProcess(self.etcd.endpoint, os.path.join(data_dir, "sh"), free_port(),
-                                extra_args=args, module="shadow.broker")
+                                extra_args=args, module="shadowtopic.shadow.broker")
         self.worker = BrokerProcess(self.etcd.endpoint, os.path.join(data_dir, "worker"),
-                                    free_port(), module="compaction.worker",
+                                    free_port(), module="shadowtopic.compaction.worker",
                                     extra_args=["--cluster", cluster, "--grace", "5"])
         for b in (self.src, self.sh):
             b.start(timeout=60)
@@ -85,7 +85,7 @@ class Cluster:
 
 
 def _producer(url: str, topic: str, seed: int, count: int, keys: int, payload: int, q) -> None:
-    from source.client import Client
+    from shadowtopic.client import Client
     rnd = random.Random(seed)
     body = b"x" * payload
     with Client(url, timeout=60) as c:
@@ -117,8 +117,8 @@ def produce(url: str, topic: str, messages: int, keys: int, payload: int, seed: 
 
 
 def sealed_files(root: str, topic: str) -> list[str]:
-    from source.core.names import TopicName
-    from source.ledger.storage import Storage
+    from shadowtopic.core.names import TopicName
+    from shadowtopic.ledger.storage import Storage
     st = Storage(root)
     rel = Storage.topic_sealed_dir(TopicName.parse(topic))
     return sorted(st.full(p) for p in st.list_dir(rel) if p.endswith(".parquet"))
@@ -149,8 +149,8 @@ def split_of(status, wall0: float, wall1: float) -> dict:
 def drop_pointer(etcd_endpoint: str, topic: str) -> None:
     import asyncio
 
-    from source.core.names import TopicName
-    from source.metadata import EtcdStore, keys
+    from shadowtopic.core.names import TopicName
+    from shadowtopic.metadata import EtcdStore, keys
 
     async def go():
         store = EtcdStore(etcd_endpoint)
@@ -162,7 +162,7 @@ def drop_pointer(etcd_endpoint: str, topic: str) -> None:
 
 
 def read_to_end(url: str, topic: str, compacted: bool) -> tuple[float, int]:
-    from source.client import Client
+    from shadowtopic.client import Client
     with Client(url, timeout=60) as c:
         last = c.admin.last_message_id(topic, read_compacted=compacted)
         t0 = time.perf_counter()
@@ -179,7 +179,7 @@ def read_to_end(url: str, topic: str, compacted: bool) -> tuple[float, int]:
 
 
 def _mission_client(url: str, topic: str, subs: int, load: int, tail: int, q) -> None:
-    from source.client import Client
+    from shadowtopic.client import Client
     with Client(url, timeout=120) as c:
         consumers = c.subscribe_many(topic, [f"m-{i}" for i in range(subs)],
                                      initial_position="earliest", read_compacted=True,
@@ -241,7 +241,7 @@ def run_mission(cl: Cluster, c, subs: int, tail: int, keys: int, payload: int) -
 
 def run_compaction(data_dir: str, a) -> dict:
     import compaction_baselines as cb
-    from source.client import Client, Policies
+    from shadowtopic.client import Client, Policies
 
     cl = Cluster(data_dir)
     out: dict = {"rounds": []}

@@ -62,8 +62,8 @@ def _consume(url: str, topic: str, subs: list[str], ctype: str, ack: str, total:
     """One client process: one Client, a consumer per name in `subs`. Exclusive consumers
     stop after `total` messages each; Shared ones once the processes together (shared_count)
     received and acked `total`."""
-    from source.client import Client
-    from source.core import errors
+    from shadowtopic.client import Client
+    from shadowtopic.core import errors
 
     now = time.perf_counter
     with Client(url, timeout=60) as client:
@@ -121,7 +121,7 @@ def _consume(url: str, topic: str, subs: list[str], ctype: str, ack: str, total:
 
 
 def _produce(url: str, topic: str, messages: int, payload: int) -> None:
-    from source.client import Client
+    from shadowtopic.client import Client
 
     with Client(url, timeout=60) as c, c.create_producer(topic) as p:
         data = b"x" * payload
@@ -238,10 +238,10 @@ def run_consume(peers: str | None, data_dir: str, messages: int = 200_000, paylo
                 profile: str | None = None) -> dict:
     """Pre-fill one topic, then per round and case: ceiling, ours, NATS (paired ratios).
     `profile`: a path; the broker then runs under cProfile and dumps its stats there."""
-    from source.broker.server import free_port
-    from source.client import Client
-    from source.metadata.etcd_server import EtcdServer
-    from source.standalone import BrokerProcess
+    from shadowtopic.broker.server import free_port
+    from shadowtopic.client import Client
+    from shadowtopic.metadata.etcd_server import EtcdServer
+    from shadowtopic.standalone import BrokerProcess
 
     with EtcdServer(os.path.join(data_dir, "etcd-consume")) as etcd:
         broker = BrokerProcess(etcd.endpoint, os.path.join(data_dir, "broker-consume"),

@@ -34,7 +34,7 @@ sys.path.insert(0, ROOT)
 
 
 def _store_class():
-    from source.cursors import SnapshotCursorStore
+    from shadowtopic.cursors import SnapshotCursorStore
 
     class Timed(SnapshotCursorStore):
         """Records each save's duration and the kind and size of the file it wrote."""
@@ -63,9 +63,9 @@ async def phase(metadata, root: str, topic, fence, cursors: dict, entry: int, su
                 seconds: float, interval: float, rate: float, lag: int) -> tuple[dict, int]:
     """Acks at `rate` rounds/s for `seconds` with a flusher at `interval`; returns figures
     and the next entry to acknowledge."""
-    from source.core.message_id import MessageId
-    from source.cursors import CursorFlusher
-    from source.ledger.storage import Storage
+    from shadowtopic.core.message_id import MessageId
+    from shadowtopic.cursors import CursorFlusher
+    from shadowtopic.ledger.storage import Storage
 
     store = _store_class()(metadata, Storage(root))
     await store.load(topic)  # the store continues the topic's files, as a restarted owner
@@ -139,11 +139,11 @@ async def phase(metadata, root: str, topic, fence, cursors: dict, entry: int, su
 
 async def run(metadata, root: str, subs: int, seconds: float, ceiling_seconds: float,
               interval: float, rate: float, lag: int) -> dict:
-    from source.core.message_id import MessageId
-    from source.core.names import TopicName
-    from source.cursors import CursorState, Fence, SnapshotCursorStore
-    from source.ledger.storage import Storage
-    from source.metadata import keys
+    from shadowtopic.core.message_id import MessageId
+    from shadowtopic.core.names import TopicName
+    from shadowtopic.cursors import CursorState, Fence, SnapshotCursorStore
+    from shadowtopic.ledger.storage import Storage
+    from shadowtopic.metadata import keys
 
     topic = TopicName.parse("persistent://bench/cursor-flush/t")
     fence = Fence(keys.ownership("bench", topic), b"bench-owner")
@@ -169,7 +169,7 @@ def run_flush(data_dir: str, subs: int = 10_000, seconds: float = 20.0,
               ceiling_seconds: float = 5.0, interval: float = 1.0, rate: float = 5.0,
               lag: int = 5) -> dict:
     """Start an etcd under `data_dir`, run both phases, stop it."""
-    from source.metadata import EtcdServer, EtcdStore
+    from shadowtopic.metadata import EtcdServer, EtcdStore
 
     server = EtcdServer(data_dir=os.path.join(data_dir, "etcd-flush")).start(timeout=60)
     metadata = EtcdStore(server.endpoint, timeout=5.0)

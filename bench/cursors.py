@@ -25,11 +25,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from source.core.message_id import MessageId  # noqa: E402
-from source.core.names import TopicName  # noqa: E402
-from source.cursors import CursorFlusher, CursorState, Fence, SnapshotCursorStore  # noqa: E402
-from source.ledger.storage import Storage  # noqa: E402
-from source.metadata import EtcdServer, EtcdStore, MemoryStore, MetadataStore, keys  # noqa: E402
+from shadowtopic.core.message_id import MessageId  # noqa: E402
+from shadowtopic.core.names import TopicName  # noqa: E402
+from shadowtopic.cursors import CursorFlusher, CursorState, Fence, SnapshotCursorStore  # noqa: E402
+from shadowtopic.ledger.storage import Storage  # noqa: E402
+from shadowtopic.metadata import EtcdServer, EtcdStore, MemoryStore, MetadataStore, keys  # noqa: E402
 
 
 class Timed(SnapshotCursorStore):

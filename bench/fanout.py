@@ -27,7 +27,7 @@ sys.path.insert(0, ROOT)
 
 
 def _read_all(url: str, topic: str, readers: int, messages: int, ready, out) -> None:
-    from source.client import Client
+    from shadowtopic.client import Client
 
     with Client(url, timeout=60) as client:
         rs = [client.create_reader(topic, start="latest", receiver_queue_size=2000)
@@ -49,7 +49,7 @@ def _read_all(url: str, topic: str, readers: int, messages: int, ready, out) -> 
 
 
 def _produce(url: str, topic: str, messages: int, payload: int) -> None:
-    from source.client import Client
+    from shadowtopic.client import Client
 
     with Client(url) as c, c.create_producer(topic) as p:
         data = b"x" * payload
@@ -91,10 +91,10 @@ def ceiling_round(peers: str, readers: int) -> int | None:
 def run_fanout(peers: str | None, data_dir: str, readers: int = 100, messages: int = 20_000,
                payload: int = 100, rounds: int = 3) -> dict:
     """Alternating rounds of the ceiling and ours against one broker; paired ratios."""
-    from source.broker.server import free_port
-    from source.client import Client
-    from source.metadata.etcd_server import EtcdServer
-    from source.standalone import BrokerProcess
+    from shadowtopic.broker.server import free_port
+    from shadowtopic.client import Client
+    from shadowtopic.metadata.etcd_server import EtcdServer
+    from shadowtopic.standalone import BrokerProcess
 
     topic = "persistent://bench/fanout/t"
     with EtcdServer(os.path.join(data_dir, "etcd-fanout")) as etcd:

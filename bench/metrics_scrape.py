@@ -82,10 +82,10 @@ def run_metrics_scrape(data_dir: str, subs: int = 100_000, scrapes: int = 5,
 
 
 def _case(data_dir: str, subs: int, scrapes: int, messages: int, per_sub: bool) -> dict:
-    from source.broker.server import free_port
-    from source.client import Client
-    from source.metadata.etcd_server import EtcdServer
-    from source.standalone import BrokerProcess
+    from shadowtopic.broker.server import free_port
+    from shadowtopic.client import Client
+    from shadowtopic.metadata.etcd_server import EtcdServer
+    from shadowtopic.standalone import BrokerProcess
 
     with EtcdServer(os.path.join(data_dir, "etcd")) as etcd:
         etcd.start()

@@ -32,7 +32,7 @@ sys.path.insert(0, ROOT)
 
 def _producer(url: str, topic: str, count: int, payload: int, start_at: float,
               idempotent: bool, out) -> None:
-    from source.client import Client
+    from shadowtopic.client import Client
 
     sends: list[float] = []
     acks: list[float] = []
@@ -74,7 +74,7 @@ def _cpu_seconds(pid: int) -> float:
 
 def one_round(url: str, messages: int, producers: int, payload: int, idempotent: bool,
               broker_pid: int) -> dict:
-    from source.client import Client
+    from shadowtopic.client import Client
 
     topic = f"persistent://public/bench/dedup-{uuid.uuid4().hex[:8]}"
     with Client(url) as c:
@@ -109,9 +109,9 @@ def run_dedup(data_dir: str, messages: int = 200_000, pairs: int = 6, producers:
               payload: int = 100) -> dict:
     """`pairs` pairs of rounds (off-on, on-off, ...) against one etcd and one broker under
     `data_dir`; returns every round and the medians of the paired ratios."""
-    from source.broker.server import free_port
-    from source.metadata.etcd_server import EtcdServer
-    from source.standalone import BrokerProcess
+    from shadowtopic.broker.server import free_port
+    from shadowtopic.metadata.etcd_server import EtcdServer
+    from shadowtopic.standalone import BrokerProcess
 
     out = []
     with EtcdServer(os.path.join(data_dir, "dedup-etcd")) as etcd:

@@ -51,7 +51,7 @@ sys.path.insert(0, ROOT)
 
 def _producer(url: str, topic: str, count: int, payload: int, start_at: float, sample: int,
               out) -> None:
-    from source.client import Client
+    from shadowtopic.client import Client
 
     sends: list[float] = []
     acks: list[float] = []
@@ -122,10 +122,10 @@ def produce_round(url: str, topic: str, messages: int, producers: int, payload: 
 def run_produce(args, data_dir: str, peers: str | None) -> list[dict]:
     """Rounds of (limits.py produce ceiling, ours, NATS JetStream), alternating, each round
     with its paired ratios."""
-    from source.broker.server import free_port
-    from source.client import Client
-    from source.metadata.etcd_server import EtcdServer
-    from source.standalone import BrokerProcess
+    from shadowtopic.broker.server import free_port
+    from shadowtopic.client import Client
+    from shadowtopic.metadata.etcd_server import EtcdServer
+    from shadowtopic.standalone import BrokerProcess
 
     with EtcdServer(os.path.join(data_dir, "etcd")) as etcd:
         etcd.start()

@@ -1,5 +1,5 @@
 """Shadow topics (issue 9), measured through the public client against one real etcd, a source
-broker and a shadow broker (`python -m shadow.broker`) on one shared storage root, as
+broker and a shadow broker (`python -m shadowtopic.shadow.broker`) on one shared storage root, as
 `make run` runs them. The client always names the SOURCE broker; Lookup routes shadow
 topics to the shadow broker. One shadow broker process serves every shadow.
 
@@ -102,9 +102,9 @@ class Pair:
                  split_wal: bool = False, s3=None, shadow_brokers: int = 1):
         """`profile`: a path prefix; each broker then runs under cProfile and dumps its stats
         to `<profile>.source` / `<profile>.shadow` when it exits."""
-        from source.broker.server import free_port
-        from source.metadata.etcd_server import EtcdServer
-        from source.standalone import BrokerProcess
+        from shadowtopic.broker.server import free_port
+        from shadowtopic.metadata.etcd_server import EtcdServer
+        from shadowtopic.standalone import BrokerProcess
 
         self.root = os.path.join(data_dir, f"storage-{tag}")
         env = None
@@ -127,7 +127,7 @@ class Pair:
         names = ["shadow"] + [f"shadow{i + 1}" for i in range(1, shadow_brokers)]
         self.shs = [BrokerProcess(self.etcd.endpoint, os.path.join(data_dir, f"{n}-{tag}"),
                                   free_port(), extra_args=args + own(n),
-                                  module="shadow.broker", env=env) for n in names]
+                                  module="shadowtopic.shadow.broker", env=env) for n in names]
         self.sh = self.shs[0]
         for b in (self.src, *self.shs):
             b.start(timeout=60)
@@ -175,7 +175,7 @@ def _readers(url: str, topics: list[str], expect: int, warm: int, ready, stop, o
     """One Client, a reader "from latest" per topic, a thread each: records the latency of
     every message with seq >= warm (its send time is in the payload); a thread stops after
     `expect` messages (0: when `stop` is set)."""
-    from source.client import Client, errors
+    from shadowtopic.client import Client, errors
 
     n = len(topics)
     lats = [array("d") for _ in range(n)]
@@ -214,7 +214,7 @@ def _paced(url: str, topic: str, rate: int, seconds: float, tick: float, payload
            out) -> None:
     """`rate` msgs/s for `seconds`: every `tick` s one batch of rate*tick messages, on a fixed
     schedule (late ticks catch up at once)."""
-    from source.client import Client
+    from shadowtopic.client import Client
 
     per = max(1, round(rate * tick))
     pad = b"x" * max(0, payload - HEAD.size)
@@ -277,7 +277,7 @@ def start_readers(url: str, topics: list[str], expect: int = 0, warm: int = 0):
 def run_create(pair: Pair, c, messages: int, reps: int, payload: int,
                auto_reset: int = 10_000) -> dict:
     from run import produce_round  # bench/run.py
-    from source.client import Policies
+    from shadowtopic.client import Policies
 
     src = "persistent://bench/shadows/big"
     c.admin.create_topic(src, policies=Policies(replicator_auto_reset_backlog_entries=auto_reset)
@@ -419,7 +419,7 @@ def run_catchup(pair: Pair, c, messages: int, rounds: int, payload: int, queue: 
     """`ledger_bytes`: the source's ledger_max_bytes (0: the default policy), so that the
     history is in sealed ledgers of the storage root (catchup-s3)."""
     from run import produce_round, run_peer  # bench/run.py
-    from source.client import Policies
+    from shadowtopic.client import Policies
 
     src = "persistent://bench/shadows/history"
     c.admin.create_topic(src, policies=Policies(ledger_max_bytes=ledger_bytes)
@@ -516,7 +516,7 @@ def run_cpu(pair: Pair, c, messages: int, rounds: int, payload: int,
 
 def run_shadows(data_dir: str, peers: str | None, a) -> dict:
     """The parts in `a.parts` against one Pair; returns {part: results}."""
-    from source.client import Client
+    from shadowtopic.client import Client
 
     parts = a.parts.split(",") if isinstance(a.parts, str) else list(a.parts)
     res: dict = {"parts": parts, "load_start": os.getloadavg()}

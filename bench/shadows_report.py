@@ -26,7 +26,7 @@ def load(res: dict) -> str:
 
 def shadows_lines(res: dict) -> list[str]:
     lines = ["## Shadow topics (bench/shadows.py)", "",
-             "One real etcd, a source broker and a shadow broker (`python -m shadow.broker`) on "
+             "One real etcd, a source broker and a shadow broker (`python -m shadowtopic.shadow.broker`) on "
              "one shared storage root, as `make run` runs them: every shadow is served by the "
              "one shadow broker process. The client names the source broker; Lookup routes "
              "shadows to the shadow broker. 100-byte payloads. CPU from /proc/<pid>/stat."

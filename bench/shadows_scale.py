@@ -50,8 +50,8 @@ def _consume_many(url: str, subs: list[tuple[str, str]], total: int, start_at: f
     """One client process: an Exclusive consumer per (topic, subscription) at "earliest";
     each takes `batch_receive(500)`, counts the decoded messages and acknowledges the last
     cumulatively, until it has `total`."""
-    from source.client import Client
-    from source.core import errors
+    from shadowtopic.client import Client
+    from shadowtopic.core import errors
 
     now = time.perf_counter
     with Client(url, timeout=60) as client:
@@ -296,7 +296,7 @@ def run_broadcast(pair, c, subs: int, shadows: int, duration: float, rate: float
 
 def run_scale(data_dir: str, peers: str | None, a) -> dict:
     from shadows import Pair  # bench/shadows.py
-    from source.client import Client
+    from shadowtopic.client import Client
 
     parts = a.parts.split(",") if isinstance(a.parts, str) else list(a.parts)
     res: dict = {"parts": parts, "load_start": os.getloadavg()}

@@ -32,16 +32,16 @@ import secrets
 import time
 from typing import AsyncIterator
 
-from source.broker.feature import Topics
-from source.broker.topic import Topic
-from compaction.plan import tombstone_cutoff
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.metadata import Compare, Put, keys
-from source.metadata.topic_info import SHADOW
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import admin_pb2 as apb
+from shadowtopic.broker.feature import Topics
+from shadowtopic.broker.topic import Topic
+from shadowtopic.compaction.plan import tombstone_cutoff
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.metadata import Compare, Put, keys
+from shadowtopic.metadata.topic_info import SHADOW
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import admin_pb2 as apb
 
 log = logging.getLogger(__name__)
 ENDED = (apb.DONE, apb.FAILED)

@@ -38,8 +38,8 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from source.ledger.object_store import open_root
-from source.ledger.sealed import GROUP_BYTES, GROUP_ROWS, SCHEMA, WRITER_OPTIONS
+from shadowtopic.ledger.object_store import open_root
+from shadowtopic.ledger.sealed import GROUP_BYTES, GROUP_ROWS, SCHEMA, WRITER_OPTIONS
 
 KEY_COLUMNS = ["ledger_id", "entry_id", "key", "is_tombstone", "publish_time"]
 PARTIAL = pa.schema([("key", pa.binary()), ("m", pa.int64())])

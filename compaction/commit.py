@@ -21,12 +21,12 @@ import time
 
 import pyarrow.fs as pafs
 
-from source.core import errors
-from source.core.names import TopicName
-from source.ledger.storage import Storage
-from source.metadata import Compare, Delete, MetadataStore, Put, keys
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import admin_pb2 as apb
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import Compare, Delete, MetadataStore, Put, keys
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import admin_pb2 as apb
 
 log = logging.getLogger(__name__)
 

@@ -27,22 +27,22 @@ from typing import Awaitable, Callable
 
 import grpc
 
-from source.broker.feature import AdminHandler, BrokerFeature, BrokerHost
-from source.broker.rpc import abort_stream, unary
-from source.broker.topic import Topic
-from source.core import errors
-from source.core.errors import MetadataUnavailable, typed
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.core.policies import Policies
-from source.ledger.storage import Storage
-from source.metadata import keys
-from source.metadata.migrate import migrate
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import admin_pb2 as apb
+from shadowtopic.broker.feature import AdminHandler, BrokerFeature, BrokerHost
+from shadowtopic.broker.rpc import abort_stream, unary
+from shadowtopic.broker.topic import Topic
+from shadowtopic.core import errors
+from shadowtopic.core.errors import MetadataUnavailable, typed
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import Policies
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.migrate import migrate
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import admin_pb2 as apb
 
-from compaction.admin import CompactionAdmin
-from compaction.view import CompactedView, CompactionFollower
+from shadowtopic.compaction.admin import CompactionAdmin
+from shadowtopic.compaction.view import CompactedView, CompactionFollower
 
 log = logging.getLogger(__name__)
 

@@ -35,21 +35,21 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from compaction import commit, plan as planning, spark_job
-from compaction.metrics import CompactionMetrics
-from source import failpoints
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger import object_store
-from source.ledger.storage import Storage
-from source.metadata import (MetadataStore, MetadataUnavailable, Snapshot,
+from shadowtopic.compaction import commit, plan as planning, spark_job
+from shadowtopic.compaction.metrics import CompactionMetrics
+from shadowtopic import failpoints
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger import object_store
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import (MetadataStore, MetadataUnavailable, Snapshot,
                              WatchEvent, keys)
-from source.metadata.follow import PrefixFollower
-from source.metadata.migrate import migrate
-from source.metadata.topic_info import effective_policies
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import admin_pb2 as apb
+from shadowtopic.metadata.follow import PrefixFollower
+from shadowtopic.metadata.migrate import migrate
+from shadowtopic.metadata.topic_info import effective_policies
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import admin_pb2 as apb
 
 #: runs of a job when Spark loses a Python worker or an executor under it (F15)
 JOB_ATTEMPTS = 3
@@ -87,7 +87,7 @@ def lost_worker(exc: BaseException) -> bool:
     return any(mark in text for mark in LOST_WORKER)
 
 
-log = logging.getLogger("compaction.worker")  # one logger name for the process
+log = logging.getLogger("shadowtopic.compaction.worker")  # one logger name for the process
 KEEP_JOBS = 10          # job records kept per topic
 PROGRESS_EVERY = 0.5    # seconds between job-record updates while Spark runs
 

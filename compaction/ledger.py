@@ -34,11 +34,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from source.core.errors import ChecksumError, DataLoss
-from source.ledger.storage import Storage
-from source.ledger import wal as walmod
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import common_pb2
+from shadowtopic.core.errors import ChecksumError, DataLoss
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.ledger import wal as walmod
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import common_pb2
 
 MANIFEST = "manifest.pb"
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import time
 
-from compaction.plan import Plan
-from compaction.ledger import write_manifest
-from source.ledger.storage import Storage
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.compaction.plan import Plan
+from shadowtopic.compaction.ledger import write_manifest
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 
 def new_manifest(plan: Plan) -> mpb.CompactedManifest:

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 
 @dataclass(frozen=True)

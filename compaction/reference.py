@@ -15,12 +15,12 @@ from typing import Iterable, NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from compaction.manifest import finish_manifest, new_manifest
-from compaction.plan import Plan, keeps_tombstone
-from source.ledger import sealed
-from compaction.ledger import describe_file
-from source.ledger.storage import Storage
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.compaction.manifest import finish_manifest, new_manifest
+from shadowtopic.compaction.plan import Plan, keeps_tombstone
+from shadowtopic.ledger import sealed
+from shadowtopic.compaction.ledger import describe_file
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 
 class Row(NamedTuple):

@@ -35,13 +35,13 @@ from typing import Callable
 
 import numpy as np
 
-from compaction import arrow_tasks
-from compaction.manifest import finish_manifest, new_manifest
-from compaction.plan import Plan
-from compaction.ledger import describe_file
-from source.ledger.storage import Storage
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import admin_pb2 as apb
+from shadowtopic.compaction import arrow_tasks
+from shadowtopic.compaction.manifest import finish_manifest, new_manifest
+from shadowtopic.compaction.plan import Plan
+from shadowtopic.compaction.ledger import describe_file
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import admin_pb2 as apb
 
 #: Spark conf: the least input bytes a task gets (fewer tasks for small inputs; 0 in tests
 #: that want many tasks of little data)

@@ -41,17 +41,17 @@ import asyncio
 import logging
 from concurrent.futures import Executor
 
-from source import failpoints
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from compaction.ledger import CompactedLedger
-from source.ledger.entry_cache import EntryCache
-from source.ledger.storage import Storage
-from source.ledger.view import LedgerRange, LedgerView, ReadEntry, Trimmed, ViewListener
-from source.metadata import MetadataStore, keys
-from source.metadata.follow import KeyFollower
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic import failpoints
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.compaction.ledger import CompactedLedger
+from shadowtopic.ledger.entry_cache import EntryCache
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.ledger.view import LedgerRange, LedgerView, ReadEntry, Trimmed, ViewListener
+from shadowtopic.metadata import MetadataStore, keys
+from shadowtopic.metadata.follow import KeyFollower
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The compaction worker: one long-lived process with one warm SparkSession.
 
-    python -m compaction.worker --etcd HOST:PORT --port N [--spark-master local[*]]
+    python -m shadowtopic.compaction.worker --etcd HOST:PORT --port N [--spark-master local[*]]
                                 [--spark-conf key=value ...] [--grace SECONDS]
                                 [--config FILE] [--log-format json] [--spark-log PATH]
 
@@ -32,16 +32,16 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 
-from compaction import spark_job
-from compaction.jobs import Worker
-from compaction.metrics import CompactionMetrics, WorkerReadiness
-from compaction.session import build_session
-from source import config_file, logs
-from source.ledger import object_store
-from source.metadata import EtcdStore, MetadataUnavailable
-from source.observability.http import OFF, HttpEndpoint, default_port
+from shadowtopic.compaction import spark_job
+from shadowtopic.compaction.jobs import Worker
+from shadowtopic.compaction.metrics import CompactionMetrics, WorkerReadiness
+from shadowtopic.compaction.session import build_session
+from shadowtopic import config_file, logs
+from shadowtopic.ledger import object_store
+from shadowtopic.metadata import EtcdStore, MetadataUnavailable
+from shadowtopic.observability.http import OFF, HttpEndpoint, default_port
 
-log = logging.getLogger("compaction.worker")
+log = logging.getLogger("shadowtopic.compaction.worker")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

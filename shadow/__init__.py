@@ -1,5 +1,5 @@
 """The read replica: a shadow topic's view of its source's ledgers (docs/ARCHITECTURE.md,
 "Replication to shadows")."""
-from shadow.ledger import ShadowLedger
+from shadowtopic.shadow.ledger import ShadowLedger
 
 __all__ = ["ShadowLedger"]

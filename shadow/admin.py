@@ -33,15 +33,15 @@ import random
 import time
 from dataclasses import dataclass, field
 
-from source.broker.feature import Topics
-from source.broker.topic_admin import loaded_for_delete
-from source.core import errors
-from source.core.names import TopicName
-from source.core.policies import validate_properties
-from source.metadata import keys
-from source.metadata.base import Compare, Delete, MetadataStore, Put
-from source.metadata.topic_info import decode_info
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.broker.feature import Topics
+from shadowtopic.broker.topic_admin import loaded_for_delete
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import validate_properties
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import Compare, Delete, MetadataStore, Put
+from shadowtopic.metadata.topic_info import decode_info
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 SHADOW = mpb.TopicKind.SHADOW
 TXN_OPS = 100    # compares and ops per transaction (etcd's default --max-txn-ops is 128)

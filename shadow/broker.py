@@ -1,6 +1,6 @@
 """The shadow broker: a broker process (source/broker/server.py) with the role `shadow`.
 
-    python -m shadow.broker --etcd HOST:PORT --storage-root <the source's storage root> ...
+    python -m shadowtopic.shadow.broker --etcd HOST:PORT --storage-root <the source's storage root> ...
 
 It takes the same flags as the source broker (its config file section is [shadow]:
 source/config_file.py) and registers with the role "shadow": the
@@ -16,10 +16,10 @@ broker over gRPC (shadow/tail.py).
 """
 from __future__ import annotations
 
-from source.broker import server
-from source.broker.config import parse_config
+from shadowtopic.broker import server
+from shadowtopic.broker.config import parse_config
 
-from shadow.feature import ROLE, ShadowFeature
+from shadowtopic.shadow.feature import ROLE, ShadowFeature
 
 
 def main(argv: list[str] | None = None) -> None:

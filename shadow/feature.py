@@ -11,7 +11,7 @@ On every broker (both sides of a shadow):
 - retention of a source keeps what its shadows' durable subscriptions still need, when
   its policy `retention_keeps_shadow_backlog` says so (`retention_keep`).
 
-On a broker with the role `shadow` (`python -m shadow.broker`), also:
+On a broker with the role `shadow` (`python -m shadowtopic.shadow.broker`), also:
 
 - shadow topics open here, as a `ShadowLedger` over the source's ledgers (shadow/ledger.py);
   the broker core runs the same subscriptions and readers over that view;
@@ -26,31 +26,31 @@ from contextlib import AsyncExitStack
 
 import grpc
 
-from source.broker.feature import AdminHandler, BrokerFeature, BrokerHost, ViewOpener
-from source.broker.rpc import unary
-from source.broker.topic_admin import topic_metadata
-from source.broker.topic import Ownership, Topic
-from source.core import errors
-from source.core.errors import error_status
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.core.policies import Policies
-from source.ledger import retention
-from source.metadata import keys, namespace_policies
-from source.metadata.base import Compare, Delete, KeyValue
-from source.metadata.topic_info import SHADOW
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import admin_pb2 as apb
-from source.pb.v1 import replication_pb2_grpc
+from shadowtopic.broker.feature import AdminHandler, BrokerFeature, BrokerHost, ViewOpener
+from shadowtopic.broker.rpc import unary
+from shadowtopic.broker.topic_admin import topic_metadata
+from shadowtopic.broker.topic import Ownership, Topic
+from shadowtopic.core import errors
+from shadowtopic.core.errors import error_status
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import Policies
+from shadowtopic.ledger import retention
+from shadowtopic.metadata import keys, namespace_policies
+from shadowtopic.metadata.base import Compare, Delete, KeyValue
+from shadowtopic.metadata.topic_info import SHADOW
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import admin_pb2 as apb
+from shadowtopic.pb.v1 import replication_pb2_grpc
 
-from shadow.admin import ShadowAdmin
-from shadow.ledger import ShadowLedger
-from shadow.metrics import replication_metrics
-from shadow.needs import INTERVAL_S, NeedsPublisher
-from shadow.replication import Inbound, ReplicationService
-from shadow.replicators import Channels, TopicReplicators
-from shadow.served import Served
-from shadow.shedding import Shedder
+from shadowtopic.shadow.admin import ShadowAdmin
+from shadowtopic.shadow.ledger import ShadowLedger
+from shadowtopic.shadow.metrics import replication_metrics
+from shadowtopic.shadow.needs import INTERVAL_S, NeedsPublisher
+from shadowtopic.shadow.replication import Inbound, ReplicationService
+from shadowtopic.shadow.replicators import Channels, TopicReplicators
+from shadowtopic.shadow.served import Served
+from shadowtopic.shadow.shedding import Shedder
 
 log = logging.getLogger(__name__)
 

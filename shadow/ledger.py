@@ -50,21 +50,21 @@ from typing import Awaitable, Callable, TypeVar
 
 from google.protobuf.message import DecodeError
 
-from source.core import errors
-from source.core.errors import ShadowTopicError
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger.entry_cache import EntryCache
-from source.ledger.ledger_reader import LedgerListReader
-from source.ledger.storage import Storage
-from source.ledger.view import LedgerRange, ReadEntry, Trimmed, ViewListener
-from source.metadata import keys
-from source.metadata.base import MetadataStore, MetadataUnavailable
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.core import errors
+from shadowtopic.core.errors import ShadowTopicError
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.entry_cache import EntryCache
+from shadowtopic.ledger.ledger_reader import LedgerListReader
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.ledger.view import LedgerRange, ReadEntry, Trimmed, ViewListener
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import MetadataStore, MetadataUnavailable
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
-from source.metadata.follow import KeyFollower
+from shadowtopic.metadata.follow import KeyFollower
 
-from shadow.tail import FileTail, RemoteTail, TailReader, wal_entries
+from shadowtopic.shadow.tail import FileTail, RemoteTail, TailReader, wal_entries
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -18,8 +18,8 @@ from typing import Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from shadow.replicators import TopicReplicators
-from source.broker.metrics import TOPIC_LABELS, topic_labels
+from shadowtopic.shadow.replicators import TopicReplicators
+from shadowtopic.broker.metrics import TOPIC_LABELS, topic_labels
 
 LABELS = [*TOPIC_LABELS, "shadow"]
 

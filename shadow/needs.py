@@ -31,11 +31,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger.retention import earliest, encode_need
-from source.metadata import keys
-from source.metadata.base import Compare, Delete, MetadataStore, MetadataUnavailable, Put
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.retention import earliest, encode_need
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import Compare, Delete, MetadataStore, MetadataUnavailable, Put
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ UNSET = _Unset()
 
 
 class Subscriptions(Protocol):
-    """What a need is computed from (`source.subscriptions.TopicSubscriptions`)."""
+    """What a need is computed from (`shadowtopic.subscriptions.TopicSubscriptions`)."""
     closed: object
 
     def oldest_needed(self) -> MessageId | None: ...

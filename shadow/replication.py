@@ -32,19 +32,19 @@ from __future__ import annotations
 import logging
 import time
 
-from source.broker.feature import Topics
-from source.core import errors
-from source.core.errors import error_status, typed
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger.view import ReadEntry
-from source.metadata import keys
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import replication_pb2, replication_pb2_grpc
+from shadowtopic.broker.feature import Topics
+from shadowtopic.core import errors
+from shadowtopic.core.errors import error_status, typed
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.view import ReadEntry
+from shadowtopic.metadata import keys
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import replication_pb2, replication_pb2_grpc
 
-from shadow.ledger import ShadowLedger
-from shadow.carriers import Carriers
-from shadow.tail import TailCache
+from shadowtopic.shadow.ledger import ShadowLedger
+from shadowtopic.shadow.carriers import Carriers
+from shadowtopic.shadow.tail import TailCache
 
 log = logging.getLogger(__name__)
 

@@ -37,15 +37,15 @@ from typing import Callable
 
 import grpc
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger.view import LedgerView, Trimmed
-from source.metadata import keys
-from source.metadata.base import Compare, MetadataStore, Put
-from source.metadata.placement import RecentPicks, pick_broker
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import replication_pb2
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.view import LedgerView, Trimmed
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import Compare, MetadataStore, Put
+from shadowtopic.metadata.placement import RecentPicks, pick_broker
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import replication_pb2
 
 log = logging.getLogger(__name__)
 

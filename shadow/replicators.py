@@ -14,14 +14,14 @@ from typing import Callable
 
 import grpc
 
-from source.core.names import TopicName
-from source.ledger.view import LedgerView
-from source.metadata import keys
-from source.metadata.base import MetadataStore
-from source.metadata.follow import KeyFollower
-from source.metadata.placement import RecentPicks
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from shadow.replicator import ShadowReplicator
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.view import LedgerView
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import MetadataStore
+from shadowtopic.metadata.follow import KeyFollower
+from shadowtopic.metadata.placement import RecentPicks
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.shadow.replicator import ShadowReplicator
 
 log = logging.getLogger(__name__)
 

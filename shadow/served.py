@@ -10,14 +10,14 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from source.broker.topic import Topic
-from source.core import errors
-from source.core.names import TopicName
-from source.ledger.view import Trimmed
-from source.metadata import keys
-from source.metadata.base import Compare, Delete, MetadataStore
+from shadowtopic.broker.topic import Topic
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.view import Trimmed
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import Compare, Delete, MetadataStore
 
-from shadow.needs import NeedsPublisher, ShadowNeed
+from shadowtopic.shadow.needs import NeedsPublisher, ShadowNeed
 
 log = logging.getLogger(__name__)
 

@@ -23,14 +23,14 @@ import asyncio
 import logging
 import time
 
-from source.broker.feature import BrokerHost
-from source.core import errors
-from source.core.names import TopicName
-from source.metadata import keys
-from source.metadata.placement import owned_by_broker
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.broker.feature import BrokerHost
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.placement import owned_by_broker
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
-from shadow.ledger import ShadowLedger
+from shadowtopic.shadow.ledger import ShadowLedger
 
 log = logging.getLogger(__name__)
 

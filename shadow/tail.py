@@ -40,14 +40,14 @@ from typing import Callable, Iterable, Protocol
 
 import grpc
 
-from source.core import errors
-from source.core.names import TopicName
-from source.ledger import wal as walmod
-from source.ledger.ledger_reader import LedgerListReader
-from source.ledger.storage import Storage
-from source.ledger.view import ReadEntry
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import storage_pb2
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger import wal as walmod
+from shadowtopic.ledger.ledger_reader import LedgerListReader
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.ledger.view import ReadEntry
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import storage_pb2
 
 log = logging.getLogger(__name__)
 

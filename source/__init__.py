@@ -1,1 +1,61 @@
-"""shadowtopic foundation: core types, metadata, ledgers, source broker, client and CLI."""
+"""shadowtopic: shadow-topic read replicas (Pulsar PIP-180) with Spark compaction and etcd metadata.
+
+    from shadowtopic import Client, errors
+
+The client's public names (`shadowtopic.client.__all__`) are importable from here. They load
+on first use, so `import shadowtopic` costs nothing, and the server's parts (`shadowtopic.broker`,
+`shadowtopic.shadow`, `shadowtopic.compaction`) load only where a process asks for them.
+
+This package's folders: source/ is `shadowtopic`, shadow/ is `shadowtopic.shadow` and compaction/
+is `shadowtopic.compaction` (pyproject.toml, [tool.setuptools]).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# name -> the module that defines it (kept equal to shadowtopic.client.__all__ by test_public_api)
+_PUBLIC = {
+    "Admin": "shadowtopic.client.admin",
+    "Client": "shadowtopic.client.client",
+    "CompactionStatus": "shadowtopic.client.admin",
+    "Consumer": "shadowtopic.client.consumer",
+    "EARLIEST": "shadowtopic.core.message_id",
+    "LATEST": "shadowtopic.core.message_id",
+    "Message": "shadowtopic.client.message",
+    "MessageId": "shadowtopic.core.message_id",
+    "Policies": "shadowtopic.core.policies",
+    "Producer": "shadowtopic.client.producer",
+    "Reader": "shadowtopic.client.reader",
+    "TopicMetadata": "shadowtopic.client.admin",
+    "errors": "shadowtopic.core.errors",
+}
+
+__all__ = sorted(_PUBLIC)
+
+if TYPE_CHECKING:
+    from shadowtopic.client.admin import Admin, CompactionStatus, TopicMetadata
+    from shadowtopic.client.client import Client
+    from shadowtopic.client.consumer import Consumer
+    from shadowtopic.client.message import Message
+    from shadowtopic.client.producer import Producer
+    from shadowtopic.client.reader import Reader
+    from shadowtopic.core import errors
+    from shadowtopic.core.message_id import EARLIEST, LATEST, MessageId
+    from shadowtopic.core.policies import Policies
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shadowtopic' has no attribute {name!r}")
+    loaded = importlib.import_module(module)
+    value = loaded if name == "errors" else getattr(loaded, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])

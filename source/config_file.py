@@ -1,12 +1,12 @@
 """The config file: one TOML file for every process, environment overrides, and how both
 meet a process's command line.
 
-    [broker]                      # the source broker (python -m source.broker.server)
+    [broker]                      # the source broker (python -m shadowtopic.broker)
     port = 6650
     client_memory_bytes = "2G"
 
-    [shadow]                      # the shadow broker (python -m shadow.broker)
-    [worker]                      # the compaction worker (python -m compaction.worker)
+    [shadow]                      # the shadow broker (python -m shadowtopic.shadow.broker)
+    [worker]                      # the compaction worker (python -m shadowtopic.compaction.worker)
     [standalone]                  # shadowtopic standalone
 
 A section's keys are its process's flags, spelled with `_` (or `-`): `--client-memory-bytes`

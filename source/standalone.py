@@ -10,13 +10,13 @@ SERVING on gRPC health.
 
 A data dir another standalone holds is refused at once, with one line naming its holder,
 before anything is written into it. The children die with the standalone, even under kill -9
-(`source.process.spawn`). It refuses
+(`shadowtopic.process.spawn`). It refuses
 to start when its service port or etcd's ports are taken (say by an earlier standalone), so
 an orphan answering health on the port can never pass for its own broker. It prints one line
 as each part becomes ready (etcd, then each role, with its URL), then a summary. A config
 file (`config`) and the log flags are passed on to every role; each reads its own section
 (source/config_file.py), and each role checks its section before anything starts. A role that
-exits is restarted by a `source.process.Supervisor` (back-off 0.5 s doubling to 8 s; 5
+exits is restarted by a `shadowtopic.process.Supervisor` (back-off 0.5 s doubling to 8 s; 5
 failures within a minute stop everything, exit 1); etcd exiting stops everything. SIGTERM
 or SIGINT stops the roles, then etcd, exit 0.
 
@@ -36,9 +36,9 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from source import config_file, dirlock, logs
-from source.metadata.etcd_server import EtcdServer
-from source.process import FAILED, RUNNING, Supervisor, describe_exit, port_in_use, spawn
+from shadowtopic import config_file, dirlock, logs
+from shadowtopic.metadata.etcd_server import EtcdServer
+from shadowtopic.process import FAILED, RUNNING, Supervisor, describe_exit, port_in_use, spawn
 
 LOOPBACK = "127.0.0.1"
 
@@ -73,17 +73,17 @@ def serving(url: str, timeout: float = 1.0) -> bool:
 
 
 class BrokerProcess:
-    """One broker as a child process (a `source.process.Role`)."""
+    """One broker as a child process (a `shadowtopic.process.Role`)."""
 
     role = "broker"
 
     def __init__(self, etcd: str, data_dir: str, port: int, host: str = "127.0.0.1",
                  log_path: str | None = None, extra_args: list[str] | None = None,
-                 module: str = "source.broker.server", env: dict[str, str] | None = None,
+                 module: str = "shadowtopic.broker", env: dict[str, str] | None = None,
                  prefix: list[str] | None = None):
-        self.module = module    # the shadow broker is "shadow.broker"
-        self.role = {"shadow.broker": "shadow broker",
-                     "compaction.worker": "compaction worker"}.get(module, "broker")
+        self.module = module    # the shadow broker is "shadowtopic.shadow.broker"
+        self.role = {"shadowtopic.shadow.broker": "shadow broker",
+                     "shadowtopic.compaction.worker": "compaction worker"}.get(module, "broker")
         self.etcd = etcd
         self.data_dir = data_dir
         self.host = host
@@ -161,8 +161,8 @@ class BrokerProcess:
 
 
 #: what the ready line calls each role, by module
-LABELS = {"source.broker.server": "source broker", "shadow.broker": "shadow broker",
-          "compaction.worker": "compaction worker"}
+LABELS = {"shadowtopic.broker": "source broker", "shadowtopic.shadow.broker": "shadow broker",
+          "shadowtopic.compaction.worker": "compaction worker"}
 
 
 def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
@@ -277,7 +277,7 @@ def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port:
                            host=host, log_path=os.path.join(log_dir, "shadow-broker.log"),
                            extra_args=[*common, *broker_args, "--storage-root",
                                        os.path.join(data_dir, "storage")],
-                           module="shadow.broker")
+                           module="shadowtopic.shadow.broker")
     # the compaction worker: one warm SparkSession; its port serves gRPC health only
     # Spark's own logging goes to logs/spark.log (WARN unless --spark-log-level)
     spark = ["--spark-log", os.path.join(log_dir, "spark.log")]
@@ -287,7 +287,7 @@ def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port:
                            compaction_port, host=LOOPBACK,
                            log_path=os.path.join(log_dir, "compaction-worker.log"),
                            extra_args=[*common, *spark, *worker_args],
-                           module="compaction.worker")
+                           module="shadowtopic.compaction.worker")
     roles = [Supervisor(broker), Supervisor(shadow), Supervisor(worker, start_timeout=120)]
     stopping = False
 
@@ -348,7 +348,7 @@ def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port:
 def _ready_line(child: BrokerProcess) -> str:
     label = LABELS.get(child.module, child.role)
     metrics = f", metrics {url}" if (url := child.metrics_url()) else ""
-    if child.module == "compaction.worker":
+    if child.module == "shadowtopic.compaction.worker":
         return f"{label} ready: health on {child.url}{metrics}"
     return f"{label} ready: {child.url}{metrics}"
 

@@ -4,12 +4,12 @@ A `ServerFrame` carrying entries is built by concatenating already-encoded `Enco
 records (a repeated message field is just length-delimited records one after another), so
 an entry's `raw` bytes go from storage to the socket without being decoded or re-encoded;
 a `ServerMessage` is the concatenation of its frames, each behind its tag and length.
-Field numbers follow proto/source/pb/v1/common.proto and consumer.proto; a unit test checks
+Field numbers follow proto/shadowtopic/pb/v1/common.proto and consumer.proto; a unit test checks
 that protobuf parses what these functions write.
 """
 from __future__ import annotations
 
-from source.pb.v1 import consumer_pb2
+from shadowtopic.pb.v1 import consumer_pb2
 
 # EncodedEntry:  1 ledger_id, 2 entry_id, 3 publish_time, 4 redelivery_count, 5 raw
 # ServerFrame:   1 handles (packed uint64), 2 entries (repeated EncodedEntry), 3 event

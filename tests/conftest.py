@@ -26,7 +26,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def etcd_server():
     """One real etcd for the whole run (temp data dir, free loopback ports)."""
-    from source.metadata.etcd_server import EtcdServer
+    from shadowtopic.metadata.etcd_server import EtcdServer
 
     server = EtcdServer()
     server.start(timeout=30)
@@ -51,9 +51,9 @@ def spark():
     """The test run's one SparkSession (local[2]), built on first use (compaction tests).
     Jobs cut any input into a task per core (no least bytes per task), so small test data
     still runs several tasks and writes several parts."""
-    from compaction.session import build_session
-    from compaction.spark_job import MIN_TASK_BYTES
-    from compaction.worker import stop_spark
+    from shadowtopic.compaction.session import build_session
+    from shadowtopic.compaction.spark_job import MIN_TASK_BYTES
+    from shadowtopic.compaction.worker import stop_spark
 
     session = build_session("local[2]", {"spark.driver.memory": "1g", MIN_TASK_BYTES: "0"})
     try:

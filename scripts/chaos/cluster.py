@@ -8,7 +8,7 @@ probe. `close()` kills everything it started, the children of the compaction wor
 JVM) included; it is safe to call more than once.
 
 All processes are spawned from the caller's thread; call this from the main thread so that
-`source.process.spawn` makes them die with the driver even under kill -9.
+`shadowtopic.process.spawn` makes them die with the driver even under kill -9.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import signal
 import time
 import uuid
 
-from source.broker.server import free_port
-from source.metadata.etcd_server import EtcdServer
-from source.standalone import BrokerProcess, serving
+from shadowtopic.broker.server import free_port
+from shadowtopic.metadata.etcd_server import EtcdServer
+from shadowtopic.standalone import BrokerProcess, serving
 
 TARGETS = ("source", "shadow", "worker", "etcd")
 
@@ -71,9 +71,9 @@ class Cluster:
             log_path=os.path.join(self.logs, "source.log"))
         self.procs["shadow"] = BrokerProcess(
             ep, os.path.join(self.root, "shadow"), free_port(), extra_args=args,
-            module="shadow.broker", log_path=os.path.join(self.logs, "shadow.log"))
+            module="shadowtopic.shadow.broker", log_path=os.path.join(self.logs, "shadow.log"))
         self.procs["worker"] = BrokerProcess(
-            ep, os.path.join(self.root, "worker"), free_port(), module="compaction.worker",
+            ep, os.path.join(self.root, "worker"), free_port(), module="shadowtopic.compaction.worker",
             log_path=os.path.join(self.logs, "worker.log"),
             extra_args=["--spark-master", self.spark_master, "--grace", "1",
                         "--lease-ttl", str(self.lease_ttl), "--relist", "1",

@@ -28,7 +28,7 @@ from scripts.chaos import checks, report
 from scripts.chaos.cluster import TARGETS, Cluster
 from scripts.chaos.workload import (Workload, read_compacted, request_compaction,
                                     wait_compaction)
-from source.client import Client
+from shadowtopic.client import Client
 
 TOPIC = "persistent://public/chaos/events"
 SHADOWS = [TOPIC + "-shadow-a", TOPIC + "-shadow-b"]

@@ -19,7 +19,7 @@ import threading
 import time
 
 from scripts.chaos.checks import Delivery, Send
-from source.client import Client, errors
+from shadowtopic.client import Client, errors
 
 SUBSCRIPTION = "chaos"
 

@@ -5,24 +5,24 @@ Topic metadata is in topic_admin.py, durable subscriptions in subscription_admin
 RPCs of a feature (shadow topics: shadow/feature.py; compaction: compaction/feature.py) are
 its `admin_handlers`, installed over this class's methods of the same name; on a broker
 assembled without that feature they answer UNIMPLEMENTED. Permissions are part of the
-contract (proto/source/pb/v1/admin.proto) and answer UNIMPLEMENTED until their issue lands.
+contract (proto/shadowtopic/pb/v1/admin.proto) and answer UNIMPLEMENTED until their issue lands.
 """
 from __future__ import annotations
 
-from source.broker import stats
-from source.broker.feature import BrokerFeature
-from source.broker.ownership import BrokerSession
-from source.broker.rpc import unary
-from source.broker.subscription_admin import SubscriptionAdmin
-from source.broker.topic import Topic
-from source.broker.topic_admin import TopicAdmin, topic_metadata
-from source.broker.topics import TopicManager, read_only
-from source.core import errors
-from source.core.names import TopicName, check_subscription, parse_namespace
-from source.core.policies import Policies
-from source.metadata.topic_info import role_of
-from source.pb.v1 import admin_pb2 as apb
-from source.pb.v1 import admin_pb2_grpc, common_pb2
+from shadowtopic.broker import stats
+from shadowtopic.broker.feature import BrokerFeature
+from shadowtopic.broker.ownership import BrokerSession
+from shadowtopic.broker.rpc import unary
+from shadowtopic.broker.subscription_admin import SubscriptionAdmin
+from shadowtopic.broker.topic import Topic
+from shadowtopic.broker.topic_admin import TopicAdmin, topic_metadata
+from shadowtopic.broker.topics import TopicManager, read_only
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName, check_subscription, parse_namespace
+from shadowtopic.core.policies import Policies
+from shadowtopic.metadata.topic_info import role_of
+from shadowtopic.pb.v1 import admin_pb2 as apb
+from shadowtopic.pb.v1 import admin_pb2_grpc, common_pb2
 
 PAGE_DEFAULT = PAGE_MAX = 1000  # topics per ListTopics page (a page stays far below 64 MiB)
 

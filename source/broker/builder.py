@@ -36,25 +36,25 @@ from concurrent.futures import Executor
 from contextlib import AsyncExitStack
 from typing import Callable
 
-from source.broker.feature import BrokerFeature, ViewOpener
-from source.broker.ownership import BrokerSession
-from source.broker.topic import Ownership, Topic, ledger_config
-from source.core import errors
-from source.core.names import TopicName
-from source.cursors.snapshot import SnapshotCursorStore
-from source.cursors.store import Fence
-from source.ledger.entry_cache import EntryCache
-from source.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
-from source.ledger.managed import LedgerConfig, ManagedLedger
-from source.ledger.storage import Storage
-from source.ledger.view import ServedView, Trimmed
-from source.metadata import keys
-from source.metadata.base import MetadataStore
-from source.metadata.follow import KeyFollower
-from source.metadata.topic_info import SOURCE, decode_info, effective_policies
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.read.encodings import EncodingsPool
-from source.subscriptions import TopicSubscriptions
+from shadowtopic.broker.feature import BrokerFeature, ViewOpener
+from shadowtopic.broker.ownership import BrokerSession
+from shadowtopic.broker.topic import Ownership, Topic, ledger_config
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.cursors.snapshot import SnapshotCursorStore
+from shadowtopic.cursors.store import Fence
+from shadowtopic.ledger.entry_cache import EntryCache
+from shadowtopic.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
+from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.ledger.view import ServedView, Trimmed
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import MetadataStore
+from shadowtopic.metadata.follow import KeyFollower
+from shadowtopic.metadata.topic_info import SOURCE, decode_info, effective_policies
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.read.encodings import EncodingsPool
+from shadowtopic.subscriptions import TopicSubscriptions
 
 log = logging.getLogger(__name__)
 

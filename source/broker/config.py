@@ -1,6 +1,6 @@
 """A broker's configuration: `BrokerConfig` and the command line that fills it.
 
-Both broker entry points (`python -m source.broker.server`, `python -m shadow.broker`) take
+Both broker entry points (`python -m shadowtopic.broker`, `python -m shadowtopic.shadow.broker`) take
 the same flags; `--features` names the features the process is assembled with
 (source/broker/feature.py). Every flag is also a key of the config file's section ([broker]
 or [shadow]) and an environment variable (source/config_file.py); `--log-format` and
@@ -16,12 +16,12 @@ import sys
 import uuid
 from dataclasses import dataclass, field
 
-from source import config_file, dirlock, logs
-from source.broker import memory
-from source.core.argtypes import size
-from source.ledger import object_store
-from source.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
-from source.ledger.entry_cache import DEFAULT_BYTES
+from shadowtopic import config_file, dirlock, logs
+from shadowtopic.broker import memory
+from shadowtopic.core.argtypes import size
+from shadowtopic.ledger import object_store
+from shadowtopic.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
+from shadowtopic.ledger.entry_cache import DEFAULT_BYTES
 
 
 @dataclass

@@ -34,18 +34,18 @@ from typing import Callable, Iterator
 
 from google.protobuf.message import DecodeError
 
-from source import wire
-from source.broker.memory import IN_FLIGHT_FACTOR, STREAM_BYTES, ClientMemory, reader
-from source.broker.rpc import abort_stream
-from source.broker.topics import TopicManager
-from source.core import errors
-from source.core.errors import error_status, typed
-from source.core.message_id import MessageId
-from source.core.names import TopicName, check_subscription
-from source.pb.v1 import common_pb2, consumer_pb2, consumer_pb2_grpc
-from source.read.engine import ReadEngine, Reader
-from source.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
-from source.subscriptions import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, ActiveChanged,
+from shadowtopic import wire
+from shadowtopic.broker.memory import IN_FLIGHT_FACTOR, STREAM_BYTES, ClientMemory, reader
+from shadowtopic.broker.rpc import abort_stream
+from shadowtopic.broker.topics import TopicManager
+from shadowtopic.core import errors
+from shadowtopic.core.errors import error_status, typed
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName, check_subscription
+from shadowtopic.pb.v1 import common_pb2, consumer_pb2, consumer_pb2_grpc
+from shadowtopic.read.engine import ReadEngine, Reader
+from shadowtopic.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
+from shadowtopic.subscriptions import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, ActiveChanged,
                                   CursorMoved, SubConsumer, TopicSubscriptions)
 
 MAX_ID = (1 << 63) - 1  # ledger and entry ids are int64 inside
@@ -78,7 +78,7 @@ def ids_from_pb(ids) -> list[MessageId]:
 
 
 def packed_from_pb(ids) -> list[int]:
-    """Acked ids as packed positions (source.cursors.state.pack), range-checked."""
+    """Acked ids as packed positions (shadowtopic.cursors.state.pack), range-checked."""
     out = []
     for i in ids:
         if i.ledger_id > MAX_ID or i.entry_id > MAX_ID:

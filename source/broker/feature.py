@@ -3,7 +3,7 @@
 The broker core (this package) serves source topics: produce, reads, durable subscriptions,
 retention, topic metadata, stats, lookup. A `BrokerFeature` adds the rest, each in one home
 of its own (shadow/feature.py, compaction/feature.py), and is passed in where a broker
-process is assembled: `python -m source.broker.server` and `python -m shadow.broker` build
+process is assembled: `python -m shadowtopic.broker` and `python -m shadowtopic.shadow.broker` build
 the features named by `--features` (default: every one installed, found through the
 `shadowtopic.broker_features` entry points in pyproject.toml), so `source` imports no
 feature. A feature may add, each optional (the base class does nothing):
@@ -39,20 +39,20 @@ from typing import Any, Awaitable, Callable, Iterable, Protocol
 
 import grpc
 
-from source.broker.config import BrokerConfig
-from source.broker.ownership import BrokerSession
-from source.broker.topic import Ownership, Topic
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.core.policies import Policies
-from source.cursors.snapshot import SnapshotCursorStore
-from source.ledger.entry_cache import EntryCache
-from source.ledger.storage import Storage
-from source.ledger.view import ServedView
-from source.metadata.base import Compare, MetadataStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import admin_pb2 as apb
+from shadowtopic.broker.config import BrokerConfig
+from shadowtopic.broker.ownership import BrokerSession
+from shadowtopic.broker.topic import Ownership, Topic
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import Policies
+from shadowtopic.cursors.snapshot import SnapshotCursorStore
+from shadowtopic.ledger.entry_cache import EntryCache
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.ledger.view import ServedView
+from shadowtopic.metadata.base import Compare, MetadataStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import admin_pb2 as apb
 
 ENTRY_POINTS = "shadowtopic.broker_features"
 

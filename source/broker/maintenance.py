@@ -20,11 +20,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from source.broker import quota
-from source.broker.feature import BrokerFeature
-from source.broker.topic import Topic
-from source.broker.topics import TopicManager
-from source.ledger import retention
+from shadowtopic.broker import quota
+from shadowtopic.broker.feature import BrokerFeature
+from shadowtopic.broker.topic import Topic
+from shadowtopic.broker.topics import TopicManager
+from shadowtopic.ledger import retention
 
 log = logging.getLogger(__name__)
 

@@ -57,7 +57,7 @@ from typing import Awaitable, Callable, Protocol
 
 import grpc
 
-from source.core import errors
+from shadowtopic.core import errors
 
 log = logging.getLogger(__name__)
 

@@ -47,12 +47,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from source.broker.config import BrokerConfig
-from source.broker.feature import BrokerFeature
-from source.broker.memory import ClientMemory
-from source.broker.topics import TopicManager
-from source.core.names import TopicName
-from source.ledger.storage import Storage
+from shadowtopic.broker.config import BrokerConfig
+from shadowtopic.broker.feature import BrokerFeature
+from shadowtopic.broker.memory import ClientMemory
+from shadowtopic.broker.topics import TopicManager
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.storage import Storage
 
 log = logging.getLogger("shadowtopic.broker.metrics")
 

@@ -22,13 +22,13 @@ import logging
 import time
 from typing import Callable
 
-from source.core import errors
-from source.core.names import TopicName
-from source.metadata import keys
-from source.metadata.base import (Compare, Delete, LeaseNotFound, MetadataStore,
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import (Compare, Delete, LeaseNotFound, MetadataStore,
                                   MetadataUnavailable, Put)
-from source.metadata.placement import RecentPicks, pick_broker
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.metadata.placement import RecentPicks, pick_broker
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 log = logging.getLogger(__name__)
 

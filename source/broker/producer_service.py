@@ -32,18 +32,18 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from source import failpoints
-from source.broker import quota
-from source.broker.memory import PRODUCE_FACTOR, STREAM_BYTES, ClientMemory, reader
-from source.broker.rates import Publisher
-from source.broker.topic import Topic
-from source.broker.topics import TopicManager
-from source.core import errors
-from source.core.errors import error_status
-from source.core.names import TopicName
-from source.core.policies import MAX_BATCH_MESSAGES
-from source.pb.storage.v1 import views_pb2
-from source.pb.v1 import producer_pb2, producer_pb2_grpc
+from shadowtopic import failpoints
+from shadowtopic.broker import quota
+from shadowtopic.broker.memory import PRODUCE_FACTOR, STREAM_BYTES, ClientMemory, reader
+from shadowtopic.broker.rates import Publisher
+from shadowtopic.broker.topic import Topic
+from shadowtopic.broker.topics import TopicManager
+from shadowtopic.core import errors
+from shadowtopic.core.errors import error_status
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import MAX_BATCH_MESSAGES
+from shadowtopic.pb.storage.v1 import views_pb2
+from shadowtopic.pb.v1 import producer_pb2, producer_pb2_grpc
 
 MAX_INFLIGHT = 64
 MAX_PRODUCER_NAME = 256  # characters; the name shows in topic stats

@@ -42,10 +42,10 @@ import weakref
 from collections import deque
 from typing import Awaitable, Callable
 
-from source.broker.topic import Topic
-from source.core import errors
-from source.core.policies import BacklogQuotaAction, Policies
-from source.subscriptions import expiry
+from shadowtopic.broker.topic import Topic
+from shadowtopic.core import errors
+from shadowtopic.core.policies import BacklogQuotaAction, Policies
+from shadowtopic.subscriptions import expiry
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Service-side error handling, so that every failure a client sees is typed.
 
 - `unary`: a handler's ShadowTopicError becomes a gRPC status with its reason in trailing
-  metadata (the one table in source.core.errors); any other exception becomes what
+  metadata (the one table in shadowtopic.core.errors); any other exception becomes what
   `errors.typed` says (a request that does not parse is
   `InvalidArgument`, anything else `Internal`, logged); messages are cut by `errors.bounded`.
 - `abort_stream` ends a stream with a typed status (per-item errors inside a stream are
@@ -19,8 +19,8 @@ import logging
 
 import grpc
 
-from source.core import errors
-from source.core.errors import bounded, typed
+from shadowtopic.core import errors
+from shadowtopic.core.errors import bounded, typed
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The broker process: gRPC services over the topic manager, health, reflection, shutdown.
 
-    python -m source.broker.server --etcd 127.0.0.1:2379 --data-dir ./data --port 6650
+    python -m shadowtopic.broker --etcd 127.0.0.1:2379 --data-dir ./data --port 6650
         [--features shadow,compaction]     (default: every installed feature)
 
 Health is SERVING only while the broker holds its etcd lease (NOT_SERVING while etcd is
@@ -37,26 +37,26 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 
-from source.broker import feature
-from source.broker.admin_service import AdminService
-from source.broker.config import BrokerConfig, lock_data_dir, parse_config
-from source.broker.consumer_service import ConsumerService
-from source.broker.feature import BrokerFeature
-from source.broker.maintenance import Maintenance
-from source.broker.memory import ClientMemory, server_options
-from source.broker.metrics import BrokerCollector
-from source.broker.ownership import BrokerSession, topics_load
-from source.broker.producer_service import ProducerService
-from source.broker.storage_service import add_storage_service
-from source.broker.rpc import RejectMalformed
-from source.broker.topics import TopicManager
-from source.core import errors
-from source.ledger import disk, object_store
-from source.ledger.storage import Storage
-from source.metadata.etcd import EtcdStore
-from source.observability.http import OFF, HttpEndpoint, default_port
-from source.observability.rpc_metrics import RpcMetrics
-from source.pb.v1 import admin_pb2_grpc, producer_pb2
+from shadowtopic.broker import feature
+from shadowtopic.broker.admin_service import AdminService
+from shadowtopic.broker.config import BrokerConfig, lock_data_dir, parse_config
+from shadowtopic.broker.consumer_service import ConsumerService
+from shadowtopic.broker.feature import BrokerFeature
+from shadowtopic.broker.maintenance import Maintenance
+from shadowtopic.broker.memory import ClientMemory, server_options
+from shadowtopic.broker.metrics import BrokerCollector
+from shadowtopic.broker.ownership import BrokerSession, topics_load
+from shadowtopic.broker.producer_service import ProducerService
+from shadowtopic.broker.storage_service import add_storage_service
+from shadowtopic.broker.rpc import RejectMalformed
+from shadowtopic.broker.topics import TopicManager
+from shadowtopic.core import errors
+from shadowtopic.ledger import disk, object_store
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata.etcd import EtcdStore
+from shadowtopic.observability.http import OFF, HttpEndpoint, default_port
+from shadowtopic.observability.rpc_metrics import RpcMetrics
+from shadowtopic.pb.v1 import admin_pb2_grpc, producer_pb2
 
 log = logging.getLogger("shadowtopic.broker")
 MAX_MESSAGE = 64 << 20

@@ -13,17 +13,17 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from source.broker.topic import Topic
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger import wal as walmod
-from source.ledger.storage import Storage
-from source.metadata import keys
-from source.metadata.base import MetadataStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import admin_pb2 as apb
-from source.pb.v1 import admin_pb2_grpc
+from shadowtopic.broker.topic import Topic
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger import wal as walmod
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import MetadataStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import admin_pb2 as apb
+from shadowtopic.pb.v1 import admin_pb2_grpc
 
 SEALED = mpb.LedgerState.SEALED
 

@@ -1,5 +1,5 @@
 """The Storage service: `ReadEntries`, a ledger's entries read from the broker that owns
-its topic (proto/source/pb/v1/storage.proto).
+its topic (proto/shadowtopic/pb/v1/storage.proto).
 
 What it is for: a broker that cannot open another broker's WAL (each broker on its own
 machine, its own `--wal-dir`) reads the unsealed range of a ledger from the one broker that
@@ -32,15 +32,15 @@ from __future__ import annotations
 
 import grpc
 
-from source import wire
-from source.broker.memory import IN_FLIGHT_FACTOR, STREAM_BYTES, ClientMemory
-from source.broker.rpc import abort_stream
-from source.broker.topics import TopicManager
-from source.core import errors
-from source.core.errors import typed
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.pb.v1 import storage_pb2
+from shadowtopic import wire
+from shadowtopic.broker.memory import IN_FLIGHT_FACTOR, STREAM_BYTES, ClientMemory
+from shadowtopic.broker.rpc import abort_stream
+from shadowtopic.broker.topics import TopicManager
+from shadowtopic.core import errors
+from shadowtopic.core.errors import typed
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.pb.v1 import storage_pb2
 
 SERVICE = "shadowtopic.v1.Storage"
 MAX_ENTRIES = 10_000       # entries per call, at most

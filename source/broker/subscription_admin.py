@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Awaitable, Callable
 
-from source.broker.consumer_service import start_from_pb
-from source.broker.topics import TopicManager
-from source.core import errors
-from source.core.names import TopicName, check_subscription
-from source.pb.v1 import admin_pb2 as apb
-from source.pb.v1 import common_pb2
-from source.read.positions import LATEST, Start
-from source.subscriptions import Change, TopicSubscriptions
+from shadowtopic.broker.consumer_service import start_from_pb
+from shadowtopic.broker.topics import TopicManager
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName, check_subscription
+from shadowtopic.pb.v1 import admin_pb2 as apb
+from shadowtopic.pb.v1 import common_pb2
+from shadowtopic.read.positions import LATEST, Start
+from shadowtopic.subscriptions import Change, TopicSubscriptions
 
 #: (topic, context, method, request) -> (owned Topic | None, the owner's reply | None)
 OwnerAnswer = Callable[..., Awaitable[tuple[object, object]]]

@@ -25,13 +25,13 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from typing import Awaitable, Callable
 
-from source.broker.rates import Publisher, TopicCounters
-from source.core import errors
-from source.core.names import TopicName
-from source.core.policies import Policies
-from source.ledger.managed import LedgerConfig, ManagedLedger
-from source.ledger.view import CompactedReads, ServedView
-from source.subscriptions import TopicSubscriptions
+from shadowtopic.broker.rates import Publisher, TopicCounters
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import Policies
+from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
+from shadowtopic.ledger.view import CompactedReads, ServedView
+from shadowtopic.subscriptions import TopicSubscriptions
 
 
 @dataclass(frozen=True)

@@ -20,18 +20,18 @@ import time
 
 from google.protobuf.message import DecodeError
 
-from source.broker.feature import BrokerFeature, Topics
-from source.broker.topic import Topic
-from source.broker.topics import TopicManager
-from source.core import errors
-from source.core.names import TopicName
-from source.core.policies import Policies, validate_partitions, validate_properties
-from source.ledger.storage import Storage
-from source.metadata import keys, namespace_policies
-from source.metadata.base import Compare, Delete, Put
-from source.metadata.topic_info import SOURCE
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import admin_pb2 as apb
+from shadowtopic.broker.feature import BrokerFeature, Topics
+from shadowtopic.broker.topic import Topic
+from shadowtopic.broker.topics import TopicManager
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import Policies, validate_partitions, validate_properties
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import keys, namespace_policies
+from shadowtopic.metadata.base import Compare, Delete, Put
+from shadowtopic.metadata.topic_info import SOURCE
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import admin_pb2 as apb
 
 log = logging.getLogger(__name__)
 

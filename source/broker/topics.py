@@ -34,26 +34,26 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from source.broker.builder import TopicBuilder
-from source.broker.feature import BrokerFeature
-from source.broker.ownership import BrokerSession
-from source.broker.rates import TopicCounters
-from source.broker.topic import Topic
-from source.core import errors
-from source.core.names import TopicName
-from source.core.policies import Policies
-from source.cursors.snapshot import SnapshotCursorStore
-from source.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
-from source.ledger.entry_cache import DEFAULT_BYTES, EntryCache
-from source.ledger.storage import Storage
-from source.ledger.view import CompactedReads, LedgerView
-from source.read.encodings import EncodingsPool
-from source.metadata import keys
-from source.metadata.base import MetadataStore
-from source.metadata.namespace_policies import NamespaceFollower
-from source.metadata.topic_info import (effective_policies, generation_of, read_incarnation,
+from shadowtopic.broker.builder import TopicBuilder
+from shadowtopic.broker.feature import BrokerFeature
+from shadowtopic.broker.ownership import BrokerSession
+from shadowtopic.broker.rates import TopicCounters
+from shadowtopic.broker.topic import Topic
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import Policies
+from shadowtopic.cursors.snapshot import SnapshotCursorStore
+from shadowtopic.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
+from shadowtopic.ledger.entry_cache import DEFAULT_BYTES, EntryCache
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.ledger.view import CompactedReads, LedgerView
+from shadowtopic.read.encodings import EncodingsPool
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import MetadataStore
+from shadowtopic.metadata.namespace_policies import NamespaceFollower
+from shadowtopic.metadata.topic_info import (effective_policies, generation_of, read_incarnation,
                                          read_info)
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ Admin, Producer (NOT_SERVING while its data disk takes no writes), Consumer, and
 shadow broker Replication. A service the broker does not serve is left out.
 
 etcd, gRPC health and the metadata protos are imported when the command runs (importing
-`source.metadata` loads the etcd client): other commands never load them through here.
+`shadowtopic.metadata` loads the etcd client): other commands never load them through here.
 
 `health` output: one row per broker (`-o json`: a list of objects with `broker_id`, `cluster`,
 `url`, `roles`, `started_ms`, `metrics_url` (its HTTP /metrics, beside /healthz and
@@ -32,10 +32,10 @@ import asyncio
 import os
 from typing import TYPE_CHECKING
 
-from source.cli.output import emit, fail
+from shadowtopic.cli.output import emit, fail
 
 if TYPE_CHECKING:
-    from source.pb.storage.v1.metadata_pb2 import BrokerInfo
+    from shadowtopic.pb.storage.v1.metadata_pb2 import BrokerInfo
 
 #: the services asked about, by the short name printed
 SERVICES = {"admin": "shadowtopic.v1.Admin", "producer": "shadowtopic.v1.Producer",
@@ -62,10 +62,10 @@ def registered(endpoints: str, cluster: str | None, timeout: float
                ) -> list[tuple[str, "BrokerInfo"]]:
     """(cluster, BrokerInfo) of every registered broker (of `cluster` only, if given),
     sorted by cluster and id."""
-    from source.metadata import keys
-    from source.metadata.base import MetadataError
-    from source.metadata.etcd import EtcdStore
-    from source.pb.storage.v1 import metadata_pb2 as mpb
+    from shadowtopic.metadata import keys
+    from shadowtopic.metadata.base import MetadataError
+    from shadowtopic.metadata.etcd import EtcdStore
+    from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
     async def read():
         store = EtcdStore(endpoints, timeout=timeout)

@@ -1,5 +1,5 @@
 """What the `topics` and `namespaces` commands and `standalone` / `broker` do, through the client library
-(source.client). The commands that move messages are in source/cli/messages.py, `brokers`
+(shadowtopic.client). The commands that move messages are in source/cli/messages.py, `brokers`
 in source/cli/brokers.py. main.py imports a command's module only when it runs.
 
 Every command that prints takes `-o json`: a command that changes something and has no
@@ -11,10 +11,10 @@ import json
 import os
 import sys
 
-from source.cli.output import emit, fail, message_line
-from source.client import Client, Policies
-from source.core.names import canonical
-from source.core.policies import BacklogQuotaAction
+from shadowtopic.cli.output import emit, fail, message_line
+from shadowtopic.client import Client, Policies
+from shadowtopic.core.names import canonical
+from shadowtopic.core.policies import BacklogQuotaAction
 
 _POLICY_FLAGS = {
     "retention_time": "retention_time_seconds", "retention_size": "retention_size_bytes",
@@ -57,7 +57,7 @@ def connect(args: argparse.Namespace) -> Client:
 
 
 def standalone(args) -> int:
-    from source import standalone as sa
+    from shadowtopic import standalone as sa
     return sa.run(args.data_dir, args.wipe_data, args.port, args.etcd_port,
                   etcd_peer_port=args.etcd_peer_port, shadow_port=args.shadow_port,
                   compaction_port=args.compaction_port,
@@ -67,9 +67,9 @@ def standalone(args) -> int:
 
 
 def broker(args) -> int:
-    """`shadowtopic broker ...` becomes `python -m source.broker.server ...` (exec, same pid):
+    """`shadowtopic broker ...` becomes `python -m shadowtopic.broker ...` (exec, same pid):
     the CLI is a client and imports no server code."""
-    os.execv(sys.executable, [sys.executable, "-m", "source.broker.server", *args.args])
+    os.execv(sys.executable, [sys.executable, "-m", "shadowtopic.broker", *args.args])
     return 1  # not reached: execv returns only by raising
 
 
@@ -159,7 +159,7 @@ def topics_compaction_status(args) -> int:
             emit(status.to_dict(), args.output)
             return _job_failed(status)
         if sys.stdout.isatty() and args.output != "json":
-            from source.cli.output import compaction_progress
+            from shadowtopic.cli.output import compaction_progress
             status = compaction_progress(c.admin.watch_compaction(args.topic))
         else:
             status = None

@@ -15,13 +15,13 @@ import os
 import subprocess
 import sys
 
-from source import config_file
-from source.cli import standalone_cmd
-from source.cli.output import fail
+from shadowtopic import config_file
+from shadowtopic.cli import standalone_cmd
+from shadowtopic.cli.output import fail
 
 #: the section of each process, and the module that runs it
-ROLES = {"broker": "source.broker.server", "shadow": "shadow.broker",
-         "worker": "compaction.worker"}
+ROLES = {"broker": "shadowtopic.broker", "shadow": "shadowtopic.shadow.broker",
+         "worker": "shadowtopic.compaction.worker"}
 TIMEOUT_S = 60
 
 

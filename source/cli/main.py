@@ -52,14 +52,14 @@ try:
     import os
     from typing import NoReturn
 
-    from source import failpoints
+    from shadowtopic import failpoints
     failpoints.hit("cli.loading")
-    from source.cli import brokers, commands, config_cmd, messages, standalone_cmd
-    from source.cli.output import fail
-    from source.core.argtypes import (boolean, count, duration, key_value, positive, seconds,
+    from shadowtopic.cli import brokers, commands, config_cmd, messages, standalone_cmd
+    from shadowtopic.cli.output import fail
+    from shadowtopic.core.argtypes import (boolean, count, duration, key_value, positive, seconds,
                                       size, subscription_type, time_ms)
-    from source.core import errors
-    from source.core.policies import BacklogQuotaAction
+    from shadowtopic.core import errors
+    from shadowtopic.core.policies import BacklogQuotaAction
 finally:
     if _previous is not None:
         signal.signal(signal.SIGINT, _previous)

@@ -18,9 +18,9 @@ import threading
 from contextlib import contextmanager, nullcontext
 from typing import BinaryIO, Iterator, NoReturn
 
-from source.cli.commands import connect
-from source.cli.output import emit, fail, message_line
-from source.core import errors
+from shadowtopic.cli.commands import connect
+from shadowtopic.cli.output import emit, fail, message_line
+from shadowtopic.core import errors
 
 #: exit code after Ctrl-C (128 + SIGINT), as shells report it
 INTERRUPTED = 130

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from source.client import Message
+    from shadowtopic.client import Message
 
 #: the width of a table piped with no $COLUMNS: wide enough for any row, so rows never wrap
 #: (a rich table is only as wide as its content)

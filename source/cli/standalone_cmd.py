@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from source import config_file
-from source.core.argtypes import size
+from shadowtopic import config_file
+from shadowtopic.core.argtypes import size
 
 SECTION = "standalone"
 
@@ -56,7 +56,7 @@ def parse(argv: list[str], parser_class: type[argparse.ArgumentParser]) -> argpa
 
 
 def run(args: argparse.Namespace) -> int:
-    from source import standalone as sa
+    from shadowtopic import standalone as sa
     return sa.run(args.data_dir, args.wipe_data, args.port, args.etcd_port,
                   etcd_peer_port=args.etcd_peer_port, shadow_port=args.shadow_port,
                   compaction_port=args.compaction_port,

@@ -18,15 +18,15 @@ import grpc
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.json_format import MessageToDict
 
-from source.client.connection import Connection
-from source.client.message import Message
-from source.client.retry import Deadline, not_applied, retriable
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName, canonical, check_subscription, parse_namespace
-from source.core.policies import Policies, validate_partitions, validate_properties
-from source.pb.v1 import admin_pb2 as apb
-from source.pb.v1 import common_pb2
+from shadowtopic.client.connection import Connection
+from shadowtopic.client.message import Message
+from shadowtopic.client.retry import Deadline, not_applied, retriable
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName, canonical, check_subscription, parse_namespace
+from shadowtopic.core.policies import Policies, validate_partitions, validate_properties
+from shadowtopic.pb.v1 import admin_pb2 as apb
+from shadowtopic.pb.v1 import common_pb2
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ class Admin:
     def create_topic(self, topic: str, partitions: int = 0, policies: Policies | None = None,
                      properties: dict[str, str] | None = None) -> TopicMetadata:
         """Raises InvalidTopicName / InvalidArgument / InvalidPolicies before sending when an
-        argument is out of range (see source.core.policies for the ranges)."""
+        argument is out of range (see shadowtopic.core.policies for the ranges)."""
         req = apb.CreateTopicRequest(topic=canonical(topic),
                                      partitions=validate_partitions(partitions),
                                      policies=(policies or Policies()).to_pb(),

@@ -37,19 +37,19 @@ import threading
 import time
 from typing import Callable, TypeVar
 
-from source.client.admin import Admin, TopicMetadata, position_pb
-from source.client.connection import Connection
-from source.client.consumer import Consumer
-from source.client.options import DEFAULT_TIMEOUT_S, check_options, parse_consumer_type
-from source.client.listener import Callback, Listeners
-from source.client.producer import Producer
-from source.client.reader import Reader
-from source.client.reconnect import Reconnector
-from source.client.retry import Deadline
-from source.client.stream import CLOSE_TIMEOUT_S, Multiplexer
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import canonical, check_subscription
+from shadowtopic.client.admin import Admin, TopicMetadata, position_pb
+from shadowtopic.client.connection import Connection
+from shadowtopic.client.consumer import Consumer
+from shadowtopic.client.options import DEFAULT_TIMEOUT_S, check_options, parse_consumer_type
+from shadowtopic.client.listener import Callback, Listeners
+from shadowtopic.client.producer import Producer
+from shadowtopic.client.reader import Reader
+from shadowtopic.client.reconnect import Reconnector
+from shadowtopic.client.retry import Deadline
+from shadowtopic.client.stream import CLOSE_TIMEOUT_S, Multiplexer
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import canonical, check_subscription
 
 T = TypeVar("T")
 

@@ -12,10 +12,10 @@ import os
 
 import grpc
 
-from source.client.options import DEFAULT_TIMEOUT_S, operation_timeout as checked_timeout
-from source.client.retry import Retry
-from source.core import errors
-from source.pb.v1 import admin_pb2_grpc, producer_pb2_grpc
+from shadowtopic.client.options import DEFAULT_TIMEOUT_S, operation_timeout as checked_timeout
+from shadowtopic.client.retry import Retry
+from shadowtopic.core import errors
+from shadowtopic.pb.v1 import admin_pb2_grpc, producer_pb2_grpc
 
 DEFAULT_URL = "localhost:6650"
 MAX_MESSAGE = 64 << 20

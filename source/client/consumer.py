@@ -38,20 +38,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Callable
 
-from source.client.admin import position_pb
-from source.client.connection import Connection
-from source.client.consumer_part import Part
-from source.client.consumer_resume import ConsumerResume
-from source.client.listener import Listeners
-from source.client.options import check_options, parse_consumer_type
-from source.client.message import Message
-from source.client.reader import seek_targets
-from source.client.reconnect import Reconnector
-from source.client.stream import CLOSE_TIMEOUT_S, Multiplexer
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.pb.v1 import consumer_pb2
+from shadowtopic.client.admin import position_pb
+from shadowtopic.client.connection import Connection
+from shadowtopic.client.consumer_part import Part
+from shadowtopic.client.consumer_resume import ConsumerResume
+from shadowtopic.client.listener import Listeners
+from shadowtopic.client.options import check_options, parse_consumer_type
+from shadowtopic.client.message import Message
+from shadowtopic.client.reader import seek_targets
+from shadowtopic.client.reconnect import Reconnector
+from shadowtopic.client.stream import CLOSE_TIMEOUT_S, Multiplexer
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.pb.v1 import consumer_pb2
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import threading
 
-from source.client.consumer_part import Part
-from source.client.message import Message
-from source.client.reconnect import ACK_MEMORY, Reconnector, reconnectable
-from source.core import errors
-from source.pb.v1 import common_pb2, consumer_pb2
+from shadowtopic.client.consumer_part import Part
+from shadowtopic.client.message import Message
+from shadowtopic.client.reconnect import ACK_MEMORY, Reconnector, reconnectable
+from shadowtopic.core import errors
+from shadowtopic.pb.v1 import common_pb2, consumer_pb2
 
 
 class ConsumerResume:

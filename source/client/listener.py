@@ -30,11 +30,11 @@ import threading
 from dataclasses import replace
 from typing import Callable, Iterable, Protocol
 
-from source.client.consumer_part import Part
-from source.client.message import Message
-from source.client.stream import Delivery, Multiplexer, Sink
-from source.core import errors
-from source.pb.v1 import consumer_pb2
+from shadowtopic.client.consumer_part import Part
+from shadowtopic.client.message import Message
+from shadowtopic.client.stream import Delivery, Multiplexer, Sink
+from shadowtopic.core import errors
+from shadowtopic.pb.v1 import consumer_pb2
 
 log = logging.getLogger(__name__)
 

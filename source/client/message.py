@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from source.core.message_id import MessageId
-from source.pb.v1 import common_pb2
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.pb.v1 import common_pb2
 
 
 @dataclass(frozen=True)

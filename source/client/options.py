@@ -11,8 +11,8 @@ Client timeouts (`Client(url, timeout=30.0, operation_timeout=None)`):
 """
 from __future__ import annotations
 
-from source.core import errors
-from source.pb.v1 import consumer_pb2
+from shadowtopic.core import errors
+from shadowtopic.pb.v1 import consumer_pb2
 
 MAX_NACK_DELAY_MS = (1 << 32) - 1
 DEFAULT_TIMEOUT_S = 30.0

@@ -36,12 +36,12 @@ from typing import Callable
 import google_crc32c
 import grpc
 
-from source.client.connection import Connection
-from source.client.retry import Deadline
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.policies import MAX_BATCH_MESSAGES, MAX_MESSAGE_SIZE
-from source.pb.v1 import producer_pb2
+from shadowtopic.client.connection import Connection
+from shadowtopic.client.retry import Deadline
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.policies import MAX_BATCH_MESSAGES, MAX_MESSAGE_SIZE
+from shadowtopic.pb.v1 import producer_pb2
 
 Callback = Callable[[MessageId | None, Exception | None], None]
 #: a batch stays below gRPC's 64 MiB frame even with one more maximal message in it

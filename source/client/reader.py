@@ -31,15 +31,15 @@ import threading
 import time
 from collections import deque
 
-from source.client.admin import Admin, position_pb
-from source.client.connection import Connection
-from source.client.message import Message
-from source.client.reconnect import Reconnector, reconnectable
-from source.client.stream import Multiplexer
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.pb.v1 import common_pb2, consumer_pb2
+from shadowtopic.client.admin import Admin, position_pb
+from shadowtopic.client.connection import Connection
+from shadowtopic.client.message import Message
+from shadowtopic.client.reconnect import Reconnector, reconnectable
+from shadowtopic.client.stream import Multiplexer
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.pb.v1 import common_pb2, consumer_pb2
 
 _CLOSED = object()  # what Reader.close puts on its own queue, to wake a blocked read_next
 

@@ -69,8 +69,8 @@ import threading
 import time
 from typing import Callable, Protocol
 
-from source.client.retry import INITIAL_BACKOFF_S, MAX_BACKOFF_S, MIN_ATTEMPT_S
-from source.core import errors
+from shadowtopic.client.retry import INITIAL_BACKOFF_S, MAX_BACKOFF_S, MIN_ATTEMPT_S
+from shadowtopic.core import errors
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ import random
 import time
 from typing import Callable, TypeVar
 
-from source.core import errors
+from shadowtopic.core import errors
 
 T = TypeVar("T")
 

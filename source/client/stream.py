@@ -17,10 +17,10 @@ from typing import Protocol
 
 import grpc
 
-from source.client.connection import Connection
-from source.client.message import Message
-from source.core import errors
-from source.pb.v1 import common_pb2, consumer_pb2
+from shadowtopic.client.connection import Connection
+from shadowtopic.client.message import Message
+from shadowtopic.core import errors
+from shadowtopic.pb.v1 import common_pb2, consumer_pb2
 
 CONNECT = "/shadowtopic.v1.Consumer/Connect"
 MAX_COMMANDS = 10_000  # commands per ClientMessage

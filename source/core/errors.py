@@ -16,7 +16,7 @@ import logging
 import grpc
 from google.protobuf.message import DecodeError
 
-from source.pb.v1 import common_pb2
+from shadowtopic.pb.v1 import common_pb2
 
 REASON_KEY = "x-shadowtopic-reason"
 

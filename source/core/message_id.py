@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from source.core.errors import InvalidMessageId
-from source.pb.v1 import common_pb2
+from shadowtopic.core.errors import InvalidMessageId
+from shadowtopic.pb.v1 import common_pb2
 
 _MAX = (1 << 63) - 1
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from source.core.errors import InvalidArgument, InvalidTopicName
+from shadowtopic.core.errors import InvalidArgument, InvalidTopicName
 
 DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "default"
@@ -96,7 +96,7 @@ class TopicName:
     @property
     def path(self) -> str:
         """`persistent/tenant/ns/topic`: the form used in etcd keys. Storage paths escape
-        it further (source.ledger.storage.topic_dir)."""
+        it further (shadowtopic.ledger.storage.topic_dir)."""
         return f"persistent/{self.tenant}/{self.namespace}/{self.local}"
 
     def partition(self, index: int) -> "TopicName":

@@ -58,8 +58,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from enum import IntEnum
 
-from source.core.errors import InvalidArgument, InvalidPolicies
-from source.pb.v1 import common_pb2
+from shadowtopic.core.errors import InvalidArgument, InvalidPolicies
+from shadowtopic.pb.v1 import common_pb2
 
 #: hard ceiling of one message (gRPC's frame limit is set above it)
 MAX_MESSAGE_SIZE = 5 << 20

@@ -19,10 +19,10 @@ import asyncio
 import logging
 import time
 
-from source.core import errors
-from source.core.names import TopicName
-from source.cursors.state import CursorState
-from source.cursors.store import CursorStore, Fence
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.cursors.state import CursorState
+from shadowtopic.cursors.store import CursorStore, Fence
 
 log = logging.getLogger(__name__)
 LOG_EVERY = 60  # failed saves in a row between two warnings

@@ -2,7 +2,7 @@
 small pointer in etcd (batched cursor persistence, never one etcd write per ack: see
 docs/ARCHITECTURE.md, "Metadata in etcd").
 
-Layout (formats in proto/source/pb/storage/v1/cursors.proto):
+Layout (formats in proto/shadowtopic/pb/storage/v1/cursors.proto):
 
     <root>/cursors/<topic-dir>/<sequence:020d>-<token>.full    CursorFile: every cursor
     <root>/cursors/<topic-dir>/<sequence:020d>-<token>.delta   CursorFile: one save's changes
@@ -55,15 +55,15 @@ from typing import Callable, Mapping, TypeVar
 import google_crc32c
 import pyarrow.fs as pafs
 
-from source.core import errors
-from source.core.names import TopicName
-from source.cursors.state import CursorState, Record
-from source.cursors.store import CursorStore, Fence, check_fence, records
-from source.ledger.storage import Storage, topic_dir
-from source.ledger.wal import fsync_dir
-from source.metadata import keys
-from source.metadata.base import Compare, Delete, MetadataStore, Put
-from source.pb.storage.v1 import cursors_pb2 as cpb
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.cursors.state import CursorState, Record
+from shadowtopic.cursors.store import CursorStore, Fence, check_fence, records
+from shadowtopic.ledger.storage import Storage, topic_dir
+from shadowtopic.ledger.wal import fsync_dir
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import Compare, Delete, MetadataStore, Put
+from shadowtopic.pb.storage.v1 import cursors_pb2 as cpb
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

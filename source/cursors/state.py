@@ -32,8 +32,8 @@ from bisect import bisect_left, bisect_right
 from operator import lt
 from typing import Callable, Iterable, Protocol, Sequence
 
-from source.core.message_id import MessageId
-from source.ledger.view import LedgerRange, LedgerView
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.ledger.view import LedgerRange, LedgerView
 
 class NextAfter(Protocol):
     """The first valid position after an id (`next_after_in`). `sparse`: the view skips ids

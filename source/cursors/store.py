@@ -22,10 +22,10 @@ from __future__ import annotations
 import abc
 from typing import Mapping, NamedTuple
 
-from source.core import errors
-from source.core.names import TopicName
-from source.cursors.state import CursorState, Record
-from source.metadata.base import Compare, MetadataStore
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.cursors.state import CursorState, Record
+from shadowtopic.metadata.base import Compare, MetadataStore
 
 
 class Fence(NamedTuple):

@@ -49,8 +49,8 @@ from __future__ import annotations
 from collections import deque
 from typing import NamedTuple
 
-from source.core import errors
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.core import errors
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 RECENT = 256                 # stored batches remembered per producer (original ids of resends)
 DEFAULT_IDLE_S = 6 * 3600    # a producer idle this long is forgotten

@@ -26,7 +26,7 @@ import os
 from concurrent.futures import Executor
 from typing import Callable
 
-from source.core import errors
+from shadowtopic.core import errors
 
 log = logging.getLogger(__name__)
 PROBE_BYTES = 4096

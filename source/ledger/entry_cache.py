@@ -36,7 +36,7 @@ import logging
 from collections import OrderedDict, deque
 from typing import Any, Callable
 
-from source.ledger import wal as walmod
+from shadowtopic.ledger import wal as walmod
 
 log = logging.getLogger(__name__)
 DEFAULT_BYTES = 256 << 20

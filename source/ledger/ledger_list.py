@@ -18,12 +18,12 @@ from __future__ import annotations
 import time
 from typing import Callable, TypeVar
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.ledger import retention
-from source.ledger.view import LedgerRange, Trimmed
-from source.metadata.base import Compare, MetadataUnavailable, Put
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.ledger import retention
+from shadowtopic.ledger.view import LedgerRange, Trimmed
+from shadowtopic.metadata.base import Compare, MetadataUnavailable, Put
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 T = TypeVar("T")
 OPEN, SEALED = mpb.LedgerState.OPEN, mpb.LedgerState.SEALED

@@ -31,14 +31,14 @@ from collections import OrderedDict
 from concurrent.futures import Executor
 from typing import Callable, Protocol, Sequence
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.ledger import wal as walmod
-from source.ledger.entry_cache import EntryCache, Item
-from source.ledger.sealed import SealedLedger
-from source.ledger.storage import Storage
-from source.ledger.view import LedgerRange, ReadEntry
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.ledger import wal as walmod
+from shadowtopic.ledger.entry_cache import EntryCache, Item
+from shadowtopic.ledger.sealed import SealedLedger
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.ledger.view import LedgerRange, ReadEntry
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 SEALED = mpb.LedgerState.SEALED
 OPEN_FILES = 4

@@ -34,20 +34,20 @@ from collections import deque
 from concurrent.futures import Executor
 from typing import Callable
 
-from source.core import errors
-from source.core.message_id import EARLIEST, MessageId
-from source.core.names import TopicName
-from source.ledger.dedup import DedupMap
-from source.ledger.entry_cache import EntryCache, TailEntries
-from source.ledger.ledger_list import OPEN, LedgerListUpdates
-from source.ledger.ledger_reader import LedgerListReader
-from source.ledger.sealing import Sealing
-from source.ledger.storage import Storage
-from source.ledger.view import LedgerRange, ReadEntry, ViewListener
-from source.ledger.writer import LedgerConfig, OpenLedger, WritePath
-from source.metadata import keys
-from source.metadata.base import MetadataStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import EARLIEST, MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.dedup import DedupMap
+from shadowtopic.ledger.entry_cache import EntryCache, TailEntries
+from shadowtopic.ledger.ledger_list import OPEN, LedgerListUpdates
+from shadowtopic.ledger.ledger_reader import LedgerListReader
+from shadowtopic.ledger.sealing import Sealing
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.ledger.view import LedgerRange, ReadEntry, ViewListener
+from shadowtopic.ledger.writer import LedgerConfig, OpenLedger, WritePath
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import MetadataStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 __all__ = ["LedgerConfig", "ManagedLedger"]
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import time
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger.view import LedgerRange, ReadEntry, Trimmed, ViewListener
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.view import LedgerRange, ReadEntry, Trimmed, ViewListener
 
 Ledger = tuple[int, list[tuple[int, bytes]], bool]  # (ledger id, entries, sealed)
 

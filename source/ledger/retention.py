@@ -18,9 +18,9 @@ from __future__ import annotations
 import logging
 from typing import Callable, Collection, Iterable
 
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 log = logging.getLogger(__name__)
 

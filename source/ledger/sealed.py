@@ -42,11 +42,11 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from source.core.errors import ChecksumError, DataLoss
-from source.ledger import wal as walmod
-from source.ledger.wal import Entries
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.storage.v1 import views_pb2
+from shadowtopic.core.errors import ChecksumError, DataLoss
+from shadowtopic.ledger import wal as walmod
+from shadowtopic.ledger.wal import Entries
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.storage.v1 import views_pb2
 
 GROUP_BYTES = 1 << 20    # raw bytes that close a row group
 GROUP_ROWS = 16384       # entries that close a row group of small entries

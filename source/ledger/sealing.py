@@ -29,17 +29,17 @@ import asyncio
 import functools
 import logging
 
-from source import failpoints
-from source.core import errors
-from source.ledger import retention
-from source.ledger import wal as walmod
-from source.ledger.entry_cache import TailEntries
-from source.ledger.ledger_list import OPEN, now_ms
-from source.ledger.sealed import mark_sealed, seal_wal
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic import failpoints
+from shadowtopic.core import errors
+from shadowtopic.ledger import retention
+from shadowtopic.ledger import wal as walmod
+from shadowtopic.ledger.entry_cache import TailEntries
+from shadowtopic.ledger.ledger_list import OPEN, now_ms
+from shadowtopic.ledger.sealed import mark_sealed, seal_wal
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 # The ManagedLedger's parts log under one name, as it did when it was a single module.
-log = logging.getLogger("source.ledger.managed")
+log = logging.getLogger("shadowtopic.ledger.managed")
 UNWRITABLE = (errors.StorageFull, errors.StorageReadOnly)
 
 

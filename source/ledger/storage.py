@@ -32,9 +32,9 @@ import shutil
 
 import pyarrow.fs as pafs
 
-from source.core.names import TopicName
-from source.ledger import object_store
-from source.ledger.disk import DiskState
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger import object_store
+from shadowtopic.ledger.disk import DiskState
 
 
 log = logging.getLogger(__name__)

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
-from source.core.errors import ShadowTopicError
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger.entry_cache import EntryCache
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.core.errors import ShadowTopicError
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.entry_cache import EntryCache
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 
 class ReadEntry(NamedTuple):

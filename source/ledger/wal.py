@@ -41,8 +41,8 @@ from typing import Iterator
 
 import google_crc32c
 
-from source.core import errors
-from source.pb.storage.v1 import views_pb2
+from shadowtopic.core import errors
+from shadowtopic.pb.storage.v1 import views_pb2
 
 MAGIC = b"STWAL002"
 HEADER = struct.Struct("<8sQ")

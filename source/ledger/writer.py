@@ -33,17 +33,17 @@ import logging
 import time
 from dataclasses import dataclass
 
-from source.core import errors
-from source.ledger import wal as walmod
-from source.ledger.dedup import DEFAULT_IDLE_S, EXPIRE_EVERY_MS, Duplicate
-from source.ledger.entry_cache import TailEntries
-from source.ledger.ledger_list import OPEN, SEALED, now_ms
-from source.metadata import keys
-from source.metadata.base import MetadataUnavailable
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.core import errors
+from shadowtopic.ledger import wal as walmod
+from shadowtopic.ledger.dedup import DEFAULT_IDLE_S, EXPIRE_EVERY_MS, Duplicate
+from shadowtopic.ledger.entry_cache import TailEntries
+from shadowtopic.ledger.ledger_list import OPEN, SEALED, now_ms
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import MetadataUnavailable
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 # The ManagedLedger's parts log under one name, as it did when it was a single module.
-log = logging.getLogger("source.ledger.managed")
+log = logging.getLogger("shadowtopic.ledger.managed")
 
 
 @dataclass

@@ -33,7 +33,7 @@ from typing import AsyncIterator, Literal, Sequence
 # under it `MetadataUnavailable` (etcd down, timeout: retriable), `LeaseNotFound` (expired or
 # revoked) and `RevisionCompacted`. A caller lets them through; the error table gives each
 # its gRPC status. They are named here too, where the store's users look for them.
-from source.core.errors import LeaseNotFound, MetadataError, MetadataUnavailable, RevisionCompacted
+from shadowtopic.core.errors import LeaseNotFound, MetadataError, MetadataUnavailable, RevisionCompacted
 
 __all__ = ["Compare", "Delete", "KeyValue", "LeaseNotFound", "MetadataError", "MetadataStore",
            "MetadataUnavailable", "Put", "RevisionCompacted", "Snapshot", "TxnResult",

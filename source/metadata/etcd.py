@@ -28,7 +28,7 @@ import grpc
 import etcd3
 from etcd3 import etcdrpc, exceptions as etcd_exc, transactions as etcd_txn, utils as etcd_utils
 
-from source import failpoints
+from shadowtopic import failpoints
 
 from .base import (Compare, Delete, KeyValue, LeaseNotFound, MetadataError, MetadataStore,
                    MetadataUnavailable, Put, RevisionCompacted, Snapshot, TxnResult, WatchEvent)

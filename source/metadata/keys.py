@@ -1,5 +1,5 @@
 """The etcd key schema, in one place (docs/ARCHITECTURE.md, "Metadata in etcd"). Values are
-`source.pb.storage.v1` messages (see proto/source/pb/storage/v1/metadata.proto) unless noted.
+`shadowtopic.pb.storage.v1` messages (see proto/shadowtopic/pb/storage/v1/metadata.proto) unless noted.
 
     /shadowtopic/clusters/<c>/brokers/<id>            BrokerInfo, under the broker's lease
     /shadowtopic/clusters/<c>/ownership/<topic-path>  Ownership, under the owner's lease
@@ -44,7 +44,7 @@ under `compaction` (tests/test_source/test_metadata_keys.py checks this).
 """
 from __future__ import annotations
 
-from source.core.names import TopicName
+from shadowtopic.core.names import TopicName
 
 ROOT = "/shadowtopic"
 LEDGER_ID_COUNTER = f"{ROOT}/counters/ledger-id"
@@ -201,5 +201,5 @@ def topic_from_info_key(key: str) -> TopicName | None:
 
 def cursors(topic: TopicName) -> str:
     """`/shadowtopic/topics/<topic-path>/cursors`: the topic's CursorPointer (the durable
-    cursor files it names are described in proto/source/pb/storage/v1/cursors.proto)."""
+    cursor files it names are described in proto/shadowtopic/pb/storage/v1/cursors.proto)."""
     return _t(topic) + "/cursors"

@@ -26,9 +26,9 @@ import logging
 import re
 import time
 
-from source.core.names import TopicName
-from source.metadata import keys
-from source.metadata.base import Compare, Delete, KeyValue, MetadataStore, Put
+from shadowtopic.core.names import TopicName
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import Compare, Delete, KeyValue, MetadataStore, Put
 
 log = logging.getLogger(__name__)
 

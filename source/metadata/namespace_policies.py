@@ -26,12 +26,12 @@ from typing import Awaitable, Callable, Iterable
 
 from google.protobuf.message import DecodeError
 
-from source.core.errors import InvalidArgument, ServiceUnavailable
-from source.core.policies import Policies
-from source.metadata import keys
-from source.metadata.base import Compare, Delete, MetadataStore, Snapshot, WatchEvent
-from source.metadata.follow import PrefixFollower
-from source.pb.v1 import common_pb2
+from shadowtopic.core.errors import InvalidArgument, ServiceUnavailable
+from shadowtopic.core.policies import Policies
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import Compare, Delete, MetadataStore, Snapshot, WatchEvent
+from shadowtopic.metadata.follow import PrefixFollower
+from shadowtopic.pb.v1 import common_pb2
 
 log = logging.getLogger(__name__)
 

@@ -31,10 +31,10 @@ import hashlib
 import time
 from collections import Counter
 
-from source.core.names import TopicName
-from source.metadata import keys
-from source.metadata.base import KeyValue, MetadataStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.core.names import TopicName
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import KeyValue, MetadataStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 PENDING_S = 5.0  # a pick counts as owned this long at most (its broker takes it sooner)
 

@@ -4,12 +4,12 @@ namespace's; its generation (which incarnation of the name it is). The brokers a
 compaction worker read topics through here."""
 from __future__ import annotations
 
-from source.core import errors
-from source.core.names import TopicName
-from source.core.policies import Policies
-from source.metadata import keys, namespace_policies
-from source.metadata.base import MetadataStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import Policies
+from shadowtopic.metadata import keys, namespace_policies
+from shadowtopic.metadata.base import MetadataStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 SOURCE, SHADOW = mpb.TopicKind.SOURCE, mpb.TopicKind.SHADOW
 

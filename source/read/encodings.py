@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from source import wire
-from source.core.names import TopicName
-from source.ledger.entry_cache import EntryCache, Item
-from source.ledger.view import LedgerView, ReadEntry
+from shadowtopic import wire
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.entry_cache import EntryCache, Item
+from shadowtopic.ledger.view import LedgerView, ReadEntry
 
 ENCODED_CACHE_BYTES = 4 << 20  # per `ledgers_of`
 

@@ -20,12 +20,12 @@ import asyncio
 import logging
 from typing import Awaitable, Callable, Protocol
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger.view import LedgerView, ReadEntry, Trimmed
-from source.read.encodings import Encodings, EncodingsPool
-from source.read.positions import Start, resolve
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.view import LedgerView, ReadEntry, Trimmed
+from shadowtopic.read.encodings import Encodings, EncodingsPool
+from shadowtopic.read.positions import Start, resolve
 
 log = logging.getLogger(__name__)
 MAX_FRAME_ENTRIES = 500

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from source.core.message_id import MessageId
-from source.ledger.view import LedgerView
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.ledger.view import LedgerView
 
 EARLIEST, LATEST, MESSAGE_ID, PUBLISH_TIME = "earliest", "latest", "message_id", "publish_time"
 

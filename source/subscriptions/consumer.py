@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Generic, Protocol, TypeVar
 
-from source.core.message_id import MessageId
-from source.read.engine import Outbox
-from source.subscriptions.positions import UNUSED
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.read.engine import Outbox
+from shadowtopic.subscriptions.positions import UNUSED
 
 S = TypeVar("S")
 

@@ -27,13 +27,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Callable, ClassVar, Iterable, Protocol
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.cursors.state import CursorState, NextAfter
-from source.ledger.view import LedgerView, ReadEntry
-from source.read.engine import Frames, TopicReaders
-from source.subscriptions.consumer import SubConsumer
-from source.subscriptions.positions import UNUSED, Positions
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.cursors.state import CursorState, NextAfter
+from shadowtopic.ledger.view import LedgerView, ReadEntry
+from shadowtopic.read.engine import Frames, TopicReaders
+from shadowtopic.subscriptions.consumer import SubConsumer
+from shadowtopic.subscriptions.positions import UNUSED, Positions
 
 EXCLUSIVE, SHARED, FAILOVER, KEY_SHARED = "Exclusive", "Shared", "Failover", "Key_Shared"
 TYPES = (EXCLUSIVE, SHARED, FAILOVER, KEY_SHARED)

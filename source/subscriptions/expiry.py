@@ -35,10 +35,10 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.cursors.state import pack, unpack
-from source.subscriptions.subscription import Subscription
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.cursors.state import pack, unpack
+from shadowtopic.subscriptions.subscription import Subscription
 
 log = logging.getLogger(__name__)
 

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 from typing import Callable
 
-from source import wire
-from source.cursors.state import pack, unpack
-from source.ledger.view import ReadEntry
-from source.subscriptions.consumer import SubConsumer
-from source.subscriptions.dispatcher import KEY_SHARED, Dispatched
-from source.subscriptions.keyring import KeyRing, key_hash
-from source.subscriptions.positions import UNUSED, Positions
-from source.subscriptions.shared import SharedDispatcher
+from shadowtopic import wire
+from shadowtopic.cursors.state import pack, unpack
+from shadowtopic.ledger.view import ReadEntry
+from shadowtopic.subscriptions.consumer import SubConsumer
+from shadowtopic.subscriptions.dispatcher import KEY_SHARED, Dispatched
+from shadowtopic.subscriptions.keyring import KeyRing, key_hash
+from shadowtopic.subscriptions.positions import UNUSED, Positions
+from shadowtopic.subscriptions.shared import SharedDispatcher
 
 MAX_REDO = 10_000          # entries waiting for their consumer before reads pause
 

@@ -1,7 +1,7 @@
 """Subscription metadata in etcd, written in batches.
 
     /shadowtopic/topics/<topic-path>/subscriptions/<name>   SubscriptionMeta
-        (proto/source/pb/storage/v1/metadata.proto: name, type, created_ms, initial_position,
+        (proto/shadowtopic/pb/storage/v1/metadata.proto: name, type, created_ms, initial_position,
         read_compacted)
 
 A subscription exists once its meta key does: its cursor (source/cursors/) starts at
@@ -15,13 +15,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.cursors.store import Fence
-from source.metadata import keys
-from source.metadata.base import Delete, MetadataStore, Put
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.cursors.store import Fence
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import Delete, MetadataStore, Put
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 TXN_OPS = 100  # keys per transaction (etcd's default --max-txn-ops is 128)
 

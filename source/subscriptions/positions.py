@@ -1,4 +1,4 @@
-"""Sets of packed positions (`source.cursors.state.pack`) as subscriptions hold them.
+"""Sets of packed positions (`shadowtopic.cursors.state.pack`) as subscriptions hold them.
 
 `Positions` keeps them as a dict's keys: empty, it is 64 bytes where a set is 216, and every
 idle subscription and consumer holds a few. `UNUSED` is the one shared, empty, read-only

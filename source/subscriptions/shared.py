@@ -15,13 +15,13 @@ from __future__ import annotations
 import heapq
 from typing import Callable, Iterable
 
-from source.core.message_id import MessageId
-from source.cursors.state import pack, unpack
-from source.ledger.view import ReadEntry
-from source.read.engine import MAX_FRAME_BYTES, MAX_FRAME_ENTRIES, Frames
-from source.subscriptions.consumer import SubConsumer
-from source.subscriptions.dispatcher import SHARED, Dispatched, Dispatcher, unacked_of
-from source.subscriptions.positions import UNUSED, Positions
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.cursors.state import pack, unpack
+from shadowtopic.ledger.view import ReadEntry
+from shadowtopic.read.engine import MAX_FRAME_BYTES, MAX_FRAME_ENTRIES, Frames
+from shadowtopic.subscriptions.consumer import SubConsumer
+from shadowtopic.subscriptions.dispatcher import SHARED, Dispatched, Dispatcher, unacked_of
+from shadowtopic.subscriptions.positions import UNUSED, Positions
 
 SHARED_RUN = 20            # entries in a row to one Shared consumer before the next one
 _LOW = (1 << 64) - 1

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.ledger.view import ReadEntry
-from source.read.engine import Frames
-from source.subscriptions.consumer import ActiveChanged, CursorMoved, SubConsumer
-from source.subscriptions.dispatcher import (EXCLUSIVE, FAILOVER, Dispatched, Dispatcher,
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.ledger.view import ReadEntry
+from shadowtopic.read.engine import Frames
+from shadowtopic.subscriptions.consumer import ActiveChanged, CursorMoved, SubConsumer
+from shadowtopic.subscriptions.dispatcher import (EXCLUSIVE, FAILOVER, Dispatched, Dispatcher,
                                              unacked_of)
 
 

@@ -28,19 +28,19 @@ import time
 from itertools import chain, islice
 from typing import Callable, Protocol
 
-from source import wire
-from source.core import errors
-from source.core.message_id import MessageId
-from source.cursors.state import CursorState, NextAfter, pack, unpack
-from source.ledger.view import LedgerRange, LedgerView, ReadEntry
-from source.read.engine import Counters, Frames, TopicReaders
-from source.subscriptions.consumer import SubConsumer
-from source.subscriptions.dispatcher import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED,
+from shadowtopic import wire
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.cursors.state import CursorState, NextAfter, pack, unpack
+from shadowtopic.ledger.view import LedgerRange, LedgerView, ReadEntry
+from shadowtopic.read.engine import Counters, Frames, TopicReaders
+from shadowtopic.subscriptions.consumer import SubConsumer
+from shadowtopic.subscriptions.dispatcher import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED,
                                              Dispatcher)
-from source.subscriptions.key_shared import KeySharedDispatcher
-from source.subscriptions.positions import UNUSED
-from source.subscriptions.shared import SharedDispatcher
-from source.subscriptions.single_active import ExclusiveDispatcher, FailoverDispatcher
+from shadowtopic.subscriptions.key_shared import KeySharedDispatcher
+from shadowtopic.subscriptions.positions import UNUSED
+from shadowtopic.subscriptions.shared import SharedDispatcher
+from shadowtopic.subscriptions.single_active import ExclusiveDispatcher, FailoverDispatcher
 
 #: the dispatcher of each subscription type: the one place a type picks behaviour
 DISPATCHERS: dict[str, type[Dispatcher]] = {

@@ -38,23 +38,23 @@ import time
 from dataclasses import dataclass, replace
 from typing import Awaitable, Callable
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.core.policies import Policies
-from source.cursors.flusher import CursorFlusher
-from source.cursors.state import CursorState, next_after_in, pack
-from source.cursors.store import CursorStore, Fence
-from source.ledger.view import LedgerView, ReadEntry, Trimmed
-from source.metadata.base import MetadataStore
-from source.read.encodings import EncodingsPool
-from source.read.engine import Counters, Member, TopicReaders
-from source.read.positions import MESSAGE_ID, PUBLISH_TIME, Start, resolve
-from source.subscriptions.consumer import ConsumerOutbox, CursorMoved, SubConsumer
-from source.subscriptions import expiry
-from source.subscriptions.dispatcher import EXCLUSIVE
-from source.subscriptions.meta import MetaWriter, SubscriptionMeta
-from source.subscriptions.subscription import DISPATCHERS, Subscription
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import Policies
+from shadowtopic.cursors.flusher import CursorFlusher
+from shadowtopic.cursors.state import CursorState, next_after_in, pack
+from shadowtopic.cursors.store import CursorStore, Fence
+from shadowtopic.ledger.view import LedgerView, ReadEntry, Trimmed
+from shadowtopic.metadata.base import MetadataStore
+from shadowtopic.read.encodings import EncodingsPool
+from shadowtopic.read.engine import Counters, Member, TopicReaders
+from shadowtopic.read.positions import MESSAGE_ID, PUBLISH_TIME, Start, resolve
+from shadowtopic.subscriptions.consumer import ConsumerOutbox, CursorMoved, SubConsumer
+from shadowtopic.subscriptions import expiry
+from shadowtopic.subscriptions.dispatcher import EXCLUSIVE
+from shadowtopic.subscriptions.meta import MetaWriter, SubscriptionMeta
+from shadowtopic.subscriptions.subscription import DISPATCHERS, Subscription
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +217,7 @@ class TopicSubscriptions:
         self.ack_packed(c, [pack(m) for m in ids], cumulative)
 
     def ack_packed(self, c: SubConsumer, ps: list[int], cumulative: bool) -> None:
-        """`ack` of packed positions (`source.cursors.state.pack`), as the service sends."""
+        """`ack` of packed positions (`shadowtopic.cursors.state.pack`), as the service sends."""
         self._live(c).ack(c, ps, cumulative)
 
     def ack_many(self, consumers: list[SubConsumer], ps: list[int], cumulative: bool

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import pytest
 
-from compaction.reference import Row
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger import sealed
-from source.ledger.storage import Storage
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import common_pb2
+from shadowtopic.compaction.reference import Row
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger import sealed
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import common_pb2
 
 TOPIC = TopicName("t", "ns", "compact-me")
 

@@ -9,17 +9,17 @@ import random
 
 import pytest
 
-from compaction import reference
-from compaction.plan import make_plan
-from compaction.reference import Row, compact
-from source.core import errors
-from source.core.message_id import MessageId
-from compaction.ledger import CompactedLedger
-from compaction.view import CompactedView
-from source.ledger.memory_view import MemoryView
-from source.ledger.storage import Storage
-from source.core.names import TopicName
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.compaction import reference
+from shadowtopic.compaction.plan import make_plan
+from shadowtopic.compaction.reference import Row, compact
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.compaction.ledger import CompactedLedger
+from shadowtopic.compaction.view import CompactedView
+from shadowtopic.ledger.memory_view import MemoryView
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.core.names import TopicName
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 TOPIC = TopicName("t", "ns", "compact-me")  # the topic of the `ledgers` fixture
 

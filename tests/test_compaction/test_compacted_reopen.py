@@ -13,16 +13,16 @@ import os
 
 import pytest
 
-from compaction import reference
-from compaction.plan import make_plan
-from compaction.view import CompactedView
-from source import failpoints
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger.memory_view import MemoryView
-from source.ledger.storage import Storage
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.compaction import reference
+from shadowtopic.compaction.plan import make_plan
+from shadowtopic.compaction.view import CompactedView
+from shadowtopic import failpoints
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.memory_view import MemoryView
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 TOPIC = TopicName("t", "ns", "compact-me")  # the topic of the `ledgers` fixture
 NAME = TopicName("t", "ns", "reader-of-compact-me")  # the topic the view serves, in logs
@@ -106,13 +106,13 @@ async def until(check, what: str) -> None:
 
 def warnings_of(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records
-            if r.name == "compaction.view" and r.levelno == logging.WARNING]
+            if r.name == "shadowtopic.compaction.view" and r.levelno == logging.WARNING]
 
 
 def test_a_ledger_that_failed_to_open_is_opened_again(setup, caplog, arun):
     """The first three opens fail (the store is unreachable): reads of the prefix fail with
     DataLoss, then the view opens the same pointer by itself and serves it."""
-    caplog.set_level(logging.INFO, logger="compaction.view")
+    caplog.set_level(logging.INFO, logger="shadowtopic.compaction.view")
 
     async def main() -> None:
         view = setup.view()
@@ -144,7 +144,7 @@ def test_a_ledger_that_failed_to_open_is_opened_again(setup, caplog, arun):
 def test_reads_fail_until_the_missing_file_is_back(setup, caplog, arun):
     """A compacted ledger's file is away (a real open fails, DataLoss): reads fail with that
     error, retried at the capped delay, until the file is back; then they are served."""
-    caplog.set_level(logging.INFO, logger="compaction.view")
+    caplog.set_level(logging.INFO, logger="shadowtopic.compaction.view")
 
     async def main() -> None:
         path = setup.data_file()
@@ -167,7 +167,7 @@ def test_reads_fail_until_the_missing_file_is_back(setup, caplog, arun):
 def test_a_newer_pointer_stops_the_tries(setup, caplog, arun):
     """The broken pointer is replaced: its tries end, and a later success of the old
     pointer's files never swaps it back over the newer one; `close` ends the tries too."""
-    caplog.set_level(logging.INFO, logger="compaction.view")
+    caplog.set_level(logging.INFO, logger="shadowtopic.compaction.view")
 
     async def main() -> None:
         path = setup.data_file()
@@ -200,7 +200,7 @@ def test_a_newer_pointer_stops_the_tries(setup, caplog, arun):
 def test_a_corrupt_ledger_is_tried_at_the_longest_delay(setup, caplog, arun):
     """A checksum mismatch is not an outage: the next try waits `retry_max` at once; once
     the file is whole again the ledger opens."""
-    caplog.set_level(logging.INFO, logger="compaction.view")
+    caplog.set_level(logging.INFO, logger="shadowtopic.compaction.view")
 
     async def main() -> None:
         path = setup.data_file()
@@ -230,9 +230,9 @@ def test_the_follower_recovers_and_its_close_ends_the_tries(setup, arun):
     broken pointer is tried again until the follower closes, which leaves no task behind."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from compaction.view import CompactionFollower
-    from source.metadata import keys
-    from source.metadata.memory import MemoryStore
+    from shadowtopic.compaction.view import CompactionFollower
+    from shadowtopic.metadata import keys
+    from shadowtopic.metadata.memory import MemoryStore
 
     async def main() -> None:
         before = asyncio.all_tasks()

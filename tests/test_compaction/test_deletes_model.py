@@ -19,17 +19,17 @@ import random
 
 import pytest
 
-from compaction import reference
-from compaction.plan import make_plan, tombstone_cutoff
-from compaction.reference import Row, compact
-from compaction.ledger import CompactedLedger
-from compaction.view import CompactedView
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger.memory_view import MemoryView
-from source.ledger.storage import Storage
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import common_pb2
+from shadowtopic.compaction import reference
+from shadowtopic.compaction.plan import make_plan, tombstone_cutoff
+from shadowtopic.compaction.reference import Row, compact
+from shadowtopic.compaction.ledger import CompactedLedger
+from shadowtopic.compaction.view import CompactedView
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.memory_view import MemoryView
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import common_pb2
 
 INF = float("inf")
 

@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from compaction.reference import compact, read_rows
-from source.ledger.storage import Storage
+from shadowtopic.compaction.reference import compact, read_rows
+from shadowtopic.ledger.storage import Storage
 
 
 @pytest.mark.slow
@@ -24,14 +24,14 @@ def test_the_job_runs_on_a_local_cluster(tmp_path, ledgers):
     h = led.list.ledgers[-1]
     (tmp_path / "ledgers.pb").write_bytes(led.list.SerializeToString())
     script = textwrap.dedent(f"""
-        from compaction import spark_job
-        from compaction.plan import make_plan
-        from compaction.session import build_session
-        from compaction.worker import stop_spark
-        from source.core.message_id import MessageId
-        from source.core.names import TopicName
-        from source.ledger.storage import Storage
-        from source.pb.storage.v1 import metadata_pb2 as mpb
+        from shadowtopic.compaction import spark_job
+        from shadowtopic.compaction.plan import make_plan
+        from shadowtopic.compaction.session import build_session
+        from shadowtopic.compaction.worker import stop_spark
+        from shadowtopic.core.message_id import MessageId
+        from shadowtopic.core.names import TopicName
+        from shadowtopic.ledger.storage import Storage
+        from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
         lst = mpb.LedgerList.FromString(open({str(tmp_path / "ledgers.pb")!r}, "rb").read())
         spark = build_session("local-cluster[2,1,1024]", {{spark_job.MIN_TASK_BYTES: "0"}})
         try:
@@ -49,7 +49,7 @@ def test_the_job_runs_on_a_local_cluster(tmp_path, ledgers):
     assert res.returncode == 0, res.stderr[-3000:]
     lines = dict(line.split() for line in res.stdout.splitlines() if line.count(" ") == 1)
     assert int(lines["executors"]) == 3  # the driver and two executors
-    from source.pb.storage.v1 import metadata_pb2 as mpb
+    from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
     m = mpb.CompactedManifest.FromString((tmp_path / "storage/c/job/manifest.pb").read_bytes())
     assert read_rows(st, [f.path for f in m.files]) == compact(led.rows, True)
     assert int(lines["entries"]) == m.entries > 0

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from compaction.plan import make_plan
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.compaction.plan import make_plan
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 TOPIC = TopicName("t", "ns", "plan-me")
 SEALED, OPEN = mpb.LedgerState.SEALED, mpb.LedgerState.OPEN

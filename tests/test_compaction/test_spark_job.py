@@ -10,14 +10,14 @@ import random
 import pyarrow.parquet as pq
 import pytest
 
-from compaction import reference, spark_job
-from compaction.plan import make_plan
-from compaction.reference import Row, compact
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger.storage import Storage
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import admin_pb2 as apb
+from shadowtopic.compaction import reference, spark_job
+from shadowtopic.compaction.plan import make_plan
+from shadowtopic.compaction.reference import Row, compact
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import admin_pb2 as apb
 
 TOPIC = TopicName("t", "ns", "compact-me")  # the topic of the `ledgers` fixture
 

@@ -8,13 +8,13 @@ import asyncio
 
 import pytest
 
-from compaction import jobs as worker
-from source.core.errors import MetadataUnavailable
-from source.core.names import TopicName
-from source.metadata import keys
-from source.metadata.memory import MemoryStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import admin_pb2 as apb
+from shadowtopic.compaction import jobs as worker
+from shadowtopic.core.errors import MetadataUnavailable
+from shadowtopic.core.names import TopicName
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.memory import MemoryStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import admin_pb2 as apb
 
 LOST = RuntimeError("Job aborted: Python worker exited unexpectedly (crashed)")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pyspark.errors.exceptions.base import PySparkRuntimeError
 
-from compaction import worker
+from shadowtopic.compaction import worker
 
 
 def _failing(failures: list[Exception]):

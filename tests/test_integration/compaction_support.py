@@ -8,15 +8,15 @@ import time
 
 import pyarrow.parquet as pq
 
-from source import failpoints
-from source.broker.server import free_port
-from source.client import errors
-from source.core.names import TopicName
-from source.ledger.storage import Storage
-from source.metadata import keys
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import admin_pb2 as apb
-from source.standalone import BrokerProcess
+from shadowtopic import failpoints
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import keys
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import admin_pb2 as apb
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.etcd_support import etcd_get
 
 WORKER_ARGS = ["--spark-master", "local[2]", "--grace", "1", "--lease-ttl", "3",
@@ -31,7 +31,7 @@ def start_worker(etcd, data_dir: str, cluster: str,
     failure fails the test with both logs. `points`: failpoints enabled in the worker."""
     def launch(attempt: int) -> BrokerProcess:
         w = BrokerProcess(etcd.endpoint, os.path.join(data_dir, f"try{attempt}"), free_port(),
-                          module="compaction.worker",
+                          module="shadowtopic.compaction.worker",
                           extra_args=[*WORKER_ARGS, "--cluster", cluster],
                           env=failpoints.env(points) if points else None)
         return w.start(timeout=180)

@@ -17,9 +17,9 @@ import uuid
 
 import pytest
 
-from source.broker.server import free_port
-from source.client import Client
-from source.standalone import BrokerProcess
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.compaction_support import start_worker
 
 
@@ -120,7 +120,7 @@ def start_pair(etcd_server, tmp_path):
         src = BrokerProcess(etcd_server.endpoint, str(tmp_path / "src"), free_port(),
                             extra_args=args)
         sh = BrokerProcess(etcd_server.endpoint, str(tmp_path / "sh"), free_port(),
-                           extra_args=args, module="shadow.broker")
+                           extra_args=args, module="shadowtopic.shadow.broker")
         started.extend([src, sh])
         src.start(timeout=60)
         sh.start(timeout=60)

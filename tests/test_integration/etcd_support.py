@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Awaitable, Callable, TypeVar
 
-from source.core.errors import MetadataUnavailable
-from source.metadata import EtcdStore, KeyValue
+from shadowtopic.core.errors import MetadataUnavailable
+from shadowtopic.metadata import EtcdStore, KeyValue
 
 T = TypeVar("T")
 

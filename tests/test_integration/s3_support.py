@@ -22,8 +22,8 @@ import boto3
 import pyarrow.fs as pafs
 from botocore.config import Config
 
-from source.broker.server import free_port
-from source.process import spawn
+from shadowtopic.broker.server import free_port
+from shadowtopic.process import spawn
 
 HOST = "127.0.0.1"
 REGION = "us-east-1"

@@ -15,14 +15,14 @@ import time
 import grpc
 import pytest
 
-from source.broker.rpc import RejectMalformed, unary
-from source.broker.server import free_port
-from source.client import Client, Policies
-from source.core import errors
-from source.core.errors import MAX_DETAILS
-from source.core.policies import MAX_BATCH_MESSAGES, MAX_MESSAGE_SIZE, MAX_PARTITIONS
-from source.pb.v1 import admin_pb2 as apb
-from source.pb.v1 import admin_pb2_grpc, common_pb2, consumer_pb2, producer_pb2
+from shadowtopic.broker.rpc import RejectMalformed, unary
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client, Policies
+from shadowtopic.core import errors
+from shadowtopic.core.errors import MAX_DETAILS
+from shadowtopic.core.policies import MAX_BATCH_MESSAGES, MAX_MESSAGE_SIZE, MAX_PARTITIONS
+from shadowtopic.pb.v1 import admin_pb2 as apb
+from shadowtopic.pb.v1 import admin_pb2_grpc, common_pb2, consumer_pb2, producer_pb2
 
 GiB = 1 << 30
 
@@ -252,7 +252,7 @@ def test_consumer_stream_bad_commands_get_typed_errors(broker, client, topic):
     assert 3 not in errs and subscribed[3].created  # the good one among them went through
 
 
-# ---- the service-side error mapping (source.broker.rpc, source.core.errors), in-process -----
+# ---- the service-side error mapping (shadowtopic.broker.rpc, shadowtopic.core.errors), in-process -----
 
 class _Servicer(admin_pb2_grpc.AdminServicer):
     @unary

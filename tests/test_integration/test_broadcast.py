@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from source.client import Client, MessageId
-from source.core import errors
+from shadowtopic.client import Client, MessageId
+from shadowtopic.core import errors
 
 SUBS = 10_000
 STREAMS = 3
@@ -157,7 +157,7 @@ def test_one_ack_command_for_many_handles_on_the_wire(broker, client, topic):
 
     import grpc
 
-    from source.pb.v1 import common_pb2, consumer_pb2
+    from shadowtopic.pb.v1 import common_pb2, consumer_pb2
 
     client.admin.create_topic(topic)
     mid = client.create_producer(topic).send(b"one")

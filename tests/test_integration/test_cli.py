@@ -12,9 +12,9 @@ import time
 
 import google_crc32c
 
-from source.broker.server import free_port
-from source.client import Client
-from source.core.message_id import MessageId
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client
+from shadowtopic.core.message_id import MessageId
 
 
 # ---- helpers ------------------------------------------------------------------------------

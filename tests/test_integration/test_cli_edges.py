@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from source.client import Client, Policies
+from shadowtopic.client import Client, Policies
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 README = Path(__file__).resolve().parents[2] / "README.md"

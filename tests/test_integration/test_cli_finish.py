@@ -19,11 +19,11 @@ import time
 import uuid
 from importlib.metadata import version
 
-from source import failpoints
-from source.broker.server import free_port
-from source.client import Client
-from source.metadata import keys
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic import failpoints
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client
+from shadowtopic.metadata import keys
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from tests.test_integration.etcd_support import on_etcd
 from tests.test_integration.test_compacted_read import (ITEMS, produce, publish_compaction,
                                                         storage_root)
@@ -280,12 +280,13 @@ def test_piped_tables_keep_long_names_whole(broker):
 
 # ---- what `topics list` loads ----------------------------------------------------------------------
 
-HEAVY = ("pyarrow", "numpy", "etcd3", "pyspark", "source.broker", "source.ledger",
-         "source.metadata", "source.read", "source.subscriptions", "shadow", "compaction")
+HEAVY = ("pyarrow", "numpy", "etcd3", "pyspark", "shadowtopic.broker", "shadowtopic.ledger",
+         "shadowtopic.metadata", "shadowtopic.read", "shadowtopic.subscriptions", "shadowtopic.shadow",
+         "shadowtopic.compaction")
 
 LOADED = """
 import json, sys
-from source.cli.main import main
+from shadowtopic.cli.main import main
 try:
     main(sys.argv[1:])
 except SystemExit as exc:
@@ -305,7 +306,7 @@ def loaded_by(url: str, *args: str) -> set[str]:
 def test_topics_list_loads_no_heavy_module(broker):
     for args, rich in ((["topics", "list", "-o", "json"], False), (["topics", "list"], True)):
         modules = loaded_by(broker.url, *args)
-        assert "grpc" in modules and "source.client.admin" in modules
+        assert "grpc" in modules and "shadowtopic.client.admin" in modules
         heavy = sorted(m for m in modules if m.split(".")[0] in HEAVY or m.startswith(HEAVY))
         assert heavy == [], (args, heavy)
         assert ("rich.table" in modules) == rich, args

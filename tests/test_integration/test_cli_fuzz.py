@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from source.cli.main import main
-from source.client import Client
+from shadowtopic.cli.main import main
+from shadowtopic.client import Client
 
 NAMES = st.sampled_from([
     "", ".", "..", "../../etc", "public/default/..", "./default/x", "persistent://../../..",

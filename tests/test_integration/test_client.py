@@ -1,7 +1,7 @@
-"""The Python client (source.client) against a real broker process and real etcd.
+"""The Python client (shadowtopic.client) against a real broker process and real etcd.
 
 Messages round-trip with every field and the exact MessageIds the producer got; errors are
-the typed classes of source.core.errors; ledgers roll by policy, retention deletes old ledgers,
+the typed classes of shadowtopic.core.errors; ledgers roll by policy, retention deletes old ledgers,
 and a broker restart keeps every acknowledged message readable.
 """
 from __future__ import annotations
@@ -13,11 +13,11 @@ import google_crc32c
 import grpc
 import pytest
 
-from source.client import Client
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.policies import Policies
-from source.pb.v1 import common_pb2, producer_pb2
+from shadowtopic.client import Client
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.policies import Policies
+from shadowtopic.pb.v1 import common_pb2, producer_pb2
 
 
 # ---- helpers ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from source.client import Client, errors
+from shadowtopic.client import Client, errors
 
 HANG_BOUND_S = 60  # far above any operation timeout used here
 

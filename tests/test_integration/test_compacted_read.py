@@ -13,15 +13,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from source.client import Client, errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger import sealed
-from compaction.ledger import describe_file, write_manifest
-from source.ledger.storage import Storage
-from source.metadata import keys
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import common_pb2
+from shadowtopic.client import Client, errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger import sealed
+from shadowtopic.compaction.ledger import describe_file, write_manifest
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import keys
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import common_pb2
 from tests.test_integration.etcd_support import on_etcd
 
 

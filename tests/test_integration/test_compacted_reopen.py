@@ -9,10 +9,10 @@ import os
 import time
 import uuid
 
-from source import failpoints
-from source.broker.server import free_port
-from source.client import Client, errors
-from source.standalone import BrokerProcess
+from shadowtopic import failpoints
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client, errors
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.compaction_support import pointer, produce, wait_done
 
 FAILED_OPENS = 4  # the broker tries again after 0.5, 1, 2 and 4 s: the 5th open succeeds
@@ -35,7 +35,7 @@ def test_a_shadow_broker_opens_the_compacted_ledger_again(etcd_server, tmp_path,
     sh = BrokerProcess(etcd_server.endpoint, str(tmp_path / "shadow-broker"), free_port(),
                        extra_args=["--lease-ttl", "3", "--cluster", cluster, "--storage-root",
                                    os.path.join(str(tmp_path / "source"), "storage")],
-                       module="shadow.broker",
+                       module="shadowtopic.shadow.broker",
                        env=failpoints.env({"compaction.ledger.open":
                                            f"{FAILED_OPENS}*error(object store unreachable)"}))
     try:

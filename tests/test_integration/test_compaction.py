@@ -14,14 +14,14 @@ import uuid
 
 import pytest
 
-from source import failpoints
-from source.broker.server import free_port
-from source.client import Client, Policies, errors
-from source.core.names import TopicName
-from source.ledger.storage import Storage
-from source.metadata import keys
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.standalone import BrokerProcess
+from shadowtopic import failpoints
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client, Policies, errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import keys
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.compaction_support import (compacted_rows, pointer, produce,
                                                        wait_done)
 from tests.test_integration.etcd_support import etcd_put
@@ -294,7 +294,7 @@ def test_shadows_read_the_sources_compacted_view(etcd_server, tmp_path, cluster,
     sh = BrokerProcess(etcd_server.endpoint, str(tmp_path / "shadow-broker"), free_port(),
                        extra_args=["--lease-ttl", "3", "--cluster", cluster, "--storage-root",
                                    os.path.join(source.data_dir, "storage")],
-                       module="shadow.broker")
+                       module="shadowtopic.shadow.broker")
     sh.start(timeout=60)
     try:
         want = compacted_ids(client, topic)

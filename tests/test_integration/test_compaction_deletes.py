@@ -11,8 +11,8 @@ reaches them only through the new compacted ledger.
 """
 from __future__ import annotations
 
-from source.client import Client, Policies
-from source.core.policies import DEFAULTS
+from shadowtopic.client import Client, Policies
+from shadowtopic.core.policies import DEFAULTS
 from tests.test_integration.compaction_support import pointer, produce, wait_done
 from tests.test_integration.waiting import eventually
 

@@ -12,12 +12,12 @@ import uuid
 
 import pytest
 
-from source.broker.server import free_port
-from source.client import Client
-from source.core.names import TopicName
-from source.ledger.storage import Storage
-from source.pb.v1 import admin_pb2 as apb
-from source.standalone import BrokerProcess
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.pb.v1 import admin_pb2 as apb
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.compaction_support import (compacted_rows, job_phase, pointer,
                                                        produce, start_worker, wait_done)
 

@@ -18,15 +18,15 @@ import uuid
 
 import pytest
 
-from compaction.plan import make_plan
-from source import failpoints
-from source.broker.server import free_port
-from source.client import Client, Policies
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.metadata import keys
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.standalone import BrokerProcess
+from shadowtopic.compaction.plan import make_plan
+from shadowtopic import failpoints
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client, Policies
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.metadata import keys
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.etcd_support import etcd_get
 
 HOLD_S = 3  # how long the first seal is held (the Compact call waits for it)

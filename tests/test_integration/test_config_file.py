@@ -10,9 +10,9 @@ import sys
 import tomllib
 import uuid
 
-from source.broker.server import free_port
-from source.client import Client
-from source.standalone import BrokerProcess
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.etcd_support import etcd_prefix
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
@@ -74,7 +74,7 @@ def test_an_unknown_key_is_one_line_everywhere(tmp_path):
     r = run(EXE, "config", "print", "--effective", "--config", str(path))
     assert (r.returncode, r.stdout) == (1, "")
     assert r.stderr.startswith(expected) and r.stderr.count("\n") == 1, r.stderr
-    r = run(sys.executable, "-m", "compaction.worker", "--config", str(path))
+    r = run(sys.executable, "-m", "shadowtopic.compaction.worker", "--config", str(path))
     assert r.returncode == 1 and r.stderr.startswith(expected) and r.stderr.count("\n") == 1
     path.write_text('[standalone]\nport = 7000\nwipe = true\n')
     data = tmp_path / "data"

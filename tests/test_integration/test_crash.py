@@ -11,16 +11,16 @@ import time
 
 import pytest
 
-from source import failpoints
-from source.broker.server import free_port
-from source.client import Client
-from source.core import errors
-from source.core.message_id import MessageId
-from source.standalone import BrokerProcess
+from shadowtopic import failpoints
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.standalone import BrokerProcess
 
 PRODUCER_SCRIPT = textwrap.dedent("""
     import json, sys
-    from source.client import Client
+    from shadowtopic.client import Client
     url, topic, pid, count, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     acked, failed = [], []
     def cb(seq):

@@ -17,10 +17,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from source.broker.server import PRODUCER, free_port
-from source.client import Client
-from source.core import errors
-from source.standalone import BrokerProcess
+from shadowtopic.broker.server import PRODUCER, free_port
+from shadowtopic.client import Client
+from shadowtopic.core import errors
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.conftest import BROKER_ARGS
 from tests.test_integration.metrics_support import base_of, registered_metrics_url, wait_ready
 

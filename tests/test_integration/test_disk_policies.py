@@ -15,10 +15,10 @@ import time
 
 import pytest
 
-from source.broker.server import free_port
-from source.client import Client, Policies, errors
-from source.core.policies import BacklogQuotaAction
-from source.standalone import BrokerProcess
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client, Policies, errors
+from shadowtopic.core.policies import BacklogQuotaAction
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.waiting import wait_for
 
 ARGS = ["--lease-ttl", "3", "--retention-interval", "0.5"]

@@ -8,9 +8,9 @@ import os
 import re
 import uuid
 
-from source.broker.server import free_port
-from source.client import Client
-from source.standalone import BrokerProcess
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client
+from shadowtopic.standalone import BrokerProcess
 
 BUDGET = 1 << 20
 TOPICS = 3

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from source.broker.server import free_port
-from source.client import Client
-from source.metadata import EtcdStore, keys
-from source.metadata.etcd_server import EtcdCluster, EtcdServer
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.standalone import BrokerProcess
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client
+from shadowtopic.metadata import EtcdStore, keys
+from shadowtopic.metadata.etcd_server import EtcdCluster, EtcdServer
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.waiting import wait_for
 
 pytestmark = [pytest.mark.integration]
@@ -119,7 +119,7 @@ def world(tmp_path_factory):
             "--cluster", cluster]
     src = BrokerProcess(etcd.endpoints, str(root / "src"), free_port(), extra_args=args)
     sh = BrokerProcess(etcd.endpoints, str(root / "sh"), free_port(), extra_args=args,
-                       module="shadow.broker")
+                       module="shadowtopic.shadow.broker")
     try:
         src.start(timeout=60)
         # the source broker alone keeps a lease alive: its member is the one that grows

@@ -15,10 +15,10 @@ import uuid
 
 import pytest
 
-from source.broker.server import free_port
-from source.client import Client, errors
-from source.metadata import EtcdServer
-from source.standalone import BrokerProcess
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client, errors
+from shadowtopic.metadata import EtcdServer
+from shadowtopic.standalone import BrokerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -80,7 +80,7 @@ def test_f11_a_shadow_follows_its_source_again_after_etcd_was_away(tmp_path, how
             "--cluster", f"c-{uuid.uuid4().hex[:8]}"]
     src = BrokerProcess(etcd.endpoint, str(tmp_path / "src"), free_port(), extra_args=args)
     sh = BrokerProcess(etcd.endpoint, str(tmp_path / "sh"), free_port(), extra_args=args,
-                       module="shadow.broker")
+                       module="shadowtopic.shadow.broker")
     try:
         src.start(timeout=60)
         sh.start(timeout=60)

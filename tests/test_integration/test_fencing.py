@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from source.client import Client
-from source.core import errors
+from shadowtopic.client import Client
+from shadowtopic.core import errors
 
 
 @pytest.mark.slow

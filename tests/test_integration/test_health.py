@@ -7,12 +7,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from source.broker.server import free_port
-from source.client import Client
-from source.metadata import keys
-from source.metadata.etcd_server import EtcdServer
-from source.core.names import TopicName
-from source.standalone import BrokerProcess, wait_serving
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.etcd_server import EtcdServer
+from shadowtopic.core.names import TopicName
+from shadowtopic.standalone import BrokerProcess, wait_serving
 from tests.test_integration.etcd_support import etcd_get
 
 

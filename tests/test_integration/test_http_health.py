@@ -15,9 +15,9 @@ import uuid
 
 import pytest
 
-from source.broker.server import free_port
-from source.metadata import EtcdServer
-from source.standalone import BrokerProcess
+from shadowtopic.broker.server import free_port
+from shadowtopic.metadata import EtcdServer
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.metrics_support import (base_of, get, registered_metrics_url,
                                                     scrape, value, wait_ready)
 

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from source import failpoints
-from source.broker.server import free_port
-from source.client import Client, errors
-from source.core.message_id import MessageId
-from source.standalone import BrokerProcess
+from shadowtopic import failpoints
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client, errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.waiting import wait_for
 
 
@@ -141,7 +141,7 @@ def test_a_producer_idle_past_the_broker_bound_is_forgotten(etcd_server, tmp_pat
     last sequence 0 and its numbering starts again); one active within it is kept."""
     import grpc
 
-    from source.pb.v1 import producer_pb2
+    from shadowtopic.pb.v1 import producer_pb2
 
     b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "data"), free_port(),
                       extra_args=["--dedup-idle-seconds", "2"])

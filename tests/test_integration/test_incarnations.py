@@ -16,10 +16,10 @@ import uuid
 
 import pytest
 
-from source import failpoints
-from source.broker.server import free_port
-from source.client import Client, errors
-from source.standalone import BrokerProcess
+from shadowtopic import failpoints
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client, errors
+from shadowtopic.standalone import BrokerProcess
 
 from tests.test_integration.test_shadows import drain, nothing_more
 
@@ -33,7 +33,7 @@ def late_pair(etcd_server, tmp_path):
     src = BrokerProcess(etcd_server.endpoint, str(tmp_path / "src"), free_port(),
                         extra_args=args)
     sh = BrokerProcess(etcd_server.endpoint, str(tmp_path / "sh"), free_port(),
-                       extra_args=args, module="shadow.broker",
+                       extra_args=args, module="shadowtopic.shadow.broker",
                        env=failpoints.env({"metadata.watch.events": "sleep(3)"}))
     try:
         src.start(timeout=60)

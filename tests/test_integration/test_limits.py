@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from source.client import Client, Policies
-from source.core import errors
+from shadowtopic.client import Client, Policies
+from shadowtopic.core import errors
 
 
 def test_max_producers_refuses_the_extra_producer_and_stats_list_publishers(broker, client,

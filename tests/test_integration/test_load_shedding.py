@@ -8,9 +8,9 @@ import sys
 import time
 import uuid
 
-from source.broker.server import free_port
-from source.client import Client, errors
-from source.standalone import BrokerProcess
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client, errors
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.waiting import drain, wait_for
 
 SHED = ["--load-shedding-interval", "0.5"]
@@ -47,7 +47,7 @@ def test_a_shadow_broker_that_joins_takes_its_share(start_pair, etcd_server, tmp
 
         args = src.extra_args  # the pair's cluster, storage root and leases
         b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "sh-b"), free_port(),
-                          extra_args=args, module="shadow.broker")
+                          extra_args=args, module="shadowtopic.shadow.broker")
         try:
             b.start(timeout=60)
             placed = wait_for(lambda: (lambda o: o if sorted(o.values()) == sorted(
@@ -72,7 +72,7 @@ def test_a_shadow_broker_that_joins_takes_its_share(start_pair, etcd_server, tmp
 
 def test_a_negative_shedding_interval_is_refused(tmp_path):
     res = subprocess.run(
-        [sys.executable, "-m", "shadow.broker", "--data-dir", str(tmp_path),
+        [sys.executable, "-m", "shadowtopic.shadow.broker", "--data-dir", str(tmp_path),
          "--load-shedding-interval", "-1"],
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert res.returncode == 2, res.stderr

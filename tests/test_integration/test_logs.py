@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import uuid
 
-from source import failpoints
-from source.broker.server import free_port
-from source.client import Client
-from source.standalone import BrokerProcess
+from shadowtopic import failpoints
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.compaction_support import WORKER_ARGS, produce, wait_done
 
 
@@ -45,7 +45,7 @@ def test_json_log_lines_carry_the_topic(etcd_server, tmp_path, topic):
         assert {"ts", "level", "logger", "msg"} <= r.keys(), r
     loaded = [r for r in records if r["msg"].startswith("loaded ") and r.get("topic") == topic]
     assert len(loaded) == 1, records
-    assert (loaded[0]["level"], loaded[0]["logger"]) == ("INFO", "source.broker.builder")
+    assert (loaded[0]["level"], loaded[0]["logger"]) == ("INFO", "shadowtopic.broker.builder")
     assert isinstance(loaded[0]["epoch"], int)
     assert any(r["msg"].startswith("broker ") and "listening on" in r["msg"] for r in records)
 
@@ -74,7 +74,7 @@ def test_a_failed_compaction_is_logged_once_with_its_cause(etcd_server, tmp_path
     b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
                       extra_args=["--lease-ttl", "3", "--cluster", cluster])
     w = BrokerProcess(etcd_server.endpoint, str(tmp_path / "worker"), free_port(),
-                      module="compaction.worker", extra_args=[*WORKER_ARGS, "--cluster", cluster],
+                      module="shadowtopic.compaction.worker", extra_args=[*WORKER_ARGS, "--cluster", cluster],
                       env={**failpoints.env({"compaction.before_publish": "error(disk on fire)"}),
                            "SHADOWTOPIC_CFG__WORKER__LOG_FORMAT": "json"})
     try:

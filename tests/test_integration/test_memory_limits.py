@@ -26,12 +26,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from source.broker.memory import STREAM_BYTES
-from source.broker.server import free_port
-from source.client import Client
-from source.core import errors
-from source.pb.v1 import common_pb2, consumer_pb2, producer_pb2
-from source.standalone import BrokerProcess
+from shadowtopic.broker.memory import STREAM_BYTES
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client
+from shadowtopic.core import errors
+from shadowtopic.pb.v1 import common_pb2, consumer_pb2, producer_pb2
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.metrics_support import scrape, value
 
 CAP = 256 << 20

@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 
-from source.client import Client, Policies, errors
-from source.core.names import TopicName
-from source.standalone import BrokerProcess
+from shadowtopic.client import Client, Policies, errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.compaction_support import produce, wait_done
 from tests.test_integration.metrics_support import (base_of, get, logged_metrics_url,
                                                     registered_metrics_url, scrape, series,

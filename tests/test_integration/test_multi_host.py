@@ -27,9 +27,9 @@ import uuid
 
 import pytest
 
-from source.broker.server import free_port
-from source.client import Client, Policies, errors
-from source.standalone import BrokerProcess, wait_serving
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client, Policies, errors
+from shadowtopic.standalone import BrokerProcess, wait_serving
 from tests.test_integration.compaction_support import WORKER_ARGS, wait_done
 from tests.test_integration.s3_support import MotoS3
 
@@ -75,12 +75,12 @@ def hosts(etcd_server, tmp_path_factory):
             os.makedirs(d, exist_ok=True)  # mount points
         shadows = [BrokerProcess(etcd_server.endpoint, dirs[i][0], free_port(), host=h,
                                  extra_args=[*common, "--wal-dir", dirs[i][1]],
-                                 env=moto.env, module="shadow.broker",
+                                 env=moto.env, module="shadowtopic.shadow.broker",
                                  prefix=hiding([src.data_dir, src_wal, *dirs[1 - i]]))
                    for i, h in enumerate(SH_HOSTS)]
         # the compaction worker (Spark) boots meanwhile; the compaction test waits for it
         worker = BrokerProcess(etcd_server.endpoint, str(base / "worker"), free_port(),
-                               module="compaction.worker", env=moto.env,
+                               module="shadowtopic.compaction.worker", env=moto.env,
                                extra_args=[*WORKER_ARGS, "--cluster", cluster, *moto.s3_args()])
         try:
             worker.start(wait=False)

@@ -7,9 +7,9 @@ import os
 import grpc
 import pytest
 
-from source.core import errors
-from source.pb.v1 import admin_pb2 as apb
-from source.pb.v1 import admin_pb2_grpc
+from shadowtopic.core import errors
+from shadowtopic.pb.v1 import admin_pb2 as apb
+from shadowtopic.pb.v1 import admin_pb2_grpc
 
 BAD = ["../../etc", "public/default/..", "public/default/.", "./default/x",
        "persistent://../../..", "persistent://a/../x", "persistent://b/../x", "a/b/x\x00",

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from source.client import Client, Policies, errors
-from source.core.names import TopicName
-from source.pb.v1 import admin_pb2 as apb
+from shadowtopic.client import Client, Policies, errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.pb.v1 import admin_pb2 as apb
 from tests.test_integration.test_disk_policies import (backlog, payload, quick_broker,
                                                        sub_stats, wait_for)
 

@@ -7,9 +7,9 @@ import time
 
 import grpc
 
-from source.core.message_id import MessageId
-from source.core.policies import Policies
-from source.pb.v1 import common_pb2, consumer_pb2
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.policies import Policies
+from shadowtopic.pb.v1 import common_pb2, consumer_pb2
 
 CONNECT = "/shadowtopic.v1.Consumer/Connect"
 

@@ -18,7 +18,7 @@ import weakref
 
 import pytest
 
-from source.client import Client, errors
+from shadowtopic.client import Client, errors
 
 
 def _blocked_read(reader) -> tuple[threading.Thread, list]:
@@ -93,7 +93,7 @@ def test_client_close_ends_the_stream_thread_and_frees_the_call(broker, topic):
 
 SCRIPT = """
 import gc, sys, threading, time
-from source.client import Client
+from shadowtopic.client import Client
 
 gc.disable()  # as when no collection happens to run between close and exit
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from source.client import Client
-from source.core import errors
+from shadowtopic.client import Client
+from shadowtopic.core import errors
 from tests.test_integration.waiting import wait_for
 
 #: the clients under test keep reconnecting this long (a restart takes a few seconds)

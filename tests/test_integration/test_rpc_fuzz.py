@@ -1,7 +1,7 @@
 """Property-based fuzzing (hypothesis) of every RPC in the gRPC service descriptors, against
 one real broker.
 
-The RPCs come from `DESCRIPTOR.services_by_name` of every `source.pb.v1.*_pb2` module, so an
+The RPCs come from `DESCRIPTOR.services_by_name` of every `shadowtopic.pb.v1.*_pb2` module, so an
 RPC added later is fuzzed without editing this file: unary, server-streaming, client-streaming
 and bidi alike. Requests are built from the message descriptors, with a strategy per field
 type: hostile names (`.`, `..`, `/`, NUL, unicode, 10 KB, `persistent://../../x`) next to
@@ -42,15 +42,15 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import source.pb.v1
-from source.broker.server import MAX_MESSAGE as GRPC_LIMIT
-from source.broker.server import free_port
-from source.client import Client
-from source.core import errors
-from source.core.policies import DEFAULTS
-from source.metadata.etcd_server import EtcdServer
-from source.pb.v1 import common_pb2, consumer_pb2, producer_pb2
-from source.standalone import BrokerProcess
+import shadowtopic.pb.v1
+from shadowtopic.broker.server import MAX_MESSAGE as GRPC_LIMIT
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client
+from shadowtopic.core import errors
+from shadowtopic.core.policies import DEFAULTS
+from shadowtopic.metadata.etcd_server import EtcdServer
+from shadowtopic.pb.v1 import common_pb2, consumer_pb2, producer_pb2
+from shadowtopic.standalone import BrokerProcess
 
 BIG = 6 << 20                  # above MAX_MESSAGE_SIZE, below the gRPC limit
 CALL_TIMEOUT = 15.0
@@ -62,8 +62,8 @@ SETTINGS = dict(deadline=None, database=None, print_blob=True,
                                        HealthCheck.large_base_example,
                                        HealthCheck.function_scoped_fixture])
 
-MODULES = [importlib.import_module(f"source.pb.v1.{m.name}")
-           for m in pkgutil.iter_modules(source.pb.v1.__path__) if m.name.endswith("_pb2")]
+MODULES = [importlib.import_module(f"shadowtopic.pb.v1.{m.name}")
+           for m in pkgutil.iter_modules(shadowtopic.pb.v1.__path__) if m.name.endswith("_pb2")]
 METHODS = [method for module in MODULES
            for service in module.DESCRIPTOR.services_by_name.values()
            for method in service.methods]
@@ -352,7 +352,7 @@ def exercise(fuzz, method, data: list[bytes]):
 def unexpected_tracebacks(log: str) -> list[str]:
     """Tracebacks in a broker log, except grpc's own for a unary request whose bytes do not
     parse (logged by grpc before any handler runs, until server.py installs
-    source.broker.rpc.RejectMalformed)."""
+    shadowtopic.broker.rpc.RejectMalformed)."""
     blocks = re.findall(r"^Traceback .*\n(?:[ \t].*\n)*.*", log, flags=re.M)
     return [b for b in blocks if not ("cygrpc.deserialize" in b
                                       and b.splitlines()[-1].startswith(

@@ -20,11 +20,11 @@ import uuid
 
 import pytest
 
-from source.broker.server import free_port
-from source.client import Client, Policies, errors
-from source.ledger.storage import Storage
-from source.core.names import TopicName
-from source.standalone import BrokerProcess
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client, Policies, errors
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.core.names import TopicName
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.compaction_support import WORKER_ARGS, wait_done
 from tests.test_integration.s3_support import MotoS3
 
@@ -58,7 +58,7 @@ def s3(etcd_server, tmp_path_factory):
         src = BrokerProcess(etcd_server.endpoint, str(base / "src"), free_port(),
                             extra_args=args, env=moto.env)
         sh = BrokerProcess(etcd_server.endpoint, str(base / "sh"), free_port(),
-                           extra_args=args, env=moto.env, module="shadow.broker")
+                           extra_args=args, env=moto.env, module="shadowtopic.shadow.broker")
         try:
             src.start(timeout=60)
             sh.start(timeout=60)
@@ -183,7 +183,7 @@ def test_cursors_in_the_bucket_survive_kill_9(s3):
 
 def test_a_broker_on_a_missing_bucket_stops_with_one_error_line(s3, etcd_server, tmp_path):
     res = subprocess.run(
-        [sys.executable, "-m", "source.broker.server", "--etcd", etcd_server.endpoint,
+        [sys.executable, "-m", "shadowtopic.broker", "--etcd", etcd_server.endpoint,
          "--data-dir", str(tmp_path / "d"), "--port", str(free_port()), "--metrics-port", "-1",
          "--storage-root", f"s3://no-such-bucket-{uuid.uuid4().hex[:6]}/p",
          *s3.moto.s3_args()],
@@ -196,7 +196,7 @@ def test_a_broker_on_a_missing_bucket_stops_with_one_error_line(s3, etcd_server,
 
 def test_a_malformed_s3_endpoint_is_refused(tmp_path):
     res = subprocess.run(
-        [sys.executable, "-m", "source.broker.server", "--data-dir", str(tmp_path / "d"),
+        [sys.executable, "-m", "shadowtopic.broker", "--data-dir", str(tmp_path / "d"),
          "--storage-root", "s3://b/p", "--s3-endpoint", "ftp://127.0.0.1:9000"],
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert res.returncode == 2, res.stderr
@@ -207,7 +207,7 @@ def test_a_malformed_s3_endpoint_is_refused(tmp_path):
 def s3_worker(s3, etcd_server, tmp_path_factory):
     """A compaction worker of the pair's cluster, with the same S3 flags and credentials."""
     w = BrokerProcess(etcd_server.endpoint, str(tmp_path_factory.mktemp("s3-worker")),
-                      free_port(), module="compaction.worker", env=s3.moto.env,
+                      free_port(), module="shadowtopic.compaction.worker", env=s3.moto.env,
                       extra_args=[*WORKER_ARGS, "--cluster", s3.cluster, *s3.moto.s3_args()])
     w.start(timeout=180)
     try:

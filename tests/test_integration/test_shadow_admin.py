@@ -13,14 +13,14 @@ import time
 import grpc
 import pytest
 
-from source.client import errors
-from source.core.names import TopicName
-from source.ledger.storage import topic_dir
-from source.metadata import keys
-from source.pb.storage.v1 import cursors_pb2 as cpb
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import admin_pb2 as apb
-from source.pb.v1 import admin_pb2_grpc, producer_pb2, producer_pb2_grpc
+from shadowtopic.client import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.storage import topic_dir
+from shadowtopic.metadata import keys
+from shadowtopic.pb.storage.v1 import cursors_pb2 as cpb
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import admin_pb2 as apb
+from shadowtopic.pb.v1 import admin_pb2_grpc, producer_pb2, producer_pb2_grpc
 from tests.test_integration.etcd_support import etcd_prefix, etcd_put
 
 SHADOW, SOURCE = mpb.TopicKind.SHADOW, mpb.TopicKind.SOURCE

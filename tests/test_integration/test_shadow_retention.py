@@ -19,9 +19,9 @@ import time
 
 import pytest
 
-from source.client import Client, Policies, errors
-from source.core.names import TopicName
-from source.metadata import keys
+from shadowtopic.client import Client, Policies, errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.metadata import keys
 from tests.test_integration.etcd_support import etcd_prefix
 from tests.test_integration.waiting import drain, wait_for
 

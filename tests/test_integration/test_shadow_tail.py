@@ -16,13 +16,13 @@ import uuid
 import grpc
 import pytest
 
-from source.broker.server import free_port
-from source.broker.storage_service import FRAME_BYTES
-from source.client import Client, Policies
-from source.core.errors import REASON_KEY
-from source.core.names import canonical
-from source.pb.v1 import common_pb2, storage_pb2
-from source.standalone import BrokerProcess
+from shadowtopic.broker.server import free_port
+from shadowtopic.broker.storage_service import FRAME_BYTES
+from shadowtopic.client import Client, Policies
+from shadowtopic.core.errors import REASON_KEY
+from shadowtopic.core.names import canonical
+from shadowtopic.pb.v1 import common_pb2, storage_pb2
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.waiting import drain, wait_for
 
 
@@ -37,7 +37,7 @@ def pair(etcd_server, tmp_path_factory):
                         extra_args=[*common, "--wal-dir", str(base / "src-wal")])
     sh = BrokerProcess(etcd_server.endpoint, str(base / "sh"), free_port(),
                        extra_args=[*common, "--wal-dir", str(base / "sh-wal")],
-                       module="shadow.broker")
+                       module="shadowtopic.shadow.broker")
     src.start(timeout=60)
     sh.start(timeout=60)
     src.wal_dir, sh.wal_dir = str(base / "src-wal"), str(base / "sh-wal")

@@ -1,5 +1,5 @@
 """Shadow topics end to end (docs/BEHAVIOURS.md R1-R9, C8, S7): a source broker and a shadow broker
-(`python -m shadow.broker`) on one shared storage root and the session's etcd. Users name
+(`python -m shadowtopic.shadow.broker`) on one shared storage root and the session's etcd. Users name
 any broker (here always the source broker's URL): the client looks the shadow up and talks
 to the shadow broker."""
 from __future__ import annotations
@@ -11,9 +11,9 @@ import time
 import grpc
 import pytest
 
-from source.client import Client, Policies, errors
-from source.core.names import canonical
-from source.pb.v1 import common_pb2, replication_pb2
+from shadowtopic.client import Client, Policies, errors
+from shadowtopic.core.names import canonical
+from shadowtopic.pb.v1 import common_pb2, replication_pb2
 from tests.test_integration.waiting import drain, nothing_more, wait_for
 
 

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from source.broker.server import free_port
-from source.client import Client, errors
-from source.standalone import BrokerProcess
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client, errors
+from shadowtopic.standalone import BrokerProcess
 
 BUDGET = 8 << 20
 PAYLOAD = 50 << 10

@@ -14,9 +14,9 @@ import uuid
 
 import pytest
 
-from source.client import Client
-from source.process import BACKOFF, FAILED, RUNNING, STARTING, Supervisor, spawn
-from source.standalone import wait_serving
+from shadowtopic.client import Client
+from shadowtopic.process import BACKOFF, FAILED, RUNNING, STARTING, Supervisor, spawn
+from shadowtopic.standalone import wait_serving
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 
@@ -134,7 +134,7 @@ class Standalone:
         return found
 
     def broker_pid(self) -> int:
-        pids = [p for p, cmd in self.children().items() if "source.broker.server" in cmd]
+        pids = [p for p, cmd in self.children().items() if "-m shadowtopic.broker " in cmd]
         assert len(pids) == 1, f"expected one broker child, found {self.children()}"
         return pids[0]
 
@@ -168,7 +168,7 @@ def test_sigkill_of_standalone_leaves_no_child(standalone):
     standalone.start().wait_ready()
     kids = standalone.children()
     assert any("etcd" in cmd for cmd in kids.values()), kids
-    assert any("source.broker.server" in cmd for cmd in kids.values()), kids
+    assert any("-m shadowtopic.broker " in cmd for cmd in kids.values()), kids
     standalone.proc.kill()
     standalone.proc.wait(10)
     eventually(lambda: not any(alive(pid) for pid in kids), 5, "the children to die")

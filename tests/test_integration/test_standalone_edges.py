@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from source.broker.server import free_port
-from source.standalone import BrokerProcess
+from shadowtopic.broker.server import free_port
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.test_standalone import EXE, Standalone, free_ports
 
 

@@ -3,7 +3,7 @@ that broker, a topic nobody owns from etcd (and the dead owner's WAL), and the b
 does not become the owner."""
 from __future__ import annotations
 
-from source.client import Client
+from shadowtopic.client import Client
 
 
 def test_stats_of_a_topic_owned_elsewhere_come_from_its_owner(two_brokers, topic):

@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
-from source.broker.server import free_port
-from source.client import Client, Policies, errors
-from source.standalone import BrokerProcess
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client, Policies, errors
+from shadowtopic.standalone import BrokerProcess
 from tests.test_integration.waiting import wait_for
 
 # a cluster of its own: brokers of earlier tests, killed with their leases not yet expired,

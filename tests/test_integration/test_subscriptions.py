@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from source.client import Client, MessageId, Policies
-from source.core import errors
+from shadowtopic.client import Client, MessageId, Policies
+from shadowtopic.core import errors
 from tests.test_integration.waiting import drain, nothing_more, wait_for
 
 
@@ -276,8 +276,8 @@ def test_c7_a_stalled_subscription_does_not_slow_the_others(broker, client, topi
 # ---- retention honours cursors ---------------------------------------------------------------
 
 def test_retention_keeps_an_unacknowledged_ledger_until_it_is_acked(etcd_server, tmp_path, topic):
-    from source.broker.server import free_port
-    from source.standalone import BrokerProcess
+    from shadowtopic.broker.server import free_port
+    from shadowtopic.standalone import BrokerProcess
     b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "data"), free_port(),
                       extra_args=["--lease-ttl", "3", "--retention-interval", "0.3"])
     b.start(timeout=60)

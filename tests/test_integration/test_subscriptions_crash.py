@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from source.client import Client, Policies
-from source.core import errors
+from shadowtopic.client import Client, Policies
+from shadowtopic.core import errors
 
 SUBS = 1000
 MESSAGES = 300

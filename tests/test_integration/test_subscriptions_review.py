@@ -7,7 +7,7 @@ import importlib.util
 import pathlib
 import time
 
-from source.client import Client
+from shadowtopic.client import Client
 
 
 # the helpers of test_subscriptions.py (loaded by path: tests are not a package)

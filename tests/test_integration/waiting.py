@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from source.client import errors
+from shadowtopic.client import errors
 
 
 def wait_for(cond, timeout: float = 20.0, what: str = "condition", *,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from shadow.carriers import Carriers
+from shadowtopic.shadow.carriers import Carriers
 
 
 def test_one_stream_per_source_carries_until_it_goes_quiet():

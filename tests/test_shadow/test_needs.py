@@ -9,18 +9,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from shadow.needs import UNSET, NeedsPublisher, must_write, to_publish
-from shadow.feature import ShadowFeature
-from source.cli.commands import _policies
-from source.cli.main import build_parser
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.core.policies import BOOL_FIELDS, DEFAULTS, RANGES, Policies
-from source.ledger import retention
-from source.metadata import keys
-from source.metadata.memory import MemoryStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.shadow.needs import UNSET, NeedsPublisher, must_write, to_publish
+from shadowtopic.shadow.feature import ShadowFeature
+from shadowtopic.cli.commands import _policies
+from shadowtopic.cli.main import build_parser
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import BOOL_FIELDS, DEFAULTS, RANGES, Policies
+from shadowtopic.ledger import retention
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.memory import MemoryStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 M = MessageId
 SRC = TopicName.parse("persistent://t/n/src")

@@ -10,20 +10,20 @@ from types import SimpleNamespace
 
 import pytest
 
-from shadow import admin as sa
-from shadow.admin import create_plan, delete_plan, shadow_infos
-from shadow.feature import ShadowFeature
-from source.broker.config import BrokerConfig
-from source.broker.topic_admin import TopicAdmin
-from source.broker.topics import TopicManager
-from source.core import errors
-from source.core.names import TopicName
-from source.core.policies import Policies
-from source.ledger.storage import Storage
-from source.metadata import keys
-from source.metadata.base import Delete, Put
-from source.metadata.memory import MemoryStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.shadow import admin as sa
+from shadowtopic.shadow.admin import create_plan, delete_plan, shadow_infos
+from shadowtopic.shadow.feature import ShadowFeature
+from shadowtopic.broker.config import BrokerConfig
+from shadowtopic.broker.topic_admin import TopicAdmin
+from shadowtopic.broker.topics import TopicManager
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import Policies
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import Delete, Put
+from shadowtopic.metadata.memory import MemoryStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 SRC = TopicName.parse("persistent://t/ns/src")
 SHD = TopicName.parse("persistent://t/ns/shd")

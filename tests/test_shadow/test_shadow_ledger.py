@@ -12,23 +12,23 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from shadow.ledger import ShadowLedger
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.core.policies import Policies
-from source.cursors.store import Fence, MemoryCursorStore
-from source.ledger import wal as walmod
-from source.ledger.managed import LedgerConfig, ManagedLedger
-from source.ledger.storage import Storage
-from source.metadata import keys
-from source.metadata.base import MetadataStore
-from source.metadata.memory import MemoryStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import common_pb2
-from source.read.engine import ReadEngine
-from source.read.positions import EARLIEST, Start
-from source.subscriptions import EXCLUSIVE, TopicSubscriptions
+from shadowtopic.shadow.ledger import ShadowLedger
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import Policies
+from shadowtopic.cursors.store import Fence, MemoryCursorStore
+from shadowtopic.ledger import wal as walmod
+from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.base import MetadataStore
+from shadowtopic.metadata.memory import MemoryStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import common_pb2
+from shadowtopic.read.engine import ReadEngine
+from shadowtopic.read.positions import EARLIEST, Start
+from shadowtopic.subscriptions import EXCLUSIVE, TopicSubscriptions
 
 SEALED, OPEN = mpb.LedgerState.SEALED, mpb.LedgerState.OPEN
 
@@ -136,7 +136,7 @@ class Env:
         if self.backend == "memory":
             self.store = MemoryStore()
         else:
-            from source.metadata.etcd import EtcdStore
+            from shadowtopic.metadata.etcd import EtcdStore
             server = self.request.getfixturevalue("etcd_server")
             self.store = EtcdStore(server.endpoint, timeout=5.0)
         return self

@@ -19,9 +19,9 @@ import random
 
 import pytest
 
-from source.core.message_id import MessageId
-from source.ledger import wal
-from source.read.positions import Start
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.ledger import wal
+from shadowtopic.read.positions import Start
 from tests.test_source.test_read_engine import (KINDS, TOPIC, RecordingOutbox, ShadowDriver,
                                                 msgs, run, until)
 

@@ -11,20 +11,20 @@ from types import SimpleNamespace
 import grpc
 import pytest
 
-from shadow import tail
-from shadow.ledger import ShadowLedger
-from shadow.replication import ReplicationService
-from shadow.tail import TailCache
-from source.broker.memory import ClientMemory
-from source.broker.storage_service import add_storage_service
-from source.core import errors
-from source.core.message_id import MessageId
-from source.ledger import wal
-from source.ledger.storage import Storage
-from source.ledger.view import ReadEntry
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import replication_pb2
-from source.read.positions import EARLIEST, Start
+from shadowtopic.shadow import tail
+from shadowtopic.shadow.ledger import ShadowLedger
+from shadowtopic.shadow.replication import ReplicationService
+from shadowtopic.shadow.tail import TailCache
+from shadowtopic.broker.memory import ClientMemory
+from shadowtopic.broker.storage_service import add_storage_service
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.ledger import wal
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.ledger.view import ReadEntry
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import replication_pb2
+from shadowtopic.read.positions import EARLIEST, Start
 from tests.test_source.test_read_engine import (SOURCE, TOPIC, Harness, RecordingOutbox,
                                                 ShadowDriver, msgs, until)
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from source.metadata import EtcdStore, MemoryStore
+from shadowtopic.metadata import EtcdStore, MemoryStore
 
 
 @pytest.fixture(params=["memory", pytest.param("etcd", marks=pytest.mark.integration)])

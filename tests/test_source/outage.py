@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from source.metadata import EtcdServer, EtcdStore, MemoryStore
+from shadowtopic.metadata import EtcdServer, EtcdStore, MemoryStore
 
 
 class Outage:

@@ -2,7 +2,7 @@
 whole or not at all."""
 from __future__ import annotations
 
-from source.broker.config import BrokerConfig, parse_config
+from shadowtopic.broker.config import BrokerConfig, parse_config
 
 
 def config(data_dir) -> BrokerConfig:

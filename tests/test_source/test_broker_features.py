@@ -9,19 +9,19 @@ from contextlib import asynccontextmanager
 import grpc
 import pytest
 
-from source.broker import feature
-from source.broker.admin_service import AdminService
-from source.broker.feature import BrokerFeature
-from source.broker.ownership import BrokerSession
-from source.broker.topic_admin import TopicAdmin
-from source.broker.topics import TopicManager
-from source.core import errors
-from source.core.names import TopicName
-from source.core.policies import Policies
-from source.ledger.storage import Storage
-from source.metadata import keys
-from source.metadata.memory import MemoryStore
-from source.pb.v1 import admin_pb2 as apb
+from shadowtopic.broker import feature
+from shadowtopic.broker.admin_service import AdminService
+from shadowtopic.broker.feature import BrokerFeature
+from shadowtopic.broker.ownership import BrokerSession
+from shadowtopic.broker.topic_admin import TopicAdmin
+from shadowtopic.broker.topics import TopicManager
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import Policies
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.memory import MemoryStore
+from shadowtopic.pb.v1 import admin_pb2 as apb
 
 TOPIC = TopicName.parse("persistent://t/ns/features")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from source.broker.ownership import BrokerSession, topics_load
-from source.metadata import MemoryStore, MetadataUnavailable, keys
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.broker.ownership import BrokerSession, topics_load
+from shadowtopic.metadata import MemoryStore, MetadataUnavailable, keys
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 
 class FlakyPut(MemoryStore):

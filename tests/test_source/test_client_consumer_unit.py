@@ -22,14 +22,14 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from source.cli import main as cli
-from source.core.argtypes import subscription_type, time_ms
-from source.client import Client, Consumer, MessageId, errors
-from source.client.admin import position_pb
-from source.client.options import parse_consumer_type
-from source.client.reader import seek_targets
-from source.pb.v1 import admin_pb2 as apb
-from source.pb.v1 import common_pb2, consumer_pb2
+from shadowtopic.cli import main as cli
+from shadowtopic.core.argtypes import subscription_type, time_ms
+from shadowtopic.client import Client, Consumer, MessageId, errors
+from shadowtopic.client.admin import position_pb
+from shadowtopic.client.options import parse_consumer_type
+from shadowtopic.client.reader import seek_targets
+from shadowtopic.pb.v1 import admin_pb2 as apb
+from shadowtopic.pb.v1 import common_pb2, consumer_pb2
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 TOPIC = "persistent://public/default/t"
@@ -347,7 +347,7 @@ def test_cli_invalid_subscription_and_position_are_one_line(capsys, fake):
 def test_policy_flags_for_limits():
     args = cli.parse_args(["topics", "set-policies", "t", "--max-producers", "3",
                            "--max-subscriptions", "0", "--max-consumers", "2"])
-    from source.cli.commands import _policies
+    from shadowtopic.cli.commands import _policies
     assert _policies(args).as_dict() == {"max_producers": 3, "max_subscriptions": 0,
                                          "max_consumers": 2}
 

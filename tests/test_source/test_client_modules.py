@@ -6,9 +6,9 @@ from __future__ import annotations
 import ast
 import pathlib
 
-import source.client
+import shadowtopic.client
 
-CLIENT = pathlib.Path(source.client.__file__).parent
+CLIENT = pathlib.Path(shadowtopic.client.__file__).parent
 
 
 def _imports() -> dict[str, set[str]]:
@@ -26,7 +26,7 @@ def _imports() -> dict[str, set[str]]:
             else:
                 continue
             for t in targets:
-                if t.startswith("source.client."):
+                if t.startswith("shadowtopic.client."):
                     mod = t.split(".")[2]
                     if mod in names and mod != name:
                         found.add(mod)

@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
-from source.client import Client, MessageId, errors
-from source.client.reconnect import Reconnector
-from source.pb.v1 import common_pb2, consumer_pb2
+from shadowtopic.client import Client, MessageId, errors
+from shadowtopic.client.reconnect import Reconnector
+from shadowtopic.pb.v1 import common_pb2, consumer_pb2
 from tests.test_source.test_client_consumer_unit import FakeBroker, entry, event_frame
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from source.client import Client, errors
-from source.client.options import operation_timeout
-from source.client.retry import (INITIAL_BACKOFF_S, MAX_BACKOFF_S, MIN_ATTEMPT_S, Deadline,
+from shadowtopic.client import Client, errors
+from shadowtopic.client.options import operation_timeout
+from shadowtopic.client.retry import (INITIAL_BACKOFF_S, MAX_BACKOFF_S, MIN_ATTEMPT_S, Deadline,
                                  Retry, not_applied, retriable)
 
 

@@ -15,22 +15,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.core.policies import Policies
-from source.cursors.store import Fence, MemoryCursorStore
-from source.ledger import sealed
-from compaction.ledger import CompactedLedger, describe_file, write_manifest
-from compaction.view import CompactedView
-from source.ledger.memory_view import MemoryView
-from source.ledger.storage import Storage
-from source.metadata import keys
-from source.metadata.memory import MemoryStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import common_pb2
-from source.read.positions import EARLIEST, Start
-from source.subscriptions import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, TopicSubscriptions
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import Policies
+from shadowtopic.cursors.store import Fence, MemoryCursorStore
+from shadowtopic.ledger import sealed
+from shadowtopic.compaction.ledger import CompactedLedger, describe_file, write_manifest
+from shadowtopic.compaction.view import CompactedView
+from shadowtopic.ledger.memory_view import MemoryView
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.memory import MemoryStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import common_pb2
+from shadowtopic.read.positions import EARLIEST, Start
+from shadowtopic.subscriptions import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, TopicSubscriptions
 
 TOPIC = TopicName.parse("persistent://t/ns/compacted-view")
 BIG = 1 << 30

@@ -8,8 +8,8 @@ import tomllib
 
 import pytest
 
-from source import config_file
-from source.core.argtypes import size
+from shadowtopic import config_file
+from shadowtopic.core.argtypes import size
 
 
 def parser() -> argparse.ArgumentParser:

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from source.core import errors
-from source.core.message_id import EARLIEST, LATEST, MessageId
-from source.core.names import TopicName, canonical
-from source.core.policies import (BOOL_FIELDS, DEFAULTS, MAX_MESSAGE_SIZE, MAX_PARTITIONS, MAX_PROPERTIES,
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import EARLIEST, LATEST, MessageId
+from shadowtopic.core.names import TopicName, canonical
+from shadowtopic.core.policies import (BOOL_FIELDS, DEFAULTS, MAX_MESSAGE_SIZE, MAX_PARTITIONS, MAX_PROPERTIES,
                                   MAX_PROPERTIES_BYTES, RANGES, Policies, validate_partitions,
                                   validate_properties)
 

@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from source.core.message_id import MessageId
-from source.cursors import CursorState, next_after_in
-from source.ledger.ledger_reader import LedgerListReader
-from source.ledger.view import LedgerRange
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.cursors import CursorState, next_after_in
+from shadowtopic.ledger.ledger_reader import LedgerListReader
+from shadowtopic.ledger.view import LedgerRange
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 pytestmark = pytest.mark.timeout(120)
 M = MessageId

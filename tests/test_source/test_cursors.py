@@ -11,16 +11,16 @@ import uuid
 import google_crc32c
 import pytest
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.cursors import (CursorFlusher, CursorState, CursorStore, Fence, MemoryCursorStore,
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.cursors import (CursorFlusher, CursorState, CursorStore, Fence, MemoryCursorStore,
                             SnapshotCursorStore)
-from source.cursors.snapshot import cursor_dir, encode
-from source.ledger.storage import Storage
-from source.metadata import EtcdStore, MemoryStore, MetadataUnavailable, keys
-from source.pb.storage.v1 import cursors_pb2 as cpb
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.cursors.snapshot import cursor_dir, encode
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import EtcdStore, MemoryStore, MetadataUnavailable, keys
+from shadowtopic.pb.storage.v1 import cursors_pb2 as cpb
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 pytestmark = pytest.mark.timeout(120)
 M = MessageId

@@ -7,16 +7,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from source.core import errors
-from source.core.names import TopicName
-from source.ledger import dedup as dedupmod
-from source.ledger.dedup import UNKNOWN, DedupMap, Duplicate
-from source.ledger.managed import LedgerConfig, ManagedLedger
-from source.ledger.storage import Storage
-from source.metadata import keys
-from source.metadata.memory import MemoryStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.storage.v1 import views_pb2
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger import dedup as dedupmod
+from shadowtopic.ledger.dedup import UNKNOWN, DedupMap, Duplicate
+from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.memory import MemoryStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.storage.v1 import views_pb2
 
 TOPIC = TopicName.parse("persistent://t/ns/dedup")
 
@@ -129,7 +129,7 @@ async def _send(ml, name: str, seq: int, n: int, tag: str = "m"):
 
 
 async def _payloads(ml) -> list[bytes]:
-    from source.core.message_id import MessageId
+    from shadowtopic.core.message_id import MessageId
     out, pos = [], MessageId(0, 0)
     for _ in range(10_000):
         got = await ml.read(pos, 1000, 1 << 30)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 
-from source import wire
-from source.core.names import TopicName
-from source.ledger.entry_cache import EntryCache
-from source.ledger.memory_view import MemoryView
-from source.ledger.view import ReadEntry
-from source.pb.v1 import common_pb2
-from source.read.encodings import EncodingsPool
-from source.read.engine import ReadEngine
-from source.read.positions import Start
+from shadowtopic import wire
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.entry_cache import EntryCache
+from shadowtopic.ledger.memory_view import MemoryView
+from shadowtopic.ledger.view import ReadEntry
+from shadowtopic.pb.v1 import common_pb2
+from shadowtopic.read.encodings import EncodingsPool
+from shadowtopic.read.engine import ReadEngine
+from shadowtopic.read.positions import Start
 from tests.test_source.test_entry_cache import _Count, _Outbox as _RawsOutbox
 
 SOURCE = TopicName.parse("persistent://public/default/src")

@@ -11,24 +11,24 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger import wal
-from source.ledger.entry_cache import EntryCache
-from source.ledger.ledger_reader import LedgerListReader
-from source.ledger.managed import LedgerConfig, ManagedLedger
-from source.ledger.memory_view import MemoryView
-from source.ledger.sealed import SealedLedger
-from source.ledger.storage import Storage
-from source.ledger.view import ReadEntry
-from source.metadata import keys
-from source.metadata.memory import MemoryStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import common_pb2
-from source.read.encodings import Encodings
-from source.read.engine import ReadEngine, TopicReaders
-from source.read.positions import Start
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger import wal
+from shadowtopic.ledger.entry_cache import EntryCache
+from shadowtopic.ledger.ledger_reader import LedgerListReader
+from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
+from shadowtopic.ledger.memory_view import MemoryView
+from shadowtopic.ledger.sealed import SealedLedger
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.ledger.view import ReadEntry
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.memory import MemoryStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import common_pb2
+from shadowtopic.read.encodings import Encodings
+from shadowtopic.read.engine import ReadEngine, TopicReaders
+from shadowtopic.read.positions import Start
 
 TOPICS = [TopicName.parse(f"persistent://t/ns/cache-{i}") for i in range(3)]
 MAX_BATCH_BYTES = 8 * 600  # the largest batch the tests append (one WAL frame)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from source.broker.topics import GenerationReads
-from source.core.names import TopicName
-from source.metadata import MemoryStore, keys
+from shadowtopic.broker.topics import GenerationReads
+from shadowtopic.core.names import TopicName
+from shadowtopic.metadata import MemoryStore, keys
 
 T = TopicName.parse("persistent://t/ns/x")
 

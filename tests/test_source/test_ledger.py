@@ -8,16 +8,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger import wal
-from source.ledger.managed import LedgerConfig, ManagedLedger
-from source.ledger.sealed import SealedLedger, write_sealed
-from source.ledger.storage import Storage
-from source.metadata import keys
-from source.metadata.memory import MemoryStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger import wal
+from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
+from shadowtopic.ledger.sealed import SealedLedger, write_sealed
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.memory import MemoryStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 TOPIC = TopicName.parse("persistent://t/ns/ledger")
 
@@ -103,7 +103,7 @@ def test_failed_write_is_cut_back(tmp_path, monkeypatch):
 
 def _entries(n: int) -> wal.Entries:
     """Real Messages: entry 0 keyless, 1 a tombstone of k1, the rest keyed values."""
-    from source.pb.v1 import common_pb2
+    from shadowtopic.pb.v1 import common_pb2
     raws = []
     for i in range(n):
         m = common_pb2.Message(payload=b"" if i == 1 else f"m{i}".encode())
@@ -439,7 +439,7 @@ def test_ledger_list_cas_retry_counts_each_ledger_once(tmp_path, request, backen
     3 ledgers and their entries, and the stored counters count them once."""
     import uuid
 
-    from source.metadata.etcd import EtcdStore
+    from shadowtopic.metadata.etcd import EtcdStore
 
     topic = TopicName.parse(f"persistent://t/ns-{uuid.uuid4().hex[:8]}/cas")
 
@@ -486,7 +486,7 @@ def test_ledger_list_cas_retry_counts_each_ledger_once(tmp_path, request, backen
 def test_ledger_list_reader_rereads_an_open_ledger_from_its_wal(tmp_path, arun):
     """What a reader without the writer's memory sees (a shadow, an evicted cache): the open
     ledger's entries come from its WAL, never beyond the confirmed count."""
-    from source.ledger.ledger_reader import LedgerListReader
+    from shadowtopic.ledger.ledger_reader import LedgerListReader
 
     async def main():
         env = Env(tmp_path)

@@ -7,10 +7,10 @@ import os
 
 import pytest
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.ledger import disk, sealing, wal
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.ledger import disk, sealing, wal
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from tests.test_source.test_ledger import TOPIC, Env, _append, _read_all
 
 
@@ -92,7 +92,7 @@ def test_a_seal_the_object_store_or_etcd_failed_is_retried(tmp_path, arun):
     """A seal that fails for another reason than the disk (an S3 outage, etcd away while
     the list is marked) keeps its ledger open and readable, and the next `retry_seals` (the
     broker's maintenance pass) seals it; before, it stayed OPEN until a restart."""
-    from source import failpoints
+    from shadowtopic import failpoints
 
     async def main():
         env = Env(tmp_path)

@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from source import dirlock, logs
-from source.core.names import TopicName
+from shadowtopic import dirlock, logs
+from shadowtopic.core.names import TopicName
 
 
 @pytest.fixture

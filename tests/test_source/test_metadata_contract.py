@@ -11,10 +11,10 @@ import uuid
 
 import pytest
 
-from source.metadata import (Compare, Delete, LeaseNotFound, MemoryStore, MetadataError,
+from shadowtopic.metadata import (Compare, Delete, LeaseNotFound, MemoryStore, MetadataError,
                              MetadataUnavailable, Put, RevisionCompacted, Snapshot,
                              WatchEvent)
-from source.metadata.follow import PrefixFollower
+from shadowtopic.metadata.follow import PrefixFollower
 from tests.test_source.outage import Outage
 
 pytestmark = pytest.mark.timeout(60)

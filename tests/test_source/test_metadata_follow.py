@@ -13,8 +13,8 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from source.metadata import MemoryStore, MetadataError, MetadataUnavailable, RevisionCompacted
-from source.metadata.follow import KeyFollower
+from shadowtopic.metadata import MemoryStore, MetadataError, MetadataUnavailable, RevisionCompacted
+from shadowtopic.metadata.follow import KeyFollower
 from tests.test_source.outage import Outage
 
 pytestmark = pytest.mark.timeout(90)

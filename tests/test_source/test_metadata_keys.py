@@ -3,8 +3,8 @@ another key, so a follower of one of them (it watches its key as a prefix) is wo
 writes to that key."""
 from __future__ import annotations
 
-from source.core.names import TopicName
-from source.metadata import keys
+from shadowtopic.core.names import TopicName
+from shadowtopic.metadata import keys
 
 TOPICS = [TopicName("t", "ns", "a"), TopicName("t", "ns", "a-partition-0"),
           TopicName("t", "ns", "ab"), TopicName("t", "ns", "compaction")]

@@ -9,9 +9,9 @@ import asyncio
 
 import pytest
 
-from source.core.names import TopicName
-from source.metadata import EtcdServer, EtcdStore, MemoryStore, keys
-from source.metadata.migrate import (BATCH, COMPACTION_JOB_KEYS, migrate,
+from shadowtopic.core.names import TopicName
+from shadowtopic.metadata import EtcdServer, EtcdStore, MemoryStore, keys
+from shadowtopic.metadata.migrate import (BATCH, COMPACTION_JOB_KEYS, migrate,
                                      old_compaction_job)
 
 pytestmark = pytest.mark.timeout(60)

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from source.metadata import Put, Snapshot
+from shadowtopic.metadata import Put, Snapshot
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -52,7 +52,7 @@ def test_get_prefix_of_more_than_a_grpc_message(store, p, arun):
 def test_get_prefix_pages_at_one_revision(store, p, arun, monkeypatch):
     """Read page by page, a prefix is still one revision's: a key written between two pages
     is not in it (etcd; the memory twin reads in one step)."""
-    from source.metadata import etcd as etcd_store
+    from shadowtopic.metadata import etcd as etcd_store
 
     monkeypatch.setattr(etcd_store, "PAGE_KEYS", 2)
 

@@ -10,16 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import (
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import (
     TopicName, canonical, check_subscription, parse_namespace)
-from source.ledger import wal
-from source.ledger.managed import ManagedLedger
-from source.ledger.storage import Storage, path_segment, topic_dir
-from source.metadata import keys
-from source.metadata.memory import MemoryStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.ledger import wal
+from shadowtopic.ledger.managed import ManagedLedger
+from shadowtopic.ledger.storage import Storage, path_segment, topic_dir
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.memory import MemoryStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 # ---- grammar -----------------------------------------------------------------------------
 

@@ -8,13 +8,13 @@ import asyncio
 
 import pytest
 
-from source.core import errors
-from source.core.names import TopicName
-from source.core.policies import DEFAULTS, FIELD_NAMES, Policies
-from source.metadata import MemoryStore, keys, namespace_policies
-from source.metadata.namespace_policies import NamespaceFollower
-from source.metadata.topic_info import effective_policies
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import DEFAULTS, FIELD_NAMES, Policies
+from shadowtopic.metadata import MemoryStore, keys, namespace_policies
+from shadowtopic.metadata.namespace_policies import NamespaceFollower
+from shadowtopic.metadata.topic_info import effective_policies
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 pytestmark = pytest.mark.timeout(60)
 

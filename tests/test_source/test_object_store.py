@@ -7,8 +7,8 @@ import pickle
 import pyarrow.fs as pafs
 import pytest
 
-from source.ledger.object_store import S3Options, open_root
-from source.ledger.storage import Storage
+from shadowtopic.ledger.object_store import S3Options, open_root
+from shadowtopic.ledger.storage import Storage
 
 
 def test_a_plain_path_and_a_file_uri_are_the_local_filesystem(tmp_path):

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 
-from source.broker.ownership import BrokerSession
-from source.core.names import TopicName
-from source.metadata import MemoryStore, keys
-from source.metadata.placement import RecentPicks, pick_broker, rank
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.broker.ownership import BrokerSession
+from shadowtopic.core.names import TopicName
+from shadowtopic.metadata import MemoryStore, keys
+from shadowtopic.metadata.placement import RecentPicks, pick_broker, rank
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 C = "c"
 

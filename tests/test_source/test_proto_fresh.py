@@ -16,7 +16,8 @@ def test_generated_code_is_fresh(tmp_path):
     fresh = {p.relative_to(tmp_path): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert fresh
     stale = [str(rel) for rel, data in fresh.items()
-             if not (ROOT / rel).exists() or (ROOT / rel).read_bytes() != data]
+             if not (ROOT / "source" / rel).exists()
+             or (ROOT / "source" / rel).read_bytes() != data]
     assert not stale, f"generated code is stale, run `make proto`: {stale}"
 
 

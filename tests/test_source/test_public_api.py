@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import inspect
 
-import source.client as client
+import shadowtopic.client as client
 
 
 def test_public_names_are_pinned():

@@ -13,20 +13,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from shadow.ledger import ShadowLedger
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger import wal
-from source.ledger.managed import LedgerConfig, ManagedLedger
-from source.ledger.memory_view import MemoryView
-from source.ledger.storage import Storage
-from source.metadata import keys
-from source.metadata.memory import MemoryStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import common_pb2
-from source.read.engine import ReadEngine
-from source.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
+from shadowtopic.shadow.ledger import ShadowLedger
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger import wal
+from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
+from shadowtopic.ledger.memory_view import MemoryView
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.memory import MemoryStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import common_pb2
+from shadowtopic.read.engine import ReadEngine
+from shadowtopic.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
 
 TOPIC = TopicName.parse("persistent://t/ns/engine")
 SOURCE = TopicName.parse("persistent://t/ns/engine-source")  # the "shadow" kind's source
@@ -393,7 +393,7 @@ def test_one_read_for_many_outboxes_stops_at_the_shared_memory_cap(kind, tmp_pat
     """Each outbox copies a read into a frame of its own: a read for 40 readers of 40
     streams queues 40 copies. Past FLUSH_BYTES the rest are asked again, so the broker's
     client memory is passed by at most FLUSH_BYTES (not 40 x 2 MiB)."""
-    from source.read.engine import FLUSH_BYTES, MAX_FRAME_BYTES
+    from shadowtopic.read.engine import FLUSH_BYTES, MAX_FRAME_BYTES
 
     async def body(h):
         payloads = [bytes([i]) * (100 << 10) for i in range(40)]  # 4 MiB: two reads

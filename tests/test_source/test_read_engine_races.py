@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import time
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger import memory_view
-from source.pb.v1 import common_pb2
-from source.read.engine import ReadEngine
-from source.read.positions import PUBLISH_TIME, Start
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger import memory_view
+from shadowtopic.pb.v1 import common_pb2
+from shadowtopic.read.engine import ReadEngine
+from shadowtopic.read.positions import PUBLISH_TIME, Start
 
 TOPIC = TopicName.parse("persistent://t/ns/review-engine")
 
@@ -221,12 +221,12 @@ def test_a_load_cancelled_by_one_caller_does_not_fail_the_others(tmp_path):
     other caller, not cancelled itself, gets a CancelledError too. In Connect.commands()
     `except Exception` does not catch it: another client's whole stream ends (the client
     sees 'consumer stream ended'); in engine `follow` the readers are stranded."""
-    from source.broker.ownership import BrokerSession
-    from source.broker.topic_admin import TopicAdmin
-    from source.broker.topics import TopicManager
-    from source.core.policies import Policies
-    from source.ledger.storage import Storage
-    from source.metadata.memory import MemoryStore
+    from shadowtopic.broker.ownership import BrokerSession
+    from shadowtopic.broker.topic_admin import TopicAdmin
+    from shadowtopic.broker.topics import TopicManager
+    from shadowtopic.core.policies import Policies
+    from shadowtopic.ledger.storage import Storage
+    from shadowtopic.metadata.memory import MemoryStore
 
     async def body():
         store = MemoryStore()
@@ -262,14 +262,14 @@ def test_a_stream_that_ends_while_its_subscribe_loads_the_topic_spares_other_str
     goes away while the load runs; stream B subscribed to the same topic meanwhile. B's
     subscribe gets A's CancelledError, which escapes commands() (`except Exception`), and
     B's whole stream ends (all its handles, on every topic) without an error."""
-    from source.broker.consumer_service import ConsumerService
-    from source.broker.ownership import BrokerSession
-    from source.broker.topic_admin import TopicAdmin
-    from source.broker.topics import TopicManager
-    from source.core.policies import Policies
-    from source.ledger.storage import Storage
-    from source.metadata.memory import MemoryStore
-    from source.pb.v1 import consumer_pb2
+    from shadowtopic.broker.consumer_service import ConsumerService
+    from shadowtopic.broker.ownership import BrokerSession
+    from shadowtopic.broker.topic_admin import TopicAdmin
+    from shadowtopic.broker.topics import TopicManager
+    from shadowtopic.core.policies import Policies
+    from shadowtopic.ledger.storage import Storage
+    from shadowtopic.metadata.memory import MemoryStore
+    from shadowtopic.pb.v1 import consumer_pb2
 
     def subscribe(handle):
         return consumer_pb2.ClientMessage(commands=[consumer_pb2.ClientCommand(

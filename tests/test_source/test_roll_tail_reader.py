@@ -8,15 +8,15 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from source.core.names import TopicName
-from source.ledger import wal as walmod
-from source.ledger.managed import LedgerConfig, ManagedLedger
-from source.ledger.storage import Storage
-from source.metadata import keys
-from source.metadata.memory import MemoryStore
-from source.pb.v1 import common_pb2
-from source.read.engine import ReadEngine
-from source.read.positions import EARLIEST, Start
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger import wal as walmod
+from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.memory import MemoryStore
+from shadowtopic.pb.v1 import common_pb2
+from shadowtopic.read.engine import ReadEngine
+from shadowtopic.read.positions import EARLIEST, Start
 
 
 class Out:

@@ -16,19 +16,19 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.ledger import sealed, wal
-from source.ledger.entry_cache import EntryCache
-from source.ledger.managed import LedgerConfig, ManagedLedger
-from source.ledger.sealed import GROUP_BYTES, GROUP_ROWS, SealedLedger, seal_wal, write_sealed
-from source.ledger.storage import Storage
-from source.metadata import keys
-from source.metadata.memory import MemoryStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.storage.v1 import views_pb2
-from source.pb.v1 import common_pb2
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger import sealed, wal
+from shadowtopic.ledger.entry_cache import EntryCache
+from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
+from shadowtopic.ledger.sealed import GROUP_BYTES, GROUP_ROWS, SealedLedger, seal_wal, write_sealed
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.memory import MemoryStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.storage.v1 import views_pb2
+from shadowtopic.pb.v1 import common_pb2
 
 TOPIC = TopicName.parse("persistent://t/ns/sealed-stream")
 

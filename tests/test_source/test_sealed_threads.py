@@ -8,7 +8,7 @@ import threading
 
 import pyarrow.fs as pafs
 
-from source.ledger import sealed, wal
+from shadowtopic.ledger import sealed, wal
 
 
 def test_many_threads_read_one_sealed_ledger(tmp_path):

@@ -8,22 +8,22 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.core.policies import Policies
-from source.cursors.snapshot import SnapshotCursorStore
-from source.cursors.store import Fence, MemoryCursorStore
-from source.ledger import wal
-from source.ledger.managed import LedgerConfig, ManagedLedger
-from source.ledger.memory_view import MemoryView
-from source.ledger.storage import Storage
-from source.metadata import keys
-from source.metadata.memory import MemoryStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import common_pb2
-from source.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
-from source.subscriptions import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, ActiveChanged,
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import Policies
+from shadowtopic.cursors.snapshot import SnapshotCursorStore
+from shadowtopic.cursors.store import Fence, MemoryCursorStore
+from shadowtopic.ledger import wal
+from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
+from shadowtopic.ledger.memory_view import MemoryView
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.memory import MemoryStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import common_pb2
+from shadowtopic.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
+from shadowtopic.subscriptions import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, ActiveChanged,
                                   CursorMoved, TopicSubscriptions)
 
 TOPIC = TopicName.parse("persistent://t/ns/subs")

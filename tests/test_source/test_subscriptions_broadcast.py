@@ -10,10 +10,10 @@ import pathlib
 
 import pytest
 
-from source.core import errors
-from source.cursors.state import pack
-from source.read.positions import EARLIEST, Start
-from source.subscriptions import EXCLUSIVE, FAILOVER, SHARED
+from shadowtopic.core import errors
+from shadowtopic.cursors.state import pack
+from shadowtopic.read.positions import EARLIEST, Start
+from shadowtopic.subscriptions import EXCLUSIVE, FAILOVER, SHARED
 
 _spec = importlib.util.spec_from_file_location(
     "_subscriptions_helpers", pathlib.Path(__file__).with_name("test_subscriptions.py"))

@@ -11,26 +11,26 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from source.broker import quota
-from source.cli import commands
-from source.cli.main import build_parser
-from source.core import errors
-from source.core.message_id import MessageId
-from source.core.names import TopicName
-from source.core.policies import DEFAULTS, BacklogQuotaAction, Policies
-from source.cursors.snapshot import SnapshotCursorStore
-from source.cursors.store import Fence, MemoryCursorStore
-from source.ledger import wal
-from source.ledger.managed import LedgerConfig, ManagedLedger
-from source.ledger.memory_view import MemoryView
-from source.ledger.storage import Storage
-from source.ledger.view import LedgerRange
-from source.metadata import keys
-from source.metadata.memory import MemoryStore
-from source.pb.storage.v1 import metadata_pb2 as mpb
-from source.pb.v1 import common_pb2
-from source.read.positions import EARLIEST, Start
-from source.subscriptions import EXCLUSIVE, TopicSubscriptions, expiry
+from shadowtopic.broker import quota
+from shadowtopic.cli import commands
+from shadowtopic.cli.main import build_parser
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.core.policies import DEFAULTS, BacklogQuotaAction, Policies
+from shadowtopic.cursors.snapshot import SnapshotCursorStore
+from shadowtopic.cursors.store import Fence, MemoryCursorStore
+from shadowtopic.ledger import wal
+from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
+from shadowtopic.ledger.memory_view import MemoryView
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.ledger.view import LedgerRange
+from shadowtopic.metadata import keys
+from shadowtopic.metadata.memory import MemoryStore
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.pb.v1 import common_pb2
+from shadowtopic.read.positions import EARLIEST, Start
+from shadowtopic.subscriptions import EXCLUSIVE, TopicSubscriptions, expiry
 
 TOPIC = TopicName.parse("persistent://t/ns/disk-policies")
 ENTRY = 100  # bytes each entry counts for in SizedView

@@ -13,13 +13,13 @@ import weakref
 
 import pytest
 
-from source.core import errors
-from source.core.message_id import MessageId
-from source.pb.v1 import common_pb2
-from source.read.positions import EARLIEST, Start
-from source.subscriptions import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, ActiveChanged,
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.pb.v1 import common_pb2
+from shadowtopic.read.positions import EARLIEST, Start
+from shadowtopic.subscriptions import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, ActiveChanged,
                                   CursorMoved)
-from source.subscriptions.keyring import key_hash
+from shadowtopic.subscriptions.keyring import key_hash
 
 _spec = importlib.util.spec_from_file_location(
     "_subscriptions_helpers", pathlib.Path(__file__).with_name("test_subscriptions.py"))
@@ -447,13 +447,13 @@ class _Stream:
         self.events: list = []
 
     async def __aenter__(self):
-        from source.broker.consumer_service import ConsumerService
-        from source.broker.ownership import BrokerSession
-        from source.broker.topic_admin import TopicAdmin
-        from source.broker.topics import TopicManager
-        from source.core.policies import Policies
-        from source.ledger.storage import Storage
-        from source.metadata.memory import MemoryStore
+        from shadowtopic.broker.consumer_service import ConsumerService
+        from shadowtopic.broker.ownership import BrokerSession
+        from shadowtopic.broker.topic_admin import TopicAdmin
+        from shadowtopic.broker.topics import TopicManager
+        from shadowtopic.core.policies import Policies
+        from shadowtopic.ledger.storage import Storage
+        from shadowtopic.metadata.memory import MemoryStore
         store = MemoryStore()
         self.session = BrokerSession(store, "c", "b1", "127.0.0.1:1", ["source"], ttl=10)
         await self.session.start()
@@ -473,14 +473,14 @@ class _Stream:
             yield m
 
     async def _consume(self):
-        from source.pb.v1 import consumer_pb2
+        from shadowtopic.pb.v1 import consumer_pb2
         async for data in self.service.stream(self._requests(), None):
             for f in consumer_pb2.ServerMessage.FromString(data).frames:
                 if f.HasField("event"):
                     self.events.append((list(f.handles), f.event.WhichOneof("event"), f.event))
 
     async def send(self, *cmds):
-        from source.pb.v1 import consumer_pb2
+        from shadowtopic.pb.v1 import consumer_pb2
         await self.queue.put(consumer_pb2.ClientMessage(commands=list(cmds)))
 
     async def wait(self, pred):
@@ -502,7 +502,7 @@ class _Stream:
 
 
 def _subscribe(handle, name):
-    from source.pb.v1 import consumer_pb2
+    from shadowtopic.pb.v1 import consumer_pb2
     return consumer_pb2.ClientCommand(handle=handle, subscribe=consumer_pb2.Subscribe(
         topic=str(TOPIC), subscription=name, type=consumer_pb2.SHARED))
 
@@ -532,7 +532,7 @@ def test_connect_ended_handle_does_not_pin_an_unloaded_topic(tmp_path, client_cl
     hence the unloaded topic's ManagedLedger and every subscription) until the client sends
     close, and the bundled client never does for a handle the broker ended (Consumer.close
     skips parts in state "ended"). [client_closes=True passes today; False is the bug.]"""
-    from source.pb.v1 import consumer_pb2
+    from shadowtopic.pb.v1 import consumer_pb2
 
     async def body():
         async with _Stream(tmp_path) as st:

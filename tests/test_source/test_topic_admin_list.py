@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from source.broker.topic_admin import TopicAdmin
-from source.core.names import TopicName
-from source.metadata import MemoryStore, keys
-from source.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.broker.topic_admin import TopicAdmin
+from shadowtopic.core.names import TopicName
+from shadowtopic.metadata import MemoryStore, keys
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 
 def test_a_record_that_is_no_topic_info_does_not_hide_the_others():

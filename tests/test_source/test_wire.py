@@ -1,8 +1,8 @@
 """Hand-built frames parse as the protobuf messages they claim to be."""
 from __future__ import annotations
 
-from source import wire
-from source.pb.v1 import admin_pb2, common_pb2, consumer_pb2
+from shadowtopic import wire
+from shadowtopic.pb.v1 import admin_pb2, common_pb2, consumer_pb2
 
 
 def test_varint_matches_protobuf():

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from source import failpoints
-from source.failpoints import Action, FailpointError
+from shadowtopic import failpoints
+from shadowtopic.failpoints import Action, FailpointError
 
 ROOT = Path(__file__).resolve().parents[2]
 POINT = "ledger.seal.before_publish"
@@ -68,7 +68,7 @@ def test_env_checks_names_in_the_test():
 
 
 def _child(spec: str) -> subprocess.CompletedProcess:
-    code = ("from source import failpoints; print('started', flush=True); "
+    code = ("from shadowtopic import failpoints; print('started', flush=True); "
             f"failpoints.hit({POINT!r}); print('passed')")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, stdin=subprocess.DEVNULL,

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from source.pb.v1 import consumer_pb2 as source_dot_pb_dot_v1_dot_consumer__pb2
+from shadowtopic.pb.v1 import consumer_pb2 as shadowtopic_dot_pb_dot_v1_dot_consumer__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in source/pb/v1/consumer_pb2_grpc.py depends on'
+        + ' but the generated code in shadowtopic/pb/v1/consumer_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,8 +36,8 @@ class ConsumerStub:
         """
         self.Connect = channel.stream_stream(
                 '/shadowtopic.v1.Consumer/Connect',
-                request_serializer=source_dot_pb_dot_v1_dot_consumer__pb2.ClientMessage.SerializeToString,
-                response_deserializer=source_dot_pb_dot_v1_dot_consumer__pb2.ServerMessage.FromString,
+                request_serializer=shadowtopic_dot_pb_dot_v1_dot_consumer__pb2.ClientMessage.SerializeToString,
+                response_deserializer=shadowtopic_dot_pb_dot_v1_dot_consumer__pb2.ServerMessage.FromString,
                 _registered_method=True)
 
 
@@ -55,8 +55,8 @@ def add_ConsumerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Connect': grpc.stream_stream_rpc_method_handler(
                     servicer.Connect,
-                    request_deserializer=source_dot_pb_dot_v1_dot_consumer__pb2.ClientMessage.FromString,
-                    response_serializer=source_dot_pb_dot_v1_dot_consumer__pb2.ServerMessage.SerializeToString,
+                    request_deserializer=shadowtopic_dot_pb_dot_v1_dot_consumer__pb2.ClientMessage.FromString,
+                    response_serializer=shadowtopic_dot_pb_dot_v1_dot_consumer__pb2.ServerMessage.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -84,8 +84,8 @@ class Consumer:
             request_iterator,
             target,
             '/shadowtopic.v1.Consumer/Connect',
-            source_dot_pb_dot_v1_dot_consumer__pb2.ClientMessage.SerializeToString,
-            source_dot_pb_dot_v1_dot_consumer__pb2.ServerMessage.FromString,
+            shadowtopic_dot_pb_dot_v1_dot_consumer__pb2.ClientMessage.SerializeToString,
+            shadowtopic_dot_pb_dot_v1_dot_consumer__pb2.ServerMessage.FromString,
             options,
             channel_credentials,
             insecure,

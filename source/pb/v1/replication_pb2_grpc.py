@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from source.pb.v1 import replication_pb2 as source_dot_pb_dot_v1_dot_replication__pb2
+from shadowtopic.pb.v1 import replication_pb2 as shadowtopic_dot_pb_dot_v1_dot_replication__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in source/pb/v1/replication_pb2_grpc.py depends on'
+        + ' but the generated code in shadowtopic/pb/v1/replication_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,8 +36,8 @@ class ReplicationStub:
         """
         self.Replicate = channel.stream_stream(
                 '/shadowtopic.v1.Replication/Replicate',
-                request_serializer=source_dot_pb_dot_v1_dot_replication__pb2.ReplicateBatch.SerializeToString,
-                response_deserializer=source_dot_pb_dot_v1_dot_replication__pb2.ReplicateAck.FromString,
+                request_serializer=shadowtopic_dot_pb_dot_v1_dot_replication__pb2.ReplicateBatch.SerializeToString,
+                response_deserializer=shadowtopic_dot_pb_dot_v1_dot_replication__pb2.ReplicateAck.FromString,
                 _registered_method=True)
 
 
@@ -55,8 +55,8 @@ def add_ReplicationServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Replicate': grpc.stream_stream_rpc_method_handler(
                     servicer.Replicate,
-                    request_deserializer=source_dot_pb_dot_v1_dot_replication__pb2.ReplicateBatch.FromString,
-                    response_serializer=source_dot_pb_dot_v1_dot_replication__pb2.ReplicateAck.SerializeToString,
+                    request_deserializer=shadowtopic_dot_pb_dot_v1_dot_replication__pb2.ReplicateBatch.FromString,
+                    response_serializer=shadowtopic_dot_pb_dot_v1_dot_replication__pb2.ReplicateAck.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -84,8 +84,8 @@ class Replication:
             request_iterator,
             target,
             '/shadowtopic.v1.Replication/Replicate',
-            source_dot_pb_dot_v1_dot_replication__pb2.ReplicateBatch.SerializeToString,
-            source_dot_pb_dot_v1_dot_replication__pb2.ReplicateAck.FromString,
+            shadowtopic_dot_pb_dot_v1_dot_replication__pb2.ReplicateBatch.SerializeToString,
+            shadowtopic_dot_pb_dot_v1_dot_replication__pb2.ReplicateAck.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from source.pb.v1 import storage_pb2 as source_dot_pb_dot_v1_dot_storage__pb2
+from shadowtopic.pb.v1 import storage_pb2 as shadowtopic_dot_pb_dot_v1_dot_storage__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in source/pb/v1/storage_pb2_grpc.py depends on'
+        + ' but the generated code in shadowtopic/pb/v1/storage_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,8 +36,8 @@ class StorageStub:
         """
         self.ReadEntries = channel.unary_stream(
                 '/shadowtopic.v1.Storage/ReadEntries',
-                request_serializer=source_dot_pb_dot_v1_dot_storage__pb2.ReadEntriesRequest.SerializeToString,
-                response_deserializer=source_dot_pb_dot_v1_dot_storage__pb2.ReadEntriesResponse.FromString,
+                request_serializer=shadowtopic_dot_pb_dot_v1_dot_storage__pb2.ReadEntriesRequest.SerializeToString,
+                response_deserializer=shadowtopic_dot_pb_dot_v1_dot_storage__pb2.ReadEntriesResponse.FromString,
                 _registered_method=True)
 
 
@@ -55,8 +55,8 @@ def add_StorageServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'ReadEntries': grpc.unary_stream_rpc_method_handler(
                     servicer.ReadEntries,
-                    request_deserializer=source_dot_pb_dot_v1_dot_storage__pb2.ReadEntriesRequest.FromString,
-                    response_serializer=source_dot_pb_dot_v1_dot_storage__pb2.ReadEntriesResponse.SerializeToString,
+                    request_deserializer=shadowtopic_dot_pb_dot_v1_dot_storage__pb2.ReadEntriesRequest.FromString,
+                    response_serializer=shadowtopic_dot_pb_dot_v1_dot_storage__pb2.ReadEntriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -84,8 +84,8 @@ class Storage:
             request,
             target,
             '/shadowtopic.v1.Storage/ReadEntries',
-            source_dot_pb_dot_v1_dot_storage__pb2.ReadEntriesRequest.SerializeToString,
-            source_dot_pb_dot_v1_dot_storage__pb2.ReadEntriesResponse.FromString,
+            shadowtopic_dot_pb_dot_v1_dot_storage__pb2.ReadEntriesRequest.SerializeToString,
+            shadowtopic_dot_pb_dot_v1_dot_storage__pb2.ReadEntriesResponse.FromString,
             options,
             channel_credentials,
             insecure,
