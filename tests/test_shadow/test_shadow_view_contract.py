@@ -22,7 +22,7 @@ import pytest
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.ledger import wal
 from shadowtopic.read.positions import Start
-from tests.test_source.test_read_engine import (KINDS, TOPIC, RecordingOutbox, ShadowDriver,
+from tests.test_source.read.test_read_engine import (KINDS, TOPIC, RecordingOutbox, ShadowDriver,
                                                 msgs, run, until)
 
 

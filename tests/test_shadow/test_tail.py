@@ -25,7 +25,7 @@ from shadowtopic.ledger.view import ReadEntry
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import replication_pb2
 from shadowtopic.read.positions import EARLIEST, Start
-from tests.test_source.test_read_engine import (SOURCE, TOPIC, Harness, RecordingOutbox,
+from tests.test_source.read.test_read_engine import (SOURCE, TOPIC, Harness, RecordingOutbox,
                                                 ShadowDriver, msgs, until)
 
 

@@ -13,7 +13,7 @@ import pytest
 from shadowtopic.client import Client, MessageId, errors
 from shadowtopic.client.reconnect import Reconnector
 from shadowtopic.pb.v1 import common_pb2, consumer_pb2
-from tests.test_source.test_client_consumer_unit import FakeBroker, entry, event_frame
+from tests.test_source.client.test_client_consumer_unit import FakeBroker, entry, event_frame
 
 
 @pytest.fixture

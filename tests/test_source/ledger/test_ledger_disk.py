@@ -11,7 +11,7 @@ from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.ledger import disk, sealing, wal
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
-from tests.test_source.test_ledger import TOPIC, Env, _append, _read_all
+from tests.test_source.ledger.test_ledger import TOPIC, Env, _append, _read_all
 
 
 def _read_only(monkeypatch, err=errno.EROFS) -> None:

@@ -13,7 +13,7 @@ from shadowtopic.pb.v1 import common_pb2
 from shadowtopic.read.encodings import EncodingsPool
 from shadowtopic.read.engine import ReadEngine
 from shadowtopic.read.positions import Start
-from tests.test_source.test_entry_cache import _Count, _Outbox as _RawsOutbox
+from tests.test_source.ledger.test_entry_cache import _Count, _Outbox as _RawsOutbox
 
 SOURCE = TopicName.parse("persistent://public/default/src")
 SHADOWS = [TopicName.parse(f"persistent://public/default/src-shadow-{i}") for i in range(4)]
