@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 SHARED  ?= ../shared
 
-.PHONY: install run test test-unit test-fast proto bench clean chaos
+.PHONY: install run test test-unit test-fast proto bench clean chaos docs
 
 install: $(STAMP)
 
@@ -53,6 +53,11 @@ test-fast: install
 
 proto: install
 	$(VPY) scripts/gen_proto.py
+
+# The docs site (docs/, the README as its home page) into build/site: mkdocs in strict mode, so
+# a broken link between pages fails (scripts/docs.py says how; tests/test_docs/ runs it too).
+docs: install
+	$(VPY) scripts/docs.py
 
 bench: install
 	@test -d $(SHARED)/peers || { echo "make bench: $(SHARED)/peers not found (it sits beside a developer's clone); set SHARED=/path/to/shared"; exit 2; }

@@ -1,5 +1,5 @@
 """Single-node compaction plans over the same sealed-ledger Parquet files the Spark job reads:
-the baselines bench/compaction.py measures the compaction worker against.
+the baselines bench/compaction_bench.py measures the compaction worker against.
 
 Each plan computes PIP-14 compaction (latest message per key, tombstones delete, keyless kept)
 and writes the survivors, sorted by id, to one Parquet file; it returns (seconds, rows).
