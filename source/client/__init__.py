@@ -1,4 +1,4 @@
-"""The shadowtopic client (sync). The public names are pinned by tests/test_source/test_public_api.py."""
+"""The shadowtopic client (sync). The public names are pinned by tests/test_source/client/test_public_api.py."""
 from shadowtopic.client.admin import Admin, CompactionStatus, TopicMetadata
 from shadowtopic.client.client import Client
 from shadowtopic.client.consumer import Consumer

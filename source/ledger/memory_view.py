@@ -1,6 +1,6 @@
 """`MemoryView`: an in-memory `LedgerView` (source/ledger/view.py), the twin of the
 `ManagedLedger` for unit tests of whatever reads through the seam (the read engine, the
-subscription engine). tests/test_source/test_read_engine.py runs the same tests on it, the
+subscription engine). tests/test_source/read/test_read_engine.py runs the same tests on it, the
 ManagedLedger and a shadow's ShadowLedger.
 
 Ledgers are lists of (publish_ms, raw) in id order; the last one is open. Driving calls

@@ -40,7 +40,7 @@ A topic's one-value keys (info, ledgers, epoch, shadows, compaction, cursors) ar
 prefix of another key: a follower (source/metadata/follow.py) watches its key as a prefix,
 since etcd watches ranges, so any longer key would wake it with every write. Hence the
 compaction job records, rewritten with every progress report, live under `jobs/`, not
-under `compaction` (tests/test_source/test_metadata_keys.py checks this).
+under `compaction` (tests/test_source/metadata/test_metadata_keys.py checks this).
 """
 from __future__ import annotations
 
