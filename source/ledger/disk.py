@@ -14,6 +14,8 @@ each with a typed error (`errors.storage_error`): `StorageFull` for ENOSPC/EDQUO
   unwritable, so it never waits for the next tick nor takes a ledger id in vain.
 - `on_change`: called (on the event loop) with the new `error` each time it turns from
   None to an error, back, or from one kind to another.
+- `write_failure(disk, exc, what)`: the typed error a failed write of the ledger raises
+  (an OSError without an errno, as pyarrow raises some, is checked with a probe).
 
 `error`, `report` and `on_change` belong to the event loop thread; only the file I/O of a
 probe runs in a worker thread.
@@ -101,3 +103,16 @@ class DiskState:
             log.warning("storage %s takes no writes: %s", self.directory, err.message)
         if self.on_change is not None:
             self.on_change(err)
+
+
+async def write_failure(disk: DiskState, exc: OSError, what: str,
+                        executor: Executor | None = None) -> errors.ShadowTopicError:
+    """The typed error of a failed write (`what`, naming the topic): `StorageFull` /
+    `StorageReadOnly` when the disk is the reason (an error without an errno, as pyarrow
+    raises some, is checked with a probe), else `Internal`."""
+    disk.report(exc)
+    if exc.errno not in errors.STORAGE_ERRNOS:
+        err = await disk.probe(executor)
+        if err is not None:
+            return type(err)(f"{what} failed: {err.message}")
+    return errors.storage_error(exc, what)

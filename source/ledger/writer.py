@@ -1,12 +1,13 @@
-"""The write path of a `ManagedLedger` (source/ledger/managed.py): appends, group commit and
-ledger rolls.
+"""`GroupCommitWriter`: the write path of a `ManagedLedger` (source/ledger/managed.py):
+appends, group commit and ledger rolls.
 
 - append: batches queue on the open ledger; one writer task per open ledger takes everything
   queued, assigns entry ids, writes one buffer and fdatasyncs it (group commit), then makes
   the entries visible and resolves every waiting append. Nothing is acknowledged before its
   fsync; a failed write acknowledges nothing and cuts the WAL back.
 - rollover (by entries, bytes or age): a new ledger is registered OPEN in etcd before it takes
-  writes, the old one drains and is sealed to Parquet in the background, then marked SEALED.
+  writes, the old one drains and is sealed to Parquet in the background (by the `Seals` it
+  was given: source/ledger/sealing.py), then marked SEALED.
 - order across a rollover: while the current ledger is full, appends wait in `_blocked` and
   move to the new ledger in arrival order; the new ledger's writer waits for the old one's
   before its first write, so a crash never keeps a later batch of a stream without an
@@ -15,35 +16,55 @@ ledger rolls.
   against the topic's `DedupMap` as it takes the batch, before it assigns ids, so the
   check is ordered with every write of the topic; a duplicate is not written and resolves
   with the original's ids once the group's fsync is done. The map counts a group's batches
-  as stored only after its fsync. When a ledger's writer ends, it snapshots the map for
-  that ledger's seal.
+  as stored only after its fsync. When a ledger's writer ends, it has the map snapshotted
+  for that ledger's seal.
 - ownership: a writer whose broker's lease may have expired acknowledges nothing more, not
   even what it has written (the next owner's recovery decides what the log holds).
 - a full or read-only disk (source/ledger/disk.py): a failed write acknowledges nothing and
   fails its appends with `StorageFull` or `StorageReadOnly`, and so does a roll that cannot
   create its new ledger's WAL (probed first when the disk was last seen unwritable, so no
   ledger id is taken in vain). A topic that loaded while its disk took no writes has no
-  open ledger (`_current` is None): it serves reads, and its first append tries to start
-  one (and fails the same way until the disk takes writes again).
+  open ledger (`start` failed): it serves reads, and its first append tries to start one
+  (and fails the same way until the disk takes writes again).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections import deque
+from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import Any, Callable, Protocol
 
 from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
 from shadowtopic.ledger import wal as walmod
-from shadowtopic.ledger.dedup import DEFAULT_IDLE_S, EXPIRE_EVERY_MS, Duplicate
+from shadowtopic.ledger.dedup import DEFAULT_IDLE_S, EXPIRE_EVERY_MS, DedupMap, Duplicate
+from shadowtopic.ledger.disk import write_failure
 from shadowtopic.ledger.entry_cache import TailEntries
-from shadowtopic.ledger.ledger_list import OPEN, SEALED, now_ms
+from shadowtopic.ledger.ledger_list import OPEN, SEALED, Fencing, OwnedLedgerList, now_ms
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.ledger.tails import Tails
 from shadowtopic.metadata import keys
-from shadowtopic.metadata.base import MetadataUnavailable
+from shadowtopic.metadata.base import MetadataStore, MetadataUnavailable
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 # The ManagedLedger's parts log under one name, as it did when it was a single module.
 log = logging.getLogger("shadowtopic.ledger.managed")
+
+#: what an append resolves with: (ledger id, first entry id, duplicate)
+AppendResult = tuple[int, int, bool]
+#: an append queued on a ledger: (raws, request, size, future, (producer, first sequence id)
+#: or None)
+Pending = tuple[list[bytes], bytes, int, asyncio.Future[AppendResult], tuple[str, int] | None]
+#: an append its writer took: (raws, frame, size, future, first entry id); a duplicate's or
+#: a refused batch's frame is None, and its last field the original's ids or None
+Taken = tuple[list[bytes], bytes | None, int, asyncio.Future[AppendResult],
+              int | Duplicate | None]
+#: a rolled ledger's seal: its info once SEALED (None: it was empty and left the list)
+SealTask = asyncio.Task[mpb.LedgerInfo | None]
 
 
 @dataclass
@@ -58,15 +79,24 @@ class LedgerConfig:
     dedup_idle_s: float = DEFAULT_IDLE_S
 
 
+class Seals(Protocol):
+    """What the writer needs of the sealer (source/ledger/sealing.py)."""
+
+    def snapshot_dedup(self, ledger_id: int) -> None: ...
+
+    async def seal_or_keep(self, lid: int, wal_rel: str, frames: walmod.FrameIndex,
+                           count: int) -> mpb.LedgerInfo | None: ...
+
+    async def retry_seals(self) -> None: ...
+
+
 class OpenLedger:
     """A ledger taking appends: its WAL, its confirmed entries and its queue.
 
-    `pending` holds the appends (raws, request, size, future, (producer, first sequence id)
-    or None) its writer has not taken yet;
-    `queued_entries` and `queued_bytes` count every batch queued on it that did not fail,
-    written or not (they decide when it is full). `after` is the previous ledger's writer,
-    which this one's waits for before its first write; `closing` tells the writer to end
-    once nothing is pending.
+    `pending` holds the appends its writer has not taken yet; `queued_entries` and
+    `queued_bytes` count every batch queued on it that did not fail, written or not (they
+    decide when it is full). `after` is the previous ledger's writer, which this one's waits
+    for before its first write; `closing` tells the writer to end once nothing is pending.
     """
 
     def __init__(self, ledger_id: int, wal: walmod.WalFile, wal_rel: str, entries: TailEntries):
@@ -77,50 +107,103 @@ class OpenLedger:
         self.queued_entries = 0
         self.queued_bytes = 0
         self.created = time.monotonic()
-        self.pending: list[tuple] = []
+        self.pending: list[Pending] = []
         self.wake = asyncio.Event()
-        self.after: asyncio.Task | None = None  # the previous ledger's writer
+        self.after: asyncio.Task[None] | None = None  # the previous ledger's writer
         self.closing = False
-        self.writer: asyncio.Task | None = None
+        self.writer: asyncio.Task[None] | None = None
 
     def full(self, cfg: LedgerConfig) -> bool:
         return (self.queued_entries >= cfg.max_entries or self.queued_bytes >= cfg.max_bytes
                 or (self.queued_entries > 0 and time.monotonic() - self.created >= cfg.max_age_s))
 
 
-class WritePath:
-    """The ManagedLedger's appends, the group-commit writer of each open ledger and ledger
-    rolls.
+class GroupCommitWriter:
+    """A topic's appends, the group-commit writer of each open ledger, and ledger rolls.
 
-    A part of `ManagedLedger` (source/ledger/managed.py), which sets up the state used here
-    (`_current`, `_draining`, `_blocked`, `_roll_task`, `_seal_tasks`, `_mem`, `_fenced`,
-    `_lease_ok`, ...) and provides `fence`, `_notify`, `_update_list` and `_seal`.
+    It registers new ledgers through `ledger_list`, keeps their entries in `tails`, checks
+    sequenced batches against `dedup`, hands rolled ledgers to `seals`, tells `on_entries`
+    of each group commit, and fences the ledger through `fencing` (a lease that may have
+    expired, a WAL it cannot cut back). `config` may be replaced at any time (policies);
+    the next append or roll goes by the new one.
     """
+
+    def __init__(self, topic: TopicName, store: MetadataStore, storage: Storage,
+                 executor: Executor, config: LedgerConfig, ledger_list: OwnedLedgerList,
+                 tails: Tails, dedup: DedupMap, seals: Seals, fencing: Fencing,
+                 lease_ok: Callable[[], bool], on_entries: Callable[[], None]):
+        self.config = config
+        self._topic = topic
+        self._store = store
+        self._storage = storage
+        self._executor = executor
+        self._list = ledger_list
+        self._tails = tails
+        self._dedup = dedup
+        self._seals = seals
+        self._fencing = fencing
+        self._lease_ok = lease_ok  # False once this broker's lease may have expired
+        self._on_entries = on_entries
+        self._current: OpenLedger | None = None
+        self._draining: list[OpenLedger] = []  # rolled ledgers whose writer has not ended
+        self._roll_task: asyncio.Task[SealTask | None] | None = None
+        self._blocked: deque[Pending] = deque()  # appends waiting for a ledger switch
+        self._seal_tasks: set[SealTask] = set()
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the first ledger (the topic opened); raises what `_create_ledger` raises
+        (then the first append tries again)."""
+        self._current = await self._create_ledger()
+
+    async def close(self, reason: errors.ShadowTopicError) -> None:
+        """Fail the appends waiting for a ledger switch with `reason`, let the open ledger's
+        writer finish what is queued, wait for the seals under way (30 s at most)."""
+        while self._roll_task is not None:
+            await asyncio.gather(self._roll_task, return_exceptions=True)
+        self._fail_blocked(reason)
+        cur = self._current
+        if cur is not None:
+            cur.closing = True
+            cur.wake.set()
+            if cur.writer is not None:
+                await asyncio.gather(cur.writer, return_exceptions=True)
+            cur.wal.close()
+        if self._seal_tasks:
+            await asyncio.wait(list(self._seal_tasks), timeout=30)
+
+    def next_position(self) -> MessageId | None:
+        """Where the next confirmed entry goes (None: no open ledger). A rolled ledger whose
+        writer is still draining confirms more entries after the switch: until it is done,
+        that is its next entry, never the new ledger's first."""
+        cur = self._draining[0] if self._draining else self._current
+        return None if cur is None else MessageId(cur.ledger_id, len(cur.entries))
+
+    @property
+    def current_ledger(self) -> tuple[int, int, int]:
+        """(ledger id, entries, bytes) of the ledger taking appends ((0, 0, 0): none)."""
+        cur = self._current
+        if cur is None:
+            return 0, 0, 0
+        return cur.ledger_id, len(cur.entries), cur.entries.size
 
     # ---- append ----------------------------------------------------------------------------
 
-    async def append(self, raws: list[bytes], request: bytes, size: int) -> tuple[int, int]:
-        """Append a batch durably; return (ledger_id, first_entry_id) after the fsync.
-
-        `request` is the ProduceRequest the raws came in (written to the WAL as it is).
-        Order is kept across ledger switches: while the current ledger is full, batches wait
-        in `_blocked` and move to the new ledger in arrival order.
-        """
-        lid, first, _dup = await self.append_batch(raws, request, size)
-        return lid, first
-
     async def append_batch(self, raws: list[bytes], request: bytes, size: int,
-                           sequence: tuple[str, int] | None = None) -> tuple[int, int, bool]:
-        """`append`, for a batch that may be sequenced: `sequence` = (producer name, sequence
-        id of its first message). Returns (ledger_id, first_entry_id, duplicate): a
-        duplicate was not stored again, the ids are its original's ((0, 0): unknown)."""
-        if self._fenced is not None:
-            raise self._fenced
+                           sequence: tuple[str, int] | None = None) -> AppendResult:
+        """Append a batch durably (`request` is the ProduceRequest the raws came in, written
+        to the WAL as it is); `sequence` = (producer name, sequence id of its first message)
+        or None. Returns (ledger_id, first_entry_id, duplicate) after the fsync: a duplicate
+        was not stored again, the ids are its original's ((0, 0): unknown)."""
+        refused = self._fencing.fenced
+        if refused is not None:
+            raise refused
         if not self._lease_ok():
-            self.fence(errors.Fenced(f"{self.topic}: this broker's lease may have expired"))
-            raise self._fenced
-        fut = asyncio.get_running_loop().create_future()
-        item = (raws, request, size, fut, sequence)
+            raise self._fence(errors.Fenced(f"{self._topic}: this broker's lease may have "
+                                            "expired"))
+        fut: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        item: Pending = (raws, request, size, fut, sequence)
         if self._blocked or self._current is None or self._current.full(self.config):
             self._blocked.append(item)
             self._ensure_roll()
@@ -128,8 +211,13 @@ class WritePath:
             self._enqueue(self._current, item)
         return await fut
 
+    def _fence(self, err: errors.ShadowTopicError) -> errors.ShadowTopicError:
+        """Fence the ledger with `err`; returns why it is fenced (an earlier reason stays)."""
+        self._fencing.fence(err)
+        return self._fencing.fenced or err
+
     @staticmethod
-    def _enqueue(led: OpenLedger, item: tuple) -> None:
+    def _enqueue(led: OpenLedger, item: Pending) -> None:
         led.pending.append(item)
         led.queued_entries += len(item[0])
         led.queued_bytes += item[2]
@@ -167,6 +255,7 @@ class WritePath:
         appends (or fails them all). Ends when the ledger is closing and nothing is pending.
         """
         loop = asyncio.get_running_loop()
+        dedup = self._dedup
         while True:
             await led.wake.wait()
             led.wake.clear()
@@ -176,8 +265,8 @@ class WritePath:
                 await asyncio.gather(led.after, return_exceptions=True)
                 led.after = None
             while led.pending:
-                group, led.pending = led.pending, []
-                publish_ms = self._write_group(led, group)
+                pending, led.pending = led.pending, []
+                publish_ms, group = self._write_group(led, pending)
                 frames = [item[1] for item in group if item[1] is not None]
                 at = led.wal.size  # where the first frame goes
                 try:
@@ -185,11 +274,11 @@ class WritePath:
                         await loop.run_in_executor(self._executor, led.wal.write_sync,
                                                    b"".join(frames))
                 except OSError as exc:  # nothing of the group is acknowledged
-                    self.dedup.rollback()
-                    self.storage.disk.report(exc)
-                    err = errors.storage_error(exc, f"{self.topic}: WAL write")
+                    dedup.rollback()
+                    self._storage.disk.report(exc)
+                    err = errors.storage_error(exc, f"{self._topic}: WAL write")
                     if led.wal.broken:  # could not cut the failed frame off: stop here
-                        self.fence(errors.Internal(f"{self.topic}: WAL unusable: {exc}"))
+                        self._fence(errors.Internal(f"{self._topic}: WAL unusable: {exc}"))
                     for raws, frame, size, fut, _first in group:
                         if frame is not None:
                             led.queued_entries -= len(raws)
@@ -200,17 +289,19 @@ class WritePath:
                 if not self._lease_ok():
                     # durable, but this broker may no longer own the topic: acknowledge
                     # nothing (the next owner's recovery decides what the log holds)
-                    self.dedup.rollback()
-                    self.fence(errors.Fenced(f"{self.topic}: lease may have expired"))
+                    dedup.rollback()
+                    why = self._fence(errors.Fenced(f"{self._topic}: lease may have expired"))
                     for _raws, _frame, _size, fut, _first in group:
                         if not fut.done():
-                            fut.set_exception(self._fenced)
+                            fut.set_exception(why)
                     continue
-                self.dedup.commit()
+                dedup.commit()
                 ents = led.entries
                 for raws, frame, size, fut, first in group:
-                    if frame is None:  # a duplicate: resolved with its original's ids
-                        if not fut.done():
+                    if frame is None or not isinstance(first, int):
+                        # a duplicate: resolved with its original's ids (a refused batch
+                        # failed already)
+                        if isinstance(first, Duplicate) and not fut.done():
                             fut.set_result((first[0], first[1], True))
                         continue
                     ents.confirmed(publish_ms, raws, size, at, len(frame))  # evictable now
@@ -218,98 +309,90 @@ class WritePath:
                     if not fut.done():
                         fut.set_result((led.ledger_id, first, False))
                 if frames:
-                    self._notify()
-                if publish_ms - self.dedup.expired_at_ms >= min(EXPIRE_EVERY_MS,
-                                                               self.dedup.idle_ms):
-                    self.dedup.expire(publish_ms)
+                    self._on_entries()
+                if publish_ms - dedup.expired_at_ms >= min(EXPIRE_EVERY_MS, dedup.idle_ms):
+                    dedup.expire(publish_ms)
             if led.closing and not led.pending:
                 # everything of this ledger is written: what the map holds now is what its
                 # seal records (source/ledger/dedup.py)
-                self._dedup_snaps[led.ledger_id] = self.dedup.snapshot(led.ledger_id)
+                self._seals.snapshot_dedup(led.ledger_id)
                 return
 
-    def _write_group(self, led: OpenLedger, group: list) -> int:
+    def _write_group(self, led: OpenLedger, pending: list[Pending]) -> tuple[int, list[Taken]]:
         """Check the group's sequenced batches against the dedup map, assign entry ids and
-        build the frames, in place: each item becomes (raws, frame, size, future, first
-        entry id); a duplicate's frame is None and its last field its original's ids; a
-        refused batch's future fails and its frame is None too. Returns the group's
-        publish time."""
+        build the frames: each append becomes (raws, frame, size, future, first entry id);
+        a duplicate's frame is None and its last field its original's ids; a refused
+        batch's future fails and its frame is None too. Returns the group's publish time
+        and the taken appends, in order."""
         encode = walmod.encode_batch
         publish_ms = now_ms()
         next_id = len(led.entries)
-        dedup = self.dedup
-        for k, (raws, request, size, fut, seq) in enumerate(group):
+        dedup = self._dedup
+        group: list[Taken] = []
+        for raws, request, size, fut, seq in pending:
             if seq is not None:
                 try:
-                    dup: Duplicate | None = dedup.check(seq[0], seq[1], len(raws))
+                    dup = dedup.check(seq[0], seq[1], len(raws))
                 except errors.ShadowTopicError as exc:
                     led.queued_entries -= len(raws)
                     led.queued_bytes -= size
                     if not fut.done():
                         fut.set_exception(exc)
-                    group[k] = (raws, None, size, fut, None)
+                    group.append((raws, None, size, fut, None))
                     continue
                 if dup is not None:
                     led.queued_entries -= len(raws)
                     led.queued_bytes -= size
-                    group[k] = (raws, None, size, fut, dup)
+                    group.append((raws, None, size, fut, dup))
                     continue
                 dedup.stage(seq[0], seq[1], len(raws), led.ledger_id, next_id, publish_ms)
-            group[k] = (raws, encode(next_id, publish_ms, request, len(raws)), size, fut, next_id)
+            group.append((raws, encode(next_id, publish_ms, request, len(raws)), size, fut,
+                          next_id))
             next_id += len(raws)
-        return publish_ms
-
+        return publish_ms, group
 
     # ---- rollover --------------------------------------------------------------------------
-
-    async def _storage_failure(self, exc: OSError, what: str) -> errors.ShadowTopicError:
-        """The typed error of a failed write (`what`): `StorageFull` / `StorageReadOnly`
-        when the disk is the reason (an error without an errno, as pyarrow raises some, is
-        checked with a probe), else `Internal`."""
-        disk = self.storage.disk
-        disk.report(exc)
-        if exc.errno not in errors.STORAGE_ERRNOS and await disk.probe(self._executor):
-            return type(disk.error)(f"{self.topic}: {what} failed: {disk.error.message}")
-        return errors.storage_error(exc, f"{self.topic}: {what}")
 
     async def _create_ledger(self) -> OpenLedger:
         """Start a new ledger: create its WAL, register it OPEN in the ledger list (before it
         takes any write) and start its writer."""
-        disk = self.storage.disk
-        if disk.error is not None and await disk.probe(self._executor) is not None:
-            raise type(disk.error)(f"{self.topic}: cannot start a new ledger: "
-                                   f"{disk.error.message}")
+        storage = self._storage
+        disk = storage.disk
+        if disk.error is not None:
+            err = await disk.probe(self._executor)
+            if err is not None:
+                raise type(err)(f"{self._topic}: cannot start a new ledger: {err.message}")
         try:
-            lid = await self.store.next_id(keys.LEDGER_ID_COUNTER)
+            lid = await self._store.next_id(keys.LEDGER_ID_COUNTER)
         except MetadataUnavailable as exc:
             raise errors.MetadataUnavailable(f"cannot start a new ledger: {exc}") from None
-        rel = self.storage.wal_rel(self.topic, lid)
+        rel = storage.wal_rel(self._topic, lid)
         loop = asyncio.get_running_loop()
         try:
             wal = await loop.run_in_executor(self._executor, walmod.WalFile.create,
-                                             self.storage.wal_path(rel), lid)
+                                             storage.wal_path(rel), lid)
         except OSError as exc:
-            raise await self._storage_failure(exc, "starting a new ledger") from None
+            raise await write_failure(disk, exc, f"{self._topic}: starting a new ledger",
+                                      self._executor) from None
         info = mpb.LedgerInfo(ledger_id=lid, state=OPEN, wal_path=rel, created_ms=now_ms())
         try:
-            await self._update_list(lambda lst: lst.ledgers.append(info))
+            await self._list.update(lambda lst: lst.ledgers.append(info))
         except errors.ShadowTopicError:
             wal.close()
-            self.storage.delete_wal(rel)
+            storage.delete_wal(rel)
             raise
-        led = OpenLedger(lid, wal, rel, TailEntries(self.entry_cache, wal.path))
-        self._mem[lid] = led.entries
+        led = OpenLedger(lid, wal, rel, self._tails.add(lid, wal.path))
         led.writer = asyncio.create_task(self._write_loop(led), name=f"wal-{lid}")
         return led
 
-    async def _roll(self) -> asyncio.Task | None:
+    async def _roll(self) -> SealTask | None:
         """Switch to a new ledger; the old one drains and seals in its own task (returned;
         None when there was no open ledger: the topic loaded on an unwritable disk)."""
         try:
             new = await self._create_ledger()
         except BaseException as exc:
             self._roll_task = None
-            log.warning("%s: rollover failed: %s", self.topic, exc)
+            log.warning("%s: rollover failed: %s", self._topic, exc)
             self._fail_blocked(exc)
             raise
         old, self._current = self._current, new
@@ -331,43 +414,47 @@ class WritePath:
         old.closing = True
         old.wake.set()
         try:
-            await asyncio.gather(old.writer, return_exceptions=True)
+            if old.writer is not None:
+                await asyncio.gather(old.writer, return_exceptions=True)
         finally:
             if old in self._draining:
                 self._draining.remove(old)
         old.wal.close()
-        return await self._seal_or_keep(old.ledger_id, old.wal_rel, old.entries.frames,
-                                        len(old.entries))
+        return await self._seals.seal_or_keep(old.ledger_id, old.wal_rel, old.entries.frames,
+                                              len(old.entries))
 
-    def _seal_done(self, task: asyncio.Task) -> None:
+    def _seal_done(self, task: SealTask) -> None:
         self._seal_tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.warning("%s: sealing failed (retried once the disk takes writes, else the "
-                        "next owner seals it): %s", self.topic, task.exception())
+                        "next owner seals it): %s", self._topic, task.exception())
 
     async def roll(self) -> mpb.LedgerInfo | None:
         """Seal the current ledger now (RollLedger); returns the sealed ledger's info, or the
         newest sealed ledger when the current one is empty."""
-        if self._fenced is not None:
-            raise self._fenced
+        refused = self._fencing.fenced
+        if refused is not None:
+            raise refused
         while self._roll_task is not None:  # a roll may start another (blocked appends)
             await asyncio.gather(self._roll_task, return_exceptions=True)
-        if self._fenced is not None:
-            raise self._fenced
-        await self.retry_seals()  # seals that found the disk unwritable first (or raise)
+        refused = self._fencing.fenced
+        if refused is not None:
+            raise refused
+        await self._seals.retry_seals()  # seals that found the disk unwritable first (or raise)
         if self._current is None or self._current.queued_entries == 0:
             if self._seal_tasks:
                 await asyncio.gather(*self._seal_tasks, return_exceptions=True)
-            sealed = [i for i in self._list.ledgers if i.state == SEALED]
+            sealed = [i for i in self._list.current.ledgers if i.state == SEALED]
             return sealed[-1] if sealed else None
         self._roll_task = task = asyncio.create_task(self._roll())
-        return await (await task)
+        seal = await task
+        return None if seal is None else await seal
 
     async def roll_if_aged(self) -> bool:
         """Roll a quiet topic's open ledger once it is older than `max_age_s` (appends check
         age themselves; this catches a topic nobody writes to)."""
         cur = self._current
-        if (self._fenced is None and self._roll_task is None and cur is not None
+        if (self._fencing.fenced is None and self._roll_task is None and cur is not None
                 and cur.queued_entries
                 and time.monotonic() - cur.created >= self.config.max_age_s):
             await self.roll()
@@ -375,7 +462,7 @@ class WritePath:
         return False
 
 
-def _consume(task: asyncio.Task) -> None:
+def _consume(task: asyncio.Task[Any]) -> None:
     """Retrieve a background task's exception (it is reported where it matters)."""
     if not task.cancelled():
         task.exception()

@@ -78,7 +78,7 @@ async def _read_all(ml, start=MessageId(0, 0), n=37, max_bytes=1 << 30) -> list[
 
 def _held(ml: ManagedLedger) -> int:
     """Bytes really held: raws of the unsealed ledgers in memory + the reader's frames."""
-    tails = sum(t.held() for t in ml._mem.values())
+    tails = sum(t.held() for t in ml.tails.values())
     frames = sum(len(r) for per in ml.reader._frames.values() for _p, raws, _i in per.values()
                  for r in raws)
     return tails + frames
@@ -128,7 +128,7 @@ def test_topics_share_one_budget_and_every_entry_reads_back_identical(tmp_path, 
         assert env.cache.peak <= env.cache.limit
         total = sum(sum(map(len, v)) for v in sent.values())
         assert total > 4 * env.cache.limit and env.cache.evicted_bytes > 0
-        tails = [ml._mem[ml.current_ledger[0]] for ml in mls]
+        tails = [ml.tails[ml.current_ledger[0]] for ml in mls]
         assert all(t.offset > 0 and t.held() > 0 for t in tails)
         # one budget across topics, oldest first: writing only to topic 0 takes the others'
         # memory (a budget per topic would leave theirs alone)
@@ -163,7 +163,7 @@ def test_evicted_entries_are_read_from_only_the_frames_needed(tmp_path, arun, mo
             await _append(ml, raws)
             sent += raws
         lid = ml.current_ledger[0]
-        tail = ml._mem[lid]
+        tail = ml.tails[lid]
         assert tail.offset == len(sent) and tail.held() == 0 and len(tail.frames) == 100
         spans = []
         real = wal.read_frames
@@ -193,7 +193,7 @@ def test_a_damaged_frame_of_an_evicted_entry_is_a_checksum_error(tmp_path, arun)
         for b in range(4):
             await _append(ml, [f"entry-{b}-{i}".encode() * 20 for i in range(3)])
         lid = ml.current_ledger[0]
-        tail = ml._mem[lid]
+        tail = ml.tails[lid]
         start, stop = tail.frames.span(1)   # entries 3..5
         with open(tail.wal_path, "r+b") as f:
             f.seek(stop - 5)
@@ -220,7 +220,7 @@ def test_sealing_after_eviction_writes_every_entry(tmp_path, arun):
             await _append(ml, raws)
             sent += raws
             await _append(other, _raws(rng, f"o{b}", 2))  # competes for the budget
-        tail = ml._mem[ml.current_ledger[0]]
+        tail = ml.tails[ml.current_ledger[0]]
         assert 0 < tail.offset < len(sent), "want a ledger partly in memory, partly evicted"
         info = await ml.roll()
         assert info.state == mpb.SEALED and info.entries == len(sent)
@@ -230,7 +230,7 @@ def test_sealing_after_eviction_writes_every_entry(tmp_path, arun):
         assert raws == sent and len(pubs) == len(sent)
         assert [e.raw for e in await _read_all(ml)] == sent      # from Parquet now
         assert not os.path.exists(tail.wal_path)
-        assert info.ledger_id not in ml._mem and tail.held() == 0
+        assert info.ledger_id not in ml.tails and tail.held() == 0
         more = _raws(rng, "after", 5)
         await _append(ml, more)
         got = await _read_all(ml)
@@ -290,7 +290,7 @@ def test_reads_straddle_parquet_wal_and_memory(tmp_path, arun):
             raws = _raws(rng, f"w{b}", 3)
             await _append(ml, raws)
             sent += raws
-        tail = ml._mem[ml.current_ledger[0]]
+        tail = ml.tails[ml.current_ledger[0]]
         assert 0 < tail.offset < len(tail)
         for n in (1, 7, 50, 1000):
             got = await _read_all(ml, n=n)
@@ -315,7 +315,7 @@ def test_a_crash_after_eviction_recovers_every_entry(tmp_path, arun):
             await _append(ml, raws)
             sent += raws
         lid = ml.current_ledger[0]
-        assert ml._mem[lid].offset > 0
+        assert ml.tails[lid].offset > 0
         # the owner dies without closing; a new owner (its own cache) recovers the WAL
         ml2 = await env.open(TOPICS[0], cache=EntryCache(8 << 10))
         infos = ml2.ledgers()
@@ -347,7 +347,8 @@ def test_a_reader_without_the_writers_memory_bounds_its_wal_frames(tmp_path, aru
         lid = ml.current_ledger[0]
         confirmed = {lid: 100}
         cache = EntryCache(4 << 10)
-        reader = LedgerListReader(env.storage, env.executor, lambda: ml._list.ledgers,
+        reader = LedgerListReader(env.storage, env.executor,
+                                  lambda: ml.ledger_list.current.ledgers,
                                   confirmed=lambda info: confirmed.get(info.ledger_id, 0),
                                   cache=cache)
         got = await _read_all(reader, n=9)

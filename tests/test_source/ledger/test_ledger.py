@@ -495,7 +495,8 @@ def test_ledger_list_reader_rereads_an_open_ledger_from_its_wal(tmp_path, arun):
         sealed = await ml.roll()
         lid, _ = await _append(ml, 10, 4)
         confirmed = {lid: 7}
-        reader = LedgerListReader(env.storage, env.executor, lambda: ml._list.ledgers,
+        reader = LedgerListReader(env.storage, env.executor,
+                                  lambda: ml.ledger_list.current.ledgers,
                                   confirmed=lambda info: confirmed.get(info.ledger_id, 0))
         got = await reader.read(MessageId(0, 0), 100, 1 << 20)
         assert [e.raw for e in got] == [f"m{i}".encode() for i in range(11)]

@@ -297,7 +297,7 @@ def test_a_new_owner_seals_a_dead_owners_ledger_of_large_entries(tmp_path, arun)
             await ml.append(raws, wal.request_bytes(raws), sum(map(len, raws)))
             sent += raws
         lid = ml.current_ledger[0]
-        tail = ml._mem[lid]
+        tail = ml.tails[lid]
         pubs = list(tail.publish_ms)
         assert tail.offset > 0  # the owner dropped some from memory, then died
         ml2 = await open_ml(2)
