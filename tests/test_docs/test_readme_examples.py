@@ -1,0 +1,106 @@
+"""The README's examples run as written: its quickstart's `shadowtopic` commands and every
+```python block, in order, against real processes as `make run` starts them: the session's
+etcd, a source broker, a shadow broker and a compaction worker (one cluster of this module's
+own, one storage root, free loopback ports). The examples name no server: the CLI and
+`Client()` take `$SHADOWTOPIC_URL`, which the test points at the source broker.
+
+Not `shadowtopic standalone` itself: it gives its worker 120 s to warm Spark up, which a
+loaded 2-core machine may not meet; the worker here has 300 s (the processes are the same)."""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from shadowtopic.broker.server import free_port
+from shadowtopic.standalone import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
+
+
+def blocks(text: str, lang: str) -> list[tuple[int, str]]:
+    """(line, code) of each fenced block of `lang` in a markdown text."""
+    return [(text.count("\n", 0, m.start()) + 2, m.group(2))
+            for m in FENCE.finditer(text) if m.group(1) == lang]
+
+
+def quickstart_commands(readme: str) -> list[tuple[int, str]]:
+    """(line, command) of each `shadowtopic ...` line of the quickstart's shell block, its
+    comment cut."""
+    section = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
+    first = readme.count("\n", 0, readme.index("## Quickstart")) + 1
+    out = []
+    for line, code in blocks(section, "sh"):
+        for i, text in enumerate(code.splitlines()):
+            if text.startswith("shadowtopic "):
+                out.append((first + line - 1 + i, text.split("  #", 1)[0].strip()))
+    return out
+
+
+@pytest.fixture(scope="module")
+def source_url(etcd_server, tmp_path_factory):
+    """The source broker's URL, with a shadow broker and a compaction worker beside it."""
+    root = tmp_path_factory.mktemp("readme")
+    shared = ["--lease-ttl", "3", "--cluster", f"readme-{uuid.uuid4().hex[:8]}"]
+    brokers = [*shared, "--storage-root", str(root / "storage")]
+    roles = [
+        BrokerProcess(etcd_server.endpoint, str(root / "src"), free_port(), extra_args=brokers),
+        BrokerProcess(etcd_server.endpoint, str(root / "sh"), free_port(), extra_args=brokers,
+                      module="shadowtopic.shadow.broker"),
+        BrokerProcess(etcd_server.endpoint, str(root / "wk"), free_port(),
+                      module="shadowtopic.compaction.worker",
+                      extra_args=[*shared, "--spark-master", "local[2]"]),
+    ]
+    try:
+        for role, timeout in zip(roles, (60, 60, 300)):
+            role.start(timeout=timeout)
+        yield roles[0].url
+    finally:
+        for role in roles:
+            role.kill()
+
+
+def run(args: list[str], url: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = dict(os.environ, SHADOWTOPIC_URL=url, COLUMNS="200")
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, cwd=ROOT)
+
+
+def test_the_readme_has_its_examples():
+    readme = (ROOT / "README.md").read_text()
+    assert len(quickstart_commands(readme)) >= 8
+    assert len(blocks(readme, "python")) == 5
+    assert all("from shadowtopic import Client" in code for _, code in blocks(readme, "python"))
+
+
+def test_quickstart_commands_run_as_written(source_url):
+    readme = (ROOT / "README.md").read_text()
+    outputs = {}
+    for line, command in quickstart_commands(readme):
+        args = shlex.split(command)
+        done = run([EXE, *args[1:]], source_url)
+        assert done.returncode == 0, f"README.md:{line}: {command}\n{done.stdout}{done.stderr}"
+        outputs[command] = done.stdout
+    compacted = next(out for cmd, out in outputs.items() if "--compacted" in cmd)
+    # 10 x user-1 "hello" then user-2 "world": the compacted view keeps one of each
+    assert compacted.count("user-1") == 1 and compacted.count("user-2") == 1, compacted
+    shadow = next(out for cmd, out in outputs.items() if cmd.startswith("shadowtopic read my-topic-shadow"))
+    assert shadow.count("hello") == 5, shadow
+
+
+def test_python_examples_run_as_written(source_url):
+    readme = (ROOT / "README.md").read_text()
+    for line, code in blocks(readme, "python"):
+        done = run([sys.executable, "-c", code], source_url)
+        assert done.returncode == 0, f"README.md:{line}: the example failed\n{done.stdout}{done.stderr}"
+        assert done.stdout.strip(), f"README.md:{line}: the example printed nothing"
