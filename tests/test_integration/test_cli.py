@@ -55,7 +55,7 @@ def internal(cli, topic: str) -> dict:
     return jdoc(cli("topics", "stats-internal", topic, "-o", "json"))
 
 
-# ---- README quickstart ----------------------------------------------------------------------
+# ---- docs/CLI.md's first commands (100,000 messages) --------------------------------------
 
 def test_quickstart_100k_messages_round_trip(cli, topic):
     meta = jdoc(cli("topics", "create", topic, "-o", "json"))

@@ -1,6 +1,7 @@
 """Edges of the `shadowtopic` CLI: a reader of its output that goes away (`| head`), global
 options before or after the subcommand, usage errors and bad values as one `error:` line with
-exit code 1, a producer failing mid-run, and the README's Python example.
+exit code 1, a producer failing mid-run, and the client page's first Python example
+(docs/CLIENT.md; the README's examples: tests/test_docs/test_readme_examples.py).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 from shadowtopic.client import Client, Policies
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
-README = Path(__file__).resolve().parents[2] / "README.md"
+CLIENT_DOC = Path(__file__).resolve().parents[2] / "docs" / "CLIENT.md"
 
 
 def one_line_error(res, *needles: str) -> str:
@@ -218,15 +219,15 @@ def test_producer_failing_mid_run_says_how_many_were_acknowledged(broker, topic)
     assert acked == stored  # every acknowledged message is stored, and nothing else
 
 
-# ---- the README's Python example --------------------------------------------------------------
+# ---- docs/CLIENT.md's first Python example ------------------------------------------------
 
-def test_readme_python_example_runs_twice_and_prints_text(broker, topic):
-    code = re.search(r"```python\n(.*?)```", README.read_text(), re.S).group(1)
+def test_client_doc_python_example_runs_twice_and_prints_text(broker, topic):
+    code = re.search(r"```python\n(.*?)```", CLIENT_DOC.read_text(), re.S).group(1)
     assert '"localhost:6650"' in code and '"my-topic"' in code
     code = code.replace('"localhost:6650"', repr(broker.url)).replace('"my-topic"', repr(topic))
     for run in (1, 2):  # the second run finds the topic there already
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             timeout=60, cwd=README.parent, stdin=subprocess.DEVNULL)
+                             timeout=60, cwd=CLIENT_DOC.parent, stdin=subprocess.DEVNULL)
         assert res.returncode == 0, res.stderr
         lines = res.stdout.splitlines()
         assert len(lines) == run, res.stdout
