@@ -27,7 +27,7 @@ from typing import Awaitable, Callable
 
 import grpc
 
-from shadowtopic.broker.feature import AdminHandler, BrokerFeature, BrokerHost
+from shadowtopic.broker.feature import AdminRpcs, BrokerFeature, BrokerHost
 from shadowtopic.broker.rpc import abort_stream, unary
 from shadowtopic.broker.topic import Topic
 from shadowtopic.core import errors
@@ -182,19 +182,21 @@ class CompactionFeature(BrokerFeature):
             pointer = mpb.CompactionPointer.FromString(kv.value)
             out.compacted_ledger = pointer.manifest_path or pointer.job_id
 
-    def admin_handlers(self) -> dict[str, AdminHandler]:
-        rpcs = CompactionRpcs(self.admin, self.ready)
-        return {name: getattr(rpcs, name) for name in CompactionRpcs.NAMES}
+    def add_admin_rpcs(self, rpcs: AdminRpcs) -> None:
+        CompactionRpcs(self.admin, self.ready).add_to(rpcs)
 
 
 class CompactionRpcs:
     """The compaction RPCs of the Admin service."""
 
-    NAMES = ("Compact", "GetCompactionStatus", "WatchCompaction")
-
     def __init__(self, admin: CompactionAdmin, ready: Callable[[], Awaitable[None]]):
         self.admin = admin
         self.ready = ready  # the job records are where these RPCs read them
+
+    def add_to(self, rpcs: AdminRpcs) -> None:
+        rpcs.add("Compact", self.Compact)
+        rpcs.add("GetCompactionStatus", self.GetCompactionStatus)
+        rpcs.add("WatchCompaction", self.WatchCompaction)
 
     @unary
     async def Compact(self, request, context):

@@ -26,7 +26,7 @@ from contextlib import AsyncExitStack
 
 import grpc
 
-from shadowtopic.broker.feature import AdminHandler, BrokerFeature, BrokerHost, ViewOpener
+from shadowtopic.broker.feature import AdminRpcs, BrokerFeature, BrokerHost, ViewOpener
 from shadowtopic.broker.rpc import unary
 from shadowtopic.broker.topic_admin import topic_metadata
 from shadowtopic.broker.topic import Ownership, Topic
@@ -231,18 +231,21 @@ class ShadowFeature(BrokerFeature):
             server)
         return ["shadowtopic.v1.Replication"]
 
-    def admin_handlers(self) -> dict[str, AdminHandler]:
-        rpcs = ShadowRpcs(self.admin)
-        return {name: getattr(rpcs, name) for name in ShadowRpcs.NAMES}
+    def add_admin_rpcs(self, rpcs: AdminRpcs) -> None:
+        ShadowRpcs(self.admin).add_to(rpcs)
 
 
 class ShadowRpcs:
     """The shadow topic RPCs of the Admin service."""
 
-    NAMES = ("CreateShadowTopic", "DeleteShadowTopic", "GetShadowTopics", "GetShadowSource")
-
     def __init__(self, admin: ShadowAdmin):
         self.admin = admin
+
+    def add_to(self, rpcs: AdminRpcs) -> None:
+        rpcs.add("CreateShadowTopic", self.CreateShadowTopic)
+        rpcs.add("DeleteShadowTopic", self.DeleteShadowTopic)
+        rpcs.add("GetShadowTopics", self.GetShadowTopics)
+        rpcs.add("GetShadowSource", self.GetShadowSource)
 
     @unary
     async def CreateShadowTopic(self, request, context):

@@ -2,17 +2,18 @@
 ledgers.
 
 Topic metadata is in topic_admin.py, durable subscriptions in subscription_admin.py. The
-RPCs of a feature (shadow topics: shadow/feature.py; compaction: compaction/feature.py) are
-its `admin_handlers`, installed over this class's methods of the same name; on a broker
-assembled without that feature they answer UNIMPLEMENTED. Permissions are part of the
+RPCs of a feature (`FEATURE_RPCS`: shadow topics, shadow/feature.py; compaction,
+compaction/feature.py) are answered by the handlers that feature added to this service's
+`AdminRpcs` (source/broker/feature.py); on a broker assembled without that feature they
+answer UNIMPLEMENTED, naming it. Permissions are part of the
 contract (proto/shadowtopic/pb/v1/admin.proto) and answer UNIMPLEMENTED until their issue lands.
 """
 from __future__ import annotations
 
 from shadowtopic.broker import stats
-from shadowtopic.broker.feature import BrokerFeature
+from shadowtopic.broker.feature import AdminRpcs, BrokerFeature
 from shadowtopic.broker.ownership import BrokerSession
-from shadowtopic.broker.rpc import unary
+from shadowtopic.broker.rpc import abort_stream, unary
 from shadowtopic.broker.subscription_admin import SubscriptionAdmin
 from shadowtopic.broker.topic import Topic
 from shadowtopic.broker.topic_admin import TopicAdmin, topic_metadata
@@ -25,6 +26,13 @@ from shadowtopic.pb.v1 import admin_pb2 as apb
 from shadowtopic.pb.v1 import admin_pb2_grpc, common_pb2
 
 PAGE_DEFAULT = PAGE_MAX = 1000  # topics per ListTopics page (a page stays far below 64 MiB)
+
+#: the Admin RPCs features serve (admin.proto), with the feature that serves each
+FEATURE_RPCS = {
+    "CreateShadowTopic": "shadow", "DeleteShadowTopic": "shadow", "GetShadowTopics": "shadow",
+    "GetShadowSource": "shadow",
+    "Compact": "compaction", "GetCompactionStatus": "compaction", "WatchCompaction": "compaction",
+}
 
 
 def _page(names: list, page: common_pb2.PageRequest, key) -> tuple[list, str]:
@@ -46,12 +54,24 @@ def _not_yet(what: str):
     return handler
 
 
-def _feature_rpc(what: str, feature: str):
-    """An Admin RPC a feature answers, on a broker assembled without that feature."""
+def _feature_rpc(what: str):
+    """A unary Admin RPC a feature serves: answered by the handler it added."""
     @unary
     async def handler(self, request, context):
-        raise errors.Unimplemented(f"{what} is not served by this broker (it runs without "
-                                   f"the {feature} feature)")
+        return await self.feature_rpcs.handler(what)(request, context)
+    handler.__name__ = what
+    return handler
+
+
+def _feature_stream(what: str):
+    """A server-streaming Admin RPC a feature serves: streamed by the handler it added."""
+    async def handler(self, request, context):
+        try:
+            stream = self.feature_rpcs.handler(what)
+        except errors.ShadowTopicError as exc:
+            await abort_stream(context, exc)
+        async for item in stream(request, context):
+            yield item
     handler.__name__ = what
     return handler
 
@@ -65,9 +85,9 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         self.owners = stats.OwnerChannels()
         self.topic_admin = TopicAdmin(topics, self.features)
         self.subscriptions = SubscriptionAdmin(topics, self._owner_answer)
-        for f in self.features:  # registration (grpc) reads these attributes by name
-            for name, handler in f.admin_handlers().items():
-                setattr(self, name, handler)
+        self.feature_rpcs = AdminRpcs(FEATURE_RPCS)
+        for f in self.features:
+            f.add_admin_rpcs(self.feature_rpcs)
 
     # ---- topics ----------------------------------------------------------------------------
 
@@ -331,15 +351,15 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def PeekMessages(self, request, context):
         return await self.subscriptions.peek(request, context)
 
-    # ---- features' RPCs (each feature installs its own handlers over these) --------------
+    # ---- features' RPCs (answered by the handlers the features added: FEATURE_RPCS) -------
 
-    CreateShadowTopic = _feature_rpc("CreateShadowTopic", "shadow")
-    DeleteShadowTopic = _feature_rpc("DeleteShadowTopic", "shadow")
-    GetShadowTopics = _feature_rpc("GetShadowTopics", "shadow")
-    GetShadowSource = _feature_rpc("GetShadowSource", "shadow")
-    Compact = _feature_rpc("Compact", "compaction")
-    GetCompactionStatus = _feature_rpc("GetCompactionStatus", "compaction")
-    WatchCompaction = _feature_rpc("WatchCompaction", "compaction")
+    CreateShadowTopic = _feature_rpc("CreateShadowTopic")
+    DeleteShadowTopic = _feature_rpc("DeleteShadowTopic")
+    GetShadowTopics = _feature_rpc("GetShadowTopics")
+    GetShadowSource = _feature_rpc("GetShadowSource")
+    Compact = _feature_rpc("Compact")
+    GetCompactionStatus = _feature_rpc("GetCompactionStatus")
+    WatchCompaction = _feature_stream("WatchCompaction")
 
     # ---- later issues ----------------------------------------------------------------------
 

@@ -15,7 +15,8 @@ feature. A feature may add, each optional (the base class does nothing):
   (`topic_ready`: a source's replicators, a shadow's published need); each pushes its own
   close onto the topic's `AsyncExitStack`, so a failed open unwinds what was made and an
   unload closes it, in reverse order;
-- gRPC services (`add_services`) and Admin RPCs (`admin_handlers`: RPC name -> handler);
+- gRPC services (`add_services`) and the Admin RPCs it serves (`add_admin_rpcs`: each
+  handler added by name to the broker's `AdminRpcs`, which the admin service consults);
 - what retention must keep for it (`retention_keep`) and what it does after a retention
   pass (`after_retention`);
 - a guard on deleting a topic (`delete_guard`: refuse, and the etcd compares the delete
@@ -35,7 +36,7 @@ from __future__ import annotations
 import importlib.metadata
 from concurrent.futures import Executor
 from contextlib import AsyncExitStack
-from typing import Any, Awaitable, Callable, Iterable, Protocol
+from typing import Any, Awaitable, Callable, Iterable, Mapping, Protocol
 
 import grpc
 
@@ -61,6 +62,36 @@ ViewOpener = Callable[[TopicName, mpb.TopicInfo, Ownership], Awaitable[ServedVie
 
 #: an Admin RPC: (request, grpc context) -> response (or an async iterator, for a stream)
 AdminHandler = Callable[[Any, grpc.aio.ServicerContext], Any]
+
+
+class AdminRpcs:
+    """The Admin RPCs (admin.proto) that features serve, with the handler each feature added.
+
+    The admin service (source/broker/admin_service.py) asks it for the handler of such an RPC
+    at each call; an RPC no feature added is `Unimplemented`, naming the feature that serves
+    it. Only the RPCs it was made with can be added, each once."""
+
+    def __init__(self, served_by: Mapping[str, str]):
+        self._served_by = dict(served_by)  # RPC name -> the feature that serves it
+        self._handlers: dict[str, AdminHandler] = {}
+
+    def add(self, rpc: str, handler: AdminHandler) -> None:
+        """`handler` answers the Admin RPC `rpc` on this broker."""
+        if rpc not in self._served_by:
+            raise ValueError(f"{rpc} is not an Admin RPC a feature serves (those are "
+                             f"{', '.join(sorted(self._served_by))})")
+        if rpc in self._handlers:
+            raise ValueError(f"the Admin RPC {rpc} is added twice")
+        self._handlers[rpc] = handler
+
+    def handler(self, rpc: str) -> AdminHandler:
+        """What answers `rpc`; `Unimplemented` with the reason when no feature added it."""
+        found = self._handlers.get(rpc)
+        if found is None:
+            raise errors.Unimplemented(
+                f"{rpc} is not served by this broker (it runs without the "
+                f"{self._served_by.get(rpc, 'feature that serves it')} feature)")
+        return found
 
 
 class Topics(Protocol):
@@ -130,9 +161,9 @@ class BrokerFeature:
         them)."""
         return []
 
-    def admin_handlers(self) -> dict[str, AdminHandler]:
-        """Admin RPCs this feature answers (method name in admin.proto -> handler)."""
-        return {}
+    def add_admin_rpcs(self, rpcs: AdminRpcs) -> None:
+        """Add the handlers of the Admin RPCs this feature serves (`rpcs.add(name, handler)`,
+        the method name in admin.proto)."""
 
     async def retention_keep(self, t: Topic, policies: Policies) -> MessageId | None:
         """The oldest entry of the source topic `t` retention must keep for this feature

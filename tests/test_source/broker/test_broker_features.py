@@ -163,3 +163,71 @@ def test_a_feature_installs_its_admin_rpcs(tmp_path, arun):
                 await admin.GetCompactionStatus(apb.TopicRequest(topic=str(TOPIC)), ctx)
             assert ctx.code == grpc.StatusCode.NOT_FOUND and "never been compacted" in ctx.details
     arun(body())
+
+
+class Answering(BrokerFeature):
+    """A feature serving GetShadowTopics (unary) and WatchCompaction (a stream) itself."""
+
+    name = "answering"
+
+    def __init__(self):
+        self.asked: list[str] = []
+
+    def add_admin_rpcs(self, rpcs):
+        rpcs.add("GetShadowTopics", self.shadows)
+        rpcs.add("WatchCompaction", self.watch)
+
+    async def shadows(self, request, context):
+        self.asked.append(request.topic)
+        return apb.ShadowTopicsResponse(shadows=["persistent://t/ns/answered"])
+
+    async def watch(self, request, context):
+        for job_id in ("j1", "j2"):
+            yield apb.CompactionJob(job_id=job_id)
+
+
+def test_a_feature_rpc_is_answered_by_the_handler_the_feature_added(tmp_path, arun):
+    async def body():
+        async with broker(tmp_path, []) as (_, topics, session):
+            answering = Answering()
+            admin = AdminService(topics, session, [answering])
+            response = await admin.GetShadowTopics(apb.TopicRequest(topic=str(TOPIC)),
+                                                   AbortingContext())
+            assert list(response.shadows) == ["persistent://t/ns/answered"]
+            assert answering.asked == [str(TOPIC)]
+            jobs = [j.job_id async for j in admin.WatchCompaction(
+                apb.TopicRequest(topic=str(TOPIC)), AbortingContext())]
+            assert jobs == ["j1", "j2"]
+            # the same feature's RPCs it did not add stay unanswered, with the reason
+            ctx = AbortingContext()
+            with pytest.raises(grpc.aio.AbortError):
+                await admin.GetShadowSource(apb.TopicRequest(topic=str(TOPIC)), ctx)
+            assert ctx.code == grpc.StatusCode.UNIMPLEMENTED
+            assert ctx.details == ("GetShadowSource is not served by this broker (it runs "
+                                   "without the shadow feature)")
+    arun(body())
+
+
+def test_a_streamed_feature_rpc_of_an_absent_feature_is_unimplemented_with_its_reason(
+        tmp_path, arun):
+    async def body():
+        async with broker(tmp_path, []) as (_, topics, session):
+            admin = AdminService(topics, session, [])
+            ctx = AbortingContext()
+            with pytest.raises(grpc.aio.AbortError):
+                async for _ in admin.WatchCompaction(apb.TopicRequest(topic=str(TOPIC)), ctx):
+                    pytest.fail("a stream of an absent feature yields nothing")
+            assert ctx.code == grpc.StatusCode.UNIMPLEMENTED
+            assert "WatchCompaction is not served" in ctx.details
+            assert "without the compaction feature" in ctx.details
+            assert dict(ctx.metadata)[errors.REASON_KEY] == errors.Unimplemented.reason
+    arun(body())
+
+
+def test_a_feature_adds_only_the_admin_rpcs_features_serve_and_each_once():
+    rpcs = feature.AdminRpcs({"Compact": "compaction"})
+    with pytest.raises(ValueError, match="CreateTopic is not an Admin RPC a feature serves"):
+        rpcs.add("CreateTopic", Answering().shadows)
+    rpcs.add("Compact", Answering().shadows)
+    with pytest.raises(ValueError, match="Compact is added twice"):
+        rpcs.add("Compact", Answering().shadows)
