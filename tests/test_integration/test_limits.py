@@ -57,7 +57,7 @@ def test_same_producer_recovers_after_broker_restart(broker, client, topic):
         p.close()
     # the send that timed out while the broker was down stayed queued in the producer and was
     # resent once it reconnected: stored once, in order (a send that raised `Timeout` before
-    # the operation timeout is unknown, not failed: README, "Idempotent producing")
+    # the operation timeout is unknown, not failed: docs/CLIENT.md, "Idempotent producing")
     with Client(broker.url) as c, c.create_reader(topic) as r:
         got = [r.read_next(5).payload for _ in range(3)]
         assert got == [b"before", b"while-down", b"after"]
