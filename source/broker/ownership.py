@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable
+from typing import Callable, Protocol, Sequence, Sized
 
 from shadowtopic.core import errors
 from shadowtopic.core.names import TopicName
@@ -33,11 +33,23 @@ from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 log = logging.getLogger(__name__)
 
 
-def topics_load(topics) -> tuple[int, int]:
+class _Subscriptions(Protocol):
+    @property
+    def subs(self) -> Sized: ...
+
+
+class LoadedTopic(Protocol):
+    """What `topics_load` reads of a loaded topic (source/broker/topic.py's `Topic`)."""
+
+    @property
+    def subscriptions(self) -> _Subscriptions | None: ...
+
+
+def topics_load(topics: Sequence[LoadedTopic]) -> tuple[int, int]:
     """(topics, subscriptions) of a broker's loaded topics: its load in `BrokerInfo`."""
     subscriptions = 0
     for t in topics:
-        subs = getattr(t, "subscriptions", None)
+        subs = t.subscriptions  # None until its durable subscriptions loaded
         if subs is not None:
             subscriptions += len(subs.subs)
     return len(topics), subscriptions

@@ -8,7 +8,7 @@ call applies to every partition (peek needs a partition, as in Pulsar).
 """
 from __future__ import annotations
 
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, TypeAlias
 
 from shadowtopic.broker.consumer_service import start_from_pb
 from shadowtopic.broker.topics import TopicManager
@@ -37,6 +37,11 @@ def add_change(total: apb.SubscriptionChange, part: apb.SubscriptionChange) -> N
     total.dry_run = part.dry_run
 
 
+#: the requests that name a subscription (every subscription call but ListSubscriptions)
+Named: TypeAlias = (apb.CreateSubscriptionRequest | apb.DeleteSubscriptionRequest | apb.ResetCursorRequest
+         | apb.SkipRequest | apb.ClearBacklogRequest | apb.PeekMessagesRequest)
+
+
 class SubscriptionAdmin:
     def __init__(self, topics: TopicManager, owner_answer: OwnerAnswer):
         self.topics = topics
@@ -47,14 +52,18 @@ class SubscriptionAdmin:
         return [topic.partition(i) for i in range(info.partitions)] if info.partitions \
             else [topic]
 
+    async def _each_named(self, request: Named, context, method: str, act):
+        """`_each` for a request that names a subscription: the name is checked first."""
+        TopicName.parse(request.topic)  # a bad topic is reported before a bad name
+        if not request.subscription:
+            raise errors.InvalidArgument("a subscription name is required")
+        check_subscription(request.subscription)
+        return await self._each(request, context, method, act)
+
     async def _each(self, request, context, method: str, act):
         """Run `act(TopicSubscriptions)` on every partition (here or at its owner); yields
         each partition's answer (protobuf)."""
         topic = TopicName.parse(request.topic)
-        if getattr(request, "subscription", ""):
-            check_subscription(request.subscription)
-        elif hasattr(request, "subscription"):
-            raise errors.InvalidArgument("a subscription name is required")
         out = []
         for part in await self._parts(topic):
             req = type(request)()
@@ -79,14 +88,14 @@ class SubscriptionAdmin:
         async def act(ts: TopicSubscriptions):
             await ts.create(request.subscription, start)
             return apb.Empty()
-        await self._each(request, context, "CreateSubscription", act)
+        await self._each_named(request, context, "CreateSubscription", act)
         return apb.Empty()
 
     async def delete(self, request, context) -> apb.SubscriptionChange:
         async def act(ts: TopicSubscriptions):
             return change_pb(await ts.delete(request.subscription, request.force,
                                              request.dry_run))
-        return self._sum(await self._each(request, context, "DeleteSubscription", act))
+        return self._sum(await self._each_named(request, context, "DeleteSubscription", act))
 
     async def list(self, request, context) -> list[str]:
         async def act(ts: TopicSubscriptions):
@@ -104,7 +113,7 @@ class SubscriptionAdmin:
         async def act(ts: TopicSubscriptions):
             pos, clamped = await ts.reset_cursor(request.subscription, start, request.dry_run)
             return apb.ResetCursorResponse(position=pos.to_pb(), clamped=clamped)
-        answers = await self._each(request, context, "ResetCursor", act)
+        answers = await self._each_named(request, context, "ResetCursor", act)
         out = apb.ResetCursorResponse()
         out.CopyFrom(answers[-1])
         out.clamped = any(a.clamped for a in answers)
@@ -117,12 +126,12 @@ class SubscriptionAdmin:
         async def act(ts: TopicSubscriptions):
             return change_pb(await ts.skip(request.subscription, request.count,
                                            request.dry_run))
-        return self._sum(await self._each(request, context, "Skip", act))
+        return self._sum(await self._each_named(request, context, "Skip", act))
 
     async def clear_backlog(self, request, context) -> apb.SubscriptionChange:
         async def act(ts: TopicSubscriptions):
             return change_pb(await ts.clear_backlog(request.subscription, request.dry_run))
-        return self._sum(await self._each(request, context, "ClearBacklog", act))
+        return self._sum(await self._each_named(request, context, "ClearBacklog", act))
 
     async def peek(self, request, context) -> apb.PeekMessagesResponse:
         """The first unacknowledged entries (their raw bytes are passed on, not decoded)."""
@@ -139,7 +148,7 @@ class SubscriptionAdmin:
             return apb.PeekMessagesResponse(entries=[common_pb2.EncodedEntry(
                 ledger_id=e.ledger_id, entry_id=e.entry_id, publish_time=e.publish_ms,
                 raw=e.raw) for e in entries])
-        return (await self._each(request, context, "PeekMessages", act))[0]
+        return (await self._each_named(request, context, "PeekMessages", act))[0]
 
     @staticmethod
     def _sum(answers: list[apb.SubscriptionChange]) -> apb.SubscriptionChange:

@@ -77,6 +77,10 @@ class _Sink:
     def put(self, item) -> None:
         self.consumer._on_item(*item)
 
+    def put_many(self, handles: list[int], delivery) -> None:
+        for handle in handles:
+            self.consumer._on_item(handle, delivery)
+
 
 class Consumer(ConsumerResume):
     def __init__(self, conn: Connection, mux: Multiplexer, topic: str, partitions: int,

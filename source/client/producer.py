@@ -486,7 +486,8 @@ class Producer:
             stream.attach_answers.put(errors.ConnectError("produce stream ended"))
         self._break(stream, errors.ConnectError("produce stream ended"))
 
-    def _break(self, stream: _Stream, err: Exception, head: _Batch | None = None) -> None:
+    def _break(self, stream: _Stream, err: errors.ShadowTopicError,
+               head: _Batch | None = None) -> None:
         """`stream` broke (or answered a temporary error for `head`): its batches without a
         receipt go back, in order, before those not sent yet, to be resent on a new stream
         within the operation timeout; a non-temporary error fails them."""
@@ -506,7 +507,7 @@ class Producer:
         self._breaks += 1
         if self._closed and not moved:
             return
-        if not getattr(err, "retriable", False):
+        if not err.retriable:
             self._fail_waiting(err)
             return
         self._outbox.put(_WAKE)
@@ -570,4 +571,4 @@ class Producer:
 
 def _retriable(receipt: producer_pb2.ProduceReceipt) -> bool:
     e = receipt.error
-    return getattr(errors.from_reason(e.reason, e.message, e.code), "retriable", False)
+    return errors.from_reason(e.reason, e.message, e.code).retriable

@@ -35,7 +35,7 @@ from shadowtopic.client.admin import Admin, position_pb
 from shadowtopic.client.connection import Connection
 from shadowtopic.client.message import Message
 from shadowtopic.client.reconnect import Reconnector, reconnectable
-from shadowtopic.client.stream import Multiplexer
+from shadowtopic.client.stream import Multiplexer, QueueSink
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
@@ -122,7 +122,7 @@ class Reader:
         self._start = start
         self._reconnector = reconnector  # None: a broken partition fails the reader
         self._lock = threading.Lock()    # the partitions' handles, against a reconnect
-        self._queue: queue.Queue = queue.Queue()
+        self._queue = QueueSink()
         self._buffer: deque[Message] = deque()
         self._permits = receiver_queue_size
         self._closed = False
@@ -273,7 +273,7 @@ class Reader:
             parts = [p for p in self._parts.values() if p.state == "reconnecting"]
         if not parts:
             return
-        answers: queue.Queue = queue.Queue()
+        answers = QueueSink()
         new: dict[int, _Partition] = {}
         try:
             for p in parts:

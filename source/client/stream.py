@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 
@@ -33,11 +33,23 @@ _HANDLES = itertools.count(1)
 class Sink(Protocol):
     """What `Multiplexer.register` hands one handle's frames to, on the stream's receive
     thread: `(handle, Delivery)` for each frame naming the handle, then `(handle, error)`
-    once the stream ended. A `queue.Queue` is one (a Reader's). A sink that also has
-    `put_many(handles, delivery)` gets a frame once for all of its handles it names."""
+    once the stream ended. A frame naming several handles of one sink is handed over once,
+    to `put_many` (a `subscribe_many` listener passes it on to its consumers at once)."""
 
     def put(self, item: tuple[int, "Delivery | Exception"]) -> None:
         ...
+
+    def put_many(self, handles: list[int], delivery: "Delivery") -> None:
+        ...
+
+
+class QueueSink(queue.Queue[tuple[int, Any]]):
+    """A `Sink` that queues `(handle, Delivery | error)` items for a thread to take (a
+    Reader's, which queues its own wake-ups too)."""
+
+    def put_many(self, handles: list[int], delivery: "Delivery") -> None:
+        for handle in handles:
+            self.put((handle, delivery))
 
 
 class Multiplexer:
@@ -129,18 +141,13 @@ class Multiplexer:
                         if sink is not None:
                             sink.put((handles[0], delivery))
                         continue
-                    by_sink: dict[object, list[int]] = {}
+                    by_sink: dict[Sink, list[int]] = {}
                     for handle in handles:
                         sink = self._sinks.get(handle)
                         if sink is not None:
                             by_sink.setdefault(sink, []).append(handle)
                     for sink, hs in by_sink.items():
-                        put_many = getattr(sink, "put_many", None)
-                        if put_many is not None:  # a subscribe_many listener: all at once
-                            put_many(hs, delivery)
-                        else:
-                            for handle in hs:
-                                sink.put((handle, delivery))
+                        sink.put_many(hs, delivery)
         except grpc.RpcError as exc:
             err = errors.from_rpc_error(exc)
             # gRPC raises the call object itself; its traceback's frames refer back to it, a
