@@ -5,7 +5,8 @@ Why a script: the config lives in docs/mkdocs.yml (the repo's top level is fixed
 refuses a docs_dir that holds its own config file; the home page is README.md, whose links
 say `docs/CLI.md`. So this stages a copy of docs/ in a temp dir, writes README.md there as
 index.md with `](docs/` links made `](`, writes the effective config beside it (docs_dir: the
-staged copy; site_dir: build/site unless --site-dir) and runs `mkdocs build --strict` on it.
+staged copy; site_dir: build/site unless --site-dir; pages docs/mkdocs.yml's nav does not
+list yet under "More") and runs `mkdocs build --strict` on it.
 
     python scripts/docs.py [--site-dir DIR]      # exit code: mkdocs's
 """
@@ -30,6 +31,22 @@ def home_page(readme: str) -> str:
     return re.sub(r"\]\(docs/", "](", readme)
 
 
+def nav_pages(nav) -> set[str]:
+    """The page files a mkdocs nav lists (nested sections included)."""
+    if isinstance(nav, str):
+        return {nav}
+    if isinstance(nav, dict):
+        return set().union(*(nav_pages(v) for v in nav.values()))
+    return set().union(*(nav_pages(v) for v in nav)) if nav else set()
+
+
+def complete_nav(nav: list, pages: list[str]) -> list:
+    """`nav` with the pages it does not list under "More": a page added to docs/ and not yet
+    to the nav still gets a place in it."""
+    unlisted = sorted(set(pages) - nav_pages(nav))
+    return [*nav, {"More": unlisted}] if unlisted else nav
+
+
 def stage(into: Path, site_dir: Path) -> Path:
     """Stage docs/ and the home page under `into`; return the effective config's path."""
     docs = into / "docs"
@@ -37,6 +54,7 @@ def stage(into: Path, site_dir: Path) -> Path:
     (docs / "index.md").write_text(home_page((ROOT / "README.md").read_text()))
     config = yaml.safe_load((DOCS / "mkdocs.yml").read_text())
     config.update(docs_dir=str(docs), site_dir=str(site_dir))
+    config["nav"] = complete_nav(config["nav"], [p.name for p in DOCS.glob("*.md")])
     path = into / "mkdocs.yml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path

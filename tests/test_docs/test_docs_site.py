@@ -32,3 +32,9 @@ def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
         done = docs.run_mkdocs(config)
         assert done.returncode != 0, broken
         assert "CLI.md" in done.stdout, done.stdout
+
+
+def test_a_page_missing_from_the_nav_gets_a_place_in_it():
+    nav = [{"Home": "index.md"}, {"Use": [{"Command line": "CLI.md"}]}]
+    assert docs.complete_nav(nav, ["CLI.md", "index.md"]) == nav
+    assert docs.complete_nav(nav, ["CLI.md", "NEW.md", "index.md"]) == [*nav, {"More": ["NEW.md"]}]
