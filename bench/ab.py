@@ -6,8 +6,9 @@
 
 Runs `bench/run.py <args>` in the `--before` checkout, then in this one, `--pairs` times
 (A B A B ...: the machine is shared and noisy, so each pair meets the same noise). Each run
-imports its own tree's code (PYTHONPATH; the brokers and workers it starts inherit it) and
-writes its figures to `<tree>/bench/out/<stamp>.json`; RESULTS.md is not touched (`--out`
+imports its own tree's code: it runs under that tree's own `.venv/bin/python` (`make install`
+there first: the package is installed editable, so a PYTHONPATH would not switch it; the
+brokers and workers it starts use the same interpreter) and writes its figures to `<tree>/bench/out/<stamp>.json`; RESULTS.md is not touched (`--out`
 goes to a scratch file). Every number the two runs share is a figure; the report gives, for
 each, the before and after medians and the median of the paired ratios after / before.
 Lower is better for seconds, latencies and CPU; higher for rates.
@@ -30,8 +31,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def run(tree: str, args: list[str], scratch: str) -> dict:
     out_dir = os.path.join(tree, "bench", "out")
     before = set(glob.glob(os.path.join(out_dir, "*.json")))
-    env = {**os.environ, "PYTHONPATH": tree}
-    cmd = [sys.executable, os.path.join(tree, "bench", "run.py"), *args,
+    python = os.path.join(tree, ".venv", "bin", "python")
+    if not os.path.exists(python):
+        sys.exit(f"ab: {tree} has no .venv/bin/python: run `make install` there first")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    cmd = [python, os.path.join(tree, "bench", "run.py"), *args,
            "--out", os.path.join(scratch, "RESULTS.md")]
     t0 = time.monotonic()
     subprocess.run(cmd, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)

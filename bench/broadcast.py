@@ -48,11 +48,11 @@ import threading
 import time
 from array import array
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+if BENCH not in sys.path:  # the sibling bench modules imported below
+    sys.path.insert(0, BENCH)
 
-TOPIC = "persistent://bench/broadcast/t"
 PAYLOAD = struct.Struct("<Id")  # sequence, send time (time.time())
 
 
@@ -242,12 +242,14 @@ def run_broadcast(data_dir: str, subs: int = 100_000, procs: int = 4, duration: 
                   grace: float = 60.0, profile: str | None = None) -> dict:
     """One etcd + broker under `data_dir`; attach, idle, send; returns the figures.
     `profile`: the broker runs under cProfile and dumps its stats there when it exits."""
+    import topics  # bench/topics.py
     from consume import proc_cpu  # bench/consume.py
     from shadowtopic.broker.server import free_port
     from shadowtopic.client import Client
     from shadowtopic.metadata.etcd_server import EtcdServer
     from shadowtopic.standalone import BrokerProcess
 
+    topic = topics.name("broadcast")
     messages = max(1, int(duration * rate))
     names = [f"b-{i}" for i in range(subs)]
     groups = [names[i::procs] for i in range(procs)]
@@ -264,16 +266,16 @@ def run_broadcast(data_dir: str, subs: int = 100_000, procs: int = 4, duration: 
         go, stop = ctx.Event(), ctx.Event()
         start_at = ctx.Value("d", 0.0)
         progress = ctx.Array("q", procs)
-        ps = [ctx.Process(target=_subscriber, args=(i, broker.url, TOPIC, g, messages,
+        ps = [ctx.Process(target=_subscriber, args=(i, broker.url, topic, g, messages,
                                                     queue_size, go, start_at, stop,
                                                     progress, q), daemon=True)
               for i, g in enumerate(groups)]
-        watch = PointerWatch(etcd.endpoint, TOPIC)
+        watch = PointerWatch(etcd.endpoint, topic)
         try:
             with Client(broker.url, timeout=120) as c:
-                c.admin.create_topic(TOPIC)
+                c.admin.create_topic(topic)
                 # a batch per message: sent at once, no linger
-                producer = c.create_producer(TOPIC, producer_name="broadcast-bench",
+                producer = c.create_producer(topic, producer_name="broadcast-bench",
                                              batch_max_messages=1)
                 for p in ps:
                     p.start()
@@ -520,7 +522,7 @@ def run_fanout100(peers: str | None, data_dir: str, messages: int = 100_000, pay
     res = run_consume(peers, data_dir, messages, payload, rounds, exclusive_subs=subs,
                       exclusive_procs=procs, exclusive_ack="cumulative",
                       nats_messages=nats_messages, queue_size=queue_size,
-                      cases=("exclusive",))
+                      cases=("exclusive",), part="fanout100")
     return {**res["exclusive"], "messages": messages, "payload": payload,
             "nats_messages": nats_messages, "receiver_queue_size": queue_size,
             "prefill_s": res["prefill_s"]}

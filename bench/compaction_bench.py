@@ -12,7 +12,10 @@ root, driven through the public client.
   (bench/compaction_baselines.py: DuckDB two-phase semi-join, then ours, each round; Polars'
   semi-join and DuckDB's naive QUALIFY once): the time a user waits from `admin.compact` to
   the new pointer (the job record DONE). Each round deletes the pointer first, so every run
-  is a full one [within 2.5x of the best single-node plan of the same run].
+  is a full one [within 2.5x of the best single-node plan of the same run]. The baselines
+  read exactly the ledgers the job reads: those up to the one `roll_ledger` closed, once the
+  ledger list shows them all SEALED (`sealed_files`); the job's horizon must be in that last
+  ledger and its output must hold as many messages as DuckDB's, else the part fails.
 - incremental: 10% more messages, then `admin.compact` (the previous compacted ledger plus
   the new ledgers) [faster than the best plan's full run over all the files]. The 10% sit
   in the open ledger, which the broker seals before it files the request; each compaction's
@@ -40,11 +43,10 @@ import tempfile
 import time
 import uuid
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-TOPIC = "persistent://bench/compaction/state"
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+if BENCH not in sys.path:  # the sibling bench modules imported below
+    sys.path.insert(0, BENCH)
 
 
 def proc_cpu(pid: int) -> float:
@@ -116,12 +118,36 @@ def produce(url: str, topic: str, messages: int, keys: int, payload: int, seed: 
     return time.perf_counter() - t0
 
 
-def sealed_files(root: str, topic: str) -> list[str]:
+def sealed_files(c, root: str, topic: str, upto: int, timeout: float = 300.0) -> list[str]:
+    """The Parquet files of `topic`'s ledgers up to ledger id `upto`, once the ledger list
+    shows every one of them sealed. A baseline must read exactly the ledgers the compaction
+    reads: `roll_ledger` answers before the seal of a ledger rolled over earlier (by
+    `ledger_max_entries`) has finished, and listing the directory then missed one."""
     from shadowtopic.core.names import TopicName
     from shadowtopic.ledger.storage import Storage
-    st = Storage(root)
-    rel = Storage.topic_sealed_dir(TopicName.parse(topic))
-    return sorted(st.full(p) for p in st.list_dir(rel) if p.endswith(".parquet"))
+
+    deadline = time.monotonic() + timeout
+    while True:
+        ledgers = [x for x in c.admin.internal_stats(topic)["ledgers"] if x["ledgerId"] <= upto]
+        if ledgers and all(x["state"] == "SEALED" for x in ledgers):
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench: compaction: the ledgers of {topic} up to {upto} not all "
+                             f"sealed after {timeout:.0f} s: {ledgers}")
+        time.sleep(0.2)
+    st, name = Storage(root), TopicName.parse(topic)
+    files = [st.full(Storage.sealed_rel(name, x["ledgerId"])) for x in ledgers]
+    missing = [f for f in files if not os.path.exists(f)]
+    if missing:
+        raise SystemExit(f"bench: compaction: sealed ledgers without their file: {missing}")
+    return files
+
+
+def horizon_ledger(status) -> int:
+    """The last ledger a compaction job read (its horizon's)."""
+    if status.horizon is None:
+        raise SystemExit(f"bench: compaction: job {status.job_id} has no horizon")
+    return status.horizon.ledger_id
 
 
 def compact(c, topic: str) -> tuple[float, object, dict]:
@@ -207,24 +233,25 @@ def _mission_client(url: str, topic: str, subs: int, load: int, tail: int, q) ->
         q.put(("tail", time.perf_counter() - (t1 or time.perf_counter()), got_tail))
 
 
-def run_mission(cl: Cluster, c, subs: int, tail: int, keys: int, payload: int) -> dict:
-    shadows = [f"{TOPIC}-shadow-{i}" for i in range(4)]
+def run_mission(cl: Cluster, c, topic: str, subs: int, tail: int, keys: int,
+                payload: int) -> dict:
+    shadows = [f"{topic}-shadow-{i}" for i in range(4)]
     for s in shadows:
-        c.admin.create_shadow_topic(s, TOPIC)
-    load = c.admin.compaction_status(TOPIC).entries_written
+        c.admin.create_shadow_topic(s, topic)
+    load = c.admin.compaction_status(topic).entries_written
     per = subs // 5
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     cpu0 = proc_cpu(cl.src.proc.pid), proc_cpu(cl.sh.proc.pid)
     t0 = time.perf_counter()
     procs = [ctx.Process(target=_mission_client, args=(cl.url, t, per, load, tail, q))
-             for t in [TOPIC, *shadows]]
+             for t in [topic, *shadows]]
     for p in procs:
         p.start()
     loads = [q.get(timeout=900) for _ in procs]
     t_loaded = time.perf_counter() - t0
     cpu1 = proc_cpu(cl.src.proc.pid), proc_cpu(cl.sh.proc.pid)
-    produce(cl.url, TOPIC, tail, keys, payload, seed=99)
+    produce(cl.url, topic, tail, keys, payload, seed=99)
     tails = [q.get(timeout=900) for _ in procs]
     cpu2 = proc_cpu(cl.src.proc.pid), proc_cpu(cl.sh.proc.pid)
     for p in procs:
@@ -241,23 +268,25 @@ def run_mission(cl: Cluster, c, subs: int, tail: int, keys: int, payload: int) -
 
 def run_compaction(data_dir: str, a) -> dict:
     import compaction_baselines as cb
+    import topics  # bench/topics.py
     from shadowtopic.client import Client, Policies
 
+    topic = topics.name("compaction", "state")
     cl = Cluster(data_dir)
     out: dict = {"rounds": []}
     try:
         with Client(cl.url, timeout=120) as c:
             # deletes dropped at once, as the DuckDB and Polars baselines drop them
-            c.admin.create_topic(TOPIC, policies=Policies(ledger_max_entries=a.ledger_entries,
+            c.admin.create_topic(topic, policies=Policies(ledger_max_entries=a.ledger_entries,
                                                           delete_retention_seconds=0))
-            warm = TOPIC + "-warmup"
+            warm = topic + "-warmup"
             c.admin.create_topic(warm)
             produce(cl.url, warm, 1000, 100, a.payload, seed=7)
             compact(c, warm)  # the session is warm from here
-            out["produce_s"] = round(produce(cl.url, TOPIC, a.messages, a.keys, a.payload,
+            out["produce_s"] = round(produce(cl.url, topic, a.messages, a.keys, a.payload,
                                              seed=1), 1)
-            c.admin.roll_ledger(TOPIC)
-            files = sealed_files(cl.root, TOPIC)
+            rolled = c.admin.roll_ledger(topic)["ledgerId"]
+            files = sealed_files(c, cl.root, topic, rolled)
             print(f"  {a.messages:,} messages in {len(files)} ledgers "
                   f"({out['produce_s']} s to produce)", flush=True)
             scratch = tempfile.mkdtemp(prefix="cb-", dir=data_dir)
@@ -266,9 +295,13 @@ def run_compaction(data_dir: str, a) -> dict:
             status = None
             for rnd in range(a.rounds):
                 best, rows = cb.run("duckdb-semijoin", files, scratch)
-                drop_pointer(cl.etcd.endpoint, TOPIC)
-                ours, status, split = compact(c, TOPIC)
-                assert status.entries_written == rows, (status.entries_written, rows)
+                drop_pointer(cl.etcd.endpoint, topic)
+                ours, status, split = compact(c, topic)
+                if horizon_ledger(status) != rolled or status.entries_written != rows:
+                    raise SystemExit(
+                        f"bench: compaction: the job read ledgers up to "
+                        f"{horizon_ledger(status)} and wrote {status.entries_written}; DuckDB "
+                        f"read ledgers up to {rolled} and kept {rows}")
                 out["rounds"].append({"duckdb_semijoin_s": round(best, 3),
                                       "ours_s": round(ours, 3), "split": split,
                                       "ratio": round(ours / best, 2)})
@@ -277,23 +310,28 @@ def run_compaction(data_dir: str, a) -> dict:
             out["survivors"] = status.entries_written
             out["keys"] = status.keys
             # incremental: 10% more
-            produce(cl.url, TOPIC, a.messages // 10, a.keys, a.payload, seed=2)
-            inc, inc_status, inc_split = compact(c, TOPIC)
-            best_all, _ = cb.run("duckdb-semijoin", sealed_files(cl.root, TOPIC), scratch)
+            produce(cl.url, topic, a.messages // 10, a.keys, a.payload, seed=2)
+            inc, inc_status, inc_split = compact(c, topic)
+            best_all, rows_all = cb.run("duckdb-semijoin", sealed_files(
+                c, cl.root, topic, horizon_ledger(inc_status)), scratch)
+            if inc_status.entries_written != rows_all:
+                raise SystemExit(f"bench: compaction: incremental wrote "
+                                 f"{inc_status.entries_written}, DuckDB's full run over the "
+                                 f"same ledgers kept {rows_all}")
             out["incremental"] = {"ours_s": round(inc, 3), "duckdb_full_s": round(best_all, 3),
                                   "split": inc_split,
                                   "input_ledgers": inc_status.entries_total,
                                   "previous": inc_status.previous_job_id != ""}
             shutil.rmtree(scratch, ignore_errors=True)
             # load the latest state vs the whole backlog
-            t_c, n_c = read_to_end(cl.url, TOPIC, True)
-            t_r, n_r = read_to_end(cl.url, TOPIC, False)
+            t_c, n_c = read_to_end(cl.url, topic, True)
+            t_r, n_r = read_to_end(cl.url, topic, False)
             out["load"] = {"compacted_s": round(t_c, 2), "compacted_msgs": n_c,
                            "backlog_s": round(t_r, 2), "backlog_msgs": n_r,
                            "speedup": round(t_r / t_c, 1)}
             print(f"  load: compacted {t_c:.2f} s ({n_c:,}), backlog {t_r:.2f} s ({n_r:,})",
                   flush=True)
-            out["mission"] = run_mission(cl, c, a.subs, a.tail, a.keys, a.payload)
+            out["mission"] = run_mission(cl, c, topic, a.subs, a.tail, a.keys, a.payload)
     finally:
         cl.close()
     out["args"] = {k: getattr(a, k) for k in ("messages", "keys", "payload", "ledger_entries",

@@ -51,10 +51,10 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-TOPIC = "persistent://bench/consume/t"
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+if BENCH not in sys.path:  # the sibling bench modules imported below
+    sys.path.insert(0, BENCH)
 
 
 def _consume(url: str, topic: str, subs: list[str], ctype: str, ack: str, total: int,
@@ -235,22 +235,26 @@ def run_consume(peers: str | None, data_dir: str, messages: int = 200_000, paylo
                 exclusive_procs: int = 1, exclusive_ack: str = "cumulative",
                 nats_messages: int = 10_000, queue_size: int = 1000,
                 cases: tuple[str, ...] = ("shared", "exclusive"),
-                profile: str | None = None) -> dict:
+                profile: str | None = None, part: str = "consume") -> dict:
     """Pre-fill one topic, then per round and case: ceiling, ours, NATS (paired ratios).
-    `profile`: a path; the broker then runs under cProfile and dumps its stats there."""
+    `profile`: a path; the broker then runs under cProfile and dumps its stats there.
+    `part`: the bench part it runs for (its topic's namespace and its dirs under
+    `data_dir`: bench/run.py's fanout100 runs this too)."""
+    import topics  # bench/topics.py
     from shadowtopic.broker.server import free_port
     from shadowtopic.client import Client
     from shadowtopic.metadata.etcd_server import EtcdServer
     from shadowtopic.standalone import BrokerProcess
 
-    with EtcdServer(os.path.join(data_dir, "etcd-consume")) as etcd:
-        broker = BrokerProcess(etcd.endpoint, os.path.join(data_dir, "broker-consume"),
+    topic = topics.name(part)
+    with EtcdServer(os.path.join(data_dir, f"etcd-{part}")) as etcd:
+        broker = BrokerProcess(etcd.endpoint, os.path.join(data_dir, f"broker-{part}"),
                                free_port(), extra_args=["--profile", profile] if profile else [])
         broker.start(timeout=60)
         try:
             with Client(broker.url, timeout=60) as c:
-                c.admin.create_topic(TOPIC)
-                fill_s = prefill(broker.url, TOPIC, messages, payload)
+                c.admin.create_topic(topic)
+                fill_s = prefill(broker.url, topic, messages, payload)
                 print(f"  pre-filled {messages:,} messages in {fill_s:.1f}s", flush=True)
                 out: dict = {}
                 for case in cases:
@@ -265,7 +269,7 @@ def run_consume(peers: str | None, data_dir: str, messages: int = 200_000, paylo
                                              "--payload", str(payload)],
                                             "grpc_decoded_fanout_msgs_per_s")
                         ours = consume_round(
-                            broker.url, c.admin, TOPIC, case, f"r{r}", messages, n,
+                            broker.url, c.admin, topic, case, f"r{r}", messages, n,
                             shared_procs if case == "shared" else exclusive_procs,
                             "individual" if case == "shared" else exclusive_ack, queue_size,
                             broker.proc.pid)

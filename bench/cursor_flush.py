@@ -29,8 +29,10 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+if BENCH not in sys.path:  # the sibling bench modules imported below
+    sys.path.insert(0, BENCH)
 
 
 def _store_class():
@@ -139,13 +141,14 @@ async def phase(metadata, root: str, topic, fence, cursors: dict, entry: int, su
 
 async def run(metadata, root: str, subs: int, seconds: float, ceiling_seconds: float,
               interval: float, rate: float, lag: int) -> dict:
+    import topics  # bench/topics.py
     from shadowtopic.core.message_id import MessageId
     from shadowtopic.core.names import TopicName
     from shadowtopic.cursors import CursorState, Fence, SnapshotCursorStore
     from shadowtopic.ledger.storage import Storage
     from shadowtopic.metadata import keys
 
-    topic = TopicName.parse("persistent://bench/cursor-flush/t")
+    topic = TopicName.parse(topics.name("flush"))
     fence = Fence(keys.ownership("bench", topic), b"bench-owner")
     await metadata.put(fence.key, fence.value)
     cursors = {f"sub-{i}": CursorState.starting_at(MessageId(1, 0)) for i in range(subs)}

@@ -22,8 +22,10 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+if BENCH not in sys.path:  # the sibling bench modules imported below
+    sys.path.insert(0, BENCH)
 
 
 def _read_all(url: str, topic: str, readers: int, messages: int, ready, out) -> None:
@@ -91,12 +93,13 @@ def ceiling_round(peers: str, readers: int) -> int | None:
 def run_fanout(peers: str | None, data_dir: str, readers: int = 100, messages: int = 20_000,
                payload: int = 100, rounds: int = 3) -> dict:
     """Alternating rounds of the ceiling and ours against one broker; paired ratios."""
+    import topics  # bench/topics.py
     from shadowtopic.broker.server import free_port
     from shadowtopic.client import Client
     from shadowtopic.metadata.etcd_server import EtcdServer
     from shadowtopic.standalone import BrokerProcess
 
-    topic = "persistent://bench/fanout/t"
+    topic = topics.name("fanout")
     with EtcdServer(os.path.join(data_dir, "etcd-fanout")) as etcd:
         broker = BrokerProcess(etcd.endpoint, os.path.join(data_dir, "broker-fanout"),
                                free_port())

@@ -24,10 +24,11 @@ import tempfile
 import time
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+if BENCH not in sys.path:  # the sibling bench modules imported below
+    sys.path.insert(0, BENCH)
 
-TOPIC = "persistent://bench/metrics/t"
 BATCH = 20_000
 
 
@@ -82,11 +83,13 @@ def run_metrics_scrape(data_dir: str, subs: int = 100_000, scrapes: int = 5,
 
 
 def _case(data_dir: str, subs: int, scrapes: int, messages: int, per_sub: bool) -> dict:
+    import topics  # bench/topics.py
     from shadowtopic.broker.server import free_port
     from shadowtopic.client import Client
     from shadowtopic.metadata.etcd_server import EtcdServer
     from shadowtopic.standalone import BrokerProcess
 
+    topic = topics.name("metrics-scrape", "per-sub-on" if per_sub else "per-sub-off")
     with EtcdServer(os.path.join(data_dir, "etcd")) as etcd:
         etcd.start()
         mport = free_port()
@@ -97,15 +100,15 @@ def _case(data_dir: str, subs: int, scrapes: int, messages: int, per_sub: bool) 
         url = f"http://127.0.0.1:{mport}/metrics"
         try:
             with Client(broker.url, timeout=300) as c:
-                c.admin.create_topic(TOPIC)
+                c.admin.create_topic(topic)
                 names = [f"m-{i}" for i in range(subs)]
                 t0 = time.monotonic()
                 for i in range(0, subs, BATCH):
-                    c.subscribe_many(TOPIC, names[i:i + BATCH], initial_position="earliest",
+                    c.subscribe_many(topic, names[i:i + BATCH], initial_position="earliest",
                                      receiver_queue_size=100)
                 attach_s = round(time.monotonic() - t0, 1)
                 print(f"  attached {subs:,} subscriptions in {attach_s} s", flush=True)
-                with c.create_producer(TOPIC) as p:
+                with c.create_producer(topic) as p:
                     for i in range(messages):
                         p.send(f"m{i}".encode())
                 time.sleep(2.0)

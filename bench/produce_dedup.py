@@ -26,8 +26,10 @@ import tempfile
 import time
 import uuid
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+if BENCH not in sys.path:  # the sibling bench modules imported below
+    sys.path.insert(0, BENCH)
 
 
 def _producer(url: str, topic: str, count: int, payload: int, start_at: float,
@@ -74,9 +76,10 @@ def _cpu_seconds(pid: int) -> float:
 
 def one_round(url: str, messages: int, producers: int, payload: int, idempotent: bool,
               broker_pid: int) -> dict:
+    import topics  # bench/topics.py
     from shadowtopic.client import Client
 
-    topic = f"persistent://public/bench/dedup-{uuid.uuid4().hex[:8]}"
+    topic = topics.name("dedup", f"t-{uuid.uuid4().hex[:8]}")
     with Client(url) as c:
         c.admin.create_topic(topic)
     ctx = mp.get_context("spawn")  # gRPC channels do not survive fork

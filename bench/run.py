@@ -16,7 +16,15 @@ see `make bench`). Writes bench/RESULTS.md and bench/out/<stamp>.json.
 
     .venv/bin/python bench/run.py --shared ../shared [--messages 400000] [--rounds 3]
                     [--only produce,dedup,fanout,consume,flush,fanout100,broadcast,shadows,
-                           shadows-scale,compaction]
+                           shadows-scale,compaction] [--smoke] [--out F] [--out-dir D]
+
+Each part runs in a data dir of its own (its own etcd and brokers) on topics of its own
+(bench/topics.py: namespace `bench/<part>-<run>`). After each part, bench/out/<stamp>.json
+(`--out-dir`) and RESULTS.md (`--out`) are rewritten with everything measured so far. A part
+that fails (one of its checks, a process that died) is printed with its traceback, its error
+goes into the json's `errors` and at the top of its RESULTS.md section, and the next part
+runs; the run exits non-zero at the end if any part failed. `--smoke` runs every part at a
+tiny size (SMOKE below; tests/test_bench/test_bench_smoke.py runs it part by part).
 
 `--shadows-*`, `--shadows-scale-*` and `--compaction-*` pass bench/shadows.py's,
 bench/shadows_scale.py's and bench/compaction_bench.py's options (e.g. `--shadows-parts
@@ -44,9 +52,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+if BENCH not in sys.path:  # the sibling bench modules imported below
+    sys.path.insert(0, BENCH)
 
 
 def _producer(url: str, topic: str, count: int, payload: int, start_at: float, sample: int,
@@ -103,7 +114,7 @@ def produce_round(url: str, topic: str, messages: int, producers: int, payload: 
     for _ in procs:
         try:
             results.append(q.get(timeout=300))
-        except Exception:  # noqa: BLE001 - a producer died: say so, not "queue.Empty"
+        except Exception:
             raise SystemExit("bench: a producer process failed (see its traceback above)")
     for p in procs:
         p.join(30)
@@ -122,6 +133,7 @@ def produce_round(url: str, topic: str, messages: int, producers: int, payload: 
 def run_produce(args, data_dir: str, peers: str | None) -> list[dict]:
     """Rounds of (limits.py produce ceiling, ours, NATS JetStream), alternating, each round
     with its paired ratios."""
+    import topics  # bench/topics.py
     from shadowtopic.broker.server import free_port
     from shadowtopic.client import Client
     from shadowtopic.metadata.etcd_server import EtcdServer
@@ -141,7 +153,7 @@ def run_produce(args, data_dir: str, peers: str | None) -> list[dict]:
                                         "--only", "produce", "--dir", data_dir],
                                        "limits.py --only produce")
                         ceiling = (lim or {}).get("produce_hot_path_msgs_per_s")
-                    topic = f"persistent://bench/produce/t{r}"
+                    topic = topics.name("produce", f"t{r}")
                     c.admin.create_topic(topic)
                     ours = produce_round(broker.url, topic, args.messages, args.producers,
                                          args.payload, args.sample)
@@ -319,30 +331,47 @@ def previous_sections(path: str, only: str) -> dict[str, list[str]]:
     return found
 
 
-def write_results(path: str, args, rounds: list[dict], limits: dict | None,
-                  nats: dict | None, fan: dict | None = None, consume: dict | None = None,
-                  flush: dict | None = None, old: dict | None = None,
-                  fan100: dict | None = None, bcast: dict | None = None,
-                  shadows: dict | None = None, scale: dict | None = None,
-                  load: tuple | None = None, compaction: dict | None = None,
-                  dedup: dict | None = None) -> None:
+#: each part's RESULTS.md heading when it failed and no earlier figures are at hand
+TITLES = {"produce": "## Produce (acked after fsync, through the public client)",
+          "dedup": "## Idempotent producing: deduplication on vs off (bench/produce_dedup.py)",
+          "fanout": "## Reader fan-out (bench/fanout.py)",
+          "consume": "## Consume and acknowledge (bench/consume.py)",
+          "flush": "## Cursor flush with subscriptions acking (bench/cursor_flush.py)",
+          "fanout100": "## Fan-out to durable subscriptions (bench/consume.py, exclusive case)",
+          "broadcast": "## Broadcast: durable subscriptions on one topic (bench/broadcast.py)",
+          "shadows": "## Shadow topics (bench/shadows.py)",
+          "shadows-scale": "## Fan-out and broadcast over shadow topics (bench/shadows_scale.py)",
+          "compaction": "## Compaction (bench/compaction_bench.py)"}
+
+
+def write_results(path: str, args, results: dict, errors: dict, old: dict | None = None,
+                  load: tuple | None = None, text: dict | None = None) -> None:
+    """RESULTS.md from this run's `results` ({part: figures}; produce's are {rounds, limits,
+    nats}) and `errors` ({part: message}). A part not run keeps its section from the newest
+    bench/out/*.json holding it (`old`: carried_over's) or else from the RESULTS.md at `path`,
+    marked as carried over; a part that failed says so, with its error, above those earlier
+    figures (or under its bare heading when there are none). `text`: previous_sections of
+    that RESULTS.md as it was before this run's first write (read here when not given)."""
     from broadcast import broadcast_lines, fanout100_lines  # bench/broadcast.py
-    from shadows_report import scale_lines, shadows_lines  # bench/shadows_report.py
-    from compaction_bench import report_lines as compaction_lines  # bench/compaction_bench.py
+    from compaction_bench import (
+        report_lines as compaction_lines,  # bench/compaction_bench.py
+    )
     from consume import consume_lines  # bench/consume.py, beside this script
     from cursor_flush import flush_lines  # bench/cursor_flush.py
     from metrics_scrape import scrape_lines  # bench/metrics_scrape.py
     from produce_dedup import dedup_lines  # bench/produce_dedup.py
+    from shadows_report import scale_lines, shadows_lines  # bench/shadows_report.py
 
     def broadcast_all(res: dict) -> list[str]:
         more = scrape_lines(res["metrics_scrape"]) if res.get("metrics_scrape") else []
         return broadcast_lines(res) + more
 
     old = old or {}
-    text = previous_sections(path, args.only)
+    text = previous_sections(path, args.only) if text is None else text
+    measured = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
     lines = [
         "# Benchmark results", "",
-        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {machine()}.",
+        f"Measured {measured} on {machine()}.",
         "A shared, noisy machine: each figure is set beside its ceiling or peer measured in",
         "alternating rounds of the same run (A B A B ...), and the medians of the paired",
         "ratios are quoted. Reproduce with `make bench` (= `.venv/bin/python bench/run.py",
@@ -356,44 +385,54 @@ def write_results(path: str, args, rounds: list[dict], limits: dict | None,
             f" `--{k.replace('_', '-')} {v}`" for k, v in sorted(vars(args).items())
             if k.startswith("shadows_") and v != DEFAULTS.get(k))
             if {"shadows", "shadows-scale"} & set(args.only.split(",")) else "") + ".",
+        "A part that fails shows its error at the top of its section (the next parts still "
+        "run, and `make bench` exits non-zero)."
+        + (f" **Failed in this run: {', '.join(sorted(errors))}.**" if errors else ""),
         ""]
     if load:
         lines[-1:-1] = ["Load average (1 / 5 / 15 min, 2 cores) when this run started: " +
                         " / ".join(f"{x:.2f}" for x in load[0]) + "; when it ended: " +
                         " / ".join(f"{x:.2f}" for x in load[1]) + "."]
 
-    def note(part: str) -> list[str]:
-        return [f"*Carried over from an earlier run (bench/out/{old[part][0]}); this run "
-                f"measured only `{args.only}`.*", ""]
+    def produce_all(res: dict) -> list[str]:
+        return produce_lines(res.get("args") or args, res["rounds"])
 
+    renders = {"produce": produce_all, "dedup": dedup_lines, "fanout": fanout_lines,
+               "consume": consume_lines, "flush": flush_lines, "fanout100": fanout100_lines,
+               "broadcast": broadcast_all, "shadows": shadows_lines, "shadows-scale": scale_lines,
+               "compaction": compaction_lines}
+    produce = results.get("produce") or {}
+    limits, nats = produce.get("limits"), produce.get("nats")
     when = "the same run"
-    if rounds:
-        lines += produce_lines(args, rounds)
-    elif "produce" in old:
-        prev = argparse.Namespace(**{**vars(args), **old["produce"][1].get("args", {})})
-        body = produce_lines(prev, old["produce"][1]["rounds"])
-        lines += body[:2] + note("produce") + body[2:]
-        if not limits and not nats:
-            limits, nats = old["produce"][1].get("limits"), old["produce"][1].get("nats")
-            when = f"the run of bench/out/{old['produce'][0]}"
-    elif "produce" in text:
-        lines += text["produce"]
-    for part, res, render in (("dedup", dedup, dedup_lines),
-                              ("fanout", fan, fanout_lines), ("consume", consume, consume_lines),
-                              ("flush", flush, flush_lines),
-                              ("fanout100", fan100, fanout100_lines),
-                              ("broadcast", bcast, broadcast_all),
-                              ("shadows", shadows, shadows_lines),
-                              ("shadows-scale", scale, scale_lines),
-                              ("compaction", compaction, compaction_lines)):
-        if res:
-            lines += render(res)
-        elif part in old:
-            body = render(old[part][1][KEYS.get(part, part)])
-            lines += body[:2] + note(part) + body[2:]
+    for part in PARTS:
+        if part in results:
+            lines += renders[part](results[part])
+            continue
+        body = None
+        if part in old:
+            name, doc = old[part]
+            if part == "produce":
+                res = {"rounds": doc["rounds"], "args": argparse.Namespace(
+                    **{**vars(args), **doc.get("args", {})})}
+                if not limits and not nats:
+                    limits, nats = doc.get("limits"), doc.get("nats")
+                    when = f"the run of bench/out/{name}"
+            else:
+                res = doc[KEYS.get(part, part)]
+            body = renders[part](res)
+            body[2:2] = [f"*Carried over from an earlier run (bench/out/{name})" + (
+                "" if part in errors else f"; this run measured only `{args.only}`") + ".*", ""]
         elif part in text:
-            lines += text[part]
-    if not limits and not nats and not rounds and "produce" not in old:
+            body = [line.split("; this run measured only")[0] + ".*"
+                    if part in errors and line.startswith("*Carried over from") else line
+                    for line in text[part]]
+        if part in errors:
+            failed = [f"**Failed in the run of {measured}:** `{errors[part]}`" + (
+                " The figures below are from an earlier run." if body else ""), ""]
+            body = (body or [TITLES[part], ""])
+            body[2:2] = failed
+        lines += body or []
+    if not limits and not nats and "produce" not in results and "produce" not in old:
         lines += text.get("limits", []) + text.get("nats", [])
     if limits:
         lines += [f"## Machine ceilings (limits.py, once in {when})", "", "```",
@@ -418,6 +457,112 @@ def sub_args(args, prefix: str, extra: dict) -> argparse.Namespace:
                                           if k.startswith(prefix)})
 
 
+#: `--smoke`: every part at a tiny size (seconds each; tests/test_bench/test_bench_smoke.py)
+SMOKE = {"messages": 2000, "producers": 1, "rounds": 1, "dedup_messages": 1000,
+         "dedup_pairs": 1, "dedup_producers": 1, "readers": 2, "fanout_messages": 200,
+         "consume_messages": 1000, "shared_consumers": 2, "shared_procs": 1,
+         "exclusive_subs": 2, "nats_consume_messages": 500, "flush_subs": 50,
+         "flush_seconds": 2.5, "flush_ceiling_seconds": 0.5, "fanout100_subs": 4,
+         "fanout100_messages": 500, "fanout100_procs": 1, "nats_fanout100_messages": 200,
+         "broadcast_subs": 40, "broadcast_procs": 1, "broadcast_duration": 2.0,
+         "broadcast_settle": 0.5, "metrics_scrapes": 1, "shadows_create_messages": 2000,
+         "shadows_create_reps": 2, "shadows_rate": 500, "shadows_seconds": 1.5,
+         "shadows_catchup_messages": 1000, "shadows_catchup_ledger_bytes": 32 << 10,
+         "shadows_cpu_messages": 1000, "shadows_scale_shadows": 2,
+         "shadows_scale_fanout_messages": 500, "shadows_scale_subs": 4,
+         "shadows_scale_procs": 1, "shadows_scale_broadcast_subs": 30,
+         "shadows_scale_broadcast_duration": 2.0, "compaction_messages": 20_000,
+         "compaction_keys": 1000, "compaction_ledger_entries": 6000, "compaction_subs": 5,
+         "compaction_tail": 200}
+
+
+def run_part(part: str, args, data_dir: str, peers: str | None) -> dict:
+    """Run one part of the bench in `data_dir` (its own); returns its figures."""
+    if part == "produce":
+        limits = nats = None
+        if peers:
+            limits = run_peer([sys.executable, os.path.join(peers, "limits.py"), "--dir",
+                               data_dir], "limits.py")
+            nats = run_peer([sys.executable, os.path.join(peers, "nats_jetstream.py")],
+                            "nats_jetstream.py")
+        print("running shadowtopic produce rounds", flush=True)
+        return {"rounds": run_produce(args, data_dir, peers), "limits": limits, "nats": nats}
+    if part == "dedup":
+        from produce_dedup import run_dedup  # bench/produce_dedup.py
+
+        print(f"running produce with deduplication on beside off ({args.dedup_pairs} "
+              "pairs of rounds)", flush=True)
+        return run_dedup(data_dir, args.dedup_messages, args.dedup_pairs,
+                         args.dedup_producers, args.payload)
+    if part == "fanout":
+        from fanout import run_fanout  # bench/fanout.py, beside this script
+
+        print("running fan-out rounds (limits.py fanout / shadowtopic, alternating)",
+              flush=True)
+        return run_fanout(peers, data_dir, args.readers, args.fanout_messages, args.payload,
+                          args.rounds)
+    if part == "consume":
+        from consume import run_consume  # bench/consume.py
+
+        print("running consume-and-ack rounds (limits.py fanout / shadowtopic / NATS, "
+              "alternating)", flush=True)
+        return run_consume(
+            peers, data_dir, args.consume_messages, args.payload, args.rounds,
+            args.shared_consumers, args.shared_procs, args.exclusive_subs,
+            args.exclusive_procs, args.exclusive_ack, args.nats_consume_messages,
+            profile=os.path.abspath(args.consume_profile) if args.consume_profile else None)
+    if part == "flush":
+        from cursor_flush import run_flush  # bench/cursor_flush.py
+
+        print(f"running the cursor flush bench ({args.flush_subs:,} subscriptions, "
+              f"{args.flush_seconds:g}s)", flush=True)
+        return run_flush(data_dir, args.flush_subs, args.flush_seconds,
+                         ceiling_seconds=args.flush_ceiling_seconds, rate=args.flush_rate)
+    if part == "fanout100":
+        from broadcast import run_fanout100  # bench/broadcast.py
+
+        print(f"running fan-out to {args.fanout100_subs} durable subscriptions (limits.py "
+              "fanout / shadowtopic / NATS, alternating)", flush=True)
+        return run_fanout100(peers, data_dir, args.fanout100_messages, args.payload,
+                             args.rounds, args.fanout100_procs, args.nats_fanout100_messages,
+                             args.fanout100_subs)
+    if part == "broadcast":
+        from broadcast import run_broadcast  # bench/broadcast.py
+        from metrics_scrape import run_metrics_scrape  # bench/metrics_scrape.py
+
+        print(f"running broadcast ({args.broadcast_subs:,} subscriptions, "
+              f"{args.broadcast_duration:g} s at 1 msg/s)", flush=True)
+        bcast = run_broadcast(data_dir, args.broadcast_subs, args.broadcast_procs,
+                              args.broadcast_duration, settle=args.broadcast_settle)
+        print(f"running the /metrics scrape ({args.broadcast_subs:,} subscriptions, with "
+              "and without per-subscription series)", flush=True)
+        bcast["metrics_scrape"] = run_metrics_scrape(data_dir, args.broadcast_subs,
+                                                     args.metrics_scrapes)
+        return bcast
+    common = dict(rounds=args.rounds, payload=args.payload, profile=None)
+    if part == "shadows":
+        from shadows import run_shadows  # bench/shadows.py
+
+        return run_shadows(data_dir, peers, sub_args(args, "shadows_", common))
+    if part == "shadows-scale":
+        from shadows_scale import run_scale  # bench/shadows_scale.py
+
+        return run_scale(data_dir, peers, sub_args(args, "shadows_scale_", common))
+    if part == "compaction":
+        from compaction_bench import run_compaction  # bench/compaction_bench.py
+
+        print("running compaction", flush=True)
+        return run_compaction(data_dir, sub_args(args, "compaction_", common))
+    raise ValueError(f"unknown part {part!r}")
+
+
+def failure(exc: BaseException) -> str:
+    """One line for a part's error: the bench's own checks raise SystemExit with a message."""
+    text = str(exc.code) if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+    text = " ".join(text.split()).replace("`", "'")
+    return text if len(text) <= 400 else text[:400] + " ..."
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
@@ -430,6 +575,9 @@ def main() -> None:
     p.add_argument("--no-peers", action="store_true", help="skip limits.py and NATS")
     p.add_argument("--only", default=",".join(PARTS),
                    help="comma-separated subset of " + ",".join(PARTS))
+    p.add_argument("--smoke", action="store_true",
+                   help="every part at a tiny size (the defaults of SMOKE; options given "
+                        "still win): does each part run, not how fast")
     p.add_argument("--dedup-messages", type=int, default=200_000,
                    help="dedup: messages a round (bench/produce_dedup.py)")
     p.add_argument("--dedup-pairs", type=int, default=6, help="dedup: pairs of rounds")
@@ -454,6 +602,8 @@ def main() -> None:
                    help="consume: run its broker under cProfile, stats to this path")
     p.add_argument("--flush-subs", type=int, default=10_000)
     p.add_argument("--flush-seconds", type=float, default=20.0)
+    p.add_argument("--flush-ceiling-seconds", type=float, default=5.0,
+                   help="flush: then save back to back for this long (0: skip)")
     p.add_argument("--flush-rate", type=float, default=5.0,
                    help="flush: ack rounds per second (every subscription acks per round)")
     p.add_argument("--fanout100-subs", type=int, default=100,
@@ -469,123 +619,82 @@ def main() -> None:
                    help="broadcast: client processes the subscriptions are spread over")
     p.add_argument("--broadcast-duration", type=float, default=60.0,
                    help="broadcast: seconds of 1 msg/s after attaching")
+    p.add_argument("--broadcast-settle", type=float, default=5.0,
+                   help="broadcast: seconds idle after attaching before reading the RSS")
+    p.add_argument("--metrics-scrapes", type=int, default=5,
+                   help="broadcast: GETs of /metrics per case (bench/metrics_scrape.py)")
+    from compaction_bench import (
+        add_args as compaction_args,  # bench/compaction_bench.py
+    )
     from shadows import add_args as shadows_args  # bench/shadows.py
     from shadows_scale import add_args as scale_args  # bench/shadows_scale.py
-    from compaction_bench import add_args as compaction_args  # bench/compaction_bench.py
 
     shadows_args(p, "shadows-")
     scale_args(p, "shadows-scale-")
     compaction_args(p, "compaction-")
     DEFAULTS.update((k, p.get_default(k)) for k in vars(p.parse_args([])))
-    p.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
+    p.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"),
+                   help="the RESULTS.md to write (rewritten after each part)")
+    p.add_argument("--out-dir", default=os.path.join(ROOT, "bench", "out"),
+                   help="where this run's <stamp>.json goes (rewritten after each part) and "
+                        "earlier runs' figures are carried over from")
+    p.add_argument("--data-dir", default=os.path.join(ROOT, "data", "bench"),
+                   help="the parts' etcd and broker data go in a temporary directory here")
+    if p.parse_known_args()[0].smoke:
+        p.set_defaults(**SMOKE)
     args = p.parse_args()
     load0 = os.getloadavg()
     peers = os.path.join(args.shared, "peers")
     if not args.no_peers and not os.path.isdir(peers):
         sys.exit(f"bench: {peers} not found (../shared sits beside a developer's clone); "
                  "pass --shared DIR or --no-peers")
-    base = os.path.join(ROOT, "data", "bench")
-    os.makedirs(base, exist_ok=True)
     parts = set(args.only.split(","))
     if parts - set(PARTS):
         sys.exit(f"bench: --only: unknown parts {sorted(parts - set(PARTS))}")
-    out_dir = os.path.join(ROOT, "bench", "out")
-    old = carried_over(parts, out_dir)
-    with tempfile.TemporaryDirectory(dir=base) as data_dir:
-        limits = nats = fan = consume = flush = fan100 = bcast = shadows = scale = None
-        rounds: list[dict] = []
-        if "produce" in parts:
-            if not args.no_peers:
-                limits = run_peer([sys.executable, os.path.join(peers, "limits.py"), "--dir",
-                                   data_dir], "limits.py")
-                nats = run_peer([sys.executable, os.path.join(peers, "nats_jetstream.py")],
-                                "nats_jetstream.py")
-            print("running shadowtopic produce rounds", flush=True)
-            rounds = run_produce(args, data_dir, None if args.no_peers else peers)
-        dedup = None
-        if "dedup" in parts:
-            from produce_dedup import run_dedup  # bench/produce_dedup.py
-
-            print(f"running produce with deduplication on beside off ({args.dedup_pairs} "
-                  "pairs of rounds)", flush=True)
-            dedup = run_dedup(data_dir, args.dedup_messages, args.dedup_pairs,
-                              args.dedup_producers, args.payload)
-        if "fanout" in parts:
-            from fanout import run_fanout  # bench/fanout.py, beside this script
-
-            print("running fan-out rounds (limits.py fanout / shadowtopic, alternating)",
-                  flush=True)
-            fan = run_fanout(None if args.no_peers else peers, data_dir, args.readers,
-                             args.fanout_messages, args.payload, args.rounds)
-        if "consume" in parts:
-            from consume import run_consume  # bench/consume.py
-
-            print("running consume-and-ack rounds (limits.py fanout / shadowtopic / NATS, "
-                  "alternating)", flush=True)
-            consume = run_consume(
-                None if args.no_peers else peers, data_dir, args.consume_messages,
-                args.payload, args.rounds, args.shared_consumers, args.shared_procs,
-                args.exclusive_subs, args.exclusive_procs, args.exclusive_ack,
-                args.nats_consume_messages,
-                profile=os.path.abspath(args.consume_profile) if args.consume_profile
-                else None)
-        if "flush" in parts:
-            from cursor_flush import run_flush  # bench/cursor_flush.py
-
-            print(f"running the cursor flush bench ({args.flush_subs:,} subscriptions, "
-                  f"{args.flush_seconds:g}s)", flush=True)
-            flush = run_flush(data_dir, args.flush_subs, args.flush_seconds,
-                              rate=args.flush_rate)
-        if "fanout100" in parts:
-            from broadcast import run_fanout100  # bench/broadcast.py
-
-            print(f"running fan-out to {args.fanout100_subs} durable subscriptions (limits.py "
-                  "fanout / shadowtopic / NATS, alternating)", flush=True)
-            fan100 = run_fanout100(None if args.no_peers else peers, data_dir,
-                                   args.fanout100_messages, args.payload, args.rounds,
-                                   args.fanout100_procs, args.nats_fanout100_messages,
-                                   args.fanout100_subs)
-        if "broadcast" in parts:
-            from broadcast import run_broadcast  # bench/broadcast.py
-
-            print(f"running broadcast ({args.broadcast_subs:,} subscriptions, "
-                  f"{args.broadcast_duration:g} s at 1 msg/s)", flush=True)
-            bcast = run_broadcast(data_dir, args.broadcast_subs, args.broadcast_procs,
-                                  args.broadcast_duration)
-            from metrics_scrape import run_metrics_scrape  # bench/metrics_scrape.py
-
-            print(f"running the /metrics scrape ({args.broadcast_subs:,} subscriptions, with "
-                  "and without per-subscription series)", flush=True)
-            bcast["metrics_scrape"] = run_metrics_scrape(data_dir, args.broadcast_subs)
-        common = dict(rounds=args.rounds, payload=args.payload, profile=None)
-        if "shadows" in parts:
-            from shadows import run_shadows  # bench/shadows.py
-
-            shadows = run_shadows(data_dir, None if args.no_peers else peers,
-                                  sub_args(args, "shadows_", common))
-        if "shadows-scale" in parts:
-            from shadows_scale import run_scale  # bench/shadows_scale.py
-
-            scale = run_scale(data_dir, None if args.no_peers else peers,
-                              sub_args(args, "shadows_scale_", common))
-        compaction = None
-        if "compaction" in parts:
-            from compaction_bench import run_compaction  # bench/compaction_bench.py
-
-            print("running compaction", flush=True)
-            compaction = run_compaction(data_dir, sub_args(args, "compaction_", common))
-    write_results(args.out, args, rounds, limits, nats, fan, consume, flush, old, fan100,
-                  bcast, shadows, scale, (load0, os.getloadavg()), compaction, dedup)
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, time.strftime("%Y%m%d-%H%M%S") + ".json"), "w") as f:
-        json.dump({"args": {k: getattr(args, k) for k in ("messages", "producers", "payload",
-                                                          "rounds", "sample", "only")},
-                   "rounds": rounds, "limits": limits, "nats": nats, "fanout": fan,
-                   "consume": consume, "flush": flush, "fanout100": fan100,
-                   "broadcast": bcast, "shadows": shadows, "shadows_scale": scale,
-                   "compaction": compaction, "dedup": dedup,
-                   "load": [load0, os.getloadavg()]}, f, indent=1)
+    os.makedirs(args.data_dir, exist_ok=True)
+    os.makedirs(args.out_dir, exist_ok=True)
+    old = carried_over(set(), args.out_dir)  # before this run's own file exists
+    text = previous_sections(args.out, args.only)  # before this run rewrites it
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    doc: dict = {"args": {k: getattr(args, k) for k in ("messages", "producers", "payload",
+                                                        "rounds", "sample", "only")},
+                 "rounds": None, "limits": None, "nats": None,
+                 **{KEYS.get(part, part): None for part in PARTS if part != "produce"},
+                 "errors": {}, "seconds": {}, "load": [load0, None]}
+    results: dict = {}
+    with tempfile.TemporaryDirectory(dir=args.data_dir) as data_dir:
+        for part in PARTS:
+            if part not in parts:
+                continue
+            part_dir = os.path.join(data_dir, part)  # its own etcd, brokers and files
+            os.makedirs(part_dir)
+            t0 = time.monotonic()
+            try:
+                results[part] = run_part(part, args, part_dir, None if args.no_peers else peers)
+            except (Exception, SystemExit) as exc:
+                traceback.print_exc()
+                doc["errors"][part] = failure(exc)
+                print(f"bench: part {part} FAILED: {doc['errors'][part]}", flush=True)
+            doc["seconds"][part] = round(time.monotonic() - t0, 1)
+            if part in results:
+                if part == "produce":
+                    doc.update(results[part])
+                else:
+                    doc[KEYS.get(part, part)] = results[part]
+            # saved part by part: a later part that fails or hangs loses nothing measured
+            doc["load"][1] = os.getloadavg()
+            with open(os.path.join(args.out_dir, stamp + ".json"), "w") as f:
+                json.dump(doc, f, indent=1)
+            write_results(args.out, args, results, doc["errors"],
+                          {k: v for k, v in old.items() if k not in results},
+                          (load0, os.getloadavg()), text)
+            print(f"bench: part {part} {'failed' if part in doc['errors'] else 'done'} in "
+                  f"{doc['seconds'][part]} s; figures so far in "
+                  f"{os.path.join(args.out_dir, stamp + '.json')} and {args.out}", flush=True)
     print(open(args.out).read())
+    if doc["errors"]:
+        sys.exit(f"bench: {len(doc['errors'])} part(s) failed: " + "; ".join(
+            f"{k}: {v}" for k, v in doc["errors"].items()))
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ topics to the shadow broker. One shadow broker process serves every shadow.
   reader's p99 per round and its median [<= 1.5x for 1 and 4 shadows]; p99 / the lone
   source reader's too.
 - catchup-s3 (issue 21): the catch-up (no NATS) on a cluster whose storage root is a bucket
-  on moto's S3 server (a process on a loopback port; tests/test_integration/s3_support.py),
+  on moto's S3 server (a process on a loopback port; tests/support/s3_support.py),
   every broker with its own `--wal-dir`; the source's `ledger_max_bytes` is
   `--catchup-ledger-bytes` (2 MiB) so the history is in sealed ledgers in the bucket.
   `--profile PREFIX` profiles these clusters' brokers to PREFIX-remote.* / PREFIX-s3.*.
@@ -65,9 +65,12 @@ import time
 import uuid
 from array import array
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+if BENCH not in sys.path:  # the sibling bench modules imported below
+    sys.path.insert(0, BENCH)
+
+from topics import name as topic_name  # bench/topics.py
 
 HEAD = struct.Struct("<Qd")  # sequence, send time (time.time())
 PARTS = ("create", "latency", "catchup", "cpu", "latency-remote", "catchup-s3")
@@ -95,7 +98,7 @@ class Pair:
     `split_wal`: each broker keeps its open ledgers' WAL under its own data dir (`--wal-dir`),
     as on separate machines: a shadow broker then reads the unsealed tail from the source
     broker over gRPC (shadow/tail.py). `s3`: a started moto server (MotoS3 of
-    tests/test_integration/s3_support.py): the storage root is a fresh bucket on it.
+    tests/support/s3_support.py): the storage root is a fresh bucket on it.
     `shadow_brokers`: how many shadow broker processes (shadows are placed among them)."""
 
     def __init__(self, data_dir: str, tag: str = "shadows", profile: str | None = None,
@@ -258,7 +261,7 @@ def _get(q, p, timeout: float, what: str):
     while True:
         try:
             return q.get(timeout=1.0)
-        except Exception:  # noqa: BLE001 - queue.Empty: is the process alive?
+        except Exception:
             if p.exitcode not in (None, 0) or time.time() > deadline:
                 raise SystemExit(f"bench: shadows: {what} failed (see its traceback above)")
 
@@ -279,7 +282,7 @@ def run_create(pair: Pair, c, messages: int, reps: int, payload: int,
     from run import produce_round  # bench/run.py
     from shadowtopic.client import Policies
 
-    src = "persistent://bench/shadows/big"
+    src = topic_name("shadows", "big")
     c.admin.create_topic(src, policies=Policies(replicator_auto_reset_backlog_entries=auto_reset)
                          if auto_reset else None)
     fill = produce_round(pair.url, src, messages, 4, payload, sample=1000)
@@ -347,7 +350,7 @@ def run_latency(pair: Pair, c, rate: int, seconds: float, tick: float, rounds: i
     its ratio is to that reader."""
     setups = {}
     for n in counts:
-        src = f"persistent://bench/shadows/lat{n}"
+        src = topic_name("shadows", f"lat{n}")
         c.admin.create_topic(src)
         shadows = [f"{src}-shadow-{i}" for i in range(n)]
         for s in shadows:
@@ -421,7 +424,7 @@ def run_catchup(pair: Pair, c, messages: int, rounds: int, payload: int, queue: 
     from run import produce_round, run_peer  # bench/run.py
     from shadowtopic.client import Policies
 
-    src = "persistent://bench/shadows/history"
+    src = topic_name("shadows", "history")
     c.admin.create_topic(src, policies=Policies(ledger_max_bytes=ledger_bytes)
                          if ledger_bytes else None)
     produce_round(pair.url, src, messages, 2, payload, sample=1000)
@@ -451,7 +454,7 @@ def run_catchup(pair: Pair, c, messages: int, rounds: int, payload: int, queue: 
 
 
 def cpu_case(pair: Pair, c, tag: str, n: int, messages: int, payload: int) -> dict:
-    src = f"persistent://bench/shadows/cpu-{tag}-{n}"
+    src = topic_name("shadows", f"cpu-{tag}-{n}")
     c.admin.create_topic(src)
     shadows = [f"{src}-shadow-{i}" for i in range(n)]
     for s in shadows:
@@ -552,14 +555,24 @@ def run_shadows(data_dir: str, peers: str | None, a) -> dict:
     if "catchup-s3" in parts:
         print(f"running catch-up of {a.catchup_messages:,} messages from sealed ledgers in "
               "an s3:// root (moto's server)", flush=True)
-        from tests.test_integration.s3_support import MotoS3
-        with MotoS3(data_dir) as moto, \
+        with _moto_s3()(data_dir) as moto, \
                 Pair(data_dir, "s3", profile=_prof(a, "s3"), split_wal=True, s3=moto) as pair, \
                 Client(pair.url, timeout=120) as c:
             res["catchup_s3"] = run_catchup(pair, c, a.catchup_messages, a.rounds, a.payload,
                                             a.catchup_queue, None, a.catchup_ledger_bytes)
     res["load_end"] = os.getloadavg()
     return res
+
+
+def _moto_s3():
+    """The test kit's moto S3 server (tests/support/s3_support.py, imported as `support.*`
+    as the tests do; not part of the installed package): tests/ goes at the END of sys.path,
+    so nothing there can stand in for the installed `shadowtopic`."""
+    kit = os.path.join(ROOT, "tests")
+    if kit not in sys.path:
+        sys.path.append(kit)
+    from support.s3_support import MotoS3
+    return MotoS3
 
 
 def _prof(a, tag: str) -> str | None:

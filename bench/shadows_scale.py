@@ -38,9 +38,12 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+if BENCH not in sys.path:  # the sibling bench modules imported below
+    sys.path.insert(0, BENCH)
+
+from topics import name as topic_name  # bench/topics.py
 
 PARTS = ("fanout", "broadcast", "fanout-brokers")
 
@@ -108,13 +111,13 @@ def fanout_round(pair, c, topics: list[str], tag: str, subs: int, procs: int, me
                                                   queue_size, q)) for g in groups]
     for p in ps:
         p.start()
-    sh_pids = getattr(pair, "sh_pids", [pair.sh_pid])
+    sh_pids = pair.sh_pids
     cpu0 = [proc_cpu(pair.src_pid), sum(proc_cpu(p) for p in sh_pids)]
     res = []
     for _ in ps:
         try:
             res.append(q.get(timeout=900))
-        except Exception:  # noqa: BLE001 - a consumer died: say so
+        except Exception:
             raise SystemExit("bench: shadow fan-out: a consumer process failed")
     cpu = [proc_cpu(pair.src_pid) - cpu0[0], sum(proc_cpu(p) for p in sh_pids) - cpu0[1]]
     for p in ps:
@@ -136,7 +139,7 @@ def run_fanout(pair, c, peers: str | None, messages: int, shadows: int, subs: in
                rounds: int, payload: int, queue_size: int = 1000) -> dict:
     from consume import _median, _peer, prefill  # bench/consume.py
 
-    src = "persistent://bench/shadows-scale/fan"
+    src = topic_name("shadows-scale", "fan")
     c.admin.create_topic(src)
     topics = [f"{src}-shadow-{i}" for i in range(shadows)]
     for t in topics:
@@ -169,7 +172,7 @@ def run_fanout_brokers(pairs: dict, messages: int, shadows: int, subs: int, proc
     shadows of one pre-filled source; each round the same fan-out on each, alternating."""
     from consume import prefill  # bench/consume.py
 
-    src = "persistent://bench/shadows-scale/fanb"
+    src = topic_name("shadows-scale", "fanb")
     topics = [f"{src}-shadow-{i}" for i in range(shadows)]
     out: dict = {"messages": messages, "shadows": shadows, "subs": subs, "procs": procs,
                  "placement": {}, "rounds": []}
@@ -200,7 +203,7 @@ def run_broadcast(pair, c, subs: int, shadows: int, duration: float, rate: float
     from broadcast import PAYLOAD, _collect, _deliveries, _merge, _subscriber, rss_bytes
     from consume import proc_cpu
 
-    src = "persistent://bench/shadows-scale/cast"
+    src = topic_name("shadows-scale", "cast")
     c.admin.create_topic(src)
     topics = [src] + [f"{src}-shadow-{i}" for i in range(shadows)]
     for t in topics[1:]:
