@@ -19,17 +19,14 @@ import asyncio
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from shadowtopic.core.message_id import MessageId  # noqa: E402
-from shadowtopic.core.names import TopicName  # noqa: E402
-from shadowtopic.cursors import CursorFlusher, CursorState, Fence, SnapshotCursorStore  # noqa: E402
-from shadowtopic.ledger.storage import Storage  # noqa: E402
-from shadowtopic.metadata import EtcdServer, EtcdStore, MemoryStore, MetadataStore, keys  # noqa: E402
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.names import TopicName
+from shadowtopic.cursors import CursorFlusher, CursorState, Fence, SnapshotCursorStore
+from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import EtcdServer, EtcdStore, MemoryStore, MetadataStore, keys
 
 
 class Timed(SnapshotCursorStore):
