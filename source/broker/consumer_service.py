@@ -32,8 +32,6 @@ import time
 from collections import deque
 from typing import Callable, Iterator
 
-from google.protobuf.message import DecodeError
-
 from shadowtopic import wire
 from shadowtopic.broker.memory import IN_FLIGHT_FACTOR, STREAM_BYTES, ClientMemory, reader
 from shadowtopic.broker.rpc import abort_stream
@@ -92,44 +90,16 @@ def event_frame(handle: int, **event) -> bytes:
                                     event=consumer_pb2.Event(**event)).SerializeToString()
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise DecodeError("truncated or overlong varint")
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-
-
 def split_fields(data: bytes, limit: int = SLICE_BYTES) -> Iterator[bytes]:
     """A serialized message cut at field boundaries into pieces of about `limit` bytes;
-    each piece parses on its own (repeated fields concatenate)."""
-    pos = start = 0
-    n = len(data)
-    while pos < n:
-        tag, pos = _varint(data, pos)
-        kind = tag & 7
-        if kind == 0:
-            _, pos = _varint(data, pos)
-        elif kind == 1:
-            pos += 8
-        elif kind == 2:
-            length, pos = _varint(data, pos)
-            pos += length
-        elif kind == 5:
-            pos += 4
-        else:
-            raise DecodeError(f"unsupported wire type {kind}")
-        if pos > n:
-            raise DecodeError("truncated message")
-        if pos - start >= limit:
-            yield data[start:pos]
-            start = pos
-    if start < n:
+    each piece parses on its own (repeated fields concatenate). `wire.WireError` (a
+    `DecodeError`: INVALID_ARGUMENT for the client) for bytes that are not a message."""
+    start = 0
+    for _number, _kind, _value, _at, stop in wire.walk(data):
+        if stop - start >= limit:
+            yield data[start:stop]
+            start = stop
+    if start < len(data):
         yield data[start:]
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from shadowtopic import failpoints
+from shadowtopic import failpoints, wire
 from shadowtopic.broker import quota
 from shadowtopic.broker.memory import PRODUCE_FACTOR, STREAM_BYTES, ClientMemory, reader
 from shadowtopic.broker.rates import Publisher
@@ -52,36 +52,15 @@ MAX_PRODUCER_NAME = 256  # characters; the name shows in topic stats
 def _request_id(data: bytes) -> int:
     """The request_id (field 3) of a request refused unread, found by walking the fields
     before it (a serializer writes fields in number order); 0 when there is none."""
-    pos, n = 0, len(data)
     try:
-        while pos < n:
-            key, pos = _varint(data, pos)
-            if key >> 3 > 3:
+        for number, kind, value, _start, _stop in wire.walk(data):
+            if number > 3:
                 return 0
-            if key & 7 == 0:
-                value, pos = _varint(data, pos)
-                if key >> 3 == 3:
-                    return value
-            elif key & 7 == 2:
-                length, pos = _varint(data, pos)
-                pos += length
-            else:
-                return 0
-    except IndexError:
+            if number == 3 and kind == wire.VARINT:
+                return value
+    except wire.WireError:
         pass
     return 0
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while shift < 64:
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-    raise IndexError("overlong varint")
 
 
 def _parse(data: bytes) -> views_pb2.RawProduceRequest | None:

@@ -115,11 +115,12 @@ def _frames(entries):
     """The entries encoded, cut into responses of about FRAME_BYTES: (encoded, n, bytes)."""
     frame: list[bytes] = []
     size = 0
+    last = wire.LastPublish()
     for e in entries:
         if frame and size + len(e.raw) > FRAME_BYTES:
             yield frame, len(frame), size
             frame, size = [], 0
-        frame.append(wire.encode_entry(e.ledger_id, e.entry_id, e.publish_ms, e.raw))
+        frame.append(wire.encode_entry(e.ledger_id, e.entry_id, e.publish_ms, e.raw, 0, last))
         size += len(e.raw)
     if frame:
         yield frame, len(frame), size

@@ -41,6 +41,7 @@ from typing import Iterator
 
 import google_crc32c
 
+from shadowtopic import wire
 from shadowtopic.core import errors
 from shadowtopic.pb.storage.v1 import views_pb2
 
@@ -273,44 +274,20 @@ def recover(path: str, truncate: bool = True, keep_raws: bool = True) -> Recover
     return Recovered(ledger_id, entries, pos, cut, frames, sequences)
 
 
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while pos < end and shift < 64:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, pos
-        shift += 7
-    raise ValueError("bad varint")
-
-
 def message_spans(buf: bytes | memoryview, pos: int, end: int
                   ) -> list[tuple[int, int]] | None:
     """(offset, length) in `buf` of each `messages` value of the RawProduceRequest encoded in
     buf[pos:end] (what protobuf decodes them to, without copying them), or None when the
-    encoding holds anything unexpected (the caller then decodes it with protobuf)."""
+    encoding holds anything unexpected (the caller then decodes it with protobuf, which
+    decides whether the frame is corrupt)."""
     out = []
     try:
-        while pos < end:
-            key, pos = _varint(buf, pos, end)
-            wire = key & 7
-            if wire == 2:
-                n, pos = _varint(buf, pos, end)
-                if key >> 3 == 4:
-                    out.append((pos, n))
-                pos += n
-            elif wire == 0:
-                pos = _varint(buf, pos, end)[1]
-            elif wire in (1, 5):
-                pos += 8 if wire == 1 else 4
-            else:
-                return None
-            if key >> 3 == 0:
-                return None
-    except ValueError:
+        for number, kind, _length, start, stop in wire.walk(buf, pos, end):
+            if number == 4 and kind == wire.LENGTH:
+                out.append((start, stop - start))
+    except wire.WireError:
         return None
-    return out if pos == end else None
+    return out
 
 
 class MappedWal:

@@ -39,6 +39,7 @@ class Encodings:
         self.users = 0
         self.encoded_bytes = 0
         self._cache: OrderedDict[tuple[int, int], bytes] = OrderedDict()  # oldest first
+        self._last_publish = wire.LastPublish()  # the entries of a batch share their time
         self._budget = budget
         self._charge: Item | None = None  # the budget's Item for all of them (resized)
 
@@ -48,13 +49,13 @@ class Encodings:
     def encode(self, entries: list[ReadEntry]) -> list[bytes]:
         """The entries as EncodedEntry bytes, encoding only those not held."""
         cache = self._cache
-        enc = wire.encode_entry
+        enc, last = wire.encode_entry, self._last_publish
         out = []
         for e in entries:
             key = (e.ledger_id, e.entry_id)
             b = cache.get(key)
             if b is None:
-                b = cache[key] = enc(e.ledger_id, e.entry_id, e.publish_ms, e.raw)
+                b = cache[key] = enc(e.ledger_id, e.entry_id, e.publish_ms, e.raw, 0, last)
                 self.encoded_bytes += len(b)
             out.append(b)
         while self.encoded_bytes > ENCODED_CACHE_BYTES and cache:
