@@ -18,7 +18,9 @@ cursor's record (state.py): its acknowledgements and its subscription's last act
 `save(topic, changes, fence)`, one batch, serialised per topic:
 1. Write one file: a delta holding just the changed cursors, or a full file holding all of
    them (the first save, every `compact_every`-th, or once the deltas outgrow the full file:
-   a compaction). Local roots: temp name, fsync, rename, fsync the directory; object stores:
+   a compaction). An `urgent` save (a reset or seek waiting to answer, issue 29) counts to
+   `compact_every * URGENT_DEFER` deltas before it compacts: it writes its few cursors, and
+   the next batched flush, which compacts at `compact_every`, rewrites the 100,000 others. Local roots: temp name, fsync, rename, fsync the directory; object stores:
    one upload. The name's random token keeps a deposed owner and the new owner, writing the
    same sequence, off each other's files.
 2. Move the pointer with one etcd txn comparing the pointer's mod_revision and the fence
@@ -69,6 +71,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 FORMAT = 1
 LOAD_ATTEMPTS = 3
+URGENT_DEFER = 8   # an urgent save compacts only past compact_every * this many deltas
 
 
 def cursor_dir(topic: TopicName) -> str:
@@ -268,7 +271,7 @@ class SnapshotCursorStore(CursorStore):
     # ---- save ------------------------------------------------------------------------------
 
     async def save(self, topic: TopicName, changes: Mapping[str, CursorState | None],
-                   fence: Fence) -> None:
+                   fence: Fence, *, urgent: bool = False) -> None:
         recs = records(changes)
         if not recs:
             return
@@ -277,16 +280,17 @@ class SnapshotCursorStore(CursorStore):
                 t = self._topics.get(topic)
                 if t is None or attempt:
                     t = self._topics[topic] = await self._read(topic)
-                if await self._commit(topic, t, recs, fence):
+                if await self._commit(topic, t, recs, fence, urgent):
                     return
         raise errors.Fenced(f"{topic}: the cursor pointer keeps moving under its owner")
 
     async def _commit(self, topic: TopicName, t: _Topic, recs: dict[str, Record | None],
-                      fence: Fence) -> bool:
+                      fence: Fence, urgent: bool = False) -> bool:
         """One save attempt: True when written, False when the pointer moved under us."""
         old = t.pointer
         seq = (old.sequence if old else 0) + 1
-        full = (old is None or len(old.deltas) >= self.compact_every
+        every = self.compact_every * (URGENT_DEFER if urgent else 1)
+        full = (old is None or len(old.deltas) >= every
                 or sum(d.size_bytes for d in old.deltas) >= old.full.size_bytes)
         body: Mapping[str, Record | None] = _applied(t.records, recs) if full else recs
         kind = "full" if full else "delta"

@@ -52,9 +52,11 @@ class CursorStore(abc.ABC):
 
     @abc.abstractmethod
     async def save(self, topic: TopicName, changes: Mapping[str, CursorState | None],
-                   fence: Fence) -> None:
+                   fence: Fence, *, urgent: bool = False) -> None:
         """Persist a batch of changed cursors (`None` = deleted) atomically: all or none.
-        Raises `errors.Fenced` when `fence` no longer holds (nothing changes)."""
+        Raises `errors.Fenced` when `fence` no longer holds (nothing changes). `urgent`: a
+        few cursors a caller waits for (`CursorFlusher.persist`); the store may put off
+        housekeeping that would rewrite every cursor of the topic (snapshot.py)."""
 
     @abc.abstractmethod
     async def delete(self, topic: TopicName, fence: Fence) -> None:
@@ -99,7 +101,7 @@ class MemoryCursorStore(CursorStore):
                 for name, rec in self.data.get(topic, {}).items()}
 
     async def save(self, topic: TopicName, changes: Mapping[str, CursorState | None],
-                   fence: Fence) -> None:
+                   fence: Fence, *, urgent: bool = False) -> None:
         recs = records(changes)
         if not recs:
             return

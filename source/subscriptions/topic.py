@@ -22,7 +22,11 @@ compacted view across a reload: `load` opens that view when a stored subscriptio
 Restart (C4, docs/BEHAVIOURS.md): `load` reads the subscription metas and the cursor snapshot; a
 subscription resumes at its first unacknowledged entry, skipping entries acknowledged
 individually above it. At most one flush interval of acknowledgements is lost to a crash:
-those entries are delivered again; nothing unacknowledged is skipped. A consumer attaching or
+those entries are delivered again; nothing unacknowledged is skipped. A change whose answer
+says it is done is durable before that answer (C4a, issue 29): reset-cursor (by id or time),
+a consumer's seek, skip and clear-backlog write the one cursor at once (`_persist`:
+`CursorFlusher.persist`, concurrent ones share a write); a created subscription is durable
+with its meta (its starting position), a deleted one with its meta's deletion. A consumer attaching or
 the last one detaching marks the cursor changed too (its `last_active`, subscription.py), so a
 subscription left without consumers keeps its detach time across restarts and moves; one
 loaded without a persisted time (saved while a consumer was attached) counts from its first
@@ -284,6 +288,14 @@ class TopicSubscriptions:
         if self.subs.get(sub.name) is sub and self.closed is None:
             self.flusher.mark(sub.name, sub.cursor)
 
+    async def _persist(self, sub: Subscription) -> None:
+        """`sub`'s cursor changed on a call that answers done: write this one cursor now,
+        before the answer (not with the next flush; not a flush of the topic's cursors)."""
+        self._check_open()
+        if self.subs.get(sub.name) is not sub:
+            raise errors.SubscriptionNotFound(f"subscription {sub.name} was deleted meanwhile")
+        await self.flusher.persist(sub.name, sub.cursor)
+
     def activity(self, sub: Subscription) -> None:
         """`sub`'s first consumer came or its last one left (its cursor's last_active):
         saved with the next flush like a changed cursor, but never raising: consumers
@@ -330,7 +342,7 @@ class TopicSubscriptions:
             if name in self._stored:
                 # a deleted subscription's cursor may still be stored: overwrite it before
                 # answering, or a crash now would give the new subscription the old cursor
-                await self.flusher.flush_now()
+                await self._persist(sub)
                 self._stored.discard(name)
             return sub, True
         finally:
@@ -408,6 +420,7 @@ class TopicSubscriptions:
         if dry_run:
             return position, clamped
         sub.reset(position)
+        await self._persist(sub)
         for c in sub.consumers:
             c.outbox.send_notice(c.handle, CursorMoved(position, clamped, c is not seeker))
         return position, clamped
@@ -427,6 +440,7 @@ class TopicSubscriptions:
         cursor.ack(ids, next_after)
         if not dry_run:
             sub.acked_by_admin()
+            await self._persist(sub)
         return Change(cursor.mark_delete, self._backlog_of(cursor, sub.view), len(ids),
                       len(sub.consumers), dry_run)
 
@@ -439,6 +453,7 @@ class TopicSubscriptions:
             cursor.ack_cumulative(last, sub.next_after)
         if not dry_run:
             sub.acked_by_admin()
+            await self._persist(sub)
         after = self._backlog_of(cursor, sub.view)
         return Change(cursor.mark_delete, after, before - after, len(sub.consumers), dry_run)
 
