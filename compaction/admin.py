@@ -44,7 +44,7 @@ from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import admin_pb2 as apb
 
 log = logging.getLogger(__name__)
-ENDED = (apb.DONE, apb.FAILED)
+ENDED = (mpb.JOB_DONE, mpb.JOB_FAILED)
 
 
 def new_job_id() -> str:
@@ -101,16 +101,23 @@ async def wait_sealed(t: Topic, upto: int, timeout: float = SEAL_WAIT_S,
         f"compact again later")
 
 
-def combine(jobs: list[apb.CompactionJob], topic: TopicName) -> apb.CompactionJob:
+def job_pb(job: mpb.CompactionJob) -> apb.CompactionJob:
+    """A job's record (storage.v1.CompactionJob) as the admin API answers it: the two messages
+    share every field's number and type (metadata.proto), so the record's bytes are the
+    answer's."""
+    return apb.CompactionJob.FromString(job.SerializeToString())
+
+
+def combine(jobs: list[mpb.CompactionJob], topic: TopicName) -> mpb.CompactionJob:
     """One record for a partitioned topic's job: FAILED if any partition failed, DONE when
     all are done, else the earliest phase; counters summed."""
     if len(jobs) == 1:
         return jobs[0]
-    out = apb.CompactionJob(job_id=jobs[0].job_id, topic=str(topic),
+    out = mpb.CompactionJob(job_id=jobs[0].job_id, topic=str(topic),
                             trigger=jobs[0].trigger,
                             tombstone_cutoff_ms=jobs[0].tombstone_cutoff_ms)
-    failed = [j for j in jobs if j.phase == apb.FAILED]
-    out.phase = apb.FAILED if failed else min(j.phase for j in jobs)
+    failed = [j for j in jobs if j.phase == mpb.JOB_FAILED]
+    out.phase = mpb.JOB_FAILED if failed else min(j.phase for j in jobs)
     if failed:
         out.error.CopyFrom(failed[0].error)
     for f in ("entries_read", "entries_total", "keys", "bytes_written", "entries_written",
@@ -175,7 +182,7 @@ class CompactionAdmin:
         req = mpb.CompactionRequest(topic=str(part), job_id=job_id, trigger=trigger,
                                     storage_root=self.topics.storage.uri, requested_ms=now,
                                     delete_retention_seconds=retention)
-        job = apb.CompactionJob(job_id=job_id, topic=str(part), phase=apb.PENDING,
+        job = mpb.CompactionJob(job_id=job_id, topic=str(part), phase=mpb.JOB_PENDING,
                                 start_time=now, trigger=trigger,
                                 tombstone_cutoff_ms=tombstone_cutoff(now, retention) or 0)
         if horizon is not None:
@@ -190,14 +197,14 @@ class CompactionAdmin:
             raise errors.CompactionInProgress(
                 f"{part} is being compacted by job {await self._running(part)}")
 
-    async def _latest(self, part: TopicName) -> apb.CompactionJob | None:
+    async def _latest(self, part: TopicName) -> mpb.CompactionJob | None:
         snap = await self.store.get_prefix(keys.compaction_jobs_prefix(part))
         if not snap.items:
             return None
         newest = max(snap.items, key=lambda kv: kv.key)
-        return apb.CompactionJob.FromString(newest.value)
+        return mpb.CompactionJob.FromString(newest.value)
 
-    async def status(self, topic: TopicName) -> apb.CompactionJob:
+    async def status(self, topic: TopicName) -> mpb.CompactionJob:
         """The newest job's record (`NotFound` when the topic was never compacted)."""
         parts = await self._parts(topic)
         jobs = [j for j in [await self._latest(p) for p in parts] if j is not None]
@@ -207,7 +214,7 @@ class CompactionAdmin:
         return combine([j for j in jobs if j.job_id == newest], topic)
 
     async def watch(self, topic: TopicName, recheck: float = 1.0
-                    ) -> AsyncIterator[apb.CompactionJob]:
+                    ) -> AsyncIterator[mpb.CompactionJob]:
         """The newest job's record now and at every change, until the job ends: an etcd
         watch on each partition's job records from the revision the first answer was read
         at (re-read at least every `recheck` seconds, should a watch fail)."""

@@ -26,7 +26,6 @@ from shadowtopic.core.names import TopicName
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.metadata import Compare, Delete, MetadataStore, Put, keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
-from shadowtopic.pb.v1 import admin_pb2 as apb
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +37,7 @@ def pointer_for(manifest: mpb.CompactedManifest, manifest_path: str) -> mpb.Comp
 
 
 async def publish(store: MetadataStore, topic: TopicName, pointer: mpb.CompactionPointer,
-                  prev_revision: int, req_key: str, request: bytes, job: apb.CompactionJob
+                  prev_revision: int, req_key: str, request: bytes, job: mpb.CompactionJob
                   ) -> None:
     """Make `pointer` the topic's compacted view (one transaction; see the module doc):
     only if the pointer is still at `prev_revision` and the request at `req_key` is still
@@ -55,7 +54,7 @@ async def publish(store: MetadataStore, topic: TopicName, pointer: mpb.Compactio
 
 
 async def finish(store: MetadataStore, topic: TopicName, req_key: str, request: bytes,
-                 job: apb.CompactionJob) -> None:
+                 job: mpb.CompactionJob) -> None:
     """End a job that publishes nothing (failed, or nothing to compact): its record, and the
     request deleted (only if it is still the one the job ran for)."""
     await store.txn([Compare(req_key, "value", "==", request)],

@@ -41,7 +41,7 @@ from shadowtopic.metadata.migrate import migrate
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import admin_pb2 as apb
 
-from shadowtopic.compaction.admin import CompactionAdmin
+from shadowtopic.compaction.admin import CompactionAdmin, job_pb
 from shadowtopic.compaction.view import CompactedView, CompactionFollower
 
 log = logging.getLogger(__name__)
@@ -206,13 +206,13 @@ class CompactionRpcs:
     @unary
     async def GetCompactionStatus(self, request, context):
         await self.ready()
-        return await self.admin.status(TopicName.parse(request.topic))
+        return job_pb(await self.admin.status(TopicName.parse(request.topic)))
 
     async def WatchCompaction(self, request, context):
         try:
             await self.ready()
             async for job in self.admin.watch(TopicName.parse(request.topic)):
-                yield job
+                yield job_pb(job)
         except grpc.aio.AbortError:
             raise
         except Exception as exc:  # noqa: BLE001 - the server keeps serving others

@@ -49,7 +49,6 @@ from shadowtopic.metadata.follow import PrefixFollower
 from shadowtopic.metadata.migrate import migrate
 from shadowtopic.metadata.topic_info import effective_policies
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
-from shadowtopic.pb.v1 import admin_pb2 as apb
 
 #: runs of a job when Spark loses a Python worker or an executor under it (F15)
 JOB_ATTEMPTS = 3
@@ -247,7 +246,7 @@ class Worker:
                                                 self.s3)
         return st
 
-    async def _put_job(self, topic: TopicName, job: apb.CompactionJob) -> None:
+    async def _put_job(self, topic: TopicName, job: mpb.CompactionJob) -> None:
         await self.store.put(keys.compaction_job(topic, job.job_id), job.SerializeToString())
 
     async def run(self, topic: TopicName) -> None:
@@ -264,11 +263,11 @@ class Worker:
             log.info("%s: taking back this worker's own claim", topic)
         try:
             req = mpb.CompactionRequest.FromString(kv.value)
-            job = apb.CompactionJob(job_id=req.job_id, topic=str(topic), trigger=req.trigger,
+            job = mpb.CompactionJob(job_id=req.job_id, topic=str(topic), trigger=req.trigger,
                                     start_time=int(time.time() * 1000))
             rec = await self.store.get(keys.compaction_job(topic, req.job_id))
             if rec is not None:
-                job = apb.CompactionJob.FromString(rec.value)
+                job = mpb.CompactionJob.FromString(rec.value)
             job.worker = self.worker_id
             job.ClearField("error")
             self._job_started, self.metrics.running = time.monotonic(), 1
@@ -283,7 +282,7 @@ class Worker:
                 pass  # it goes with the lease
 
     async def _attempts(self, topic: TopicName, req: mpb.CompactionRequest, req_bytes: bytes,
-                        job: apb.CompactionJob) -> None:
+                        job: mpb.CompactionJob) -> None:
         """Run the job; again when Spark lost a Python worker or an executor under it (up to
         `JOB_ATTEMPTS` runs), else record it FAILED. When Spark's JVM is gone the job is
         not FAILED: `SparkLost` leaves its request to the next worker. Nor when etcd is
@@ -329,9 +328,9 @@ class Worker:
         return False
 
     async def _run(self, topic: TopicName, req: mpb.CompactionRequest, req_bytes: bytes,
-                   job: apb.CompactionJob) -> None:
+                   job: mpb.CompactionJob) -> None:
         loop = asyncio.get_running_loop()
-        job.phase = apb.SCANNING_KEYS
+        job.phase = mpb.JOB_SCANNING_KEYS
         await self._put_job(topic, job)
         policies = await effective_policies(self.store, topic)
         retain = policies.retain_null_key
@@ -347,7 +346,7 @@ class Worker:
         previous = pointer.horizon if pointer is not None else None
         if horizon is None or (previous is not None and horizon <= MessageId.from_pb(previous)):
             # nothing sealed (K6), or nothing after the current horizon: the view stands
-            job.phase, job.end_time = apb.DONE, int(time.time() * 1000)
+            job.phase, job.end_time = mpb.JOB_DONE, int(time.time() * 1000)
             await commit.finish(self.store, topic, keys.compaction_request(self.cluster, topic),
                                 req_bytes, job)
             self.metrics.succeeded(topic, time.monotonic() - self._job_started)
@@ -380,7 +379,7 @@ class Worker:
         manifest = await loop.run_in_executor(
             self._executor, lambda: spark_job.run(self.spark, plan, storage, out_rel, progress))
         t_spark = time.monotonic() - t_spark
-        job.phase = apb.COMMITTING
+        job.phase = mpb.JOB_COMMITTING
         job.entries_read = manifest.input_entries
         job.entries_written = manifest.entries
         job.keys = manifest.keys
@@ -389,7 +388,7 @@ class Worker:
         await self._put_job(topic, job)
         failpoints.hit("compaction.before_publish")
         new_pointer = commit.pointer_for(manifest, f"{out_rel}/manifest.pb")
-        job.phase, job.end_time = apb.DONE, int(time.time() * 1000)
+        job.phase, job.end_time = mpb.JOB_DONE, int(time.time() * 1000)
         await commit.publish(self.store, topic, new_pointer,
                              ptr_kv.mod_revision if ptr_kv else 0,
                              keys.compaction_request(self.cluster, topic), req_bytes, job)
@@ -424,16 +423,16 @@ class Worker:
         return await asyncio.get_running_loop().run_in_executor(
             self._executor, commit.collect, storage, topic, keep, grace)
 
-    def _progress(self, topic: TopicName, job: apb.CompactionJob, phase: int, done: int,
+    def _progress(self, topic: TopicName, job: mpb.CompactionJob, phase: int, done: int,
                   total: int) -> None:
-        if job.phase in (apb.COMMITTING, apb.DONE, apb.FAILED):
+        if job.phase in (mpb.JOB_COMMITTING, mpb.JOB_DONE, mpb.JOB_FAILED):
             return
         job.phase, job.tasks_done, job.tasks_total = phase, done, total
         job.peak_rss_bytes = peak_rss_bytes(self._jvm_pid)
         asyncio.get_running_loop().create_task(self._put_job(topic, job))
 
     async def _fail(self, topic: TopicName, req: mpb.CompactionRequest, req_bytes: bytes,
-                    job: apb.CompactionJob, exc: BaseException) -> None:
+                    job: mpb.CompactionJob, exc: BaseException) -> None:
         # the one line about it: a typed error as it is, anything else with its traceback
         typed = isinstance(exc, errors.ShadowTopicError) or (
             isinstance(exc, OSError) and exc.errno in errors.STORAGE_ERRNOS)
@@ -444,7 +443,7 @@ class Worker:
                   exc_info=None if typed else exc,
                   extra={"topic": str(topic), "job": job.job_id,
                          "error": f"{err.reason}: {err.message}"})
-        job.phase, job.end_time = apb.FAILED, int(time.time() * 1000)
+        job.phase, job.end_time = mpb.JOB_FAILED, int(time.time() * 1000)
         job.error.CopyFrom(errors.error_status(err))
         await commit.finish(self.store, topic, keys.compaction_request(self.cluster, topic),
                                 req_bytes, job)

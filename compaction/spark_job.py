@@ -41,7 +41,6 @@ from shadowtopic.compaction.plan import Plan
 from shadowtopic.compaction.ledger import describe_file
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
-from shadowtopic.pb.v1 import admin_pb2 as apb
 
 #: Spark conf: the least input bytes a task gets (fewer tasks for small inputs; 0 in tests
 #: that want many tasks of little data)
@@ -74,7 +73,7 @@ class _Tracker:
         self.sc = spark.sparkContext
         self.progress = progress
         self.every = every
-        self.phase = apb.SCANNING_KEYS
+        self.phase = mpb.JOB_SCANNING_KEYS
         self._stop = threading.Event()
         self._thread = None
 
@@ -146,9 +145,9 @@ def run(spark, plan: Plan, storage: Storage, out_dir_rel: str,
                  int(spark.conf.get(MIN_TASK_BYTES, str(MIN_TASK_BYTES_DEFAULT))))
     tasks = _tasks(spark, storage.root_uri, cut)
     with _Tracker(spark, progress) as tracker:
-        tracker.set(apb.SCANNING_KEYS)
+        tracker.set(mpb.JOB_SCANNING_KEYS)
         live = _live_positions(tasks, plan.tombstone_cutoff_ms)
-        tracker.set(apb.WRITING)
+        tracker.set(mpb.JOB_WRITING)
         broadcast = sc.broadcast(live)
         try:
             written = tasks.mapPartitions(arrow_tasks.write_survivors(

@@ -134,7 +134,7 @@ def compaction(topic: TopicName) -> str:
 
 
 def compaction_job(topic: TopicName, job_id: str) -> str:
-    """The record of one compaction job of `topic` (CompactionJob, admin.proto)."""
+    """The record of one compaction job of `topic` (CompactionJob, storage metadata.proto)."""
     return compaction_jobs_prefix(topic) + job_id
 
 

@@ -20,6 +20,17 @@ class LedgerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SEALED: _ClassVar[LedgerState]
     OPEN: _ClassVar[LedgerState]
 
+class CompactionJobPhase(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COMPACTION_JOB_PHASE_UNSPECIFIED: _ClassVar[CompactionJobPhase]
+    JOB_PENDING: _ClassVar[CompactionJobPhase]
+    JOB_SEALING: _ClassVar[CompactionJobPhase]
+    JOB_SCANNING_KEYS: _ClassVar[CompactionJobPhase]
+    JOB_WRITING: _ClassVar[CompactionJobPhase]
+    JOB_COMMITTING: _ClassVar[CompactionJobPhase]
+    JOB_DONE: _ClassVar[CompactionJobPhase]
+    JOB_FAILED: _ClassVar[CompactionJobPhase]
+
 class SubscriptionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     SUBSCRIPTION_TYPE_UNSPECIFIED: _ClassVar[SubscriptionType]
@@ -33,6 +44,14 @@ SHADOW: TopicKind
 LEDGER_STATE_UNSPECIFIED: LedgerState
 SEALED: LedgerState
 OPEN: LedgerState
+COMPACTION_JOB_PHASE_UNSPECIFIED: CompactionJobPhase
+JOB_PENDING: CompactionJobPhase
+JOB_SEALING: CompactionJobPhase
+JOB_SCANNING_KEYS: CompactionJobPhase
+JOB_WRITING: CompactionJobPhase
+JOB_COMMITTING: CompactionJobPhase
+JOB_DONE: CompactionJobPhase
+JOB_FAILED: CompactionJobPhase
 SUBSCRIPTION_TYPE_UNSPECIFIED: SubscriptionType
 EXCLUSIVE: SubscriptionType
 SHARED: SubscriptionType
@@ -245,6 +264,52 @@ class CompactionRequest(_message.Message):
     requested_ms: int
     delete_retention_seconds: int
     def __init__(self, topic: _Optional[str] = ..., job_id: _Optional[str] = ..., horizon: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., storage_root: _Optional[str] = ..., trigger: _Optional[str] = ..., requested_ms: _Optional[int] = ..., delete_retention_seconds: _Optional[int] = ...) -> None: ...
+
+class CompactionJob(_message.Message):
+    __slots__ = ("job_id", "topic", "phase", "entries_read", "entries_total", "keys", "bytes_written", "error", "start_time", "end_time", "horizon", "entries_written", "bytes_read", "tasks_done", "tasks_total", "trigger", "worker", "input_ledgers", "previous_job_id", "peak_rss_bytes", "tombstone_cutoff_ms")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_READ_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    HORIZON_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    BYTES_READ_FIELD_NUMBER: _ClassVar[int]
+    TASKS_DONE_FIELD_NUMBER: _ClassVar[int]
+    TASKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    INPUT_LEDGERS_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PEAK_RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TOMBSTONE_CUTOFF_MS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    topic: str
+    phase: CompactionJobPhase
+    entries_read: int
+    entries_total: int
+    keys: int
+    bytes_written: int
+    error: _common_pb2.ErrorStatus
+    start_time: int
+    end_time: int
+    horizon: _common_pb2.MessageIdData
+    entries_written: int
+    bytes_read: int
+    tasks_done: int
+    tasks_total: int
+    trigger: str
+    worker: str
+    input_ledgers: int
+    previous_job_id: str
+    peak_rss_bytes: int
+    tombstone_cutoff_ms: int
+    def __init__(self, job_id: _Optional[str] = ..., topic: _Optional[str] = ..., phase: _Optional[_Union[CompactionJobPhase, str]] = ..., entries_read: _Optional[int] = ..., entries_total: _Optional[int] = ..., keys: _Optional[int] = ..., bytes_written: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., start_time: _Optional[int] = ..., end_time: _Optional[int] = ..., horizon: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., entries_written: _Optional[int] = ..., bytes_read: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_total: _Optional[int] = ..., trigger: _Optional[str] = ..., worker: _Optional[str] = ..., input_ledgers: _Optional[int] = ..., previous_job_id: _Optional[str] = ..., peak_rss_bytes: _Optional[int] = ..., tombstone_cutoff_ms: _Optional[int] = ...) -> None: ...
 
 class SubscriptionMeta(_message.Message):
     __slots__ = ("name", "type", "created_ms", "initial_position", "read_compacted")
