@@ -10,9 +10,34 @@ suite's real-etcd parameter does, with `pytest.param("etcd", marks=pytest.mark.i
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
+from pathlib import Path
 from typing import Any, Callable, Coroutine
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _not_the_repo(entry: str) -> bool:
+    """False for a sys.path / PYTHONPATH entry that makes the repo root importable ('', '.',
+    the root itself): with it, `import source` would work and a broken package mapping could
+    pass the tests. The package must come through the installed distribution."""
+    return entry not in ("", ".") and Path(entry).resolve() != REPO
+
+
+# pytest-xdist workers put the cwd on sys.path and on PYTHONPATH (which every subprocess a
+# test starts inherits): take it out of both before any test imports anything, and keep
+# `python -m ...` / `python -c ...` subprocesses from putting their cwd first (PYTHONSAFEPATH).
+os.environ["PYTHONSAFEPATH"] = "1"
+sys.path[:] = [e for e in sys.path if _not_the_repo(e)]
+if "PYTHONPATH" in os.environ:
+    kept = [e for e in os.environ["PYTHONPATH"].split(os.pathsep) if _not_the_repo(e)]
+    if kept:
+        os.environ["PYTHONPATH"] = os.pathsep.join(kept)
+    else:
+        del os.environ["PYTHONPATH"]
 
 PROCESS_FIXTURES = {"etcd_server", "spark"}
 

@@ -15,14 +15,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from shadowtopic.compaction.ledger import CompactedLedger, describe_file, write_manifest
+from shadowtopic.compaction.view import CompactedView
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
 from shadowtopic.core.policies import Policies
 from shadowtopic.cursors.store import Fence, MemoryCursorStore
 from shadowtopic.ledger import sealed
-from shadowtopic.compaction.ledger import CompactedLedger, describe_file, write_manifest
-from shadowtopic.compaction.view import CompactedView
 from shadowtopic.ledger.memory_view import MemoryView
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.metadata import keys
@@ -30,7 +30,15 @@ from shadowtopic.metadata.memory import MemoryStore
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import common_pb2
 from shadowtopic.read.positions import EARLIEST, Start
-from shadowtopic.subscriptions import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, TopicSubscriptions
+from shadowtopic.subscriptions import (
+    EXCLUSIVE,
+    FAILOVER,
+    KEY_SHARED,
+    SHARED,
+    TopicSubscriptions,
+)
+
+from support.fakes import Count, Outbox
 
 TOPIC = TopicName.parse("persistent://t/ns/compacted-view")
 BIG = 1 << 30
@@ -571,35 +579,6 @@ def test_random_compacted_reads_equal_the_reference(storage, seed):
 
 # ---- durable subscriptions reading the compacted view -----------------------------------------
 
-class Outbox:
-    def __init__(self):
-        self.got: dict[int, list[tuple[int, int]]] = {}
-        self.errors = []
-
-    def has_room(self):
-        return True
-
-    def call_when_room(self, cb):
-        pass
-
-    def send_entries(self, handles, encoded, size):
-        for h in handles:
-            for e in encoded:
-                x = common_pb2.EncodedEntry.FromString(e)
-                self.got.setdefault(h, []).append((x.ledger_id, x.entry_id))
-
-    def send_error(self, handle, error):
-        self.errors.append((handle, error))
-
-    def send_notice(self, handle, notice):
-        pass
-
-
-class Count:
-    def add_out(self, msgs, size):
-        pass
-
-
 async def settle():
     for _ in range(30):
         await asyncio.sleep(0.01)
@@ -646,9 +625,9 @@ def test_compacted_subscription_acks_across_gaps_and_outlives_raw_trims(storage)
         ts.flow(c, 3)
         await settle()
         survivors = want(t, t.last())
-        assert out.got[1] == survivors[:3]
+        assert out.ids(1) == survivors[:3]
         sub = ts.get("s")
-        ts.ack(c, [MessageId(*i) for i in out.got[1]], cumulative=False)
+        ts.ack(c, [MessageId(*i) for i in out.ids(1)], cumulative=False)
         assert sub.cursor.mark_delete == MessageId(*survivors[2]) and sub.cursor.holes == 0
         assert ts.backlog(sub) == len(survivors) - 3
         assert ts.oldest_needed() is None or ts.oldest_needed() > MessageId(*t.last())
@@ -661,7 +640,7 @@ def test_compacted_subscription_acks_across_gaps_and_outlives_raw_trims(storage)
         assert pos == MessageId(*survivors[3])
         ts.flow(c2, 100)
         await settle()
-        assert out2.got[2] == survivors[3:] + more
+        assert out2.ids(2) == survivors[3:] + more
         assert not out.errors and not out2.errors
     run(main())
 
@@ -683,7 +662,7 @@ def test_read_compacted_needs_an_exclusive_or_failover_subscription(storage, typ
             await ts.subscribe(Outbox(), 2, "f", FAILOVER, Start(EARLIEST))
         ts.flow(c, 10)
         await settle()
-        assert out.got[1] == [t.rows[1].id]
+        assert out.ids(1) == [t.rows[1].id]
     run(main())
 
 

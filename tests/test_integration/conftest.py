@@ -20,10 +20,10 @@ import pytest
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.compaction_support import start_worker
 
-
-BROKER_ARGS = ["--lease-ttl", "3"]
+from support.brokers import BROKER_ARGS
+from support.compaction_support import start_worker
+from support.policy_broker import ARGS as QUICK_ARGS
 
 
 @pytest.fixture(scope="session")
@@ -157,6 +157,19 @@ def compacting_source(etcd_server, tmp_path, cluster, worker):
     restart it); killed afterwards."""
     b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
                       extra_args=[*BROKER_ARGS, "--cluster", cluster])
+    b.start(timeout=60)
+    try:
+        yield b
+    finally:
+        b.kill()
+
+
+@pytest.fixture
+def quick_broker(etcd_server, tmp_path):
+    """A broker of its own whose maintenance (TTL, expiry, quota, retention) runs twice a
+    second."""
+    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "data"), free_port(),
+                      extra_args=QUICK_ARGS)
     b.start(timeout=60)
     try:
         yield b

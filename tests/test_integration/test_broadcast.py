@@ -12,6 +12,8 @@ import pytest
 from shadowtopic.client import Client, MessageId
 from shadowtopic.core import errors
 
+from support.waiting import wait_for
+
 SUBS = 10_000
 STREAMS = 3
 MESSAGES = 12
@@ -20,13 +22,6 @@ MESSAGES = 12
 def acked_by(i: int) -> int:
     """Subscription i acknowledges its first `acked_by(i)` messages (0..MESSAGES)."""
     return i % (MESSAGES + 1)
-
-
-def _wait(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
 
 
 @pytest.mark.own_broker
@@ -63,7 +58,7 @@ def test_10000_subscriptions_broadcast_exactly_once_and_survive_kill_9(broker, c
             with lock:
                 return all(len(v) >= MESSAGES for v in got.values())
 
-        _wait(all_delivered, 120, "not every subscription got every message")
+        wait_for(all_delivered, 120, "not every subscription got every message")
         time.sleep(0.5)  # anything extra (a duplicate) would arrive meanwhile
         with lock:
             wrong = {n: v for n, v in got.items() if v != ids}
@@ -74,7 +69,7 @@ def test_10000_subscriptions_broadcast_exactly_once_and_survive_kill_9(broker, c
             return all(subs[n]["msgBacklog"] == MESSAGES - acked_by(i)
                        for i, n in enumerate(names))
 
-        _wait(backlogs_match, 60, "acks did not all arrive")
+        wait_for(backlogs_match, 60, "acks did not all arrive")
         time.sleep(2.0)  # a cursor flush interval (1 s), and then some
         broker.kill()
     finally:
@@ -110,7 +105,7 @@ def test_10000_subscriptions_broadcast_exactly_once_and_survive_kill_9(broker, c
                 return all(len(resumed[n]) >= MESSAGES - acked_by(i)
                            for i, n in enumerate(names))
 
-        _wait(all_resumed, 120, "not every subscription got its backlog after the restart")
+        wait_for(all_resumed, 120, "not every subscription got its backlog after the restart")
         time.sleep(0.5)
         with lock:
             wrong = {n: v for i, n in enumerate(names) if (v := resumed[n]) != ids[acked_by(i):]}

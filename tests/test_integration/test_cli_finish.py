@@ -24,10 +24,10 @@ from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client
 from shadowtopic.metadata import keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
-from tests.test_integration.etcd_support import on_etcd
-from tests.test_integration.test_compacted_read import (ITEMS, produce, publish_compaction,
-                                                        storage_root)
-from tests.test_integration.waiting import eventually, wait_for
+
+from support.etcd_support import on_etcd
+from support.compacted_read import ITEMS, produce, publish_compaction, storage_root
+from support.waiting import eventually, wait_for
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 

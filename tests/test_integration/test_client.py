@@ -19,6 +19,8 @@ from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.policies import Policies
 from shadowtopic.pb.v1 import common_pb2, producer_pb2
 
+from support.waiting import wait_for
+
 
 # ---- helpers ------------------------------------------------------------------------------
 
@@ -50,19 +52,6 @@ def send_all(producer, payloads, key=None) -> list[MessageId]:
     assert not failures, failures[:3]
     assert all(i is not None for i in ids)
     return ids
-
-
-def wait_until(pred, timeout: float, what: str, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    last = None
-    for _ in range(int(timeout / interval) + 2):
-        last = pred()
-        if last:
-            return last
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
 def ledgers(client: Client, topic: str) -> list[dict]:
@@ -333,7 +322,7 @@ def test_broker_keeps_serving_others_after_bad_requests(client, broker, topic):
     th = threading.Thread(target=keep_producing, daemon=True)
     th.start()
     try:
-        wait_until(lambda: len(good) >= 5, 20, "the good producer to start")
+        wait_for(lambda: len(good) >= 5, 20, "the good producer to start")
         with client.create_producer(small, batch_max_messages=50) as bad:
             for round_ in range(5):
                 failures: list = []
@@ -346,7 +335,7 @@ def test_broker_keeps_serving_others_after_bad_requests(client, broker, topic):
                 assert all(isinstance(e, errors.MessageTooBig) for e in failures), failures[:3]
             after = bad.send(b"fine")  # the same producer stream still works
         before = len(good)
-        wait_until(lambda: len(good) >= before + 5, 20, "the good producer to go on")
+        wait_for(lambda: len(good) >= before + 5, 20, "the good producer to go on")
     finally:
         stop.set()
         th.join(30)
@@ -401,7 +390,7 @@ def test_rollover_by_ledger_max_entries_reads_across_ledgers(client, topic):
         return ls if sum(1 for l in ls if l["state"] == "SEALED") >= 3 and \
             ls[-1]["state"] == "OPEN" and \
             all(l["state"] == "SEALED" for l in ls[:-1]) else None
-    ls = wait_until(sealed, 30, "the rolled ledgers to be sealed")
+    ls = wait_for(sealed, 30, "the rolled ledgers to be sealed")
     assert sum(int(l["entries"]) for l in ls) == n
     ledger_ids = [int(l["ledgerId"]) for l in ls]
     assert ledger_ids == sorted(ledger_ids)
@@ -451,7 +440,7 @@ def test_retention_by_size_deletes_old_ledgers(client, topic):
     assert len({i.ledger_id for i in ids}) >= 4
 
     # retention already ran after the seals during the produce
-    wait_until(lambda: int(ledgers(client, topic)[0]["ledgerId"]) > ids[0].ledger_id, 20,
+    wait_for(lambda: int(ledgers(client, topic)[0]["ledgerId"]) > ids[0].ledger_id, 20,
                "retention after a seal to delete the first ledger")
 
     # seal the tail too: the retention after that seal leaves the topic within its limit
@@ -464,7 +453,7 @@ def test_retention_by_size_deletes_old_ledgers(client, topic):
         if any(l["state"] != "SEALED" for l in ls[:-1]):
             return None  # seals (and the retention after each) still running
         return ls if sum(int(l["size"]) for l in ls) <= limit else None
-    ls = wait_until(settled, 30, "retention to bring the topic under its size limit")
+    ls = wait_for(settled, 30, "retention to bring the topic under its size limit")
     sealed = ls[:-1]
     assert sealed, "retention deleted every ledger although one fits in the limit"
     total = sum(int(l["size"]) for l in sealed)

@@ -13,7 +13,7 @@ from shadowtopic import failpoints
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, errors
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.compaction_support import pointer, produce, wait_done
+from support.compaction_support import pointer, produce, wait_done
 
 FAILED_OPENS = 4  # the broker tries again after 0.5, 1, 2 and 4 s: the 5th open succeeds
 

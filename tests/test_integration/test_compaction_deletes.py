@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from shadowtopic.client import Client, Policies
 from shadowtopic.core.policies import DEFAULTS
-from tests.test_integration.compaction_support import pointer, produce, wait_done
-from tests.test_integration.waiting import eventually
+from support.compaction_support import pointer, produce, wait_done
+from support.waiting import eventually
 
 FILLERS = 20  # messages between what the reader read and the delete: more than it prefetches
 

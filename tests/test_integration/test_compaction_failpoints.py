@@ -18,7 +18,7 @@ from shadowtopic.core.names import TopicName
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.pb.v1 import admin_pb2 as apb
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.compaction_support import (compacted_rows, job_phase, pointer,
+from support.compaction_support import (compacted_rows, job_phase, pointer,
                                                        produce, start_worker, wait_done)
 
 

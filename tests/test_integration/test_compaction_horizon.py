@@ -27,7 +27,7 @@ from shadowtopic.core.names import TopicName
 from shadowtopic.metadata import keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.etcd_support import etcd_get
+from support.etcd_support import etcd_get
 
 HOLD_S = 3  # how long the first seal is held (the Compact call waits for it)
 

@@ -13,7 +13,7 @@ import uuid
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.etcd_support import etcd_prefix
+from support.etcd_support import etcd_prefix
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 

@@ -21,8 +21,9 @@ from shadowtopic.broker.server import PRODUCER, free_port
 from shadowtopic.client import Client
 from shadowtopic.core import errors
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.conftest import BROKER_ARGS
-from tests.test_integration.metrics_support import base_of, registered_metrics_url, wait_ready
+
+from support.brokers import BROKER_ARGS
+from support.metrics_support import base_of, registered_metrics_url, wait_ready
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

@@ -15,27 +15,13 @@ import time
 
 import pytest
 
-from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, Policies, errors
 from shadowtopic.core.policies import BacklogQuotaAction
-from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.waiting import wait_for
 
-ARGS = ["--lease-ttl", "3", "--retention-interval", "0.5"]
+from support.policy_broker import backlog, payload, sub_stats
+from support.waiting import wait_for
+
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
-
-
-@pytest.fixture
-def quick_broker(etcd_server, tmp_path):
-    """A broker of its own whose maintenance (TTL, expiry, quota, retention) runs twice a
-    second."""
-    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "data"), free_port(),
-                      extra_args=ARGS)
-    b.start(timeout=60)
-    try:
-        yield b
-    finally:
-        b.kill()
 
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess:
@@ -43,20 +29,8 @@ def cli(url: str, *args: str) -> subprocess.CompletedProcess:
                           timeout=60, stdin=subprocess.DEVNULL)
 
 
-def sub_stats(c: Client, topic: str, name: str) -> dict:
-    return c.admin.stats(topic)["subscriptions"].get(name, {})
-
-
-def backlog(c: Client, topic: str, name: str) -> int:
-    return int(sub_stats(c, topic, name).get("msgBacklog", -1))
-
-
 def entries(c: Client, topic: str) -> int:
     return int(c.admin.internal_stats(topic).get("numberOfEntries", 0))
-
-
-def payload(i: int) -> bytes:
-    return f"m{i:03d}".encode() * 25  # 100 bytes
 
 
 # ---- message TTL ---------------------------------------------------------------------------

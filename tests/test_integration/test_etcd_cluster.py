@@ -34,7 +34,7 @@ from shadowtopic.metadata import EtcdStore, keys
 from shadowtopic.metadata.etcd_server import EtcdCluster, EtcdServer
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.waiting import wait_for
+from support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration]
 

@@ -20,6 +20,8 @@ from shadowtopic.client import Client, errors
 from shadowtopic.metadata import EtcdServer
 from shadowtopic.standalone import BrokerProcess
 
+from support.waiting import wait_for
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
@@ -46,13 +48,6 @@ def read_all(c: Client, topic: str, n: int, timeout: float = 5.0) -> list[bytes]
             except errors.Timeout:
                 break
     return got
-
-
-def wait_until(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out: {what}"
-        time.sleep(0.2)
 
 
 def _replicated(c: Client, topic: str, shadow: str) -> str | None:
@@ -119,7 +114,7 @@ def test_f11_a_shadow_follows_its_source_again_after_etcd_was_away(tmp_path, how
             # and the source's replication stats tell the same: the shadow is at its tail
             last = c.admin.last_message_id(topic)
             at = f"{last.ledger_id}:{last.entry_id}"
-            wait_until(lambda: _replicated(c, topic, shadow) == at, 10,
+            wait_for(lambda: _replicated(c, topic, shadow) == at, 10,
                        f"the replication stats say {shadow} is at {at}")
     finally:
         for b in (src, sh):

@@ -13,7 +13,7 @@ from shadowtopic.metadata import keys
 from shadowtopic.metadata.etcd_server import EtcdServer
 from shadowtopic.core.names import TopicName
 from shadowtopic.standalone import BrokerProcess, wait_serving
-from tests.test_integration.etcd_support import etcd_get
+from support.etcd_support import etcd_get
 
 
 def health(url: str) -> int:

@@ -18,7 +18,7 @@ import pytest
 from shadowtopic.broker.server import free_port
 from shadowtopic.metadata import EtcdServer
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.metrics_support import (base_of, get, registered_metrics_url,
+from support.metrics_support import (base_of, get, registered_metrics_url,
                                                     scrape, value, wait_ready)
 
 

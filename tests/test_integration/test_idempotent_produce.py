@@ -13,7 +13,7 @@ from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.waiting import wait_for
+from support.waiting import wait_for
 
 
 def _read_all(url: str, topic: str) -> list:

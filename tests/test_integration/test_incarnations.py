@@ -21,7 +21,7 @@ from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, errors
 from shadowtopic.standalone import BrokerProcess
 
-from tests.test_integration.test_shadows import drain, nothing_more
+from support.waiting import drain, nothing_more
 
 
 @pytest.fixture

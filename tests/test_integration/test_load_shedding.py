@@ -11,7 +11,7 @@ import uuid
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, errors
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.waiting import drain, wait_for
+from support.waiting import drain, wait_for
 
 SHED = ["--load-shedding-interval", "0.5"]
 

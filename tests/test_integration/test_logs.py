@@ -11,7 +11,7 @@ from shadowtopic import failpoints
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.compaction_support import WORKER_ARGS, produce, wait_done
+from support.compaction_support import WORKER_ARGS, produce, wait_done
 
 
 def json_lines(path: str) -> list[dict]:

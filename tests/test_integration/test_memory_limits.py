@@ -32,7 +32,7 @@ from shadowtopic.client import Client
 from shadowtopic.core import errors
 from shadowtopic.pb.v1 import common_pb2, consumer_pb2, producer_pb2
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.metrics_support import scrape, value
+from support.metrics_support import scrape, value
 
 CAP = 256 << 20
 #: what the RSS may keep after the clients left: freed pages the allocator holds on

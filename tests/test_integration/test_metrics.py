@@ -15,8 +15,8 @@ import pytest
 from shadowtopic.client import Client, Policies, errors
 from shadowtopic.core.names import TopicName
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.compaction_support import produce, wait_done
-from tests.test_integration.metrics_support import (base_of, get, logged_metrics_url,
+from support.compaction_support import produce, wait_done
+from support.metrics_support import (base_of, get, logged_metrics_url,
                                                     registered_metrics_url, scrape, series,
                                                     value, wait_value)
 
@@ -164,7 +164,7 @@ def test_compaction_worker_counts_a_compaction(compacting_source, worker, cluste
 
 
 def test_standalone_prints_each_roles_metrics_url(tmp_path):
-    from tests.test_integration.test_standalone import Standalone
+    from support.standalone_process import Standalone
     s = Standalone(tmp_path).start()
     try:
         s.wait_ready(timeout=180)

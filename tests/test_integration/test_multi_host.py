@@ -30,8 +30,8 @@ import pytest
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, Policies, errors
 from shadowtopic.standalone import BrokerProcess, wait_serving
-from tests.test_integration.compaction_support import WORKER_ARGS, wait_done
-from tests.test_integration.s3_support import MotoS3
+from support.compaction_support import WORKER_ARGS, wait_done
+from support.s3_support import MotoS3
 
 PREFIX = "multi-host"
 SRC_HOST, SH_HOSTS = "127.0.0.2", ("127.0.0.3", "127.0.0.4")

@@ -14,10 +14,9 @@ import pytest
 from shadowtopic.client import Client, Policies, errors
 from shadowtopic.core.names import TopicName
 from shadowtopic.pb.v1 import admin_pb2 as apb
-from tests.test_integration.test_disk_policies import (backlog, payload, quick_broker,
-                                                       sub_stats, wait_for)
 
-__all__ = ["quick_broker"]  # a fixture these tests use
+from support.policy_broker import backlog, payload, sub_stats
+from support.waiting import wait_for
 
 
 def namespace_of(topic: str) -> str:

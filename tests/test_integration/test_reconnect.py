@@ -11,7 +11,7 @@ import pytest
 
 from shadowtopic.client import Client
 from shadowtopic.core import errors
-from tests.test_integration.waiting import wait_for
+from support.waiting import wait_for
 
 #: the clients under test keep reconnecting this long (a restart takes a few seconds)
 RECONNECT_S = 60.0

@@ -25,8 +25,8 @@ from shadowtopic.client import Client, Policies, errors
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.core.names import TopicName
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.compaction_support import WORKER_ARGS, wait_done
-from tests.test_integration.s3_support import MotoS3
+from support.compaction_support import WORKER_ARGS, wait_done
+from support.s3_support import MotoS3
 
 PREFIX = "cluster-a"
 FLUSH = "0.2"  # cursor flush interval: snapshots reach the bucket soon after acks

@@ -21,7 +21,7 @@ from shadowtopic.pb.storage.v1 import cursors_pb2 as cpb
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import admin_pb2 as apb
 from shadowtopic.pb.v1 import admin_pb2_grpc, producer_pb2, producer_pb2_grpc
-from tests.test_integration.etcd_support import etcd_prefix, etcd_put
+from support.etcd_support import etcd_prefix, etcd_put
 
 SHADOW, SOURCE = mpb.TopicKind.SHADOW, mpb.TopicKind.SOURCE
 

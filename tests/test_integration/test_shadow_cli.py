@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.test_integration.waiting import wait_for
+from support.waiting import wait_for
 
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")

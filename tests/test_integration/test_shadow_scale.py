@@ -15,7 +15,7 @@ import time
 import pytest
 
 from shadowtopic.client import Client, Policies, errors
-from tests.test_integration.waiting import wait_for
+from support.waiting import wait_for
 
 N = 1_000_000
 LEDGER_MAX_ENTRIES = 300_000   # a batch may overshoot a ledger by < 1 batch: 3 sealed + open

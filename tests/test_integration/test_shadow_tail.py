@@ -23,7 +23,7 @@ from shadowtopic.core.errors import REASON_KEY
 from shadowtopic.core.names import canonical
 from shadowtopic.pb.v1 import common_pb2, storage_pb2
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.waiting import drain, wait_for
+from support.waiting import drain, wait_for
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 from shadowtopic.client import Client, Policies, errors
 from shadowtopic.core.names import canonical
 from shadowtopic.pb.v1 import common_pb2, replication_pb2
-from tests.test_integration.waiting import drain, nothing_more, wait_for
+from support.waiting import drain, nothing_more, wait_for
 
 
 @pytest.fixture

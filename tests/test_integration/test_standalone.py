@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -18,140 +17,11 @@ from shadowtopic.client import Client
 from shadowtopic.process import BACKOFF, FAILED, RUNNING, STARTING, Supervisor, spawn
 from shadowtopic.standalone import wait_serving
 
-EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
+from support.waiting import wait_for
+from support.standalone_process import alive, listening, Standalone
 
 
 # ---- helpers -------------------------------------------------------------------------------
-
-def free_ports(n: int) -> list[int]:
-    """n distinct free loopback ports (all bound at once, so no duplicates)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def alive(pid: int) -> bool:
-    """Some thread of `pid` still runs (a zombie or a vanished pid is not alive; a killed
-    process's main thread turns zombie before its other threads have let go of its sockets)."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X"):
-                    return True
-        except (OSError, IndexError):
-            continue
-    return False
-
-
-def cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def children(pid: int) -> dict[int, str]:
-    """Live children of `pid` (scan of /proc/*/stat) -> their command lines."""
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == pid and alive(int(entry)):
-            found[int(entry)] = cmdline(int(entry))
-    return found
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def eventually(cond, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(interval)
-
-
-class Standalone:
-    """`shadowtopic standalone` as a subprocess on free loopback ports and its own data dir;
-    output in files. `close()` kills it and anything it or its children left behind."""
-
-    def __init__(self, tmp_path):
-        (self.port, self.etcd_port, self.peer_port, self.shadow_port,
-         self.compaction_port) = free_ports(5)
-        self.data_dir = str(tmp_path / "data")
-        self.out_path, self.err_path = tmp_path / "stdout", tmp_path / "stderr"
-        self.url = f"127.0.0.1:{self.port}"
-        self.seen: set[int] = set()
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> "Standalone":
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                [EXE, "standalone", "--data-dir", self.data_dir, "--port", str(self.port),
-                 "--etcd-port", str(self.etcd_port), "--etcd-peer-port", str(self.peer_port),
-                 "--shadow-port", str(self.shadow_port),
-                 "--compaction-port", str(self.compaction_port)],
-                stdout=out, stderr=err, stdin=subprocess.DEVNULL)
-        return self
-
-    @property
-    def stdout(self) -> str:
-        return self.out_path.read_text(errors="replace")
-
-    @property
-    def stderr(self) -> str:
-        return self.err_path.read_text(errors="replace")
-
-    def wait_ready(self, timeout: float = 60) -> None:
-        eventually(lambda: "is ready" in self.stdout or self.proc.poll() is not None, timeout,
-                   "the ready banner")
-        assert self.proc.poll() is None, f"standalone exited: {self.stdout}{self.stderr}"
-
-    def children(self) -> dict[int, str]:
-        found = children(self.proc.pid)
-        self.seen.update(found)
-        return found
-
-    def broker_pid(self) -> int:
-        pids = [p for p, cmd in self.children().items() if "-m shadowtopic.broker " in cmd]
-        assert len(pids) == 1, f"expected one broker child, found {self.children()}"
-        return pids[0]
-
-    def ours(self) -> list[int]:
-        """Live processes started for this data dir (etcd and brokers name it in argv)."""
-        return [int(e) for e in os.listdir("/proc")
-                if e.isdigit() and self.data_dir in cmdline(int(e)) and alive(int(e))]
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-        if self.proc is not None:
-            self.proc.wait(10)
-        for pid in self.seen | set(self.ours()):
-            if alive(pid) and self.data_dir in cmdline(pid):
-                os.kill(pid, signal.SIGKILL)
-
 
 @pytest.fixture
 def standalone(tmp_path):
@@ -171,9 +41,9 @@ def test_sigkill_of_standalone_leaves_no_child(standalone):
     assert any("-m shadowtopic.broker " in cmd for cmd in kids.values()), kids
     standalone.proc.kill()
     standalone.proc.wait(10)
-    eventually(lambda: not any(alive(pid) for pid in kids), 5, "the children to die")
+    wait_for(lambda: not any(alive(pid) for pid in kids), 5, "the children to die")
     ports = (standalone.port, standalone.etcd_port, standalone.peer_port)
-    eventually(lambda: not any(listening(port) for port in ports), 3, "the ports to close")
+    wait_for(lambda: not any(listening(port) for port in ports), 3, "the ports to close")
 
 
 @pytest.mark.parametrize("which", ["port", "etcd_port", "peer_port"])
@@ -206,7 +76,7 @@ def test_killed_broker_is_restarted_and_serves_the_same_data(standalone):
                 p.send(payload)
     first = standalone.broker_pid()
     os.kill(first, signal.SIGKILL)
-    eventually(lambda: "broker restarted" in standalone.stdout, 30, "the restart")
+    wait_for(lambda: "broker restarted" in standalone.stdout, 30, "the restart")
     assert "broker exited with code -9 (SIGKILL); restarting in 0.5 s (see " in standalone.stderr
     wait_serving(standalone.url, timeout=30)
     second = standalone.broker_pid()
@@ -235,7 +105,7 @@ def test_repeated_failures_stop_everything(standalone):
             holder.listen()
             return True
 
-        eventually(take_port, 5, "the dead broker's port", interval=0.02)
+        wait_for(take_port, 5, "the dead broker's port", interval=0.02)
         code = standalone.proc.wait(40)
     finally:
         holder.close()

@@ -12,7 +12,8 @@ import pytest
 
 from shadowtopic.broker.server import free_port
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.test_standalone import EXE, Standalone, free_ports
+
+from support.standalone_process import EXE, Standalone, free_ports
 
 
 class JsonStandalone(Standalone):

@@ -14,7 +14,7 @@ import pytest
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, Policies, errors
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.waiting import wait_for
+from support.waiting import wait_for
 
 # a cluster of its own: brokers of earlier tests, killed with their leases not yet expired,
 # are still registered in the session's etcd and must not be picked to own the topic

@@ -9,16 +9,9 @@ import pytest
 
 from shadowtopic.client import Client, MessageId, Policies
 from shadowtopic.core import errors
-from tests.test_integration.waiting import drain, nothing_more, wait_for
 
-
-def produce(client: Client, topic: str, n: int, prefix: str = "m", keys: int = 0) -> list:
-    ids = []
-    with client.create_producer(topic) as p:
-        for i in range(n):
-            ids.append(p.send(f"{prefix}{i}".encode(),
-                              key=f"k{i % keys}" if keys else None))
-    return ids
+from support.waiting import drain, nothing_more, wait_for
+from support.produce import produce
 
 
 def sub_stats(client: Client, topic: str, sub: str) -> dict:

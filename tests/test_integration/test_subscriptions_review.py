@@ -3,19 +3,13 @@ the bundled client). `test_bug_*` fail on the current code; the others pin behav
 right but was not tested."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 import time
 
 from shadowtopic.client import Client
 
 
-# the helpers of test_subscriptions.py (loaded by path: tests are not a package)
-_spec = importlib.util.spec_from_file_location(
-    "_subscription_helpers", pathlib.Path(__file__).with_name("test_subscriptions.py"))
-_h = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_h)
-produce, drain, wait_for = _h.produce, _h.drain, _h.wait_for
+from support.produce import produce
+from support.waiting import drain, wait_for
 
 
 def test_partitioned_shared_consumer_acks_route_to_their_partition(broker, client, topic):

@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from shadowtopic.shadow.ledger import ShadowLedger
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
@@ -28,7 +26,12 @@ from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import common_pb2
 from shadowtopic.read.engine import ReadEngine
 from shadowtopic.read.positions import EARLIEST, Start
+from shadowtopic.shadow.ledger import ShadowLedger
 from shadowtopic.subscriptions import EXCLUSIVE, TopicSubscriptions
+
+from support import fakes
+from support.fakes import Count
+from support.waiting import wait_for_async
 
 SEALED, OPEN = mpb.LedgerState.SEALED, mpb.LedgerState.OPEN
 
@@ -197,14 +200,6 @@ async def read_all(view, start: MessageId = MessageId(0, 0)):
         pos = MessageId(got[-1].ledger_id, got[-1].entry_id + 1)
 
 
-async def eventually(cond, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 class Heard:
     def __init__(self):
         self.calls = []
@@ -329,11 +324,11 @@ def test_follows_the_list_from_before_the_source_exists(request, backend, tmp_pa
         assert sl.next_position() == MessageId(0, 0) and sl.ranges() == []
         ml = await env.open_source()
         await append(ml, 4)
-        await eventually(lambda: sl.source_ledger_ids() == [i.ledger_id for i in ml.ledgers()],
+        await wait_for_async(lambda: sl.source_ledger_ids() == [i.ledger_id for i in ml.ledgers()],
                          what="the open ledger")
         assert sl.last_confirmed() is None and heard.entries == 0
         first = await ml.roll()
-        await eventually(lambda: sl.last_confirmed() == MessageId(first.ledger_id, 3),
+        await wait_for_async(lambda: sl.last_confirmed() == MessageId(first.ledger_id, 3),
                          what="the sealed ledger")
         assert heard.entries >= 1
         assert await read_all(sl) == await read_all(ml)
@@ -355,7 +350,7 @@ def test_an_update_while_it_starts_is_applied(request, backend, tmp_path):
         spy.after_list = ml.roll  # seals `lid` and opens the next ledger: two list writes
         await sl.start()
         assert sl.last_confirmed() is None  # what it listed: one open ledger, nothing more
-        await eventually(lambda: sl.last_confirmed() == MessageId(lid, 2),
+        await wait_for_async(lambda: sl.last_confirmed() == MessageId(lid, 2),
                          what="the update made while it started")
         assert sl.source_ledger_ids() == [i.ledger_id for i in ml.ledgers()]
         assert [e.raw for e in await read_all(sl)] == [message(i) for i in range(3)]
@@ -392,7 +387,7 @@ def test_it_lists_again_when_the_watched_revision_was_compacted(request, backend
 
         spy.after_list = meanwhile
         await sl.start()
-        await eventually(lambda: sl.last_confirmed() == ml.last_confirmed(),
+        await wait_for_async(lambda: sl.last_confirmed() == ml.last_confirmed(),
                          what="the list read again")
         assert sl._follower.relists >= 1
         assert await read_all(sl) == await read_all(ml)
@@ -483,7 +478,7 @@ def test_a_later_ledger_waits_until_the_earlier_ones_end_is_known(request, tmp_p
         assert sl.valid_position(MessageId(1001, 5)) == MessageId(1001, 5)
         assert [r.ledger_id for r in sl.ranges()] == [1001]
         assert [i.entries for i in sl.ledgers()] == [5, 0]  # 1002: not readable yet
-        await eventually(lambda: sl.next_position() == MessageId(1002, 2), what="1001 counted")
+        await wait_for_async(lambda: sl.next_position() == MessageId(1002, 2), what="1001 counted")
         assert heard.entries == 2
         got = await read_all(sl)
         assert [(e.ledger_id, e.entry_id) for e in got] == \
@@ -501,7 +496,7 @@ def test_a_later_ledger_waits_until_the_earlier_ones_end_is_known(request, tmp_p
         write_more.write_sync(walmod.encode_batch(2, 2000, walmod.request_bytes(raws), 1))
         write_more.close()
         await env.store.put(keys.ledgers(other), lst.SerializeToString())
-        await eventually(lambda: sl.next_position() == MessageId(1004, 0), what="1002 counted")
+        await wait_for_async(lambda: sl.next_position() == MessageId(1004, 0), what="1002 counted")
         got = await read_all(sl, MessageId(1002, 0))
         assert [(e.ledger_id, e.entry_id) for e in got] == \
             [(1002, 0), (1002, 1), (1002, 2), (1003, 0), (1003, 1), (1003, 2)]
@@ -554,7 +549,7 @@ def test_ledgers_the_source_drops_are_trimmed_as_the_source_does(request, backen
             await asyncio.sleep(0.01)
             assert await ml.apply_retention(0, -1) == (2, 11)
         assert len(src_heard.trims) == 1
-        await eventually(lambda: sh_heard.trims, what="on_trimmed")
+        await wait_for_async(lambda: sh_heard.trims, what="on_trimmed")
         assert sh_heard.trims == src_heard.trims  # same ledgers, counts and sizes
         assert sl.source_ledger_ids() == [i.ledger_id for i in ml.ledgers()]
         assert sl.first_position() == ml.first_position()
@@ -577,7 +572,7 @@ def test_a_deleted_source_list_trims_everything(request, tmp_path):
         sl.add_listener(heard)
         before = sl.next_position()
         await env.store.delete(keys.ledgers(env.source))
-        await eventually(lambda: heard.trims, what="on_trimmed")
+        await wait_for_async(lambda: heard.trims, what="on_trimmed")
         assert [(r.ledger_id, r.entries) for r in heard.trims[0]] == \
             [(sealed[0].ledger_id, 5), (sealed[1].ledger_id, 6), (open_lid, 4)]
         assert sl.ranges() == [] and sl.first_position() is None
@@ -641,37 +636,12 @@ def test_close_stops_following(request, tmp_path):
 
 # ---- the engines over a shadow ----------------------------------------------------------------
 
-class Outbox:
-    def __init__(self):
-        self.got: dict[int, list[common_pb2.EncodedEntry]] = {}
-        self.errors = []
-        self.notices = []
+class Outbox(fakes.Outbox):
+    """The shared outbox, answering entries as (ledger, entry, publish time, raw)."""
 
-    def has_room(self):
-        return True
-
-    def call_when_room(self, cb):
-        pass
-
-    def send_entries(self, handles, encoded, size):
-        for h in handles:
-            self.got.setdefault(h, []).extend(common_pb2.EncodedEntry.FromString(e)
-                                              for e in encoded)
-
-    def send_error(self, handle, error):
-        self.errors.append((handle, error))
-
-    def send_notice(self, handle, notice):
-        self.notices.append((handle, notice))
-
-    def entries(self, handle) -> list[tuple[int, int, int, bytes]]:
+    def entries(self, handle=None) -> list[tuple[int, int, int, bytes]]:
         return [(e.ledger_id, e.entry_id, e.publish_time, e.raw)
-                for e in self.got.get(handle, [])]
-
-
-class Count:
-    def add_out(self, msgs, size):
-        pass
+                for e in super().entries(handle)]
 
 
 def as_tuples(entries):
@@ -694,13 +664,13 @@ def test_a_reader_from_earliest_reads_everything_through_the_read_engine(request
         reader, last = await engine.open(out, 1, env.shadow, Start(EARLIEST))
         assert last == MessageId(ml.ledgers()[1].ledger_id, 5)  # sealed ledgers only yet
         engine.flow(reader, 1000)
-        await eventually(lambda: len(out.entries(1)) == 11, what="the sealed entries")
+        await wait_for_async(lambda: len(out.entries(1)) == 11, what="the sealed entries")
         sl.on_replicated(ml.last_confirmed())
-        await eventually(lambda: len(out.entries(1)) == 15, what="the WAL entries")
+        await wait_for_async(lambda: len(out.entries(1)) == 15, what="the WAL entries")
         await ml.roll()                      # the WAL it read goes; Parquet from now on
         await append(ml, 3, 15)
         sl.on_replicated(ml.last_confirmed())
-        await eventually(lambda: len(out.entries(1)) == 18, what="the next ledger")
+        await wait_for_async(lambda: len(out.entries(1)) == 18, what="the next ledger")
         assert out.entries(1) == as_tuples(await read_all(ml))
         assert out.errors == []
         engine.close(reader)
@@ -725,7 +695,7 @@ def test_a_durable_subscription_gets_every_message_and_skips_trimmed_ledgers(req
         ts.flow(everything, 1000)
         slow, _, _ = await ts.subscribe(out, 2, "slow", EXCLUSIVE, Start(EARLIEST))
         ts.flow(slow, 4)
-        await eventually(lambda: len(out.entries(1)) == 15 and len(out.entries(2)) == 4,
+        await wait_for_async(lambda: len(out.entries(1)) == 15 and len(out.entries(2)) == 4,
                          what="deliveries")
         assert out.entries(1) == as_tuples(await read_all(ml))
         ts.ack(slow, [MessageId(e[0], e[1]) for e in out.entries(2)[:3]], cumulative=False)
@@ -733,7 +703,7 @@ def test_a_durable_subscription_gets_every_message_and_skips_trimmed_ledgers(req
         ts.ack(everything, [MessageId(last[0], last[1])], cumulative=True)
 
         await ml.truncate()  # deletes every ledger the subscriptions were reading
-        await eventually(lambda: ts.get("slow").skipped, what="the trim")
+        await wait_for_async(lambda: ts.get("slow").skipped, what="the trim")
         stats = ts.stats()
         assert stats["slow"]["skipped_entries"] == 15 - 3
         assert stats["all"]["skipped_entries"] == 0
@@ -744,7 +714,7 @@ def test_a_durable_subscription_gets_every_message_and_skips_trimmed_ledgers(req
         ts.flow(slow, 100)
         fresh = as_tuples(await read_all(ml))
         assert len(fresh) == 3
-        await eventually(lambda: out.entries(2)[4:] == fresh and out.entries(1)[15:] == fresh,
+        await wait_for_async(lambda: out.entries(2)[4:] == fresh and out.entries(1)[15:] == fresh,
                          what="delivery after the trim")
         assert out.errors == []
         await ts.close()

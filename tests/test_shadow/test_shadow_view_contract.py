@@ -1,4 +1,4 @@
-"""ShadowLedger against the view contract: what tests/test_source/test_read_engine.py does not
+"""ShadowLedger against the view contract: what tests/test_source/read/test_read_engine.py does not
 say directly.
 
 - Listeners: every kind of view (the suite's `KINDS`) tells its listeners the same changes,
@@ -11,7 +11,7 @@ say directly.
   of what the source returns.
 - A reader of the shadow keeps its place when the source's owner changes.
 
-Harness, drivers and helpers are the suite's own (tests/test_source/test_read_engine.py)."""
+Harness, drivers and helpers are the read engine suite's (tests/support/read_harness.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -22,8 +22,9 @@ import pytest
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.ledger import wal
 from shadowtopic.read.positions import Start
-from tests.test_source.read.test_read_engine import (KINDS, TOPIC, RecordingOutbox, ShadowDriver,
-                                                msgs, run, until)
+
+from support.fakes import Outbox
+from support.read_harness import KINDS, TOPIC, ShadowDriver, msgs, run, until
 
 
 class Heard:
@@ -189,19 +190,19 @@ def test_a_shadow_reader_keeps_its_place_when_the_source_changes_owner(tmp_path)
     async def body(h):
         d = h.shadow
         await h.append(msgs(0, 5))
-        out = RecordingOutbox()
+        out = Outbox()
         r, _ = await h.engine.open(out, 1, TOPIC, Start())
         h.engine.flow(r, 100)
-        await until(lambda: len(out.got(1)) == 5)
+        await until(lambda: len(out.raws(1)) == 5)
         await d.source.close()
         d.source = await d.managed.open()
         h.view.on_replicated(d.source.last_confirmed())  # the replicator's heartbeat
         await d.caught_up(h.view)
         assert [r.sealed for r in h.view.ranges()] == [True, False]
         await h.append(msgs(5, 8))
-        await until(lambda: len(out.got(1)) == 8)
+        await until(lambda: len(out.raws(1)) == 8)
         await asyncio.sleep(0.05)
-        assert out.got(1) == msgs(0, 8) and out.errors == []
+        assert out.raws(1) == msgs(0, 8) and out.errors == []
         assert r.topic.view is h.view and h.view.closed is None
 
     run("shadow", tmp_path, body)

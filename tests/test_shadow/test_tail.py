@@ -11,10 +11,6 @@ from types import SimpleNamespace
 import grpc
 import pytest
 
-from shadowtopic.shadow import tail
-from shadowtopic.shadow.ledger import ShadowLedger
-from shadowtopic.shadow.replication import ReplicationService
-from shadowtopic.shadow.tail import TailCache
 from shadowtopic.broker.memory import ClientMemory
 from shadowtopic.broker.storage_service import add_storage_service
 from shadowtopic.core import errors
@@ -25,8 +21,13 @@ from shadowtopic.ledger.view import ReadEntry
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import replication_pb2
 from shadowtopic.read.positions import EARLIEST, Start
-from tests.test_source.read.test_read_engine import (SOURCE, TOPIC, Harness, RecordingOutbox,
-                                                ShadowDriver, msgs, until)
+from shadowtopic.shadow import tail
+from shadowtopic.shadow.ledger import ShadowLedger
+from shadowtopic.shadow.replication import ReplicationService
+from shadowtopic.shadow.tail import TailCache
+
+from support.fakes import Outbox
+from support.read_harness import SOURCE, TOPIC, Harness, ShadowDriver, msgs, until
 
 
 class Topics:
@@ -51,7 +52,7 @@ class Topics:
 
 
 class Driver(ShadowDriver):
-    """ShadowDriver (tests/test_source/test_read_engine.py) whose shadows read the tail
+    """ShadowDriver (tests/support/read_harness.py) whose shadows read the tail
     through a loopback Storage server: `remote` gives them a WAL root of their own."""
 
     def __init__(self, tmp_path, remote: bool):
@@ -119,15 +120,15 @@ async def read_all(view, start=MessageId(0, 0)):
 def test_a_shadow_reads_the_sources_tail_from_its_wal_or_its_owner(tmp_path, remote):
     async def body(h):
         sl, src = h.view, h.shadow.source
-        out = RecordingOutbox()
+        out = Outbox()
         r, _ = await h.engine.open(out, 1, TOPIC, Start(EARLIEST))
         h.engine.flow(r, 1000)
         for i in range(5):  # sealed ledgers and an open one
             await h.append(msgs(i * 20, i * 20 + 20))
             if i % 2:
                 await h.roll()
-        await until(lambda: len(out.got(1)) == 100)
-        assert out.got(1) == msgs(0, 100)
+        await until(lambda: len(out.raws(1)) == 100)
+        assert out.raws(1) == msgs(0, 100)
         assert [r.sealed for r in src.ranges()][-1] is False
         assert await read_all(sl) == await read_all(src)
         opened = src.ledgers()[-1]

@@ -13,7 +13,8 @@ import pytest
 from shadowtopic.client import Client, MessageId, errors
 from shadowtopic.client.reconnect import Reconnector
 from shadowtopic.pb.v1 import common_pb2, consumer_pb2
-from tests.test_source.client.test_client_consumer_unit import FakeBroker, entry, event_frame
+
+from support.fake_broker import FakeBroker, entry, event_frame
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Durable cursors, in memory: CursorState (acks, holes, the mark-delete position, backlog)
 against a brute-force model over a small ledger layout, and its records. The stores that
-persist them: tests/test_source/test_cursors.py."""
+persist them: tests/test_source/cursors/test_cursors.py."""
 from __future__ import annotations
 
 import random

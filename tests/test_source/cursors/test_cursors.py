@@ -1,6 +1,6 @@
 """Durable cursors: one contract suite for every CursorStore (the in-memory twin,
 SnapshotCursorStore on the metadata twin, SnapshotCursorStore on a real etcd) plus the
-CursorFlusher on each. CursorState itself: tests/test_source/test_cursor_state.py."""
+CursorFlusher on each. CursorState itself: tests/test_source/cursors/test_cursor_state.py."""
 from __future__ import annotations
 
 import asyncio

@@ -30,6 +30,8 @@ from shadowtopic.read.encodings import Encodings
 from shadowtopic.read.engine import ReadEngine, TopicReaders
 from shadowtopic.read.positions import Start
 
+from support.fakes import Count, Outbox
+
 TOPICS = [TopicName.parse(f"persistent://t/ns/cache-{i}") for i in range(3)]
 MAX_BATCH_BYTES = 8 * 600  # the largest batch the tests append (one WAL frame)
 
@@ -400,28 +402,6 @@ def test_encoded_entries_count_against_the_budget(tmp_path, arun):
     arun(main())
 
 
-class _Outbox:
-    def __init__(self):
-        self.raws: list[bytes] = []
-
-    def has_room(self):
-        return True
-
-    def call_when_room(self, callback):
-        pass
-
-    def send_entries(self, handles, encoded, size):
-        self.raws += [common_pb2.EncodedEntry.FromString(e).raw for e in encoded]
-
-    def send_error(self, handle, error):
-        raise AssertionError(f"reader failed: {error}")
-
-
-class _Count:
-    def add_out(self, msgs, size):
-        pass
-
-
 def test_readers_from_earliest_read_everything_under_a_tiny_budget(tmp_path, arun,
                                                                    monkeypatch):
     evicted = []
@@ -444,18 +424,18 @@ def test_readers_from_earliest_read_everything_under_a_tiny_budget(tmp_path, aru
         async def resolve(topic):
             return mls[topic]
 
-        engine = ReadEngine(resolve, lambda topic: _Count())
+        engine = ReadEngine(resolve, lambda topic: Count())
         outboxes = {}
         for h, t in enumerate(mls):
-            outboxes[t] = _Outbox()
+            outboxes[t] = Outbox(raise_errors=True)
             reader, _last = await engine.open(outboxes[t], h, t, Start())
             engine.flow(reader, 1 << 20)
         for _ in range(250):
-            if all(len(outboxes[t].raws) >= len(sent[t]) for t in mls):
+            if all(len(outboxes[t].raws()) >= len(sent[t]) for t in mls):
                 break
             await asyncio.sleep(0.02)
         for t in mls:
-            assert outboxes[t].raws == sent[t]
+            assert outboxes[t].raws() == sent[t]
         assert env.cache.held <= env.cache.limit and env.cache.evictions > 0
         encoded = engine.encodings.encoded_bytes
         assert env.cache.held == sum(_held(ml) for ml in mls.values()) + encoded

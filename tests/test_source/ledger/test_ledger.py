@@ -19,12 +19,10 @@ from shadowtopic.metadata import keys
 from shadowtopic.metadata.memory import MemoryStore
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
-TOPIC = TopicName.parse("persistent://t/ns/ledger")
-
-
-def _batch(n: int, start: int = 0):
-    raws = [f"m{start + i}".encode() for i in range(n)]
-    return raws, wal.request_bytes(raws), sum(map(len, raws))
+from support.ledger_env import TOPIC, Env
+from support.ledger_env import append as _append
+from support.ledger_env import batch as _batch
+from support.ledger_env import read_all as _read_all
 
 
 def _write_wal(path: str, batches: list[int]) -> None:
@@ -147,38 +145,6 @@ def test_sealed_corruption_and_absence_are_typed(tmp_path):
 
 
 # ---- managed ledger ------------------------------------------------------------------------
-
-class Env:
-    def __init__(self, tmp_path):
-        self.store = MemoryStore()
-        self.storage = Storage(str(tmp_path / "storage"))
-        self.executor = ThreadPoolExecutor(4)
-        self.epoch = 0
-
-    async def open(self, lease_ok=lambda: True, **cfg) -> ManagedLedger:
-        self.epoch += 1
-        own_key = keys.ownership("c", TOPIC)
-        value = mpb.Ownership(broker_id="b", epoch=self.epoch).SerializeToString()
-        await self.store.put(own_key, value)
-        return await ManagedLedger.open(TOPIC, self.store, self.storage, own_key, value,
-                                        self.epoch, self.executor, LedgerConfig(**cfg),
-                                        lease_ok=lease_ok)
-
-
-async def _append(ml, n, start=0):
-    raws, request, size = _batch(n, start)
-    return await ml.append(raws, request, size)
-
-
-async def _read_all(ml):
-    out, pos = [], MessageId(0, 0)
-    while True:
-        got = await ml.read(pos, 1000, 1 << 30)
-        if not got:
-            return out
-        out += got
-        pos = MessageId(got[-1].ledger_id, got[-1].entry_id + 1)
-
 
 def test_appends_group_commit_and_ids_are_contiguous(tmp_path, arun, monkeypatch):
     calls = []

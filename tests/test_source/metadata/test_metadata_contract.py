@@ -15,7 +15,9 @@ from shadowtopic.metadata import (Compare, Delete, LeaseNotFound, MemoryStore, M
                              MetadataUnavailable, Put, RevisionCompacted, Snapshot,
                              WatchEvent)
 from shadowtopic.metadata.follow import PrefixFollower
-from tests.test_source.outage import Outage
+
+from support.outage import Outage
+from support.waiting import wait_for_async
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,18 +29,6 @@ def p() -> str:
 
 
 # ---- helpers ------------------------------------------------------------------------------
-
-async def eventually(check, timeout: float, interval: float = 0.05):
-    """Await `check()` until it returns a truthy value; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s (last: {result!r})")
-        await asyncio.sleep(interval)
-
 
 async def next_batch(watch, timeout: float = 5.0) -> list[WatchEvent]:
     return await asyncio.wait_for(watch.__anext__(), timeout)
@@ -307,7 +297,7 @@ def test_lease_refresh_keeps_alive(store, p, arun):
                 assert await store.get(p + "k") is not None
                 await asyncio.sleep(0.3)
             # stop refreshing: it goes away
-            await eventually(lambda: _absent(store, p + "k"), timeout=10)
+            await wait_for_async(lambda: _absent(store, p + "k"), timeout=10)
         finally:
             try:
                 await store.revoke_lease(lease)
@@ -438,12 +428,13 @@ def test_a_prefix_follower_lists_then_watches(store, p, arun):
         f = Follower()
         task = _follow(store, p, f.on_snapshot, f.on_events)
         try:
-            await eventually(lambda: _true(f.snapshots), timeout=5)
+            await wait_for_async(lambda: _true(f.snapshots), timeout=5)
             assert f.view == {p + "a": b"1", p + "b": b"2"}
             await store.put(p + "c", b"3")
             await store.delete(p + "a")
             await store.put("/elsewhere" + p, b"x")
-            await eventually(lambda: _true(f.view == {p + "b": b"2", p + "c": b"3"}), timeout=5)
+            await wait_for_async(lambda: _true(f.view == {p + "b": b"2", p + "c": b"3"}),
+                                 timeout=5)
             assert len(f.snapshots) == 1
             assert all(e.key.startswith(p) for b in f.batches for e in b)
         finally:
@@ -471,11 +462,11 @@ def test_a_prefix_follower_relists_after_compaction(store, p, arun):
 
         task = _follow(store, p, on_snapshot, f.on_events, retry_delay=0.05)
         try:
-            await eventually(lambda: _true(len(f.snapshots) >= 2), timeout=5)
+            await wait_for_async(lambda: _true(len(f.snapshots) >= 2), timeout=5)
             assert f.view == {p + "b": b"2", p + "c": b"3"}
             assert f.batches == []
             await store.put(p + "d", b"4")
-            await eventually(lambda: _true(p + "d" in f.view), timeout=5)
+            await wait_for_async(lambda: _true(p + "d" in f.view), timeout=5)
         finally:
             await _stop(task)
     arun(body())
@@ -498,7 +489,7 @@ async def _until_available(store, timeout=15.0):
             return True
         except MetadataUnavailable:
             return False
-    await eventually(ok, timeout=timeout, interval=0.1)
+    await wait_for_async(ok, timeout=timeout, interval=0.1)
 
 
 def test_unavailable_then_recovers(outage, arun):
@@ -541,16 +532,17 @@ def test_a_prefix_follower_across_an_outage(outage, arun):
         f = Follower()
         task = _follow(store, "/f/", f.on_snapshot, f.on_events, retry_delay=0.1)
         try:
-            await eventually(lambda: _true(f.view == {"/f/a": b"1"}), timeout=5)
+            await wait_for_async(lambda: _true(f.view == {"/f/a": b"1"}), timeout=5)
             await store.put("/f/b", b"2")
-            await eventually(lambda: _true("/f/b" in f.view), timeout=5)
+            await wait_for_async(lambda: _true("/f/b" in f.view), timeout=5)
             await asyncio.to_thread(outage.down)
             await asyncio.sleep(0.5)
             await asyncio.to_thread(outage.up)
             await _until_available(store)
             await store.put("/f/c", b"3")
             await store.delete("/f/a")
-            await eventually(lambda: _true(f.view == {"/f/b": b"2", "/f/c": b"3"}), timeout=10)
+            await wait_for_async(lambda: _true(f.view == {"/f/b": b"2", "/f/c": b"3"}),
+                                 timeout=10)
             assert len(f.snapshots) >= 2  # re-listed after the outage
         finally:
             await _stop(task)
@@ -566,7 +558,7 @@ def test_memory_leases_survive_outage_like_etcd(arun):
         await asyncio.sleep(1.2)  # the TTL passes while down: no expiry
         s.set_available(True)  # back with a full TTL again (etcd extends leases on restart)
         assert await s.get("/k") is not None
-        await eventually(lambda: _absent(s, "/k"), timeout=5)
+        await wait_for_async(lambda: _absent(s, "/k"), timeout=5)
         await s.close()
     arun(body())
 

@@ -15,7 +15,9 @@ import pytest
 
 from shadowtopic.metadata import MemoryStore, MetadataError, MetadataUnavailable, RevisionCompacted
 from shadowtopic.metadata.follow import KeyFollower
-from tests.test_source.outage import Outage
+
+from support.outage import Outage
+from support.waiting import wait_for_async
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -58,15 +60,6 @@ async def following(store, key: str):
         await f.close()
 
 
-async def eventually(check, timeout: float = 5.0, interval: float = 0.02):
-    """Wait until `check()` (a plain function) is truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await asyncio.sleep(interval)
-
-
 async def _until_available(store, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -87,11 +80,11 @@ def test_initial_value_updates_delete_recreate(store, key, arun):
         async with following(store, key) as (f, seen):
             assert seen.calls == [(b"v1", r1)] and f.revision == r1 and f.running
             r2 = await store.put(key, b"v2")
-            await eventually(lambda: f.revision == r2)
+            await wait_for_async(lambda: f.revision == r2)
             await store.delete(key)
-            await eventually(lambda: seen.last is None and len(seen.calls) == 3)
+            await wait_for_async(lambda: seen.last is None and len(seen.calls) == 3)
             r4 = await store.put(key, b"v3")
-            await eventually(lambda: f.revision == r4)
+            await wait_for_async(lambda: f.revision == r4)
             assert seen.calls[1] == (b"v2", r2)
             assert seen.values == [b"v1", b"v2", None, b"v3"]
             assert f.relists == 0
@@ -107,7 +100,7 @@ def test_absent_key_then_created(store, key, arun):
         async with following(store, key) as (f, seen):
             assert seen.calls == []  # a key never held: its absence applies nothing
             r = await store.put(key, b"x")
-            await eventually(lambda: seen.calls == [(b"x", r)])
+            await wait_for_async(lambda: seen.calls == [(b"x", r)])
     arun(body())
 
 
@@ -119,7 +112,7 @@ def test_events_on_longer_keys_ignored(store, key, arun):
                 await store.put(longer, b"other")
                 await store.delete(longer)
             r = await store.put(key, b"v2")
-            await eventually(lambda: f.revision == r)
+            await wait_for_async(lambda: f.revision == r)
             assert seen.values == [b"v1", b"v2"]
     arun(body())
 
@@ -131,7 +124,7 @@ def test_refresh(store, key, arun):
             assert not await f.refresh()  # nothing new
             r = await store.put(key, b"v2")
             await f.refresh()  # the refresh or the watch applies it: once
-            await eventually(lambda: f.revision == r)
+            await wait_for_async(lambda: f.revision == r)
             await asyncio.sleep(0.1)
             assert seen.values == [b"v1", b"v2"]
     arun(body())
@@ -178,7 +171,7 @@ def test_start_retrying_goes_on_until_the_first_list_is_taken(arun):
         await asyncio.wait_for(starting, 5)
         assert f.running and seen.values == [b"v1"]
         await s.put("/k", b"v2")
-        await eventually(lambda: seen.values == [b"v1", b"v2"])
+        await wait_for_async(lambda: seen.values == [b"v1", b"v2"])
         await f.close()
         await s.close()
     arun(body())
@@ -218,10 +211,10 @@ def test_relists_after_compacted_revision(store, key, arun):
         f = KeyFollower(store, key, apply, retry_delay=RETRY)
         await f.start()
         try:
-            await eventually(lambda: seen.last == b"v2")
+            await wait_for_async(lambda: seen.last == b"v2")
             assert f.relists >= 1
             r = await store.put(key, b"v3")
-            await eventually(lambda: f.revision == r)
+            await wait_for_async(lambda: f.revision == r)
             assert seen.values == [b"v1", b"v2", b"v3"]
         finally:
             await f.close()
@@ -283,10 +276,10 @@ def test_any_watch_failure_relists(store, key, fault, arun):
         faulty.list_faults = [ValueError("a list failed oddly"), MetadataError("odd")]
         try:
             r = await store.put(key, b"v2")  # written while no watch runs: the re-list finds it
-            await eventually(lambda: f.revision == r)
+            await wait_for_async(lambda: f.revision == r)
             assert f.relists >= 1 and faulty.watches >= 2 and f.running
             r = await store.put(key, b"v3")  # and the new watch follows on
-            await eventually(lambda: f.revision == r)
+            await wait_for_async(lambda: f.revision == r)
             assert seen.values == [b"v1", b"v2", b"v3"]
         finally:
             await f.close()
@@ -310,7 +303,7 @@ def test_failing_apply_is_offered_again(store, key, arun):
         await f.start()
         try:
             r = await store.put(key, b"v2")
-            await eventually(lambda: f.revision == r)
+            await wait_for_async(lambda: f.revision == r)
             assert seen.values == [b"v1", b"v2"] and f.relists >= 1
         finally:
             await f.close()
@@ -340,7 +333,7 @@ def test_async_apply_serialized_and_monotonic(store, key, arun):
                 last = await store.put(key, str(i).encode())
                 if i % 4 == 0:  # refreshes race the watch for the same values
                     await asyncio.gather(f.refresh(), f.refresh())
-            await eventually(lambda: f.revision == last, timeout=10)
+            await wait_for_async(lambda: f.revision == last, timeout=10)
             assert most[0] == 1, "two applies ran at once"
             revisions = [r for _, r in seen.calls]
             assert revisions == sorted(set(revisions)), "applied out of order or twice"
@@ -374,11 +367,11 @@ def test_older_value_never_replaces_newer(store, key, arun):
         old = await store.get_prefix(key)
         async with following(stale, key) as (f, seen):
             r = await store.put(key, b"v2")
-            await eventually(lambda: f.revision == r)
+            await wait_for_async(lambda: f.revision == r)
             stale.old = old  # a list that answers from before v2
             assert not await f.refresh()
             await store.delete(key)
-            await eventually(lambda: seen.last is None and len(seen.calls) == 3)
+            await wait_for_async(lambda: seen.last is None and len(seen.calls) == 3)
             stale.old = old  # an old list must not bring back the deleted value
             assert not await f.refresh()
             assert seen.values == [b"v1", b"v2", None]
@@ -407,7 +400,7 @@ def _follow_across(outage: Outage, down_for: float, arun) -> None:
         await f.start()
         try:
             r = await store.put("/f/k", b"v2")
-            await eventually(lambda: f.revision == r)
+            await wait_for_async(lambda: f.revision == r)
             await asyncio.to_thread(outage.down)
             assert not await f.refresh()  # fails (the store is down): holds what it has
             await asyncio.sleep(down_for)
@@ -415,9 +408,9 @@ def _follow_across(outage: Outage, down_for: float, arun) -> None:
             await _until_available(store)
             r = await store.put("/f/k", b"v3")
             await store.put("/f/k/jobs/1", b"longer")
-            await eventually(lambda: f.revision == r, timeout=15)
+            await wait_for_async(lambda: f.revision == r, timeout=15)
             r = await store.put("/f/k", b"v4")  # and it goes on following
-            await eventually(lambda: f.revision == r, timeout=15)
+            await wait_for_async(lambda: f.revision == r, timeout=15)
             assert seen.values == [b"v1", b"v2", b"v3", b"v4"] and f.running
             if outage.kind in ("memory", "etcd-stop", "etcd-kill"):
                 assert f.relists >= 1  # the watch broke: listed again

@@ -1,6 +1,6 @@
 """Range reads of every MetadataStore (MemoryStore and EtcdStore on a real etcd): a prefix
 whole and at one revision, page by page, and key listings in pages. Part of the contract
-suite (tests/test_source/test_metadata_contract.py holds the rest).
+suite (tests/test_source/metadata/test_metadata_contract.py holds the rest).
 """
 from __future__ import annotations
 

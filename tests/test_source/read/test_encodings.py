@@ -9,28 +9,14 @@ from shadowtopic.core.names import TopicName
 from shadowtopic.ledger.entry_cache import EntryCache
 from shadowtopic.ledger.memory_view import MemoryView
 from shadowtopic.ledger.view import ReadEntry
-from shadowtopic.pb.v1 import common_pb2
 from shadowtopic.read.encodings import EncodingsPool
 from shadowtopic.read.engine import ReadEngine
 from shadowtopic.read.positions import Start
-from tests.test_source.ledger.test_entry_cache import _Count, _Outbox as _RawsOutbox
+
+from support.fakes import Count, Outbox
 
 SOURCE = TopicName.parse("persistent://public/default/src")
 SHADOWS = [TopicName.parse(f"persistent://public/default/src-shadow-{i}") for i in range(4)]
-
-
-class _Outbox(_RawsOutbox):
-    """test_entry_cache's outbox that also keeps the ids it was sent."""
-
-    def __init__(self):
-        super().__init__()
-        self.ids: list[tuple[int, int]] = []
-
-    def send_entries(self, handles, encoded, size):
-        super().send_entries(handles, encoded, size)
-        for e in encoded:
-            entry = common_pb2.EncodedEntry.FromString(e)
-            self.ids.append((entry.ledger_id, entry.entry_id))
 
 
 def _counting(monkeypatch) -> list[int]:
@@ -45,18 +31,18 @@ def _counting(monkeypatch) -> list[int]:
     return calls
 
 
-async def _read_all(views: dict[TopicName, MemoryView], n: int) -> dict[TopicName, _Outbox]:
+async def _read_all(views: dict[TopicName, MemoryView], n: int) -> dict[TopicName, Outbox]:
     async def resolve(topic):
         return views[topic]
 
-    engine = ReadEngine(resolve, lambda topic: _Count())
+    engine = ReadEngine(resolve, lambda topic: Count())
     outboxes = {}
     for h, topic in enumerate(views):
-        outboxes[topic] = _Outbox()
+        outboxes[topic] = Outbox(raise_errors=True)
         reader, _last = await engine.open(outboxes[topic], h, topic, Start())
         engine.flow(reader, 1 << 20)
     for _ in range(1000):  # 10 s at most
-        if all(len(o.raws) >= n for o in outboxes.values()):
+        if all(len(o.raws()) >= n for o in outboxes.values()):
             break
         await asyncio.sleep(0.01)
     return outboxes
@@ -75,8 +61,8 @@ def test_shadows_of_one_source_encode_each_entry_once(arun, monkeypatch):
         views = {t: MemoryView(source._ledgers, ledgers_of=SOURCE) for t in SHADOWS}
         outboxes = await _read_all(views, len(raws))
         for t, o in outboxes.items():
-            assert o.raws == raws, t
-            assert o.ids == outboxes[SHADOWS[0]].ids
+            assert o.raws() == raws, t
+            assert o.ids() == outboxes[SHADOWS[0]].ids()
         assert calls[0] == len(raws)
 
     arun(main())
@@ -91,8 +77,8 @@ def test_views_of_other_ledgers_keep_their_own_encodings(arun, monkeypatch):
         a.append([b"a0", b"a1", b"a2"])
         b.append([b"b0", b"b1", b"b2"])
         outboxes = await _read_all({SHADOWS[0]: a, SHADOWS[1]: b}, 3)
-        assert outboxes[SHADOWS[0]].raws == [b"a0", b"a1", b"a2"]
-        assert outboxes[SHADOWS[1]].raws == [b"b0", b"b1", b"b2"]
+        assert outboxes[SHADOWS[0]].raws() == [b"a0", b"a1", b"a2"]
+        assert outboxes[SHADOWS[1]].raws() == [b"b0", b"b1", b"b2"]
         assert calls[0] == 6
 
     arun(main())

@@ -11,9 +11,10 @@ from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
 from shadowtopic.ledger import memory_view
-from shadowtopic.pb.v1 import common_pb2
 from shadowtopic.read.engine import ReadEngine
 from shadowtopic.read.positions import PUBLISH_TIME, Start
+
+from support.fakes import Count, Outbox
 
 TOPIC = TopicName.parse("persistent://t/ns/review-engine")
 
@@ -40,33 +41,6 @@ class MemoryView(memory_view.MemoryView):
         if self.fail_ledger is not None and start.ledger_id == self.fail_ledger:
             raise OSError(5, "Input/output error")
         return await super().read(start, max_entries, max_bytes)
-
-
-class RecordingOutbox:
-    def __init__(self):
-        self.frames: list[tuple[list[int], list[common_pb2.EncodedEntry]]] = []
-        self.errors: list[tuple[int, errors.ShadowTopicError]] = []
-
-    def has_room(self):
-        return True
-
-    def call_when_room(self, callback):
-        pass
-
-    def send_entries(self, handles, encoded, size):
-        self.frames.append((list(handles), [common_pb2.EncodedEntry.FromString(e)
-                                             for e in encoded]))
-
-    def send_error(self, handle, error):
-        self.errors.append((handle, error))
-
-    def got(self, handle):
-        return [e.raw for handles, entries in self.frames if handle in handles for e in entries]
-
-
-class Count:
-    def add_out(self, msgs, size):
-        pass
 
 
 def msgs(a, b):
@@ -109,7 +83,7 @@ def test_readers_are_told_when_the_reload_fails_with_an_untyped_error():
     async def body():
         t = Topic()
         engine = ReadEngine(t.resolve, lambda topic: Count())
-        out = RecordingOutbox()
+        out = Outbox()
         r, _ = await engine.open(out, 1, TOPIC, Start())
         engine.flow(r, 100)
 
@@ -136,7 +110,7 @@ def test_a_reader_opened_at_a_publish_time_while_the_view_closes_follows_the_rel
         t = Topic()
         t.view.append(msgs(0, 3))
         engine = ReadEngine(t.resolve, lambda topic: Count())
-        out = RecordingOutbox()
+        out = Outbox()
         t.view.time_gate = gate = asyncio.Event()
         opening = asyncio.create_task(
             engine.open(out, 1, TOPIC, Start(PUBLISH_TIME, publish_ms=0)))
@@ -148,9 +122,9 @@ def test_a_reader_opened_at_a_publish_time_while_the_view_closes_follows_the_rel
         r, _ = await opening
         engine.flow(r, 100)
         t.view.append(msgs(3, 5))
-        await until(lambda: len(out.got(1)) == 5 or out.errors, timeout=1.0)
-        assert out.got(1) == msgs(0, 5) or out.errors, \
-            f"reader stranded on the closed view (got {out.got(1)}, errors {out.errors})"
+        await until(lambda: len(out.raws(1)) == 5 or out.errors, timeout=1.0)
+        assert out.raws(1) == msgs(0, 5) or out.errors, \
+            f"reader stranded on the closed view (got {out.raws(1)}, errors {out.errors})"
 
     run(body)
 
@@ -164,7 +138,7 @@ def test_a_seek_that_crosses_a_reload_is_not_lost():
         t = Topic()
         t.view.append(msgs(0, 10))
         engine = ReadEngine(t.resolve, lambda topic: Count())
-        out = RecordingOutbox()
+        out = Outbox()
         r, _ = await engine.open(out, 1, TOPIC, Start())  # at 1:0, no permits yet
         t.view.time_gate = gate = asyncio.Event()
         # seek to the first entry published at/after now + 1h: i.e. the end (1:10)
@@ -178,8 +152,8 @@ def test_a_seek_that_crosses_a_reload_is_not_lost():
         assert landed == MessageId(1, 10)
         engine.flow(r, 100)
         t.view.append(msgs(10, 12))
-        await until(lambda: len(out.got(1)) >= 2, timeout=1.0)
-        assert out.got(1) == msgs(10, 12), \
+        await until(lambda: len(out.raws(1)) >= 2, timeout=1.0)
+        assert out.raws(1) == msgs(10, 12), \
             f"SeekDone said {landed} but the reader read from its old position"
 
     run(body)
@@ -198,14 +172,14 @@ def test_a_read_error_at_one_position_does_not_starve_the_other_readers():
         t.view.roll()
         t.view.append(msgs(5, 10))
         engine = ReadEngine(t.resolve, lambda topic: Count())
-        out = RecordingOutbox()
+        out = Outbox()
         broken, _ = await engine.open(out, 1, TOPIC, Start())  # at 1:0
         fine, _ = await engine.open(out, 2, TOPIC, Start.at(MessageId(2, 0), True))
         t.view.fail_ledger = 1
         engine.flow(broken, 100)
         engine.flow(fine, 100)
-        await until(lambda: len(out.got(2)) == 5, timeout=1.0)
-        assert out.got(2) == msgs(5, 10), "the reader at 2:0 was starved by the one at 1:0"
+        await until(lambda: len(out.raws(2)) == 5, timeout=1.0)
+        assert out.raws(2) == msgs(5, 10), "the reader at 2:0 was starved by the one at 1:0"
         assert [h for h, _ in out.errors] == [1], "the reader whose reads fail is not told"
 
     run(body)

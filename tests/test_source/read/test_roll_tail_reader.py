@@ -14,32 +14,10 @@ from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.metadata import keys
 from shadowtopic.metadata.memory import MemoryStore
-from shadowtopic.pb.v1 import common_pb2
 from shadowtopic.read.engine import ReadEngine
 from shadowtopic.read.positions import EARLIEST, Start
 
-
-class Out:
-    def __init__(self):
-        self.ids = []
-
-    def has_room(self):
-        return True
-
-    def call_when_room(self, cb):
-        pass
-
-    def send_entries(self, handles, encoded, size):
-        self.ids += [(e.ledger_id, e.entry_id)
-                     for e in map(common_pb2.EncodedEntry.FromString, encoded)]
-
-    def send_error(self, handle, error):
-        raise AssertionError(error)
-
-
-class Count:
-    def add_out(self, *args):
-        pass
+from support.fakes import Count, Outbox
 
 
 def test_a_tail_reader_misses_nothing_when_ledgers_roll(tmp_path, monkeypatch):
@@ -63,7 +41,7 @@ def test_a_tail_reader_misses_nothing_when_ledgers_roll(tmp_path, monkeypatch):
             return ml
 
         engine = ReadEngine(resolve, lambda _t: Count())
-        out = Out()
+        out = Outbox(raise_errors=True)
         reader, _ = await engine.open(out, 1, topic, Start(EARLIEST))
         engine.flow(reader, 10 ** 6)
 
@@ -80,12 +58,12 @@ def test_a_tail_reader_misses_nothing_when_ledgers_roll(tmp_path, monkeypatch):
 
         acked = await asyncio.gather(*[one(i) for i in range(200)])
         deadline = time.monotonic() + 20
-        while len(out.ids) < len(acked) and time.monotonic() < deadline:
+        while len(out.ids()) < len(acked) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         flowing.cancel()
         assert len(ml.ledgers()) >= 10  # it did roll, many times
-        assert sorted(out.ids) == sorted(acked)
-        assert out.ids == sorted(out.ids)  # in order
+        assert sorted(out.ids()) == sorted(acked)
+        assert out.ids() == sorted(out.ids())  # in order
         await ml.close()
 
     asyncio.run(asyncio.wait_for(main(), 60))

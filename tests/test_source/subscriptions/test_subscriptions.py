@@ -4,152 +4,30 @@ MemoryView, with the in-memory cursor store and the snapshot store on real files
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
-from shadowtopic.core.names import TopicName
 from shadowtopic.core.policies import Policies
-from shadowtopic.cursors.snapshot import SnapshotCursorStore
-from shadowtopic.cursors.store import Fence, MemoryCursorStore
-from shadowtopic.ledger import wal
-from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
-from shadowtopic.ledger.memory_view import MemoryView
-from shadowtopic.ledger.storage import Storage
-from shadowtopic.metadata import keys
-from shadowtopic.metadata.memory import MemoryStore
-from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import common_pb2
 from shadowtopic.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
-from shadowtopic.subscriptions import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, ActiveChanged,
-                                  CursorMoved, TopicSubscriptions)
+from shadowtopic.subscriptions import (
+    EXCLUSIVE,
+    FAILOVER,
+    KEY_SHARED,
+    SHARED,
+    ActiveChanged,
+    CursorMoved,
+)
 
-TOPIC = TopicName.parse("persistent://t/ns/subs")
-
-
-class Outbox:
-    """One client stream: records what the engine queues, per handle."""
-
-    def __init__(self):
-        self.got: dict[int, list[common_pb2.EncodedEntry]] = {}
-        self.notices: list[tuple[int, object]] = []
-        self.errors: list[tuple[int, errors.ShadowTopicError]] = []
-        self.room = True
-        self._waiting = []
-
-    def has_room(self):
-        return self.room
-
-    def call_when_room(self, cb):
-        self._waiting.append(cb)
-
-    def send_entries(self, handles, encoded, size):
-        for h in handles:
-            self.got.setdefault(h, []).extend(common_pb2.EncodedEntry.FromString(e)
-                                              for e in encoded)
-
-    def send_error(self, handle, error):
-        self.errors.append((handle, error))
-
-    def send_notice(self, handle, notice):
-        self.notices.append((handle, notice))
-
-    def ids(self, handle) -> list[tuple[int, int]]:
-        return [(e.ledger_id, e.entry_id) for e in self.got.get(handle, [])]
-
-    def payloads(self, handle) -> list[bytes]:
-        return [common_pb2.Message.FromString(e.raw).payload for e in self.got.get(handle, [])]
-
-
-class Count:
-    def add_out(self, msgs, size):
-        pass
-
-
-def raw(payload: str, key: str | None = None) -> bytes:
-    m = common_pb2.Message(payload=payload.encode())
-    if key is not None:
-        m.key = key.encode()
-    return m.SerializeToString()
-
-
-class Harness:
-    def __init__(self, kind: str, tmp_path):
-        self.kind = kind
-        self.tmp = tmp_path
-        self.meta = MemoryStore()
-        self.storage = Storage(str(tmp_path / "storage"))
-        self.executor = ThreadPoolExecutor(4)
-        self.cursor_data: dict = {}
-        self.policies = Policies()
-        self.epoch = 0
-        self.view = None
-        self.ts: TopicSubscriptions | None = None
-
-    async def open(self) -> TopicSubscriptions:
-        """(Re)load: a new view of the same entries and a new engine over the stores."""
-        self.epoch += 1
-        own = keys.ownership("c", TOPIC)
-        value = mpb.Ownership(broker_id="b", epoch=self.epoch).SerializeToString()
-        await self.meta.put(own, value)
-        if self.kind == "memory":
-            self.view = self.view.reopened() if self.view is not None else MemoryView()
-            store = MemoryCursorStore(self.meta, self.cursor_data)
-        else:
-            if self.view is not None:
-                await self.view.close()
-            self.view = await ManagedLedger.open(TOPIC, self.meta, self.storage, own, value,
-                                                 self.epoch, self.executor, LedgerConfig())
-            store = SnapshotCursorStore(self.meta, self.storage, self.executor)
-        self.ts = await TopicSubscriptions(TOPIC, self.view, self.meta, store, Fence(own, value),
-                                           lambda: self.policies, Count(), 0.05).load()
-        return self.ts
-
-    async def append(self, raws: list[bytes]) -> None:
-        if self.kind == "memory":
-            self.view.append(raws)
-        else:
-            await self.view.append(raws, wal.request_bytes(raws), sum(map(len, raws)))
-
-    async def roll(self) -> None:
-        if self.kind == "memory":
-            self.view.roll()
-        else:
-            await self.view.roll()
-
-    async def crash(self) -> None:
-        """Stop without flushing (kill -9): only what a flush saved survives."""
-        self.ts.flusher._closed = True
-        self.ts.flusher._stop.set()
+from support.fakes import Outbox
+from support.subscriptions_harness import Harness, msgs, raw, run, settle, sub
 
 
 @pytest.fixture(params=["memory", "managed"])
 def kind(request):
     return request.param
-
-
-async def settle(rounds: int = 30):
-    """Let dispatch run (generously: the machine is shared and other work may be running)."""
-    for _ in range(rounds):
-        await asyncio.sleep(0.01)
-
-
-async def sub(ts, outbox, handle, name, type_=EXCLUSIVE, start=Start(EARLIEST), permits=1000,
-              **kw):
-    c, created, pos = await ts.subscribe(outbox, handle, name, type_, start, **kw)
-    if permits:
-        ts.flow(c, permits)
-    return c
-
-
-def run(coro):
-    return asyncio.run(coro)
-
-
-def msgs(n, prefix="m"):
-    return [raw(f"{prefix}{i}") for i in range(n)]
 
 
 # ---- types ------------------------------------------------------------------------------
@@ -203,7 +81,7 @@ def test_shared_spreads_and_redelivers_a_dead_consumers_unacked_with_counts(kind
         ts.close_consumer(a)           # a dies: its 5.. unacked go to b, counted
         ts.flow(b, 100)
         await settle()
-        again = out.got[2][len(got_b):]
+        again = out.entries(2)[len(got_b):]
         assert [(e.ledger_id, e.entry_id) for e in again] == got_a[5:]
         assert all(e.redelivery_count == 1 for e in again)
         with pytest.raises(errors.NotAllowed):
@@ -229,7 +107,7 @@ def test_failover_promotes_the_standby_from_the_first_unacked(kind, tmp_path):
         await settle()
         assert (2, ActiveChanged(True)) in out.notices
         assert out.ids(2) == out.ids(1)[4:]
-        assert all(e.redelivery_count == 1 for e in out.got[2])
+        assert all(e.redelivery_count == 1 for e in out.entries(2))
     run(main())
 
 
@@ -244,7 +122,7 @@ def test_key_shared_keeps_each_key_on_one_consumer(kind, tmp_path):
         owner = {}
         total = 0
         for h_ in (1, 2, 3):
-            for e in out.got.get(h_, []):
+            for e in out.entries(h_):
                 key = common_pb2.Message.FromString(e.raw).key
                 assert owner.setdefault(key, h_) == h_
                 total += 1
@@ -274,7 +152,7 @@ def test_key_shared_holds_a_joiners_keys_until_earlier_messages_are_acked(kind, 
         assert out.ids(2)  # released once everything before b joined is acked
         seen = {}
         for handle in (1, 2):
-            for e in out.got.get(handle, [])[50 if handle == 1 else 0:]:
+            for e in out.entries(handle)[50 if handle == 1 else 0:]:
                 seen.setdefault(common_pb2.Message.FromString(e.raw).key, set()).add(handle)
         assert b is not None and len(seen) > 1
     run(main())
@@ -297,7 +175,7 @@ def test_the_first_consumer_after_none_decides_the_type(kind, tmp_path):
         await settle()
         assert ts.stats()["s"]["type"] == EXCLUSIVE
         assert out.ids(2) == out.ids(1)
-        assert [e.redelivery_count for e in out.got[2]] == [1, 1, 1]
+        assert [e.redelivery_count for e in out.entries(2)] == [1, 1, 1]
         with pytest.raises(errors.ConsumerBusy):   # Exclusive now: no second consumer
             await ts.subscribe(Outbox(), 3, "s", SHARED, Start(EARLIEST))
         ts.ack(b, [MessageId(*out.ids(2)[-1])], True)  # cumulative: allowed on Exclusive
@@ -309,7 +187,7 @@ def test_the_first_consumer_after_none_decides_the_type(kind, tmp_path):
         assert ts.stats()["s"]["type"] == KEY_SHARED
         owner = {}
         for handle in (4, 5):
-            for e in out.got.get(handle, []):
+            for e in out.entries(handle):
                 key = common_pb2.Message.FromString(e.raw).key
                 assert owner.setdefault(key, handle) == handle
         assert len(out.ids(4)) + len(out.ids(5)) == 50
@@ -336,7 +214,7 @@ def test_nack_redelivers_after_the_delay(kind, tmp_path):
         assert len(out.ids(1)) == 4 and len(out.ids(2)) == 4
         await asyncio.sleep(0.1)
         await settle()
-        assert out.ids(1)[4:] == [out.ids(1)[1]] and out.got[1][4].redelivery_count == 1
+        assert out.ids(1)[4:] == [out.ids(1)[1]] and out.entries(1)[4].redelivery_count == 1
         # exclusive rewinds to the first unacked; the consumer is told to drop what it holds
         # and has no permits until it flows again
         first = MessageId(*out.ids(2)[0])
@@ -345,7 +223,7 @@ def test_nack_redelivers_after_the_delay(kind, tmp_path):
         ts.flow(x, 10)
         await settle()
         assert out.ids(2)[4:] == out.ids(2)[:4]
-        assert all(e.redelivery_count == 1 for e in out.got[2][4:])
+        assert all(e.redelivery_count == 1 for e in out.entries(2)[4:])
     run(main())
 
 

@@ -5,21 +5,15 @@ ManagedLedger and the in-memory view. Harness and helpers from test_subscription
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import pathlib
 
 import pytest
 
 from shadowtopic.core import errors
 from shadowtopic.cursors.state import pack
-from shadowtopic.read.positions import EARLIEST, Start
-from shadowtopic.subscriptions import EXCLUSIVE, FAILOVER, SHARED
+from shadowtopic.subscriptions import FAILOVER, SHARED
 
-_spec = importlib.util.spec_from_file_location(
-    "_subscriptions_helpers", pathlib.Path(__file__).with_name("test_subscriptions.py"))
-_h = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_h)
-Harness, Outbox, msgs, settle, sub = _h.Harness, _h.Outbox, _h.msgs, _h.settle, _h.sub
+from support.fakes import Outbox
+from support.subscriptions_harness import Harness, msgs, settle, sub
 
 
 @pytest.fixture(params=["memory", "managed"])

@@ -32,6 +32,8 @@ from shadowtopic.pb.v1 import common_pb2
 from shadowtopic.read.positions import EARLIEST, Start
 from shadowtopic.subscriptions import EXCLUSIVE, TopicSubscriptions, expiry
 
+from support.fakes import Count, Outbox
+
 TOPIC = TopicName.parse("persistent://t/ns/disk-policies")
 ENTRY = 100  # bytes each entry counts for in SizedView
 
@@ -49,31 +51,6 @@ class SizedView(MemoryView):
         lid, entries, sealed = self._ledgers[ledger_index]
         old = int((time.time() - seconds) * 1000)
         self._ledgers[ledger_index] = (lid, [(old, r) for _, r in entries], sealed)
-
-
-class Outbox:
-    def __init__(self):
-        self.errors = []
-
-    def has_room(self):
-        return True
-
-    def call_when_room(self, cb):
-        pass
-
-    def send_entries(self, handles, encoded, size):
-        pass
-
-    def send_error(self, handle, error):
-        self.errors.append((handle, error))
-
-    def send_notice(self, handle, notice):
-        pass
-
-
-class Count:
-    def add_out(self, msgs, size):
-        pass
 
 
 def raws(n: int, prefix: str = "m") -> list[bytes]:

@@ -1,14 +1,11 @@
 """Second reader's tests of the subscription engine (source/subscriptions/, the dispatch groups
 of source/read/engine.py and the Connect adapter). Tests named `test_bug_*` show a defect of
 the current code (they fail until it is fixed); the others pin behaviour that is right but was
-not tested. Harness and helpers come from tests/test_source/test_subscriptions.py."""
+not tested. Harness and helpers come from tests/support/subscriptions_harness.py."""
 from __future__ import annotations
 
 import asyncio
 import gc
-import importlib.util
-import pathlib
-import time
 import weakref
 
 import pytest
@@ -17,17 +14,18 @@ from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.pb.v1 import common_pb2
 from shadowtopic.read.positions import EARLIEST, Start
-from shadowtopic.subscriptions import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, ActiveChanged,
-                                  CursorMoved)
+from shadowtopic.subscriptions import (
+    EXCLUSIVE,
+    FAILOVER,
+    KEY_SHARED,
+    SHARED,
+    ActiveChanged,
+    CursorMoved,
+)
 from shadowtopic.subscriptions.keyring import key_hash
 
-_spec = importlib.util.spec_from_file_location(
-    "_subscriptions_helpers", pathlib.Path(__file__).with_name("test_subscriptions.py"))
-_h = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_h)
-Harness, Outbox, raw, msgs, settle, sub = (_h.Harness, _h.Outbox, _h.raw, _h.msgs, _h.settle,
-                                           _h.sub)
-TOPIC = _h.TOPIC
+from support.fakes import Outbox
+from support.subscriptions_harness import TOPIC, Harness, msgs, raw, settle, sub
 
 
 @pytest.fixture(params=["memory", "managed"])
@@ -123,7 +121,7 @@ def test_bug_shared_redelivery_count_is_lost_when_the_last_consumer_leaves(kind,
         await sub(ts, out2, 2, "s", SHARED)
         await settle()
         assert out2.ids(2) == out.ids(1)
-        assert [e.redelivery_count for e in out2.got[2]] == [1, 1, 1]
+        assert [e.redelivery_count for e in out2.entries(2)] == [1, 1, 1]
     run(main())
 
 
@@ -231,7 +229,7 @@ def test_key_shared_leaver_keys_go_to_others_in_order(kind, tmp_path):
         ts.close_consumer(a)
         await h.append([raw(f"v{i}", key=k) for i in range(20, 30)])
         await settle()
-        got = out.got[2]
+        got = out.entries(2)
         assert [int(common_pb2.Message.FromString(e.raw).payload[1:]) for e in got] == \
             list(range(30))
         assert [e.redelivery_count for e in got] == [1] * 20 + [0] * 10
@@ -384,7 +382,7 @@ def test_failover_priority_and_a_better_consumer_taking_over(kind, tmp_path):
         await settle()
         assert (1, ActiveChanged(False)) in out.notices and (2, ActiveChanged(True)) in out.notices
         assert out.ids(2) == out.ids(1)[2:4]
-        assert [e.redelivery_count for e in out.got[2]] == [1, 1]
+        assert [e.redelivery_count for e in out.entries(2)] == [1, 1]
         assert ts.stats()["s"]["active_consumer"] == "z"
     run(main())
 

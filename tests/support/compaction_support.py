@@ -17,7 +17,8 @@ from shadowtopic.metadata import keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import admin_pb2 as apb
 from shadowtopic.standalone import BrokerProcess
-from tests.test_integration.etcd_support import etcd_get
+
+from support.etcd_support import etcd_get
 
 WORKER_ARGS = ["--spark-master", "local[2]", "--grace", "1", "--lease-ttl", "3",
                "--relist", "1"]

@@ -1,10 +1,12 @@
-"""Waiting helpers of the integration tests: polling a condition until it holds
-(`wait_for`), retrying a check until its assertions pass (`eventually`), receiving a
-number of messages from a consumer (`drain`) and checking that no more come
-(`nothing_more`). Every loop here is bounded in count and in time; a wait that runs out
+"""The one set of waiting helpers of the tests: polling a condition until it holds
+(`wait_for`, and `wait_for_async` inside a coroutine, whose condition may be a coroutine
+function), retrying a check until its assertions pass (`eventually`), receiving a number of
+messages from a consumer (`drain`) and checking that no more come (`nothing_more`). Every loop here is bounded in count and in time; a wait that runs out
 fails the test with an AssertionError naming what it waited for."""
 from __future__ import annotations
 
+import asyncio
+import inspect
 import time
 
 from shadowtopic.client import errors
@@ -27,6 +29,24 @@ def wait_for(cond, timeout: float = 20.0, what: str = "condition", *,
             break
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+async def wait_for_async(cond, timeout: float = 20.0, what: str = "condition", *,
+                         interval: float = 0.02):
+    """`wait_for` inside a coroutine: poll `cond()` (a plain function, or one returning an
+    awaitable) every `interval` seconds without blocking the loop; its first true value."""
+    deadline = time.monotonic() + timeout
+    value = None
+    for _ in range(int(timeout / interval) + 2):
+        value = cond()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {value!r})")
 
 
 def eventually(check, timeout: float = 20.0, interval: float = 0.2):
