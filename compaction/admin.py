@@ -30,7 +30,7 @@ import asyncio
 import logging
 import secrets
 import time
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 from shadowtopic.broker.feature import Topics
 from shadowtopic.broker.topic import Topic
@@ -235,7 +235,7 @@ class CompactionAdmin:
             while current.phase not in ENDED:
                 try:
                     await asyncio.wait_for(changed.wait(), recheck)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 changed.clear()
                 now = await self.status(topic)

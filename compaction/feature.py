@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from typing import Awaitable, Callable
 
 import grpc
 
 from shadowtopic.broker.feature import AdminRpcs, BrokerFeature, BrokerHost
 from shadowtopic.broker.rpc import abort_stream, unary
 from shadowtopic.broker.topic import Topic
+from shadowtopic.compaction.admin import CompactionAdmin, job_pb
+from shadowtopic.compaction.view import CompactedView, CompactionFollower
 from shadowtopic.core import errors
 from shadowtopic.core.errors import MetadataUnavailable, typed
 from shadowtopic.core.message_id import MessageId
@@ -40,9 +42,6 @@ from shadowtopic.metadata import keys
 from shadowtopic.metadata.migrate import migrate
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import admin_pb2 as apb
-
-from shadowtopic.compaction.admin import CompactionAdmin, job_pb
-from shadowtopic.compaction.view import CompactedView, CompactionFollower
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +127,7 @@ class CompactionFeature(BrokerFeature):
             return
         try:
             await asyncio.wait_for(asyncio.shield(self._migration), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise MetadataUnavailable("compaction job records are being migrated to their "
                                       "new keys; try again") from None
 

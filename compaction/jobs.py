@@ -32,19 +32,19 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
-from shadowtopic.compaction import commit, plan as planning, spark_job
-from shadowtopic.compaction.metrics import CompactionMetrics
 from shadowtopic import failpoints
+from shadowtopic.compaction import commit, spark_job
+from shadowtopic.compaction import plan as planning
+from shadowtopic.compaction.metrics import CompactionMetrics
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
 from shadowtopic.ledger import object_store
 from shadowtopic.ledger.storage import Storage
-from shadowtopic.metadata import (MetadataStore, MetadataUnavailable, Snapshot,
-                             WatchEvent, keys)
+from shadowtopic.metadata import MetadataStore, MetadataUnavailable, Snapshot, WatchEvent, keys
 from shadowtopic.metadata.follow import PrefixFollower
 from shadowtopic.metadata.migrate import migrate
 from shadowtopic.metadata.topic_info import effective_policies

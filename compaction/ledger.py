@@ -35,8 +35,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shadowtopic.core.errors import ChecksumError, DataLoss
-from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger import wal as walmod
+from shadowtopic.ledger.storage import Storage
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import common_pb2
 

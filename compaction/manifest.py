@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 
-from shadowtopic.compaction.plan import Plan
 from shadowtopic.compaction.ledger import write_manifest
+from shadowtopic.compaction.plan import Plan
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 

@@ -10,15 +10,16 @@ their ids, their order and every column byte for byte.
 """
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shadowtopic.compaction.ledger import describe_file
 from shadowtopic.compaction.manifest import finish_manifest, new_manifest
 from shadowtopic.compaction.plan import Plan, keeps_tombstone
 from shadowtopic.ledger import sealed
-from shadowtopic.compaction.ledger import describe_file
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 

@@ -31,14 +31,14 @@ pandas, which pyarrow then imports into every broker process.
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from shadowtopic.compaction import arrow_tasks
+from shadowtopic.compaction.ledger import describe_file
 from shadowtopic.compaction.manifest import finish_manifest, new_manifest
 from shadowtopic.compaction.plan import Plan
-from shadowtopic.compaction.ledger import describe_file
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
@@ -77,7 +77,7 @@ class _Tracker:
         self._stop = threading.Event()
         self._thread = None
 
-    def __enter__(self) -> "_Tracker":
+    def __enter__(self) -> _Tracker:
         if self.progress is not None:
             self._thread = threading.Thread(target=self._run, daemon=True,
                                             name="spark-progress")

@@ -42,10 +42,10 @@ import logging
 from concurrent.futures import Executor
 
 from shadowtopic import failpoints
+from shadowtopic.compaction.ledger import CompactedLedger
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
-from shadowtopic.compaction.ledger import CompactedLedger
 from shadowtopic.ledger.entry_cache import EntryCache
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.view import LedgerRange, LedgerView, ReadEntry, Trimmed, ViewListener

@@ -29,14 +29,13 @@ import socket
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-
 from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 
+from shadowtopic import config_file, logs
 from shadowtopic.compaction import spark_job
 from shadowtopic.compaction.jobs import Worker
 from shadowtopic.compaction.metrics import CompactionMetrics, WorkerReadiness
 from shadowtopic.compaction.session import build_session
-from shadowtopic import config_file, logs
 from shadowtopic.ledger import object_store
 from shadowtopic.metadata import EtcdStore, MetadataUnavailable
 from shadowtopic.observability.http import OFF, HttpEndpoint, default_port

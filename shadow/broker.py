@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from shadowtopic.broker import server
 from shadowtopic.broker.config import parse_config
-
 from shadowtopic.shadow.feature import ROLE, ShadowFeature
 
 

@@ -21,7 +21,7 @@ At most one waiting id per shadow (ids only move forward: a newer one replaces i
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+from collections.abc import Callable
 
 CARRIER_IDLE_S = 1.5
 WAIT_S = 0.1

@@ -28,8 +28,8 @@ import grpc
 
 from shadowtopic.broker.feature import AdminRpcs, BrokerFeature, BrokerHost, ViewOpener
 from shadowtopic.broker.rpc import unary
-from shadowtopic.broker.topic_admin import topic_metadata
 from shadowtopic.broker.topic import Ownership, Topic
+from shadowtopic.broker.topic_admin import topic_metadata
 from shadowtopic.core import errors
 from shadowtopic.core.errors import error_status
 from shadowtopic.core.message_id import MessageId
@@ -42,7 +42,6 @@ from shadowtopic.metadata.topic_info import SHADOW
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import admin_pb2 as apb
 from shadowtopic.pb.v1 import replication_pb2_grpc
-
 from shadowtopic.shadow.admin import ShadowAdmin
 from shadowtopic.shadow.ledger import ShadowLedger
 from shadowtopic.shadow.metrics import replication_metrics

@@ -45,8 +45,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from typing import Awaitable, Callable, TypeVar
+from typing import TypeVar
 
 from google.protobuf.message import DecodeError
 
@@ -60,10 +61,8 @@ from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.view import LedgerRange, ReadEntry, Trimmed, ViewListener
 from shadowtopic.metadata import keys
 from shadowtopic.metadata.base import MetadataStore, MetadataUnavailable
-from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
-
 from shadowtopic.metadata.follow import KeyFollower
-
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.shadow.tail import FileTail, RemoteTail, TailReader, wal_entries
 
 log = logging.getLogger(__name__)
@@ -120,7 +119,7 @@ class ShadowLedger:
     # ---- lifecycle -------------------------------------------------------------------------
 
     @classmethod
-    async def open(cls, *args, **kwargs) -> "ShadowLedger":
+    async def open(cls, *args, **kwargs) -> ShadowLedger:
         sl = cls(*args, **kwargs)
         await sl.start()
         return sl
@@ -328,7 +327,7 @@ class ShadowLedger:
                         try:  # the owner's url arriving ends the wait (a new shadow's
                             # first batch brings it: the count must not wait a backoff)
                             await asyncio.wait_for(self._nudge.wait(), delay)
-                        except asyncio.TimeoutError:
+                        except TimeoutError:
                             pass
                         delay = min(delay * 2, MAX_RETRY_S)
                     self._changed()

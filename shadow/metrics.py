@@ -13,13 +13,13 @@ topic, where Pulsar's geo-replication series have `remote_cluster`):
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from shadowtopic.shadow.replicators import TopicReplicators
 from shadowtopic.broker.metrics import TOPIC_LABELS, topic_labels
+from shadowtopic.shadow.replicators import TopicReplicators
 
 LABELS = [*TOPIC_LABELS, "shadow"]
 

@@ -41,9 +41,8 @@ from shadowtopic.ledger.view import ReadEntry
 from shadowtopic.metadata import keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import replication_pb2, replication_pb2_grpc
-
-from shadowtopic.shadow.ledger import ShadowLedger
 from shadowtopic.shadow.carriers import Carriers
+from shadowtopic.shadow.ledger import ShadowLedger
 from shadowtopic.shadow.tail import TailCache
 
 log = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import grpc
 
@@ -111,7 +111,7 @@ class ShadowReplicator:
 
     # ---- lifecycle -------------------------------------------------------------------------
 
-    def start(self) -> "ShadowReplicator":
+    def start(self) -> ShadowReplicator:
         self.view.add_listener(self)
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"replicator {self.source} -> {self.shadow}")
@@ -196,7 +196,7 @@ class ShadowReplicator:
                 return
             try:
                 await asyncio.wait_for(self._wake.wait(), backoff)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             self._wake.clear()
             backoff = min(RETRY_S[1], backoff * 2)
@@ -270,7 +270,7 @@ class ShadowReplicator:
         try:
             await asyncio.wait_for(self._wake.wait(), HEARTBEAT_S)
             return None
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return batch  # a heartbeat: the last confirmed id, no entries
 
     def _acked(self, batch: replication_pb2.ReplicateBatch, ack: replication_pb2.ReplicateAck

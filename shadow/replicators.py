@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 import grpc
 
@@ -61,7 +61,7 @@ class TopicReplicators:
         self._follower = KeyFollower(store, self._list_key, self._on_list)
         self._task: asyncio.Task | None = None
 
-    def start(self) -> "TopicReplicators":
+    def start(self) -> TopicReplicators:
         """Follow the shadow list from now on; while etcd is unavailable the topic serves
         and its replicators start once the list is read."""
         self._task = asyncio.get_running_loop().create_task(

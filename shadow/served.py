@@ -16,7 +16,6 @@ from shadowtopic.core.names import TopicName
 from shadowtopic.ledger.view import Trimmed
 from shadowtopic.metadata import keys
 from shadowtopic.metadata.base import Compare, Delete, MetadataStore
-
 from shadowtopic.shadow.needs import NeedsPublisher, ShadowNeed
 
 log = logging.getLogger(__name__)

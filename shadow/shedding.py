@@ -29,7 +29,6 @@ from shadowtopic.core.names import TopicName
 from shadowtopic.metadata import keys
 from shadowtopic.metadata.placement import owned_by_broker
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
-
 from shadowtopic.shadow.ledger import ShadowLedger
 
 log = logging.getLogger(__name__)

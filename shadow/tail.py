@@ -35,8 +35,9 @@ import asyncio
 import logging
 import os
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
-from typing import Callable, Iterable, Protocol
+from typing import Protocol
 
 import grpc
 

@@ -35,7 +35,8 @@ import os
 import re
 import sys
 import tomllib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 SECTIONS = ("broker", "shadow", "worker", "standalone")
 ENV_PREFIX = "SHADOWTOPIC_CFG__"

@@ -34,7 +34,7 @@ class DirLock:
             os.close(self.fd)   # closing the descriptor drops the flock
             self.fd = -1
 
-    def __enter__(self) -> "DirLock":
+    def __enter__(self) -> DirLock:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -30,9 +30,9 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 ENV = "SHADOWTOPIC_FAILPOINTS"
 
@@ -87,7 +87,7 @@ class Action:
     remaining: int | None = None   # None: every time
 
     @classmethod
-    def parse(cls, text: str) -> "Action":
+    def parse(cls, text: str) -> Action:
         m = _ACTION.fullmatch(text.strip())
         if m is None:
             raise ValueError(f"failpoint action {text!r} is not kill, off, sleep(S) or "

@@ -22,7 +22,7 @@ import argparse
 import json
 import logging
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import IO
 
 FORMATS = ("console", "json")
@@ -67,7 +67,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per record (see the module's docstring)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": datetime.fromtimestamp(record.created, timezone.utc)
+        out = {"ts": datetime.fromtimestamp(record.created, UTC)
                .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
                "level": record.levelname, "logger": record.name, "msg": record.getMessage()}
         for key, value in fields_of(record).items():

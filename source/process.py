@@ -33,7 +33,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 _PR_SET_PDEATHSIG = 1
 

@@ -100,7 +100,7 @@ class BrokerProcess:
     def url(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def start(self, timeout: float = 60.0, wait: bool = True) -> "BrokerProcess":
+    def start(self, timeout: float = 60.0, wait: bool = True) -> BrokerProcess:
         args = [sys.executable, "-m", self.module, "--etcd", self.etcd,
                 "--data-dir", self.data_dir, "--host", self.host,
                 "--port", str(self.port), *self.extra_args]

@@ -36,7 +36,7 @@ Groups (wire types 3 and 4, proto2 only) are not read here: `WireError` too.
 """
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 from google.protobuf.message import DecodeError
 

@@ -32,9 +32,9 @@ failed open).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import Executor
 from contextlib import AsyncExitStack
-from typing import Callable
 
 from shadowtopic.broker.feature import BrokerFeature, ViewOpener
 from shadowtopic.broker.ownership import BrokerSession
@@ -43,8 +43,8 @@ from shadowtopic.core import errors
 from shadowtopic.core.names import TopicName
 from shadowtopic.cursors.snapshot import SnapshotCursorStore
 from shadowtopic.cursors.store import Fence
-from shadowtopic.ledger.entry_cache import EntryCache
 from shadowtopic.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
+from shadowtopic.ledger.entry_cache import EntryCache
 from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.view import ServedView, Trimmed

@@ -30,7 +30,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from shadowtopic import wire
 from shadowtopic.broker.memory import IN_FLIGHT_FACTOR, STREAM_BYTES, ClientMemory, reader
@@ -43,8 +43,16 @@ from shadowtopic.core.names import TopicName, check_subscription
 from shadowtopic.pb.v1 import common_pb2, consumer_pb2, consumer_pb2_grpc
 from shadowtopic.read.engine import ReadEngine, Reader
 from shadowtopic.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
-from shadowtopic.subscriptions import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, ActiveChanged,
-                                  CursorMoved, SubConsumer, TopicSubscriptions)
+from shadowtopic.subscriptions import (
+    EXCLUSIVE,
+    FAILOVER,
+    KEY_SHARED,
+    SHARED,
+    ActiveChanged,
+    CursorMoved,
+    SubConsumer,
+    TopicSubscriptions,
+)
 
 MAX_ID = (1 << 63) - 1  # ledger and entry ids are int64 inside
 OUTBOX_BYTES = 8 << 20      # a stream's queued frames; past this its readers wait

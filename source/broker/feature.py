@@ -34,9 +34,10 @@ not read. `--features` is for a cluster that does not use a feature at all.
 from __future__ import annotations
 
 import importlib.metadata
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from contextlib import AsyncExitStack
-from typing import Any, Awaitable, Callable, Iterable, Mapping, Protocol
+from typing import Any, Protocol
 
 import grpc
 

@@ -53,7 +53,8 @@ import ctypes
 import ctypes.util
 import logging
 import time
-from typing import Awaitable, Callable, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import grpc
 

@@ -41,7 +41,8 @@ and what each feature adds (`BrokerFeature.metrics`: shadow/metrics.py), the gRP
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Protocol
+from collections.abc import Iterable
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric

@@ -20,13 +20,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Callable, Protocol, Sequence, Sized
+from collections.abc import Callable, Sequence, Sized
+from typing import Protocol
 
 from shadowtopic.core import errors
 from shadowtopic.core.names import TopicName
 from shadowtopic.metadata import keys
-from shadowtopic.metadata.base import (Compare, Delete, LeaseNotFound, MetadataStore,
-                                  MetadataUnavailable, Put)
+from shadowtopic.metadata.base import (
+    Compare,
+    Delete,
+    LeaseNotFound,
+    MetadataStore,
+    MetadataUnavailable,
+    Put,
+)
 from shadowtopic.metadata.placement import RecentPicks, pick_broker
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 

@@ -40,7 +40,7 @@ import logging
 import time
 import weakref
 from collections import deque
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from shadowtopic.broker.topic import Topic
 from shadowtopic.core import errors
@@ -97,7 +97,7 @@ class QuotaGate:
     async def _wait(self, fut: asyncio.Future) -> None:
         try:
             await asyncio.wait_for(asyncio.shield(fut), MAX_HOLD_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise errors.ProducerBlockedQuotaExceeded(
                 f"held {MAX_HOLD_S:.0f} s: {self.why()}") from None
         finally:
@@ -142,7 +142,7 @@ class QuotaGate:
         self._release()
 
 
-_GATES: "weakref.WeakKeyDictionary[Topic, QuotaGate]" = weakref.WeakKeyDictionary()
+_GATES: weakref.WeakKeyDictionary[Topic, QuotaGate] = weakref.WeakKeyDictionary()
 
 
 def gate_of(t: Topic) -> QuotaGate:

@@ -51,5 +51,5 @@ class Publisher:
     def __init__(self, producer_name: str, address: str):
         self.producer_name = producer_name
         self.address = address
-        self.connected_since = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        self.connected_since = datetime.datetime.now(datetime.UTC).isoformat()
         self.counters = TopicCounters()

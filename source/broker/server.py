@@ -47,8 +47,8 @@ from shadowtopic.broker.memory import ClientMemory, server_options
 from shadowtopic.broker.metrics import BrokerCollector
 from shadowtopic.broker.ownership import BrokerSession, topics_load
 from shadowtopic.broker.producer_service import ProducerService
-from shadowtopic.broker.storage_service import add_storage_service
 from shadowtopic.broker.rpc import RejectMalformed
+from shadowtopic.broker.storage_service import add_storage_service
 from shadowtopic.broker.topics import TopicManager
 from shadowtopic.core import errors
 from shadowtopic.ledger import disk, object_store

@@ -8,7 +8,8 @@ call applies to every partition (peek needs a partition, as in Pulsar).
 """
 from __future__ import annotations
 
-from typing import Awaitable, Callable, TypeAlias
+from collections.abc import Awaitable, Callable
+from typing import TypeAlias
 
 from shadowtopic.broker.consumer_service import start_from_pb
 from shadowtopic.broker.topics import TopicManager

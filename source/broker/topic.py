@@ -21,9 +21,9 @@ for a topic and then work on the object. Readers are held by the read engine
 """
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
-from typing import Awaitable, Callable
 
 from shadowtopic.broker.rates import Publisher, TopicCounters
 from shadowtopic.core import errors

@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 from shadowtopic.broker.builder import TopicBuilder
 from shadowtopic.broker.feature import BrokerFeature
@@ -47,13 +47,17 @@ from shadowtopic.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
 from shadowtopic.ledger.entry_cache import DEFAULT_BYTES, EntryCache
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.view import CompactedReads, LedgerView
-from shadowtopic.read.encodings import EncodingsPool
 from shadowtopic.metadata import keys
 from shadowtopic.metadata.base import MetadataStore
 from shadowtopic.metadata.namespace_policies import NamespaceFollower
-from shadowtopic.metadata.topic_info import (effective_policies, generation_of, read_incarnation,
-                                         read_info)
+from shadowtopic.metadata.topic_info import (
+    effective_policies,
+    generation_of,
+    read_incarnation,
+    read_info,
+)
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.read.encodings import EncodingsPool
 
 log = logging.getLogger(__name__)
 

@@ -59,7 +59,7 @@ def etcd_endpoints(flag: str | None) -> str:
 
 
 def registered(endpoints: str, cluster: str | None, timeout: float
-               ) -> list[tuple[str, "BrokerInfo"]]:
+               ) -> list[tuple[str, BrokerInfo]]:
     """(cluster, BrokerInfo) of every registered broker (of `cluster` only, if given),
     sorted by cluster and id."""
     from shadowtopic.metadata import keys
@@ -107,7 +107,7 @@ def list_brokers(args) -> int:
     return 0
 
 
-def check(brokers: list[tuple[str, "BrokerInfo"]], timeout: float) -> list[dict]:
+def check(brokers: list[tuple[str, BrokerInfo]], timeout: float) -> list[dict]:
     """Ask every broker about itself and each service, all at once; a row per broker."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -127,7 +127,7 @@ def check(brokers: list[tuple[str, "BrokerInfo"]], timeout: float) -> list[dict]
             ch.close()
 
 
-def _row(cluster: str, info: "BrokerInfo", calls: dict) -> dict:
+def _row(cluster: str, info: BrokerInfo, calls: dict) -> dict:
     import grpc
     from grpc_health.v1 import health_pb2
     row = {"broker_id": info.broker_id, "cluster": cluster, "url": info.url,

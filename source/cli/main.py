@@ -56,9 +56,18 @@ try:
     failpoints.hit("cli.loading")
     from shadowtopic.cli import brokers, commands, config_cmd, messages, standalone_cmd
     from shadowtopic.cli.output import fail
-    from shadowtopic.core.argtypes import (boolean, count, duration, key_value, positive, seconds,
-                                      size, subscription_type, time_ms)
     from shadowtopic.core import errors
+    from shadowtopic.core.argtypes import (
+        boolean,
+        count,
+        duration,
+        key_value,
+        positive,
+        seconds,
+        size,
+        subscription_type,
+        time_ms,
+    )
     from shadowtopic.core.policies import BacklogQuotaAction
 finally:
     if _previous is not None:

@@ -15,8 +15,9 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from typing import BinaryIO, Iterator, NoReturn
+from typing import BinaryIO, NoReturn
 
 from shadowtopic.cli.commands import connect
 from shadowtopic.cli.output import emit, fail, message_line

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 PIPED_WIDTH = 1_000_000
 
 
-def console() -> "Console":
+def console() -> Console:
     """A rich console on the current stdout: the terminal's width on a terminal, otherwise
     $COLUMNS or `PIPED_WIDTH` (rich alone would cut piped output at 80 columns)."""
     from rich.console import Console
@@ -60,7 +60,7 @@ def _cell(v) -> str:
     return "" if v is None else str(v)
 
 
-def message_line(msg: "Message", fmt: str) -> None:
+def message_line(msg: Message, fmt: str) -> None:
     """One message: a JSON object per line, or `id<TAB>key<TAB>payload[<TAB>k=v ...]`."""
     sys.stdout.write((json.dumps(msg.to_dict()) if fmt == "json" else str(msg)) + "\n")
 
@@ -75,8 +75,14 @@ def fail(message: str) -> NoReturn:
 def compaction_progress(statuses) -> object:
     """Follow compaction statuses with a progress bar (Spark's tasks of the running phase)
     and an ETA; returns the last status."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
     out = console()
     last = None
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

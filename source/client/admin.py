@@ -10,11 +10,10 @@ only errors that guarantee nothing was applied: source/client/retry.py says whic
 "L:E" text, or publish time in ms since the epoch) for subscriptions, seeks and cursor resets."""
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
 import grpc
-
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.json_format import MessageToDict
 
@@ -39,7 +38,7 @@ class TopicMetadata:
     policies: Policies = field(default_factory=Policies)
 
     @classmethod
-    def from_pb(cls, pb: apb.TopicMetadata) -> "TopicMetadata":
+    def from_pb(cls, pb: apb.TopicMetadata) -> TopicMetadata:
         return cls(topic=pb.topic, kind=apb.TopicKind.Name(pb.kind).lower(),
                    partitions=pb.partitions, source=pb.source, properties=dict(pb.properties),
                    policies=Policies.from_pb(pb.policies))
@@ -79,7 +78,7 @@ class CompactionStatus:
         return self.phase in ("done", "failed")
 
     @classmethod
-    def from_pb(cls, pb: apb.CompactionJob) -> "CompactionStatus":
+    def from_pb(cls, pb: apb.CompactionJob) -> CompactionStatus:
         err = None
         if pb.phase == apb.FAILED:
             err = errors.from_reason(pb.error.reason or "Internal",

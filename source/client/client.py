@@ -35,13 +35,14 @@ from __future__ import annotations
 import inspect
 import threading
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from shadowtopic.client.admin import Admin, TopicMetadata, position_pb
 from shadowtopic.client.connection import Connection
 from shadowtopic.client.consumer import Consumer
-from shadowtopic.client.options import DEFAULT_TIMEOUT_S, check_options, parse_consumer_type
 from shadowtopic.client.listener import Callback, Listeners
+from shadowtopic.client.options import DEFAULT_TIMEOUT_S, check_options, parse_consumer_type
 from shadowtopic.client.producer import Producer
 from shadowtopic.client.reader import Reader
 from shadowtopic.client.reconnect import Reconnector
@@ -304,7 +305,7 @@ class Client:
             for conn in self._conns.values():
                 conn.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc) -> None:

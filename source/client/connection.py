@@ -12,7 +12,8 @@ import os
 
 import grpc
 
-from shadowtopic.client.options import DEFAULT_TIMEOUT_S, operation_timeout as checked_timeout
+from shadowtopic.client.options import DEFAULT_TIMEOUT_S
+from shadowtopic.client.options import operation_timeout as checked_timeout
 from shadowtopic.client.retry import Retry
 from shadowtopic.core import errors
 from shadowtopic.pb.v1 import admin_pb2_grpc, producer_pb2_grpc

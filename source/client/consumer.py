@@ -34,17 +34,17 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Callable
 
 from shadowtopic.client.admin import position_pb
 from shadowtopic.client.connection import Connection
 from shadowtopic.client.consumer_part import Part
 from shadowtopic.client.consumer_resume import ConsumerResume
 from shadowtopic.client.listener import Listeners
-from shadowtopic.client.options import check_options, parse_consumer_type
 from shadowtopic.client.message import Message
+from shadowtopic.client.options import check_options, parse_consumer_type
 from shadowtopic.client.reader import seek_targets
 from shadowtopic.client.reconnect import Reconnector
 from shadowtopic.client.stream import CLOSE_TIMEOUT_S, Multiplexer
@@ -69,7 +69,7 @@ class _Sink:
 
     __slots__ = ("consumer", "queue_size", "closed")
 
-    def __init__(self, consumer: "Consumer", queue_size: int):
+    def __init__(self, consumer: Consumer, queue_size: int):
         self.consumer = consumer
         self.queue_size = queue_size
         self.closed = False  # the consumer's `_closed`, here where a listener reads it fast
@@ -89,7 +89,7 @@ class Consumer(ConsumerResume):
                  receiver_queue_size: int = 1000, priority: int = 0,
                  negative_ack_redelivery_delay_ms: int = 1000,
                  on_active_change: Callable[[bool], None] | None = None,
-                 message_listener: "Listeners | None" = None, wait: bool = True,
+                 message_listener: Listeners | None = None, wait: bool = True,
                  read_compacted: bool = False, reconnector: Reconnector | None = None):
         """Use `Client.subscribe` (or `Client.subscribe_many`). Subscribes every partition
         and waits for the broker's answers; raises the first typed error (ConsumerBusy,
@@ -598,7 +598,7 @@ class Consumer(ConsumerResume):
             except errors.AlreadyClosed:
                 return
 
-    def __enter__(self) -> "Consumer":
+    def __enter__(self) -> Consumer:
         return self
 
     def __exit__(self, *exc) -> None:

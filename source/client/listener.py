@@ -27,8 +27,9 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Callable, Iterable, Protocol
+from typing import Protocol
 
 from shadowtopic.client.consumer_part import Part
 from shadowtopic.client.message import Message

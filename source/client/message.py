@@ -7,9 +7,9 @@ A received Message is immutable (its properties too): readers of one topic on on
 share the same objects."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.pb.v1 import common_pb2
@@ -43,7 +43,7 @@ class Message:
         return "\t".join([str(self.message_id), key, self.value()] + ([props] if props else []))
 
     @classmethod
-    def from_entry(cls, topic: str, partition: int, e: common_pb2.EncodedEntry) -> "Message":
+    def from_entry(cls, topic: str, partition: int, e: common_pb2.EncodedEntry) -> Message:
         m = common_pb2.Message.FromString(e.raw)
         return cls(message_id=MessageId(e.ledger_id, e.entry_id, partition), topic=topic,
                    payload=m.payload, key=m.key if m.HasField("key") else None,

@@ -31,7 +31,7 @@ import queue
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 import google_crc32c
 import grpc
@@ -127,7 +127,7 @@ class Producer:
                  producer_name: str = "", batch_max_messages: int = 1000,
                  batch_max_bytes: int = 1 << 20, linger_ms: float = 5.0,
                  max_inflight: int = 8, idempotent: bool = True,
-                 reopen: Callable[[Callable], "_Stream"] | None = None,
+                 reopen: Callable[[Callable], _Stream] | None = None,
                  deadline: Deadline | None = None):
         """`reopen(connect)`: the client's open path (lookup, retries within the operation
         timeout) calling `connect(conn, deadline)`; used to reconnect after a broken stream.
@@ -297,7 +297,7 @@ class Producer:
             if self._receiver is not None:
                 self._receiver.join(10)
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc) -> None:

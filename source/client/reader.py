@@ -400,7 +400,7 @@ class Reader:
         while self.has_message_available():
             yield self.read_next(timeout=self._conn.timeout)
 
-    def __enter__(self) -> "Reader":
+    def __enter__(self) -> Reader:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -67,7 +67,8 @@ import logging
 import random
 import threading
 import time
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from shadowtopic.client.retry import INITIAL_BACKOFF_S, MAX_BACKOFF_S, MIN_ATTEMPT_S
 from shadowtopic.core import errors

@@ -36,10 +36,10 @@ class Sink(Protocol):
     once the stream ended. A frame naming several handles of one sink is handed over once,
     to `put_many` (a `subscribe_many` listener passes it on to its consumers at once)."""
 
-    def put(self, item: tuple[int, "Delivery | Exception"]) -> None:
+    def put(self, item: tuple[int, Delivery | Exception]) -> None:
         ...
 
-    def put_many(self, handles: list[int], delivery: "Delivery") -> None:
+    def put_many(self, handles: list[int], delivery: Delivery) -> None:
         ...
 
 
@@ -47,7 +47,7 @@ class QueueSink(queue.Queue[tuple[int, Any]]):
     """A `Sink` that queues `(handle, Delivery | error)` items for a thread to take (a
     Reader's, which queues its own wake-ups too)."""
 
-    def put_many(self, handles: list[int], delivery: "Delivery") -> None:
+    def put_many(self, handles: list[int], delivery: Delivery) -> None:
         for handle in handles:
             self.put((handle, delivery))
 

@@ -24,7 +24,7 @@ class MessageId(NamedTuple):
     partition: int = -1
 
     @classmethod
-    def checked(cls, ledger_id: int, entry_id: int, partition: int = -1) -> "MessageId":
+    def checked(cls, ledger_id: int, entry_id: int, partition: int = -1) -> MessageId:
         for v in (ledger_id, entry_id, partition):
             if not isinstance(v, int) or isinstance(v, bool):
                 raise InvalidMessageId(f"message id parts must be integers, got {v!r}")
@@ -39,7 +39,7 @@ class MessageId(NamedTuple):
         return base if self.partition < 0 else f"{base}:{self.partition}"
 
     @classmethod
-    def parse(cls, text: str) -> "MessageId":
+    def parse(cls, text: str) -> MessageId:
         parts = text.strip().split(":") if isinstance(text, str) else []
         if len(parts) not in (2, 3):
             raise InvalidMessageId(f"'{text}' is not a message id (expected L:E or L:E:P)")
@@ -53,7 +53,7 @@ class MessageId(NamedTuple):
         return self.to_pb().SerializeToString()
 
     @classmethod
-    def deserialize(cls, data: bytes) -> "MessageId":
+    def deserialize(cls, data: bytes) -> MessageId:
         try:
             pb = common_pb2.MessageIdData.FromString(bytes(data))
         except Exception as exc:  # noqa: BLE001 - protobuf raises DecodeError and friends
@@ -61,7 +61,7 @@ class MessageId(NamedTuple):
         return cls.from_pb(pb)
 
     @classmethod
-    def from_pb(cls, pb: common_pb2.MessageIdData) -> "MessageId":
+    def from_pb(cls, pb: common_pb2.MessageIdData) -> MessageId:
         partition = pb.partition if pb.HasField("partition") and pb.partition >= 0 else -1
         return cls.checked(pb.ledger_id, pb.entry_id, partition)
 
@@ -72,7 +72,7 @@ class MessageId(NamedTuple):
             pb.partition = self.partition
         return pb
 
-    def with_partition(self, partition: int) -> "MessageId":
+    def with_partition(self, partition: int) -> MessageId:
         return MessageId(self.ledger_id, self.entry_id, partition)
 
 

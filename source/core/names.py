@@ -59,7 +59,7 @@ class TopicName:
     local: str
 
     @classmethod
-    def parse(cls, text: str) -> "TopicName":
+    def parse(cls, text: str) -> TopicName:
         if not isinstance(text, str) or not text:
             raise InvalidTopicName("topic name is empty")
         limit = len("persistent://") + MAX_TENANT + MAX_NAMESPACE + MAX_TOPIC + 2
@@ -99,7 +99,7 @@ class TopicName:
         it further (shadowtopic.ledger.storage.topic_dir)."""
         return f"persistent/{self.tenant}/{self.namespace}/{self.local}"
 
-    def partition(self, index: int) -> "TopicName":
+    def partition(self, index: int) -> TopicName:
         return TopicName(self.tenant, self.namespace, f"{self.local}-partition-{index}")
 
     @property
@@ -109,11 +109,11 @@ class TopicName:
         return int(m.group("index")) if m else -1
 
     @property
-    def partitioned_parent(self) -> "TopicName | None":
+    def partitioned_parent(self) -> TopicName | None:
         m = _PARTITION.match(self.local)
         return TopicName(self.tenant, self.namespace, m.group("base")) if m else None
 
-    def check_creatable(self) -> "TopicName":
+    def check_creatable(self) -> TopicName:
         """Refuse names a user may not create: reserved partition names, over-long ones."""
         if _RESERVED.search(self.local):
             raise InvalidTopicName(

@@ -106,7 +106,7 @@ class BacklogQuotaAction(IntEnum):
         return self.name.lower()
 
     @classmethod
-    def parse(cls, text: str) -> "BacklogQuotaAction":
+    def parse(cls, text: str) -> BacklogQuotaAction:
         """An action from its name (any case, `-` or `_`); ValueError otherwise."""
         try:
             return cls[text.strip().upper().replace("-", "_")]
@@ -144,7 +144,7 @@ class Policies:
     subscription_expiration_seconds: int | None = None
 
     @classmethod
-    def from_pb(cls, pb: common_pb2.Policies) -> "Policies":
+    def from_pb(cls, pb: common_pb2.Policies) -> Policies:
         out = {f.name: getattr(pb, f.name) for f in fields(cls) if pb.HasField(f.name)}
         action = out.pop("backlog_quota_action", None)
         if action in BacklogQuotaAction._value2member_map_:  # else (unspecified): the default
@@ -159,15 +159,15 @@ class Policies:
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if getattr(self, f.name) is not None}
 
-    def merged(self, update: "Policies") -> "Policies":
+    def merged(self, update: Policies) -> Policies:
         """These policies with every field `update` sets replaced."""
         return replace(self, **update.as_dict())
 
-    def effective(self, namespace: "Policies | None" = None) -> "Policies":
+    def effective(self, namespace: Policies | None = None) -> Policies:
         """The policies that apply: DEFAULTS <- `namespace`'s <- these (a topic's own)."""
         return DEFAULTS.merged(namespace or Policies()).merged(self)
 
-    def without(self, names) -> "Policies":
+    def without(self, names) -> Policies:
         """These policies with the fields `names` unset; `InvalidPolicies` for a name that is
         no policy."""
         unknown = sorted(set(names) - set(FIELD_NAMES))
@@ -176,7 +176,7 @@ class Policies:
                                   f"{', '.join(FIELD_NAMES)})")
         return replace(self, **{n: None for n in names})
 
-    def validate(self) -> "Policies":
+    def validate(self) -> Policies:
         """Self, when every set field is of its type and within `RANGES`."""
         for name, value in self.as_dict().items():
             if name in BOOL_FIELDS:

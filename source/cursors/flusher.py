@@ -62,7 +62,7 @@ class CursorFlusher:
         self._task: asyncio.Task | None = None
         self._closed = False
 
-    def start(self) -> "CursorFlusher":
+    def start(self) -> CursorFlusher:
         if self._task is None and not self._closed:
             self._task = asyncio.create_task(self._run(), name=f"cursor-flush:{self.topic}")
         return self
@@ -177,7 +177,7 @@ class CursorFlusher:
             try:
                 await asyncio.wait_for(self._stop.wait(), max(0.0, next_at - time.monotonic()))
                 return
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             next_at = time.monotonic() + self.interval
             try:

@@ -49,10 +49,11 @@ import logging
 import os
 import secrets
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from itertools import chain, repeat
-from typing import Callable, Mapping, TypeVar
+from typing import TypeVar
 
 import google_crc32c
 import pyarrow.fs as pafs

@@ -29,11 +29,13 @@ persisted): a subscription loaded with 0 counts from its load.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Sequence
 from operator import lt
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Protocol
 
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.ledger.view import LedgerRange, LedgerView
+
 
 class NextAfter(Protocol):
     """The first valid position after an id (`next_after_in`). `sparse`: the view skips ids
@@ -97,7 +99,7 @@ class CursorState:
         self.normalize()
 
     @classmethod
-    def starting_at(cls, position: MessageId) -> "CursorState":
+    def starting_at(cls, position: MessageId) -> CursorState:
         """A cursor whose first unacknowledged position is `position`."""
         state = cls()
         state._md = pack(position) - 1
@@ -243,7 +245,7 @@ class CursorState:
         return ledger, entry, tuple(flat), self.last_active
 
     @classmethod
-    def from_record(cls, record: Record) -> "CursorState":
+    def from_record(cls, record: Record) -> CursorState:
         """The inverse of `to_record`; ValueError for ranges that are not sorted, disjoint,
         non-adjacent and above the mark-delete."""
         md_ledger, md_entry, flat, last_active = record
@@ -262,7 +264,7 @@ class CursorState:
         state.normalize()
         return state
 
-    def copy(self) -> "CursorState":
+    def copy(self) -> CursorState:
         other = CursorState.__new__(CursorState)
         other._md = self._md
         other._r = list(self._r) if self._r else None

@@ -20,7 +20,8 @@ nothing with the store. `SnapshotCursorStore` (snapshot.py) is the real one;
 from __future__ import annotations
 
 import abc
-from typing import Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import NamedTuple
 
 from shadowtopic.core import errors
 from shadowtopic.core.names import TopicName

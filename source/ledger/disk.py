@@ -25,8 +25,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import Callable
 
 from shadowtopic.core import errors
 

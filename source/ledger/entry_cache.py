@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict, deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from shadowtopic.ledger import wal as walmod
 
@@ -48,7 +49,7 @@ class Item:
 
     __slots__ = ("nbytes", "on_evict", "data", "live", "key")
 
-    def __init__(self, key: int, nbytes: int, on_evict: Callable[["Item"], None], data: Any):
+    def __init__(self, key: int, nbytes: int, on_evict: Callable[[Item], None], data: Any):
         self.key = key
         self.nbytes = nbytes
         self.on_evict = on_evict

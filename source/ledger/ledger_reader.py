@@ -28,8 +28,9 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from typing import Callable, Protocol, Sequence
+from typing import Protocol
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId

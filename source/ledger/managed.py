@@ -33,8 +33,9 @@ which `ManagedLedger` implements. This module holds the rest:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import Any, Callable
+from typing import Any
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import EARLIEST, MessageId

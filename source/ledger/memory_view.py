@@ -65,7 +65,7 @@ class MemoryView:
         for listener in list(self._listeners):
             listener.on_closed(self._closed)
 
-    def reopened(self) -> "MemoryView":
+    def reopened(self) -> MemoryView:
         return MemoryView(self._ledgers, self._next_id, self.ledgers_of)
 
     # ---- LedgerView ------------------------------------------------------------------------

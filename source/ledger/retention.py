@@ -16,7 +16,7 @@ explicit request and still deletes every sealed ledger; shadow cursors skip it (
 from __future__ import annotations
 
 import logging
-from typing import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName

@@ -34,8 +34,8 @@ import os
 import struct
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
 import google_crc32c
 import pyarrow as pa

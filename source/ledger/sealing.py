@@ -32,8 +32,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Callable
 from concurrent.futures import Executor
-from typing import Callable
 
 import pyarrow.fs as pafs
 

@@ -36,7 +36,6 @@ from shadowtopic.core.names import TopicName
 from shadowtopic.ledger import object_store
 from shadowtopic.ledger.disk import DiskState
 
-
 log = logging.getLogger(__name__)
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 MAX_SEGMENT = 200

@@ -36,8 +36,8 @@ import mmap
 import os
 import struct
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import google_crc32c
 
@@ -315,7 +315,7 @@ class MappedWal:
         self._view = memoryview(self._map)
         self._mapped = 0  # bytes of views yielded since the last drop
 
-    def __enter__(self) -> "MappedWal":
+    def __enter__(self) -> MappedWal:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -451,7 +451,7 @@ class WalFile:
         return self._size
 
     @classmethod
-    def create(cls, path: str, ledger_id: int) -> "WalFile":
+    def create(cls, path: str, ledger_id: int) -> WalFile:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         try:

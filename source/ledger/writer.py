@@ -33,9 +33,10 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId

@@ -1,7 +1,19 @@
 """Metadata store (docs/ARCHITECTURE.md, "Metadata in etcd"): the interface, an etcd
 implementation, an in-memory twin, and a helper that runs a local etcd server."""
-from .base import (Compare, Delete, KeyValue, LeaseNotFound, MetadataError, MetadataStore,
-                   MetadataUnavailable, Put, RevisionCompacted, Snapshot, TxnResult, WatchEvent)
+from .base import (
+                   Compare,
+                   Delete,
+                   KeyValue,
+                   LeaseNotFound,
+                   MetadataError,
+                   MetadataStore,
+                   MetadataUnavailable,
+                   Put,
+                   RevisionCompacted,
+                   Snapshot,
+                   TxnResult,
+                   WatchEvent,
+)
 from .etcd import EtcdStore
 from .etcd_server import EtcdServer, find_etcd_binary
 from .memory import MemoryStore

@@ -26,14 +26,20 @@ Keys are `str` (UTF-8 on the wire), values are `bytes`.
 from __future__ import annotations
 
 import abc
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Literal, Sequence
+from typing import Literal
 
 # The store's errors are of the one hierarchy (source/core/errors.py): `MetadataError`, and
 # under it `MetadataUnavailable` (etcd down, timeout: retriable), `LeaseNotFound` (expired or
 # revoked) and `RevisionCompacted`. A caller lets them through; the error table gives each
 # its gRPC status. They are named here too, where the store's users look for them.
-from shadowtopic.core.errors import LeaseNotFound, MetadataError, MetadataUnavailable, RevisionCompacted
+from shadowtopic.core.errors import (
+    LeaseNotFound,
+    MetadataError,
+    MetadataUnavailable,
+    RevisionCompacted,
+)
 
 __all__ = ["Compare", "Delete", "KeyValue", "LeaseNotFound", "MetadataError", "MetadataStore",
            "MetadataUnavailable", "Put", "RevisionCompacted", "Snapshot", "TxnResult",

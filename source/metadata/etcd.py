@@ -21,17 +21,33 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import AsyncIterator, Callable, Sequence, TypeVar
+from typing import TypeVar
 
-import grpc
 import etcd3
-from etcd3 import etcdrpc, exceptions as etcd_exc, transactions as etcd_txn, utils as etcd_utils
+import grpc
+from etcd3 import etcdrpc
+from etcd3 import exceptions as etcd_exc
+from etcd3 import transactions as etcd_txn
+from etcd3 import utils as etcd_utils
 
 from shadowtopic import failpoints
 
-from .base import (Compare, Delete, KeyValue, LeaseNotFound, MetadataError, MetadataStore,
-                   MetadataUnavailable, Put, RevisionCompacted, Snapshot, TxnResult, WatchEvent)
+from .base import (
+    Compare,
+    Delete,
+    KeyValue,
+    LeaseNotFound,
+    MetadataError,
+    MetadataStore,
+    MetadataUnavailable,
+    Put,
+    RevisionCompacted,
+    Snapshot,
+    TxnResult,
+    WatchEvent,
+)
 
 T = TypeVar("T")
 

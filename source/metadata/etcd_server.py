@@ -23,7 +23,7 @@ from pathlib import Path
 from shadowtopic.process import spawn
 
 LOG_NAME = "etcd.log"
-_RUNNING: "weakref.WeakSet[EtcdServer]" = weakref.WeakSet()
+_RUNNING: weakref.WeakSet[EtcdServer] = weakref.WeakSet()
 
 
 @atexit.register
@@ -113,7 +113,7 @@ class EtcdServer:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def start(self, timeout: float = 30) -> "EtcdServer":
+    def start(self, timeout: float = 30) -> EtcdServer:
         if self.running():
             return self
         # Free ports picked by us can be taken by someone else before etcd binds them:
@@ -127,7 +127,7 @@ class EtcdServer:
                 self.client_port, self.peer_port = _free_port(self.host), _free_port(self.host)
         raise AssertionError("unreachable")
 
-    def _start_once(self, timeout: float) -> "EtcdServer":
+    def _start_once(self, timeout: float) -> EtcdServer:
         self.launch()
         self._wait_ready(timeout)
         return self
@@ -204,7 +204,7 @@ class EtcdServer:
         if self.running():
             self.proc.send_signal(signal.SIGCONT)
 
-    def restart(self, timeout: float = 30) -> "EtcdServer":
+    def restart(self, timeout: float = 30) -> EtcdServer:
         """Stop (if running) and start again with the same ports and data dir."""
         self.stop()
         self._fixed_ports = True
@@ -216,7 +216,7 @@ class EtcdServer:
         if self._owns_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
-    def __enter__(self) -> "EtcdServer":
+    def __enter__(self) -> EtcdServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -253,7 +253,7 @@ class EtcdCluster:
         for m in self.members:
             m.initial_cluster = initial
 
-    def start(self, timeout: float = 60) -> "EtcdCluster":
+    def start(self, timeout: float = 60) -> EtcdCluster:
         """Start every member, then wait until each answers a read (a leader was elected).
         Ports taken meanwhile by someone else: start over with fresh ones (twice at most)."""
         for attempt in range(3):
@@ -329,7 +329,7 @@ class EtcdCluster:
         if self._owns_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
-    def __enter__(self) -> "EtcdCluster":
+    def __enter__(self) -> EtcdCluster:
         return self.start()
 
     def __exit__(self, *exc) -> None:

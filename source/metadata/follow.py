@@ -49,10 +49,15 @@ import abc
 import asyncio
 import inspect
 import logging
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
-from shadowtopic.metadata.base import (MetadataStore, MetadataUnavailable, RevisionCompacted,
-                                  Snapshot, WatchEvent)
+from shadowtopic.metadata.base import (
+    MetadataStore,
+    MetadataUnavailable,
+    RevisionCompacted,
+    Snapshot,
+    WatchEvent,
+)
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,23 @@ import bisect
 import itertools
 import operator
 import time
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import AsyncIterator, Sequence
 
-from .base import (Compare, Delete, KeyValue, LeaseNotFound, MetadataError, MetadataStore,
-                   MetadataUnavailable, Put, RevisionCompacted, Snapshot, TxnResult, WatchEvent)
+from .base import (
+    Compare,
+    Delete,
+    KeyValue,
+    LeaseNotFound,
+    MetadataError,
+    MetadataStore,
+    MetadataUnavailable,
+    Put,
+    RevisionCompacted,
+    Snapshot,
+    TxnResult,
+    WatchEvent,
+)
 
 _OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt}
 _END = object()  # watch queue sentinel: the store was closed

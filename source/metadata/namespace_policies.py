@@ -22,7 +22,7 @@ A namespace needs no creating: its policies can be set before any of its topics 
 from __future__ import annotations
 
 import logging
-from typing import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from google.protobuf.message import DecodeError
 

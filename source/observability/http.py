@@ -24,7 +24,7 @@ import gzip
 import logging
 import os
 import time
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, exposition, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -131,8 +131,7 @@ class HttpEndpoint:
                       ) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-                ConnectionError):
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             writer.close()
             return
         try:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Awaitable, Callable, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
@@ -91,7 +92,7 @@ class Member(Protocol):
     `position` is the next entry it has not been sent; the group moves it past each read."""
 
     position: MessageId
-    topic: "TopicReaders | None"
+    topic: TopicReaders | None
 
     def wanted(self, wake: Callable[[], None]) -> int:
         """How many entries it can take now (0: skip it; it calls `wake` once it can)."""
@@ -137,7 +138,7 @@ class Replayer(Protocol):
 class Owner(Protocol):
     """Who holds a `TopicReaders`: the read engine, or the subscription engine."""
 
-    def rehome(self, tr: "TopicReaders") -> None:
+    def rehome(self, tr: TopicReaders) -> None:
         """`tr`'s view closed."""
 
     def fail(self, member: Member, error: errors.ShadowTopicError) -> None:

@@ -18,7 +18,7 @@ class Start:
     inclusive: bool = False               # include the entry at message_id (or at latest)
 
     @classmethod
-    def at(cls, message_id: MessageId, inclusive: bool = False) -> "Start":
+    def at(cls, message_id: MessageId, inclusive: bool = False) -> Start:
         return cls(MESSAGE_ID, message_id=message_id, inclusive=inclusive)
 
 

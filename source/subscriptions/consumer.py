@@ -10,8 +10,9 @@ or stopped being the active consumer (`ActiveChanged`) or that the cursor moved 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.read.engine import Outbox

@@ -25,7 +25,8 @@ package imports one way: subscription.py imports the dispatchers, never the reve
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Callable, ClassVar, Iterable, Protocol
+from collections.abc import Callable, Iterable
+from typing import ClassVar, Protocol
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId

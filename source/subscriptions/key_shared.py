@@ -16,7 +16,7 @@ key's hash on the subscription's `KeyRing` (keyring.py). Per-key order is kept t
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from shadowtopic import wire
 from shadowtopic.cursors.state import pack, unpack

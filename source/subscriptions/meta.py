@@ -46,7 +46,7 @@ class SubscriptionMeta:
             read_compacted=self.read_compacted).SerializeToString()
 
     @classmethod
-    def decode(cls, data: bytes) -> "SubscriptionMeta":
+    def decode(cls, data: bytes) -> SubscriptionMeta:
         pb = mpb.SubscriptionMeta.FromString(data)
         pos = pb.initial_position
         return cls(pb.name, _NAMES.get(pb.type, "Exclusive"), pb.created_ms,

@@ -13,7 +13,7 @@ Key_Shared (key_shared.py) is this dispatcher with another rule for who gets an 
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.cursors.state import pack, unpack

@@ -12,15 +12,20 @@ active consumer is told (`CursorMoved`) to drop what it holds unreceived and flo
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.ledger.view import ReadEntry
 from shadowtopic.read.engine import Frames
 from shadowtopic.subscriptions.consumer import ActiveChanged, CursorMoved, SubConsumer
-from shadowtopic.subscriptions.dispatcher import (EXCLUSIVE, FAILOVER, Dispatched, Dispatcher,
-                                             unacked_of)
+from shadowtopic.subscriptions.dispatcher import (
+    EXCLUSIVE,
+    FAILOVER,
+    Dispatched,
+    Dispatcher,
+    unacked_of,
+)
 
 
 class SingleActiveDispatcher(Dispatcher):

@@ -25,8 +25,9 @@ module, never the reverse) is `SubscriptionOwner`.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from itertools import chain, islice
-from typing import Callable, Protocol
+from typing import Protocol
 
 from shadowtopic import wire
 from shadowtopic.core import errors
@@ -35,8 +36,7 @@ from shadowtopic.cursors.state import CursorState, NextAfter, pack, unpack
 from shadowtopic.ledger.view import LedgerRange, LedgerView, ReadEntry
 from shadowtopic.read.engine import Counters, Frames, TopicReaders
 from shadowtopic.subscriptions.consumer import SubConsumer
-from shadowtopic.subscriptions.dispatcher import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED,
-                                             Dispatcher)
+from shadowtopic.subscriptions.dispatcher import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, Dispatcher
 from shadowtopic.subscriptions.key_shared import KeySharedDispatcher
 from shadowtopic.subscriptions.positions import UNUSED
 from shadowtopic.subscriptions.shared import SharedDispatcher

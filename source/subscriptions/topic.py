@@ -39,8 +39,8 @@ import datetime
 import itertools
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Awaitable, Callable
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
@@ -54,8 +54,8 @@ from shadowtopic.metadata.base import MetadataStore
 from shadowtopic.read.encodings import EncodingsPool
 from shadowtopic.read.engine import Counters, Member, TopicReaders
 from shadowtopic.read.positions import MESSAGE_ID, PUBLISH_TIME, Start, resolve
-from shadowtopic.subscriptions.consumer import ConsumerOutbox, CursorMoved, SubConsumer
 from shadowtopic.subscriptions import expiry
+from shadowtopic.subscriptions.consumer import ConsumerOutbox, CursorMoved, SubConsumer
 from shadowtopic.subscriptions.dispatcher import EXCLUSIVE
 from shadowtopic.subscriptions.meta import MetaWriter, SubscriptionMeta
 from shadowtopic.subscriptions.subscription import DISPATCHERS, Subscription
@@ -67,7 +67,7 @@ STATS_MAX_AGE_S = 1.0     # ... for this long
 
 
 def _iso(epoch_s: float) -> str:
-    return datetime.datetime.fromtimestamp(epoch_s, datetime.timezone.utc).isoformat()
+    return datetime.datetime.fromtimestamp(epoch_s, datetime.UTC).isoformat()
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class TopicSubscriptions:
         view.add_listener(self)
 
     async def load(self, compacted: Callable[[], Awaitable[LedgerView]] | None = None
-                   ) -> "TopicSubscriptions":
+                   ) -> TopicSubscriptions:
         """Read the subscriptions and their cursors. `compacted` opens the topic's compacted
         view, asked for only when a stored subscription reads it (without it, such a
         subscription loads as a plain one)."""
