@@ -50,11 +50,11 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def etcd_server():
-    """One real etcd for the whole run (temp data dir, free loopback ports)."""
-    from shadowtopic.metadata.etcd_server import EtcdServer
+    """One real etcd for the whole run (temp data dir, free loopback ports), started the way
+    users start theirs (shadowtopic.testing)."""
+    from shadowtopic.testing import start_etcd
 
-    server = EtcdServer()
-    server.start(timeout=30)
+    server = start_etcd(timeout=30)
     try:
         yield server
     finally:

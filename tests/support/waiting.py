@@ -1,8 +1,9 @@
 """The one set of waiting helpers of the tests: polling a condition until it holds
 (`wait_for`, and `wait_for_async` inside a coroutine, whose condition may be a coroutine
 function), retrying a check until its assertions pass (`eventually`), receiving a number of
-messages from a consumer (`drain`) and checking that no more come (`nothing_more`). Every loop here is bounded in count and in time; a wait that runs out
-fails the test with an AssertionError naming what it waited for."""
+messages from a consumer (`drain`) and checking that no more come (`nothing_more`). Every
+loop here is bounded in count and in time; a wait that runs out fails the test with an
+AssertionError naming what it waited for."""
 from __future__ import annotations
 
 import asyncio

@@ -1,4 +1,5 @@
-"""Integration fixtures: real broker processes against the session's real etcd.
+"""Integration fixtures: real broker processes against the session's real etcd, started
+through shadowtopic.testing (what users test their code with).
 
 Tests use unique topic names (the `topic` fixture: a namespace of its own), so they never
 see each other's data although they share one etcd and, by default, one broker: `broker` is
@@ -17,9 +18,8 @@ import uuid
 
 import pytest
 
-from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client
-from shadowtopic.standalone import BrokerProcess
+from shadowtopic.testing import SHADOW_BROKER, start_broker
 
 from support.brokers import BROKER_ARGS
 from support.compaction_support import start_worker
@@ -29,9 +29,8 @@ from support.policy_broker import ARGS as QUICK_ARGS
 @pytest.fixture(scope="session")
 def shared_broker(etcd_server, tmp_path_factory):
     """The broker of every test in this test process that does not need its own."""
-    b = BrokerProcess(etcd_server.endpoint, str(tmp_path_factory.mktemp("shared-broker")),
-                      free_port(), extra_args=BROKER_ARGS)
-    b.start(timeout=60)
+    b = start_broker(etcd_server.endpoint, tmp_path_factory.mktemp("shared-broker"),
+                     args=BROKER_ARGS)
     try:
         yield b
     finally:
@@ -50,9 +49,7 @@ def broker(request, etcd_server, tmp_path):
             b.start(timeout=60)
             pytest.fail("the test stopped the shared broker: mark it @pytest.mark.own_broker")
         return
-    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "data"), free_port(),
-                      extra_args=BROKER_ARGS)
-    b.start(timeout=60)
+    b = start_broker(etcd_server.endpoint, tmp_path / "data", args=BROKER_ARGS)
     try:
         yield b
     finally:
@@ -92,14 +89,13 @@ def two_brokers(etcd_server, tmp_path):
     """Two broker processes on one shared storage root (short leases): (a, b)."""
     shared = str(tmp_path / "shared-storage")
     args = ["--lease-ttl", "3", "--storage-root", shared]
-    a = BrokerProcess(etcd_server.endpoint, str(tmp_path / "a"), free_port(), extra_args=args)
-    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "b"), free_port(), extra_args=args)
-    a.start(timeout=60)
-    b.start(timeout=60)
+    started = []
     try:
-        yield a, b
+        started.append(start_broker(etcd_server.endpoint, tmp_path / "a", args=args))
+        started.append(start_broker(etcd_server.endpoint, tmp_path / "b", args=args))
+        yield tuple(started)
     finally:
-        for broker in (a, b):
+        for broker in started:
             if broker.proc is not None and broker.proc.poll() is None:
                 os.kill(broker.proc.pid, signal.SIGCONT)  # a test may have paused it
             broker.kill()
@@ -117,13 +113,11 @@ def start_pair(etcd_server, tmp_path):
         shared = str(tmp_path / "shared-storage")
         args = ["--lease-ttl", "3", "--storage-root", shared,
                 "--cluster", f"c-{uuid.uuid4().hex[:8]}", *extra]
-        src = BrokerProcess(etcd_server.endpoint, str(tmp_path / "src"), free_port(),
-                            extra_args=args)
-        sh = BrokerProcess(etcd_server.endpoint, str(tmp_path / "sh"), free_port(),
-                           extra_args=args, module="shadowtopic.shadow.broker")
-        started.extend([src, sh])
-        src.start(timeout=60)
-        sh.start(timeout=60)
+        src = start_broker(etcd_server.endpoint, tmp_path / "src", args=args)
+        started.append(src)
+        sh = start_broker(etcd_server.endpoint, tmp_path / "sh", args=args,
+                          module=SHADOW_BROKER)
+        started.append(sh)
         return src, sh
 
     try:
@@ -155,9 +149,8 @@ def worker(etcd_server, tmp_path_factory, cluster):
 def compacting_source(etcd_server, tmp_path, cluster, worker):
     """A source broker of the module worker's `cluster`, of this test alone (the test may
     restart it); killed afterwards."""
-    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
-                      extra_args=[*BROKER_ARGS, "--cluster", cluster])
-    b.start(timeout=60)
+    b = start_broker(etcd_server.endpoint, tmp_path / "broker",
+                     args=[*BROKER_ARGS, "--cluster", cluster])
     try:
         yield b
     finally:
@@ -168,9 +161,7 @@ def compacting_source(etcd_server, tmp_path, cluster, worker):
 def quick_broker(etcd_server, tmp_path):
     """A broker of its own whose maintenance (TTL, expiry, quota, retention) runs twice a
     second."""
-    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "data"), free_port(),
-                      extra_args=QUICK_ARGS)
-    b.start(timeout=60)
+    b = start_broker(etcd_server.endpoint, tmp_path / "data", args=QUICK_ARGS)
     try:
         yield b
     finally:
