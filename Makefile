@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 SHARED  ?= ../shared
 
-.PHONY: install run test test-unit test-fast proto bench clean chaos docs
+.PHONY: install run test test-unit test-fast lint typecheck proto bench clean chaos docs
 
 install: $(STAMP)
 
@@ -40,12 +40,20 @@ run: install
 # once).
 TEST_WORKERS ?= 3
 
-test: install
+test: install lint typecheck
 	$(VPY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile
+
+# The gates (pyproject.toml, [tool.ruff] and [tool.mypy]); both run in `make test` and
+# `make test-unit`. mypy reads the installed package (the link tree): `make install` first.
+lint: install
+	$(VENV)/bin/ruff check source shadow compaction tests bench scripts
+
+typecheck: install
+	$(VENV)/bin/mypy -p shadowtopic
 
 # The inner loop: every test that starts no process (no etcd, broker, worker or Spark), and
 # the import-layer check (tests/test_workshop/test_architecture.py).
-test-unit: install
+test-unit: install lint typecheck
 	$(VPY) -m pytest -q tests -m "not integration" -n $(TEST_WORKERS)
 
 test-fast: install
