@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import os
 import time
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shadowtopic.compaction.ledger import describe_file, write_manifest
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
 from shadowtopic.ledger import sealed
-from shadowtopic.compaction.ledger import describe_file, write_manifest
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.metadata import keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import common_pb2
-
 from support.etcd_support import on_etcd
 
 
@@ -31,7 +31,7 @@ def publish_compaction(etcd, storage_root: str, topic: str, job: str,
     for info in lst.ledgers:
         if info.state == mpb.LedgerState.SEALED:
             t = pq.read_table(st.full(info.path), columns=cols)
-            rows += list(zip(*(t.column(c).to_pylist() for c in cols)))
+            rows += list(zip(*(t.column(c).to_pylist() for c in cols), strict=True))
     rows.sort(key=lambda r: (r[0], r[1]))
     latest = {r[2]: (r[0], r[1]) for r in rows if r[2] is not None}
     keep = [r for r in rows if r[2] is None or (latest[r[2]] == (r[0], r[1]) and not r[3])]

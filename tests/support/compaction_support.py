@@ -17,7 +17,6 @@ from shadowtopic.metadata import keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import admin_pb2 as apb
 from shadowtopic.standalone import BrokerProcess
-
 from support.etcd_support import etcd_get
 
 WORKER_ARGS = ["--spark-master", "local[2]", "--grace", "1", "--lease-ttl", "3",
@@ -67,7 +66,7 @@ def compacted_rows(source: BrokerProcess, ptr: mpb.CompactionPointer) -> list[tu
     rows = []
     for f in ptr.manifest.files:
         t = pq.read_table(st.full(f.path), columns=["ledger_id", "entry_id", "key", "raw"])
-        rows += list(zip(*(t.column(i).to_pylist() for i in range(4))))
+        rows += list(zip(*(t.column(i).to_pylist() for i in range(4)), strict=True))
     return rows
 
 

@@ -4,7 +4,8 @@ ops (tried again when the store could not connect)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from shadowtopic.core.errors import MetadataUnavailable
 from shadowtopic.metadata import EtcdStore, KeyValue

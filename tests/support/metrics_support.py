@@ -13,7 +13,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from shadowtopic.metadata import keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
-
 from support.etcd_support import etcd_get
 
 DEADLINE = 20.0  # seconds any awaited state may take (polled, never slept out)

@@ -18,7 +18,6 @@ from shadowtopic.metadata.memory import MemoryStore
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.read.engine import ReadEngine
 from shadowtopic.shadow.ledger import ShadowLedger
-
 from support.fakes import Count
 
 TOPIC = TopicName.parse("persistent://t/ns/engine")

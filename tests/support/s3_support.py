@@ -60,7 +60,7 @@ class MotoS3:
                                  region=REGION, access_key=CREDENTIALS["AWS_ACCESS_KEY_ID"],
                                  secret_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
 
-    def start(self, timeout: float = 60.0) -> "MotoS3":
+    def start(self, timeout: float = 60.0) -> MotoS3:
         self.proc = spawn([sys.executable, "-m", "moto.server", "-H", HOST, "-p",
                            str(self.port)], self.log_path)
         deadline = time.monotonic() + timeout
@@ -106,7 +106,7 @@ class MotoS3:
         except OSError:
             return ""
 
-    def __enter__(self) -> "MotoS3":
+    def __enter__(self) -> MotoS3:
         return self.start()
 
     def __exit__(self, *exc) -> None:

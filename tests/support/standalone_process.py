@@ -85,7 +85,7 @@ class Standalone:
         self.seen: set[int] = set()
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "Standalone":
+    def start(self) -> Standalone:
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(
                 [EXE, "standalone", "--data-dir", self.data_dir, "--port", str(self.port),

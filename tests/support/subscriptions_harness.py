@@ -22,7 +22,6 @@ from shadowtopic.subscriptions import (
     EXCLUSIVE,
     TopicSubscriptions,
 )
-
 from support.fakes import Count
 
 TOPIC = TopicName.parse("persistent://t/ns/subs")
@@ -91,7 +90,10 @@ async def settle(rounds: int = 30):
         await asyncio.sleep(0.01)
 
 
-async def sub(ts, outbox, handle, name, type_=EXCLUSIVE, start=Start(EARLIEST), permits=1000,
+FROM_EARLIEST = Start(EARLIEST)
+
+
+async def sub(ts, outbox, handle, name, type_=EXCLUSIVE, start=FROM_EARLIEST, permits=1000,
               **kw):
     c, created, pos = await ts.subscribe(outbox, handle, name, type_, start, **kw)
     if permits:

@@ -17,13 +17,12 @@ import sys
 import uuid
 
 import pytest
-
-from shadowtopic.client import Client
-from shadowtopic.testing import SHADOW_BROKER, start_broker
-
 from support.brokers import BROKER_ARGS
 from support.compaction_support import start_worker
 from support.policy_broker import ARGS as QUICK_ARGS
+
+from shadowtopic.client import Client
+from shadowtopic.testing import SHADOW_BROKER, start_broker
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,6 @@ def test_importing_shadowtopic_testing_does_not_import_pytest():
 
 
 def test_under_pytest_the_module_is_a_plugin_with_its_fixtures():
-    from shadowtopic.testing import (shadowtopic_client, shadowtopic_standalone,
-                                     shadowtopic_topic)
+    from shadowtopic.testing import shadowtopic_client, shadowtopic_standalone, shadowtopic_topic
 
     assert all(map(callable, (shadowtopic_standalone, shadowtopic_client, shadowtopic_topic)))
