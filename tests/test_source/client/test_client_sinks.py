@@ -4,10 +4,10 @@ passes it on to each of its handles. Against the fake broker of test_client_cons
 from __future__ import annotations
 
 import pytest
+from support.fake_broker import FakeBroker, entry
 
 from shadowtopic.client import Client
 from shadowtopic.pb.v1 import consumer_pb2
-from tests.test_source.client.test_client_consumer_unit import FakeBroker, entry
 
 TOPIC = "persistent://public/default/t"
 
