@@ -18,8 +18,9 @@ Writing: a `ServerFrame` carrying entries is built by concatenating already-enco
 another), so an entry's `raw` bytes go from storage to the socket without being decoded or
 re-encoded; a `ServerMessage` is the concatenation of its frames, each behind its tag and
 length; a reader encoding a run of entries gives `encode_entry` its own `LastPublish`, so a
-batch's shared publish time is encoded once. Field numbers follow proto/shadowtopic/pb/v1/common.proto and consumer.proto; a unit
-test checks that protobuf parses what these functions write:
+batch's shared publish time is encoded once. Field numbers follow
+proto/shadowtopic/pb/v1/common.proto and consumer.proto; a unit test checks that protobuf
+parses what these functions write:
 
     EncodedEntry:  1 ledger_id, 2 entry_id, 3 publish_time, 4 redelivery_count, 5 raw
     ServerFrame:   1 handles (packed uint64), 2 entries (repeated EncodedEntry), 3 event

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+from collections.abc import Iterable
+from typing import cast
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -72,8 +74,20 @@ ProducerBusy = _error("ProducerBusy", S.FAILED_PRECONDITION)
 CompactionInProgress = _error("CompactionInProgress", S.FAILED_PRECONDITION)
 Fenced = _error("Fenced", S.ABORTED, retriable=True)
 TopicNotOwned = _error("TopicNotOwned", S.UNAVAILABLE, retriable=True)
-ServiceUnavailable = _error("ServiceUnavailable", S.UNAVAILABLE, retriable=True)
-MetadataError = _error("MetadataError", S.INTERNAL)  # the metadata store failed
+
+
+class ServiceUnavailable(ShadowTopicError):
+    """UNAVAILABLE, reason `ServiceUnavailable`: retriable (a class statement, not `_error`,
+    because other errors derive from it)."""
+    code = S.UNAVAILABLE
+    reason = "ServiceUnavailable"
+    retriable = True
+
+
+class MetadataError(ShadowTopicError):
+    """INTERNAL, reason `MetadataError`: the metadata store failed."""
+    code = S.INTERNAL
+    reason = "MetadataError"
 
 
 class MetadataUnavailable(ServiceUnavailable, MetadataError):
@@ -138,18 +152,23 @@ def to_status(err: ShadowTopicError) -> tuple[grpc.StatusCode, str, tuple[tuple[
     return err.code, err.message, ((REASON_KEY, err.reason),)
 
 
-def from_status(code: grpc.StatusCode, details: str | None, reason: str | None) -> ShadowTopicError:
-    """The typed error for a status the client received."""
+def from_status(code: grpc.StatusCode | None, details: str | None,
+                reason: str | None) -> ShadowTopicError:
+    """The typed error for a status the client received (`code` None: an in-stream error
+    that named no code)."""
     cls = REGISTRY.get(reason or "")
     if cls is None:
-        cls = _BY_CODE.get(code, Internal)
+        cls = _BY_CODE.get(code, Internal) if code is not None else Internal
     return cls(details or (code.name if code else "unknown error"))
 
 
 def from_rpc_error(exc: grpc.RpcError) -> ShadowTopicError:
     reason = None
     try:
-        for key, value in exc.trailing_metadata() or ():
+        # grpc hands (key, value) pairs, str values for keys not ending in -bin; its stubs say
+        # objects with .key and .value
+        pairs = cast("Iterable[tuple[str, str]]", exc.trailing_metadata() or ())
+        for key, value in pairs:
             if key == REASON_KEY:
                 reason = value
     except Exception:  # noqa: BLE001 - some RpcErrors carry no call metadata

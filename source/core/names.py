@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from shadowtopic.core.errors import InvalidArgument, InvalidTopicName
+from shadowtopic.core.errors import InvalidArgument, InvalidTopicName, ShadowTopicError
 
 DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "default"
@@ -36,7 +36,8 @@ _PARTITION = re.compile(r"^(?P<base>.+)-partition-(?P<index>0|[1-9][0-9]{0,5})$"
 _RESERVED = re.compile(r"-partition-[0-9]+$")
 
 
-def _check(what: str, value: str, limit: int, error=InvalidTopicName) -> str:
+def _check(what: str, value: str, limit: int,
+           error: type[ShadowTopicError] = InvalidTopicName) -> str:
     if not value:
         raise error(f"{what} is empty")
     if len(value) > limit:

@@ -4,7 +4,8 @@ ceilings of what one produce request carries.
 
 Stored per topic as only the fields a user set (`TopicInfo.policies`), and per namespace the
 same way (source/metadata/namespace_policies.py); `effective(namespace)` fills in, field by
-field, the topic's own value, else the namespace's, else the default (DEFAULTS). Sizes are bytes, times seconds. Every field has an explicit allowed range
+field, the topic's own value, else the namespace's, else the default (DEFAULTS). Sizes are
+bytes, times seconds. Every field has an explicit allowed range
 (`RANGES`), inclusive, which also fits its protobuf type:
 
     retention_time_seconds                  -1 (keep forever) .. 100 years    int64
@@ -55,8 +56,10 @@ first, so an out-of-range value never reaches protobuf's own ValueError.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from enum import IntEnum
+from typing import Any
 
 from shadowtopic.core.errors import InvalidArgument, InvalidPolicies
 from shadowtopic.pb.v1 import common_pb2
@@ -155,7 +158,9 @@ class Policies:
         """The protobuf form (validated first: `InvalidPolicies`, never a ValueError)."""
         return common_pb2.Policies(**self.validate().as_dict())
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
+        """The fields that are set, by name: keyword arguments for `Policies`, `replace` and
+        the protobuf message (a value's type, int or bool, depends on its field)."""
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if getattr(self, f.name) is not None}
 
@@ -167,7 +172,7 @@ class Policies:
         """The policies that apply: DEFAULTS <- `namespace`'s <- these (a topic's own)."""
         return DEFAULTS.merged(namespace or Policies()).merged(self)
 
-    def without(self, names) -> Policies:
+    def without(self, names: Iterable[str]) -> Policies:
         """These policies with the fields `names` unset; `InvalidPolicies` for a name that is
         no policy."""
         unknown = sorted(set(names) - set(FIELD_NAMES))
@@ -202,7 +207,8 @@ DEFAULTS = Policies(
     max_producers=0, max_subscriptions=0, max_consumers=0,
     retention_keeps_shadow_backlog=False, delete_retention_seconds=_DAY,
     message_ttl_seconds=0, backlog_quota_size_bytes=-1, backlog_quota_age_seconds=-1,
-    backlog_quota_action=BacklogQuotaAction.PRODUCER_REQUEST_HOLD, subscription_expiration_seconds=0,
+    backlog_quota_action=BacklogQuotaAction.PRODUCER_REQUEST_HOLD,
+    subscription_expiration_seconds=0,
 )
 
 
