@@ -244,6 +244,7 @@ def run_broadcast(data_dir: str, subs: int = 100_000, procs: int = 4, duration: 
     `profile`: the broker runs under cProfile and dumps its stats there when it exits."""
     import topics  # bench/topics.py
     from consume import proc_cpu  # bench/consume.py
+
     from shadowtopic.broker.server import free_port
     from shadowtopic.client import Client
     from shadowtopic.metadata.etcd_server import EtcdServer

@@ -92,7 +92,7 @@ def _producer(url: str, topic: str, seed: int, count: int, keys: int, payload: i
     body = b"x" * payload
     with Client(url, timeout=60) as c:
         p = c.create_producer(topic, batch_max_messages=1000)
-        for i in range(count):
+        for _i in range(count):
             k = f"key-{rnd.randrange(keys):07d}"
             value = b"" if rnd.random() < 0.005 else (rnd.randbytes(16).hex().encode() +
                                                      body)[:payload]
@@ -269,6 +269,7 @@ def run_mission(cl: Cluster, c, topic: str, subs: int, tail: int, keys: int,
 def run_compaction(data_dir: str, a) -> dict:
     import compaction_baselines as cb
     import topics  # bench/topics.py
+
     from shadowtopic.client import Client, Policies
 
     topic = topics.name("compaction", "state")

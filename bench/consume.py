@@ -241,6 +241,7 @@ def run_consume(peers: str | None, data_dir: str, messages: int = 200_000, paylo
     `part`: the bench part it runs for (its topic's namespace and its dirs under
     `data_dir`: bench/run.py's fanout100 runs this too)."""
     import topics  # bench/topics.py
+
     from shadowtopic.broker.server import free_port
     from shadowtopic.client import Client
     from shadowtopic.metadata.etcd_server import EtcdServer

@@ -142,6 +142,7 @@ async def phase(metadata, root: str, topic, fence, cursors: dict, entry: int, su
 async def run(metadata, root: str, subs: int, seconds: float, ceiling_seconds: float,
               interval: float, rate: float, lag: int) -> dict:
     import topics  # bench/topics.py
+
     from shadowtopic.core.message_id import MessageId
     from shadowtopic.core.names import TopicName
     from shadowtopic.cursors import CursorState, Fence, SnapshotCursorStore

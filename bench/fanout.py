@@ -94,6 +94,7 @@ def run_fanout(peers: str | None, data_dir: str, readers: int = 100, messages: i
                payload: int = 100, rounds: int = 3) -> dict:
     """Alternating rounds of the ceiling and ours against one broker; paired ratios."""
     import topics  # bench/topics.py
+
     from shadowtopic.broker.server import free_port
     from shadowtopic.client import Client
     from shadowtopic.metadata.etcd_server import EtcdServer

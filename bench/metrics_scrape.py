@@ -52,7 +52,7 @@ def _sample(text: bytes, name: str) -> float | None:
 def measure(url: str, scrapes: int) -> dict:
     plain, gz, held = [], [], []
     body, gz_size = b"", 0
-    for i in range(scrapes):
+    for _i in range(scrapes):
         dt, body, _ = _get(url, False)
         plain.append(dt)
         dt, _, gz_size = _get(url, True)
@@ -84,6 +84,7 @@ def run_metrics_scrape(data_dir: str, subs: int = 100_000, scrapes: int = 5,
 
 def _case(data_dir: str, subs: int, scrapes: int, messages: int, per_sub: bool) -> dict:
     import topics  # bench/topics.py
+
     from shadowtopic.broker.server import free_port
     from shadowtopic.client import Client
     from shadowtopic.metadata.etcd_server import EtcdServer

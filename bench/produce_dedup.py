@@ -77,6 +77,7 @@ def _cpu_seconds(pid: int) -> float:
 def one_round(url: str, messages: int, producers: int, payload: int, idempotent: bool,
               broker_pid: int) -> dict:
     import topics  # bench/topics.py
+
     from shadowtopic.client import Client
 
     topic = topics.name("dedup", f"t-{uuid.uuid4().hex[:8]}")

@@ -134,6 +134,7 @@ def run_produce(args, data_dir: str, peers: str | None) -> list[dict]:
     """Rounds of (limits.py produce ceiling, ours, NATS JetStream), alternating, each round
     with its paired ratios."""
     import topics  # bench/topics.py
+
     from shadowtopic.broker.server import free_port
     from shadowtopic.client import Client
     from shadowtopic.metadata.etcd_server import EtcdServer

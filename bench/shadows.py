@@ -144,7 +144,7 @@ class Pair:
             b.terminate(timeout=self.timeout)
         self.etcd.stop()
 
-    def __enter__(self) -> "Pair":
+    def __enter__(self) -> Pair:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -280,6 +280,7 @@ def start_readers(url: str, topics: list[str], expect: int = 0, warm: int = 0):
 def run_create(pair: Pair, c, messages: int, reps: int, payload: int,
                auto_reset: int = 10_000) -> dict:
     from run import produce_round  # bench/run.py
+
     from shadowtopic.client import Policies
 
     src = topic_name("shadows", "big")
@@ -422,6 +423,7 @@ def run_catchup(pair: Pair, c, messages: int, rounds: int, payload: int, queue: 
     """`ledger_bytes`: the source's ledger_max_bytes (0: the default policy), so that the
     history is in sealed ledgers of the storage root (catchup-s3)."""
     from run import produce_round, run_peer  # bench/run.py
+
     from shadowtopic.client import Policies
 
     src = topic_name("shadows", "history")

@@ -299,6 +299,7 @@ def run_broadcast(pair, c, subs: int, shadows: int, duration: float, rate: float
 
 def run_scale(data_dir: str, peers: str | None, a) -> dict:
     from shadows import Pair  # bench/shadows.py
+
     from shadowtopic.client import Client
 
     parts = a.parts.split(",") if isinstance(a.parts, str) else list(a.parts)

@@ -15,8 +15,8 @@ import shutil
 import sys
 import tempfile
 
-from grpc_tools import protoc
 import grpc_tools
+from grpc_tools import protoc
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PROTO = ROOT / "proto"

@@ -26,8 +26,7 @@ import time
 
 from scripts.chaos import checks, report
 from scripts.chaos.cluster import TARGETS, Cluster
-from scripts.chaos.workload import (Workload, read_compacted, request_compaction,
-                                    wait_compaction)
+from scripts.chaos.workload import Workload, read_compacted, request_compaction, wait_compaction
 from shadowtopic.client import Client
 
 TOPIC = "persistent://public/chaos/events"

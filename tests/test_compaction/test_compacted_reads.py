@@ -10,15 +10,15 @@ import random
 import pytest
 
 from shadowtopic.compaction import reference
+from shadowtopic.compaction.ledger import CompactedLedger
 from shadowtopic.compaction.plan import make_plan
 from shadowtopic.compaction.reference import Row, compact
+from shadowtopic.compaction.view import CompactedView
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
-from shadowtopic.compaction.ledger import CompactedLedger
-from shadowtopic.compaction.view import CompactedView
+from shadowtopic.core.names import TopicName
 from shadowtopic.ledger.memory_view import MemoryView
 from shadowtopic.ledger.storage import Storage
-from shadowtopic.core.names import TopicName
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 TOPIC = TopicName("t", "ns", "compact-me")  # the topic of the `ledgers` fixture

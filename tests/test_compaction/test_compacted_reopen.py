@@ -13,10 +13,10 @@ import os
 
 import pytest
 
+from shadowtopic import failpoints
 from shadowtopic.compaction import reference
 from shadowtopic.compaction.plan import make_plan
 from shadowtopic.compaction.view import CompactedView
-from shadowtopic import failpoints
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName

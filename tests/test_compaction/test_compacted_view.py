@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.fakes import Count, Outbox
 
 from shadowtopic.compaction.ledger import CompactedLedger, describe_file, write_manifest
 from shadowtopic.compaction.view import CompactedView
@@ -37,8 +38,6 @@ from shadowtopic.subscriptions import (
     SHARED,
     TopicSubscriptions,
 )
-
-from support.fakes import Count, Outbox
 
 TOPIC = TopicName.parse("persistent://t/ns/compacted-view")
 BIG = 1 << 30

@@ -20,9 +20,9 @@ import random
 import pytest
 
 from shadowtopic.compaction import reference
+from shadowtopic.compaction.ledger import CompactedLedger
 from shadowtopic.compaction.plan import make_plan, tombstone_cutoff
 from shadowtopic.compaction.reference import Row, compact
-from shadowtopic.compaction.ledger import CompactedLedger
 from shadowtopic.compaction.view import CompactedView
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName

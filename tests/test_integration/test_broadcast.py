@@ -8,11 +8,10 @@ import threading
 import time
 
 import pytest
+from support.waiting import wait_for
 
 from shadowtopic.client import Client, MessageId
 from shadowtopic.core import errors
-
-from support.waiting import wait_for
 
 SUBS = 10_000
 STREAMS = 3

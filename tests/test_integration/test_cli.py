@@ -16,7 +16,6 @@ from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client
 from shadowtopic.core.message_id import MessageId
 
-
 # ---- helpers ------------------------------------------------------------------------------
 
 def ok(res) -> str:

@@ -19,15 +19,15 @@ import time
 import uuid
 from importlib.metadata import version
 
+from support.compacted_read import ITEMS, produce, publish_compaction, storage_root
+from support.etcd_support import on_etcd
+from support.waiting import eventually, wait_for
+
 from shadowtopic import failpoints
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client
 from shadowtopic.metadata import keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
-
-from support.etcd_support import on_etcd
-from support.compacted_read import ITEMS, produce, publish_compaction, storage_root
-from support.waiting import eventually, wait_for
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 

@@ -12,15 +12,13 @@ import time
 import google_crc32c
 import grpc
 import pytest
+from support.waiting import wait_for
 
 from shadowtopic.client import Client
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.policies import Policies
 from shadowtopic.pb.v1 import common_pb2, producer_pb2
-
-from support.waiting import wait_for
-
 
 # ---- helpers ------------------------------------------------------------------------------
 

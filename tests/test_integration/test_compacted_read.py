@@ -9,12 +9,10 @@ import json
 import time
 
 import pytest
+from support.compacted_read import ITEMS, compacted_ids, produce, publish_compaction, storage_root
+from support.waiting import eventually
 
 from shadowtopic.client import Client, errors
-
-from support.waiting import eventually
-from support.compacted_read import publish_compaction, produce, compacted_ids, storage_root, ITEMS
-
 
 # ---- a compaction, by hand ----------------------------------------------------------------------
 

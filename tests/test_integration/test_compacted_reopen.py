@@ -9,11 +9,12 @@ import os
 import time
 import uuid
 
+from support.compaction_support import pointer, produce, wait_done
+
 from shadowtopic import failpoints
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, errors
 from shadowtopic.standalone import BrokerProcess
-from support.compaction_support import pointer, produce, wait_done
 
 FAILED_OPENS = 4  # the broker tries again after 0.5, 1, 2 and 4 s: the 5th open succeeds
 

@@ -13,6 +13,8 @@ import time
 import uuid
 
 import pytest
+from support.compaction_support import compacted_rows, pointer, produce, wait_done
+from support.etcd_support import etcd_put
 
 from shadowtopic import failpoints
 from shadowtopic.broker.server import free_port
@@ -22,9 +24,6 @@ from shadowtopic.ledger.storage import Storage
 from shadowtopic.metadata import keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.standalone import BrokerProcess
-from support.compaction_support import (compacted_rows, pointer, produce,
-                                                       wait_done)
-from support.etcd_support import etcd_put
 
 #: the policies of the tests that check PIP-14's result exactly: a delete leaves nothing in the
 #: compacted ledger (the default keeps it for a day, K18: test_compaction_deletes.py)

@@ -11,10 +11,11 @@ reaches them only through the new compacted ledger.
 """
 from __future__ import annotations
 
-from shadowtopic.client import Client, Policies
-from shadowtopic.core.policies import DEFAULTS
 from support.compaction_support import pointer, produce, wait_done
 from support.waiting import eventually
+
+from shadowtopic.client import Client, Policies
+from shadowtopic.core.policies import DEFAULTS
 
 FILLERS = 20  # messages between what the reader read and the delete: more than it prefetches
 

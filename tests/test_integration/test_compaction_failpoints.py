@@ -11,6 +11,14 @@ import time
 import uuid
 
 import pytest
+from support.compaction_support import (
+    compacted_rows,
+    job_phase,
+    pointer,
+    produce,
+    start_worker,
+    wait_done,
+)
 
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client
@@ -18,8 +26,6 @@ from shadowtopic.core.names import TopicName
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.pb.v1 import admin_pb2 as apb
 from shadowtopic.standalone import BrokerProcess
-from support.compaction_support import (compacted_rows, job_phase, pointer,
-                                                       produce, start_worker, wait_done)
 
 
 def _cluster_broker(etcd, tmp_path) -> tuple[str, str, BrokerProcess]:

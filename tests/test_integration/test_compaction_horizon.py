@@ -17,17 +17,17 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from support.etcd_support import etcd_get
 
-from shadowtopic.compaction.plan import make_plan
 from shadowtopic import failpoints
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, Policies
+from shadowtopic.compaction.plan import make_plan
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
 from shadowtopic.metadata import keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.standalone import BrokerProcess
-from support.etcd_support import etcd_get
 
 HOLD_S = 3  # how long the first seal is held (the Compact call waits for it)
 

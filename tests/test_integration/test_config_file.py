@@ -10,10 +10,11 @@ import sys
 import tomllib
 import uuid
 
+from support.etcd_support import etcd_prefix
+
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client
 from shadowtopic.standalone import BrokerProcess
-from support.etcd_support import etcd_prefix
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 

@@ -16,14 +16,13 @@ import uuid
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from support.brokers import BROKER_ARGS
+from support.metrics_support import base_of, registered_metrics_url, wait_ready
 
 from shadowtopic.broker.server import PRODUCER, free_port
 from shadowtopic.client import Client
 from shadowtopic.core import errors
 from shadowtopic.standalone import BrokerProcess
-
-from support.brokers import BROKER_ARGS
-from support.metrics_support import base_of, registered_metrics_url, wait_ready
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

@@ -14,12 +14,11 @@ import threading
 import time
 
 import pytest
+from support.policy_broker import backlog, payload, sub_stats
+from support.waiting import wait_for
 
 from shadowtopic.client import Client, Policies, errors
 from shadowtopic.core.policies import BacklogQuotaAction
-
-from support.policy_broker import backlog, payload, sub_stats
-from support.waiting import wait_for
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 

@@ -27,6 +27,7 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
+from support.waiting import wait_for
 
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client
@@ -34,7 +35,6 @@ from shadowtopic.metadata import EtcdStore, keys
 from shadowtopic.metadata.etcd_server import EtcdCluster, EtcdServer
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.standalone import BrokerProcess
-from support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration]
 

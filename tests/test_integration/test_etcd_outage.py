@@ -14,13 +14,12 @@ import time
 import uuid
 
 import pytest
+from support.waiting import wait_for
 
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, errors
 from shadowtopic.metadata import EtcdServer
 from shadowtopic.standalone import BrokerProcess
-
-from support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -6,14 +6,14 @@ import time
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from support.etcd_support import etcd_get
 
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client
+from shadowtopic.core.names import TopicName
 from shadowtopic.metadata import keys
 from shadowtopic.metadata.etcd_server import EtcdServer
-from shadowtopic.core.names import TopicName
 from shadowtopic.standalone import BrokerProcess, wait_serving
-from support.etcd_support import etcd_get
 
 
 def health(url: str) -> int:

@@ -14,12 +14,11 @@ import urllib.request
 import uuid
 
 import pytest
+from support.metrics_support import base_of, get, registered_metrics_url, scrape, value, wait_ready
 
 from shadowtopic.broker.server import free_port
 from shadowtopic.metadata import EtcdServer
 from shadowtopic.standalone import BrokerProcess
-from support.metrics_support import (base_of, get, registered_metrics_url,
-                                                    scrape, value, wait_ready)
 
 
 def test_readyz_follows_etcd_and_healthz_stays_up(tmp_path):

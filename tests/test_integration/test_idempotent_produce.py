@@ -7,13 +7,13 @@ import threading
 import time
 
 import pytest
+from support.waiting import wait_for
 
 from shadowtopic import failpoints
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.standalone import BrokerProcess
-from support.waiting import wait_for
 
 
 def _read_all(url: str, topic: str) -> list:

@@ -15,13 +15,12 @@ import time
 import uuid
 
 import pytest
+from support.waiting import drain, nothing_more
 
 from shadowtopic import failpoints
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, errors
 from shadowtopic.standalone import BrokerProcess
-
-from support.waiting import drain, nothing_more
 
 
 @pytest.fixture

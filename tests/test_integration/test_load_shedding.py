@@ -8,10 +8,11 @@ import sys
 import time
 import uuid
 
+from support.waiting import drain, wait_for
+
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, errors
 from shadowtopic.standalone import BrokerProcess
-from support.waiting import drain, wait_for
 
 SHED = ["--load-shedding-interval", "0.5"]
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import uuid
 
+from support.compaction_support import WORKER_ARGS, produce, wait_done
+
 from shadowtopic import failpoints
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client
 from shadowtopic.standalone import BrokerProcess
-from support.compaction_support import WORKER_ARGS, produce, wait_done
 
 
 def json_lines(path: str) -> list[dict]:

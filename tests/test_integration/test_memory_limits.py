@@ -25,6 +25,7 @@ import uuid
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from support.metrics_support import scrape, value
 
 from shadowtopic.broker.memory import STREAM_BYTES
 from shadowtopic.broker.server import free_port
@@ -32,7 +33,6 @@ from shadowtopic.client import Client
 from shadowtopic.core import errors
 from shadowtopic.pb.v1 import common_pb2, consumer_pb2, producer_pb2
 from shadowtopic.standalone import BrokerProcess
-from support.metrics_support import scrape, value
 
 CAP = 256 << 20
 #: what the RSS may keep after the clients left: freed pages the allocator holds on

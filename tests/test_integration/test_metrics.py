@@ -11,14 +11,21 @@ import time
 import uuid
 
 import pytest
+from support.compaction_support import produce, wait_done
+from support.metrics_support import (
+    base_of,
+    get,
+    logged_metrics_url,
+    registered_metrics_url,
+    scrape,
+    series,
+    value,
+    wait_value,
+)
 
 from shadowtopic.client import Client, Policies, errors
 from shadowtopic.core.names import TopicName
 from shadowtopic.standalone import BrokerProcess
-from support.compaction_support import produce, wait_done
-from support.metrics_support import (base_of, get, logged_metrics_url,
-                                                    registered_metrics_url, scrape, series,
-                                                    value, wait_value)
 
 CREATE = "/shadowtopic.v1.Admin/CreateTopic"
 

@@ -26,12 +26,12 @@ import time
 import uuid
 
 import pytest
+from support.compaction_support import WORKER_ARGS, wait_done
+from support.s3_support import MotoS3
 
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, Policies, errors
 from shadowtopic.standalone import BrokerProcess, wait_serving
-from support.compaction_support import WORKER_ARGS, wait_done
-from support.s3_support import MotoS3
 
 PREFIX = "multi-host"
 SRC_HOST, SH_HOSTS = "127.0.0.2", ("127.0.0.3", "127.0.0.4")

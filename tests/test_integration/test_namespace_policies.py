@@ -10,13 +10,12 @@ import json
 import time
 
 import pytest
+from support.policy_broker import backlog, payload, sub_stats
+from support.waiting import wait_for
 
 from shadowtopic.client import Client, Policies, errors
 from shadowtopic.core.names import TopicName
 from shadowtopic.pb.v1 import admin_pb2 as apb
-
-from support.policy_broker import backlog, payload, sub_stats
-from support.waiting import wait_for
 
 
 def namespace_of(topic: str) -> str:

@@ -89,7 +89,7 @@ def test_a_stalled_stream_does_not_slow_a_reader_on_another_stream(broker, clien
         first = next(call)
         assert first.frames[0].event.HasField("subscribed")
         with client.create_producer(topic) as p:
-            for i in range(n):
+            for _i in range(n):
                 p.send_async(payload)
             p.flush(timeout=60)
         reader = client.create_reader(topic, start="earliest", receiver_queue_size=20)

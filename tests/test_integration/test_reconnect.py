@@ -8,10 +8,10 @@ from __future__ import annotations
 import time
 
 import pytest
+from support.waiting import wait_for
 
 from shadowtopic.client import Client
 from shadowtopic.core import errors
-from support.waiting import wait_for
 
 #: the clients under test keep reconnecting this long (a restart takes a few seconds)
 RECONNECT_S = 60.0

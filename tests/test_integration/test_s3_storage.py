@@ -19,14 +19,14 @@ import time
 import uuid
 
 import pytest
+from support.compaction_support import WORKER_ARGS, wait_done
+from support.s3_support import MotoS3
 
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, Policies, errors
-from shadowtopic.ledger.storage import Storage
 from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.storage import Storage
 from shadowtopic.standalone import BrokerProcess
-from support.compaction_support import WORKER_ARGS, wait_done
-from support.s3_support import MotoS3
 
 PREFIX = "cluster-a"
 FLUSH = "0.2"  # cursor flush interval: snapshots reach the bucket soon after acks

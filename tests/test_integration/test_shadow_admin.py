@@ -12,6 +12,7 @@ import time
 
 import grpc
 import pytest
+from support.etcd_support import etcd_prefix, etcd_put
 
 from shadowtopic.client import errors
 from shadowtopic.core.names import TopicName
@@ -21,7 +22,6 @@ from shadowtopic.pb.storage.v1 import cursors_pb2 as cpb
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import admin_pb2 as apb
 from shadowtopic.pb.v1 import admin_pb2_grpc, producer_pb2, producer_pb2_grpc
-from support.etcd_support import etcd_prefix, etcd_put
 
 SHADOW, SOURCE = mpb.TopicKind.SHADOW, mpb.TopicKind.SOURCE
 

@@ -13,9 +13,7 @@ import subprocess
 import sys
 
 import pytest
-
 from support.waiting import wait_for
-
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 

@@ -18,12 +18,12 @@ import sys
 import time
 
 import pytest
+from support.etcd_support import etcd_prefix
+from support.waiting import drain, wait_for
 
 from shadowtopic.client import Client, Policies, errors
 from shadowtopic.core.names import TopicName
 from shadowtopic.metadata import keys
-from support.etcd_support import etcd_prefix
-from support.waiting import drain, wait_for
 
 N = 35            # messages: 3 sealed ledgers of 10 and an open one of 5
 SMALL = dict(ledger_max_entries=10, retention_time_seconds=0)  # every sealed ledger is "old"

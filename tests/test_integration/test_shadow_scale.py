@@ -13,9 +13,9 @@ import os
 import time
 
 import pytest
+from support.waiting import wait_for
 
 from shadowtopic.client import Client, Policies, errors
-from support.waiting import wait_for
 
 N = 1_000_000
 LEDGER_MAX_ENTRIES = 300_000   # a batch may overshoot a ledger by < 1 batch: 3 sealed + open

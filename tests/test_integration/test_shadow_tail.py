@@ -15,6 +15,7 @@ import uuid
 
 import grpc
 import pytest
+from support.waiting import drain, wait_for
 
 from shadowtopic.broker.server import free_port
 from shadowtopic.broker.storage_service import FRAME_BYTES
@@ -23,7 +24,6 @@ from shadowtopic.core.errors import REASON_KEY
 from shadowtopic.core.names import canonical
 from shadowtopic.pb.v1 import common_pb2, storage_pb2
 from shadowtopic.standalone import BrokerProcess
-from support.waiting import drain, wait_for
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,11 @@ import time
 
 import grpc
 import pytest
+from support.waiting import drain, nothing_more, wait_for
 
 from shadowtopic.client import Client, Policies, errors
 from shadowtopic.core.names import canonical
 from shadowtopic.pb.v1 import common_pb2, replication_pb2
-from support.waiting import drain, nothing_more, wait_for
 
 
 @pytest.fixture

@@ -64,7 +64,7 @@ def test_a_stalled_subscription_slows_no_one_and_memory_stays_in_budget(budget_b
         behind = []  # after each batch: how far the slowest live subscription lags
         with client.create_producer(topic, batch_max_messages=PER_BATCH) as p:
             payload = b"x" * PAYLOAD
-            for b in range(BATCHES):
+            for _b in range(BATCHES):
                 t = time.monotonic()
                 done: list = []
                 for _ in range(PER_BATCH):

@@ -12,14 +12,12 @@ import time
 import uuid
 
 import pytest
+from support.standalone_process import Standalone, alive, listening
+from support.waiting import wait_for
 
 from shadowtopic.client import Client
 from shadowtopic.process import BACKOFF, FAILED, RUNNING, STARTING, Supervisor, spawn
 from shadowtopic.standalone import wait_serving
-
-from support.waiting import wait_for
-from support.standalone_process import alive, listening, Standalone
-
 
 # ---- helpers -------------------------------------------------------------------------------
 

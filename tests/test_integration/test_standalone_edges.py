@@ -9,17 +9,16 @@ import os
 import subprocess
 
 import pytest
+from support.standalone_process import EXE, Standalone, free_ports
 
 from shadowtopic.broker.server import free_port
 from shadowtopic.standalone import BrokerProcess
-
-from support.standalone_process import EXE, Standalone, free_ports
 
 
 class JsonStandalone(Standalone):
     """A standalone with `--log-format json`."""
 
-    def start(self) -> "JsonStandalone":
+    def start(self) -> JsonStandalone:
         with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
             self.proc = subprocess.Popen(
                 [EXE, "standalone", "--data-dir", self.data_dir, "--port", str(self.port),

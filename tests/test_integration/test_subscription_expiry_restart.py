@@ -10,11 +10,11 @@ import time
 import uuid
 
 import pytest
+from support.waiting import wait_for
 
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, Policies, errors
 from shadowtopic.standalone import BrokerProcess
-from support.waiting import wait_for
 
 # a cluster of its own: brokers of earlier tests, killed with their leases not yet expired,
 # are still registered in the session's etcd and must not be picked to own the topic

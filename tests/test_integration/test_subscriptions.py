@@ -6,12 +6,11 @@ import threading
 import time
 
 import pytest
+from support.produce import produce
+from support.waiting import drain, nothing_more, wait_for
 
 from shadowtopic.client import Client, MessageId, Policies
 from shadowtopic.core import errors
-
-from support.waiting import drain, nothing_more, wait_for
-from support.produce import produce
 
 
 def sub_stats(client: Client, topic: str, sub: str) -> dict:

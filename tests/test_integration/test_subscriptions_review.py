@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import time
 
-from shadowtopic.client import Client
-
-
 from support.produce import produce
 from support.waiting import drain, wait_for
+
+from shadowtopic.client import Client
 
 
 def test_partitioned_shared_consumer_acks_route_to_their_partition(broker, client, topic):

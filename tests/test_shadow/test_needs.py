@@ -9,8 +9,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from shadowtopic.shadow.needs import UNSET, NeedsPublisher, must_write, to_publish
-from shadowtopic.shadow.feature import ShadowFeature
 from shadowtopic.cli.commands import _policies
 from shadowtopic.cli.main import build_parser
 from shadowtopic.core import errors
@@ -21,6 +19,8 @@ from shadowtopic.ledger import retention
 from shadowtopic.metadata import keys
 from shadowtopic.metadata.memory import MemoryStore
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.shadow.feature import ShadowFeature
+from shadowtopic.shadow.needs import UNSET, NeedsPublisher, must_write, to_publish
 
 M = MessageId
 SRC = TopicName.parse("persistent://t/n/src")

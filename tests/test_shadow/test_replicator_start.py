@@ -7,13 +7,13 @@ import asyncio
 
 import grpc
 
-from shadowtopic.shadow import replicator as repmod
-from shadowtopic.shadow.replicator import ShadowReplicator
 from shadowtopic.core.names import TopicName
 from shadowtopic.ledger.memory_view import MemoryView
 from shadowtopic.metadata import MemoryStore, keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import replication_pb2, replication_pb2_grpc
+from shadowtopic.shadow import replicator as repmod
+from shadowtopic.shadow.replicator import ShadowReplicator
 
 SOURCE = TopicName.parse("persistent://t/ns/src")
 SHADOW = TopicName.parse("persistent://t/ns/src-shadow")

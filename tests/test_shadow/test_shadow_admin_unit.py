@@ -10,9 +10,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from shadowtopic.shadow import admin as sa
-from shadowtopic.shadow.admin import create_plan, delete_plan, shadow_infos
-from shadowtopic.shadow.feature import ShadowFeature
 from shadowtopic.broker.config import BrokerConfig
 from shadowtopic.broker.topic_admin import TopicAdmin
 from shadowtopic.broker.topics import TopicManager
@@ -24,6 +21,9 @@ from shadowtopic.metadata import keys
 from shadowtopic.metadata.base import Delete, Put
 from shadowtopic.metadata.memory import MemoryStore
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.shadow import admin as sa
+from shadowtopic.shadow.admin import create_plan, delete_plan, shadow_infos
+from shadowtopic.shadow.feature import ShadowFeature
 
 SRC = TopicName.parse("persistent://t/ns/src")
 SHD = TopicName.parse("persistent://t/ns/shd")

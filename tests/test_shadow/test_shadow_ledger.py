@@ -10,6 +10,9 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from support import fakes
+from support.fakes import Count
+from support.waiting import wait_for_async
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
@@ -28,10 +31,6 @@ from shadowtopic.read.engine import ReadEngine
 from shadowtopic.read.positions import EARLIEST, Start
 from shadowtopic.shadow.ledger import ShadowLedger
 from shadowtopic.subscriptions import EXCLUSIVE, TopicSubscriptions
-
-from support import fakes
-from support.fakes import Count
-from support.waiting import wait_for_async
 
 SEALED, OPEN = mpb.LedgerState.SEALED, mpb.LedgerState.OPEN
 
@@ -135,7 +134,7 @@ class Env:
         self.epoch = 0
         self.views: list = []
 
-    async def __aenter__(self) -> "Env":
+    async def __aenter__(self) -> Env:
         if self.backend == "memory":
             self.store = MemoryStore()
         else:

@@ -18,13 +18,12 @@ import asyncio
 import random
 
 import pytest
+from support.fakes import Outbox
+from support.read_harness import KINDS, TOPIC, ShadowDriver, msgs, run, until
 
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.ledger import wal
 from shadowtopic.read.positions import Start
-
-from support.fakes import Outbox
-from support.read_harness import KINDS, TOPIC, ShadowDriver, msgs, run, until
 
 
 class Heard:
@@ -130,7 +129,7 @@ def test_the_shadow_answers_as_its_source(seed, tmp_path):
         lids: set[int] = set()
         i = 0
         try:
-            for step in range(40):
+            for _step in range(40):
                 op = rng.choices(["append", "lagging", "roll", "truncate", "retention",
                                   "source reload", "shadow reload"],
                                  [10, 4, 3, 1, 2, 1, 1])[0]

@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import grpc
 import pytest
+from support.fakes import Outbox
+from support.read_harness import SOURCE, TOPIC, Harness, ShadowDriver, msgs, until
 
 from shadowtopic.broker.memory import ClientMemory
 from shadowtopic.broker.storage_service import add_storage_service
@@ -25,9 +27,6 @@ from shadowtopic.shadow import tail
 from shadowtopic.shadow.ledger import ShadowLedger
 from shadowtopic.shadow.replication import ReplicationService
 from shadowtopic.shadow.tail import TailCache
-
-from support.fakes import Outbox
-from support.read_harness import SOURCE, TOPIC, Harness, ShadowDriver, msgs, until
 
 
 class Topics:

@@ -39,7 +39,7 @@ def calls(admin: SubscriptionAdmin, name: str):
                                           ("a/b", "subscription name")])
 def test_a_call_naming_a_subscription_checks_the_name_first(name, message):
     admin = SubscriptionAdmin(NoTopics(), owner_answer=None)
-    for rpc, call in calls(admin, name).items():
+    for _rpc, call in calls(admin, name).items():
         with pytest.raises(errors.InvalidArgument, match=message):
             asyncio.run(call)
 

@@ -19,16 +19,15 @@ import threading
 import time
 
 import pytest
+from support.fake_broker import FakeBroker, entry, event_frame, status
 
 from shadowtopic.cli import main as cli
-from shadowtopic.core.argtypes import subscription_type, time_ms
 from shadowtopic.client import Client, Consumer, MessageId, errors
 from shadowtopic.client.admin import position_pb
 from shadowtopic.client.options import parse_consumer_type
 from shadowtopic.client.reader import seek_targets
+from shadowtopic.core.argtypes import subscription_type, time_ms
 from shadowtopic.pb.v1 import common_pb2, consumer_pb2
-
-from support.fake_broker import FakeBroker, entry, event_frame, status
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 TOPIC = "persistent://public/default/t"

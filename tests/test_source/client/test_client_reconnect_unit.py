@@ -9,12 +9,11 @@ from __future__ import annotations
 import threading
 
 import pytest
+from support.fake_broker import FakeBroker, entry, event_frame
 
 from shadowtopic.client import Client, MessageId, errors
 from shadowtopic.client.reconnect import Reconnector
 from shadowtopic.pb.v1 import common_pb2, consumer_pb2
-
-from support.fake_broker import FakeBroker, entry, event_frame
 
 
 @pytest.fixture
@@ -147,12 +146,12 @@ class _Owner:
         self.attempts = 0
         self.gave_up = None
 
-    def _resume(self, mux, timeout):
+    def resume(self, mux, timeout):
         self.attempts += 1
         if self.failures:
             raise self.failures.pop(0)
 
-    def _give_up(self, err):
+    def give_up(self, err):
         self.gave_up = err
 
 
@@ -163,12 +162,12 @@ class _Conn:
 def test_the_reconnector_gives_up_with_the_last_error_that_was_not_a_timeout():
     done = threading.Event()
     owner = _Owner([errors.ConnectError("down")] + [errors.Timeout("slow")] * 1000)
-    give_up = owner._give_up
+    give_up = owner.give_up
 
     def record(err):
         give_up(err)
         done.set()
-    owner._give_up = record
+    owner.give_up = record
     r = Reconnector(lambda topic, timeout: (_Conn(), None), operation_timeout=0.5)
     try:
         r.start(owner)
@@ -182,7 +181,7 @@ def test_the_reconnector_gives_up_with_the_last_error_that_was_not_a_timeout():
 def test_the_reconnector_gives_up_at_once_on_an_error_that_is_not_retriable():
     done = threading.Event()
     owner = _Owner([errors.TopicNotFound("deleted")])
-    owner._give_up = lambda err: (setattr(owner, "gave_up", err), done.set())
+    owner.give_up = lambda err: (setattr(owner, "gave_up", err), done.set())
     r = Reconnector(lambda topic, timeout: (_Conn(), None), operation_timeout=30)
     try:
         r.start(owner)

@@ -6,8 +6,15 @@ import pytest
 
 from shadowtopic.client import Client, errors
 from shadowtopic.client.options import operation_timeout
-from shadowtopic.client.retry import (INITIAL_BACKOFF_S, MAX_BACKOFF_S, MIN_ATTEMPT_S, Deadline,
-                                 Retry, not_applied, retriable)
+from shadowtopic.client.retry import (
+    INITIAL_BACKOFF_S,
+    MAX_BACKOFF_S,
+    MIN_ATTEMPT_S,
+    Deadline,
+    Retry,
+    not_applied,
+    retriable,
+)
 
 
 class Clock:

@@ -9,9 +9,18 @@ from hypothesis import strategies as st
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import EARLIEST, LATEST, MessageId
 from shadowtopic.core.names import TopicName, canonical
-from shadowtopic.core.policies import (BOOL_FIELDS, DEFAULTS, MAX_MESSAGE_SIZE, MAX_PARTITIONS, MAX_PROPERTIES,
-                                  MAX_PROPERTIES_BYTES, RANGES, Policies, validate_partitions,
-                                  validate_properties)
+from shadowtopic.core.policies import (
+    BOOL_FIELDS,
+    DEFAULTS,
+    MAX_MESSAGE_SIZE,
+    MAX_PARTITIONS,
+    MAX_PROPERTIES,
+    MAX_PROPERTIES_BYTES,
+    RANGES,
+    Policies,
+    validate_partitions,
+    validate_properties,
+)
 
 
 @pytest.mark.parametrize("text,full", [

@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
-from shadowtopic.core.names import (
-    TopicName, canonical, check_subscription, parse_namespace)
+from shadowtopic.core.names import TopicName, canonical, check_subscription, parse_namespace
 from shadowtopic.ledger import wal
 from shadowtopic.ledger.managed import ManagedLedger
 from shadowtopic.ledger.storage import Storage, path_segment, topic_dir
@@ -152,7 +151,7 @@ def test_names_that_used_to_share_a_folder_keep_every_acknowledged_message(tmp_p
             ml = await open_ledger(t)
             assert await read_all(ml) == acked[t], t
         root = os.path.realpath(storage.base)
-        for dirpath, _, files in os.walk(root):
+        for dirpath, _, _files in os.walk(root):
             assert os.path.realpath(dirpath).startswith(root)
 
     try:

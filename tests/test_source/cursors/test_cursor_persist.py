@@ -11,8 +11,14 @@ import pytest
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
-from shadowtopic.cursors import (CursorFlusher, CursorState, CursorStore, Fence, MemoryCursorStore,
-                                 SnapshotCursorStore)
+from shadowtopic.cursors import (
+    CursorFlusher,
+    CursorState,
+    CursorStore,
+    Fence,
+    MemoryCursorStore,
+    SnapshotCursorStore,
+)
 from shadowtopic.cursors.snapshot import URGENT_DEFER
 from shadowtopic.cursors.store import records
 from shadowtopic.ledger.storage import Storage

@@ -14,8 +14,14 @@ import pytest
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
-from shadowtopic.cursors import (CursorFlusher, CursorState, CursorStore, Fence, MemoryCursorStore,
-                            SnapshotCursorStore)
+from shadowtopic.cursors import (
+    CursorFlusher,
+    CursorState,
+    CursorStore,
+    Fence,
+    MemoryCursorStore,
+    SnapshotCursorStore,
+)
 from shadowtopic.cursors.snapshot import cursor_dir, encode
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.metadata import EtcdStore, MemoryStore, MetadataUnavailable, keys

@@ -10,6 +10,7 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from support.fakes import Count, Outbox
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
@@ -29,8 +30,6 @@ from shadowtopic.pb.v1 import common_pb2
 from shadowtopic.read.encodings import Encodings
 from shadowtopic.read.engine import ReadEngine, TopicReaders
 from shadowtopic.read.positions import Start
-
-from support.fakes import Count, Outbox
 
 TOPICS = [TopicName.parse(f"persistent://t/ns/cache-{i}") for i in range(3)]
 MAX_BATCH_BYTES = 8 * 600  # the largest batch the tests append (one WAL frame)

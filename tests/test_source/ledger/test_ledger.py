@@ -7,6 +7,10 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from support.ledger_env import TOPIC, Env
+from support.ledger_env import append as _append
+from support.ledger_env import batch as _batch
+from support.ledger_env import read_all as _read_all
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
@@ -18,11 +22,6 @@ from shadowtopic.ledger.storage import Storage
 from shadowtopic.metadata import keys
 from shadowtopic.metadata.memory import MemoryStore
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
-
-from support.ledger_env import TOPIC, Env
-from support.ledger_env import append as _append
-from support.ledger_env import batch as _batch
-from support.ledger_env import read_all as _read_all
 
 
 def _write_wal(path: str, batches: list[int]) -> None:

@@ -6,15 +6,14 @@ import errno
 import os
 
 import pytest
+from support.ledger_env import TOPIC, Env
+from support.ledger_env import append as _append
+from support.ledger_env import read_all as _read_all
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.ledger import disk, sealing, wal
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
-
-from support.ledger_env import TOPIC, Env
-from support.ledger_env import append as _append
-from support.ledger_env import read_all as _read_all
 
 
 def _read_only(monkeypatch, err=errno.EROFS) -> None:

@@ -10,14 +10,22 @@ import time
 import uuid
 
 import pytest
-
-from shadowtopic.metadata import (Compare, Delete, LeaseNotFound, MemoryStore, MetadataError,
-                             MetadataUnavailable, Put, RevisionCompacted, Snapshot,
-                             WatchEvent)
-from shadowtopic.metadata.follow import PrefixFollower
-
 from support.outage import Outage
 from support.waiting import wait_for_async
+
+from shadowtopic.metadata import (
+    Compare,
+    Delete,
+    LeaseNotFound,
+    MemoryStore,
+    MetadataError,
+    MetadataUnavailable,
+    Put,
+    RevisionCompacted,
+    Snapshot,
+    WatchEvent,
+)
+from shadowtopic.metadata.follow import PrefixFollower
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -49,7 +57,7 @@ async def collect(watch, n_events: int, timeout: float = 5.0) -> list[list[Watch
 async def no_more_events(watch, wait: float = 0.3) -> None:
     try:
         batch = await asyncio.wait_for(watch.__anext__(), wait)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return
     raise AssertionError(f"unexpected events {batch}")
 
@@ -458,7 +466,7 @@ def test_a_prefix_follower_relists_after_compaction(store, p, arun):
                 # compact past it: the watch must fail and the follower must re-list
                 await store.put(p + "b", b"2")
                 await store.delete(p + "a")
-                await store.compact((await store.put(p + "c", b"3")))
+                await store.compact(await store.put(p + "c", b"3"))
 
         task = _follow(store, p, on_snapshot, f.on_events, retry_delay=0.05)
         try:

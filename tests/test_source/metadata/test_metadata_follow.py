@@ -12,12 +12,11 @@ import uuid
 from contextlib import asynccontextmanager
 
 import pytest
+from support.outage import Outage
+from support.waiting import wait_for_async
 
 from shadowtopic.metadata import MemoryStore, MetadataError, MetadataUnavailable, RevisionCompacted
 from shadowtopic.metadata.follow import KeyFollower
-
-from support.outage import Outage
-from support.waiting import wait_for_async
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -11,8 +11,7 @@ import pytest
 
 from shadowtopic.core.names import TopicName
 from shadowtopic.metadata import EtcdServer, EtcdStore, MemoryStore, keys
-from shadowtopic.metadata.migrate import (BATCH, COMPACTION_JOB_KEYS, migrate,
-                                     old_compaction_job)
+from shadowtopic.metadata.migrate import BATCH, COMPACTION_JOB_KEYS, migrate, old_compaction_job
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from support.fakes import Count, Outbox
+
 from shadowtopic import wire
 from shadowtopic.core.names import TopicName
 from shadowtopic.ledger.entry_cache import EntryCache
@@ -12,8 +14,6 @@ from shadowtopic.ledger.view import ReadEntry
 from shadowtopic.read.encodings import EncodingsPool
 from shadowtopic.read.engine import ReadEngine
 from shadowtopic.read.positions import Start
-
-from support.fakes import Count, Outbox
 
 SOURCE = TopicName.parse("persistent://public/default/src")
 SHADOWS = [TopicName.parse(f"persistent://public/default/src-shadow-{i}") for i in range(4)]

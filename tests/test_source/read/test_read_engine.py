@@ -11,11 +11,6 @@ import asyncio
 import time
 
 import pytest
-
-from shadowtopic.core import errors
-from shadowtopic.core.message_id import MessageId
-from shadowtopic.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
-
 from support.fakes import Outbox
 from support.read_harness import (
     KINDS,
@@ -25,6 +20,9 @@ from support.read_harness import (
     until,
 )
 
+from shadowtopic.core import errors
+from shadowtopic.core.message_id import MessageId
+from shadowtopic.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
 
 # ---- harness ------------------------------------------------------------------------------
 
@@ -174,7 +172,7 @@ def test_one_read_for_many_outboxes_stops_at_the_shared_memory_cap(kind, tmp_pat
         await h.append(payloads)
         budget = Budget(limit=4 << 20)
         outs = [BudgetOutbox(budget) for _ in range(40)]
-        for i, out in enumerate(outs):
+        for _i, out in enumerate(outs):
             r, _ = await h.engine.open(out, 1, TOPIC, Start())
             h.engine.flow(r, 1000)
         for _ in range(200):  # the budget drains until every reader has everything

@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import time
 
+from support.fakes import Count, Outbox
+
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
 from shadowtopic.ledger import memory_view
 from shadowtopic.read.engine import ReadEngine
 from shadowtopic.read.positions import PUBLISH_TIME, Start
-
-from support.fakes import Count, Outbox
 
 TOPIC = TopicName.parse("persistent://t/ns/review-engine")
 
@@ -29,7 +29,7 @@ class MemoryView(memory_view.MemoryView):
         self.time_gate: asyncio.Event | None = None
         self.fail_ledger: int | None = None
 
-    def reopened(self) -> "MemoryView":
+    def reopened(self) -> MemoryView:
         return MemoryView(self._ledgers, self._next_id)
 
     async def position_at_time(self, publish_ms):

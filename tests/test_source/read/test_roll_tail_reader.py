@@ -8,6 +8,8 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from support.fakes import Count, Outbox
+
 from shadowtopic.core.names import TopicName
 from shadowtopic.ledger import wal as walmod
 from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
@@ -16,8 +18,6 @@ from shadowtopic.metadata import keys
 from shadowtopic.metadata.memory import MemoryStore
 from shadowtopic.read.engine import ReadEngine
 from shadowtopic.read.positions import EARLIEST, Start
-
-from support.fakes import Count, Outbox
 
 
 def test_a_tail_reader_misses_nothing_when_ledgers_roll(tmp_path, monkeypatch):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from support.fakes import Outbox
+from support.subscriptions_harness import Harness, msgs, raw, run, settle, sub
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
@@ -20,9 +22,6 @@ from shadowtopic.subscriptions import (
     ActiveChanged,
     CursorMoved,
 )
-
-from support.fakes import Outbox
-from support.subscriptions_harness import Harness, msgs, raw, run, settle, sub
 
 
 @pytest.fixture(params=["memory", "managed"])
@@ -97,7 +96,7 @@ def test_failover_promotes_the_standby_from_the_first_unacked(kind, tmp_path):
         ts = await h.open()
         out = Outbox()
         a = await sub(ts, out, 1, "s", FAILOVER, consumer_name="a")
-        b = await sub(ts, out, 2, "s", FAILOVER, consumer_name="b")
+        await sub(ts, out, 2, "s", FAILOVER, consumer_name="b")
         assert (1, ActiveChanged(True)) in out.notices and (2, ActiveChanged(False)) in out.notices
         await h.append(msgs(10))
         await settle()

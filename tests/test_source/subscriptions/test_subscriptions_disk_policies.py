@@ -10,6 +10,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from support.fakes import Count, Outbox
 
 from shadowtopic.broker import quota
 from shadowtopic.cli import commands
@@ -31,8 +32,6 @@ from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import common_pb2
 from shadowtopic.read.positions import EARLIEST, Start
 from shadowtopic.subscriptions import EXCLUSIVE, TopicSubscriptions, expiry
-
-from support.fakes import Count, Outbox
 
 TOPIC = TopicName.parse("persistent://t/ns/disk-policies")
 ENTRY = 100  # bytes each entry counts for in SizedView

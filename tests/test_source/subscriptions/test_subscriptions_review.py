@@ -9,6 +9,8 @@ import gc
 import weakref
 
 import pytest
+from support.fakes import Outbox
+from support.subscriptions_harness import TOPIC, Harness, msgs, raw, settle, sub
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
@@ -23,9 +25,6 @@ from shadowtopic.subscriptions import (
     CursorMoved,
 )
 from shadowtopic.subscriptions.keyring import key_hash
-
-from support.fakes import Outbox
-from support.subscriptions_harness import TOPIC, Harness, msgs, raw, settle, sub
 
 
 @pytest.fixture(params=["memory", "managed"])
