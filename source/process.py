@@ -53,9 +53,9 @@ _PRCTL = _load_prctl()
 _SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
 
 
-def _die_with(parent_pid: int) -> Callable[[], None]:
+def _die_with(prctl: Callable[..., int], parent_pid: int) -> Callable[[], None]:
     """preexec_fn: SIGKILL this child when its parent dies (resolved before the fork)."""
-    prctl, sigkill = _PRCTL, int(signal.SIGKILL)
+    sigkill = int(signal.SIGKILL)
 
     def preexec() -> None:
         prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
@@ -65,8 +65,8 @@ def _die_with(parent_pid: int) -> Callable[[], None]:
     return preexec
 
 
-def spawn(args: list[str], log_path: str | os.PathLike,
-          env: dict[str, str] | None = None) -> subprocess.Popen:
+def spawn(args: list[str], log_path: str | os.PathLike[str],
+          env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start `args` (stdin /dev/null, stdout+stderr appended to `log_path`), in its own
     session, dying with this process when spawned from the main thread on Linux."""
     preexec = None
@@ -77,7 +77,7 @@ def spawn(args: list[str], log_path: str | os.PathLike,
             # running fork handlers, which deadlocked once in a process full of gRPC threads
             args = [_SETPRIV, "--pdeathsig", "KILL", "--", *args]
         elif _PRCTL is not None:
-            preexec = _die_with(os.getpid())
+            preexec = _die_with(_PRCTL, os.getpid())
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     with open(log_path, "ab") as log:
         return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,

@@ -21,9 +21,9 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import etcd3
 import grpc
@@ -50,6 +50,11 @@ from .base import (
 )
 
 T = TypeVar("T")
+#: an object of the etcd3 module (its protobuf messages, stubs, calls): it has no type stubs
+EtcdObject = Any
+#: what a watch's reader thread hands the loop: events, the error that ended it, or None at
+#: the end of a closed store's watch
+_WatchItem = list[WatchEvent] | BaseException | None
 
 # Reconnect quickly after etcd comes back (gRPC's default backoff grows to 2 minutes) and
 # notice a hung (not closed) connection on long-lived watch streams. etcd refuses pings
@@ -102,7 +107,7 @@ def _range_end(prefix: str) -> tuple[bytes, bytes]:
     return key, etcd_utils.prefix_range_end(key)
 
 
-def _kv(kv) -> KeyValue:
+def _kv(kv: EtcdObject) -> KeyValue:
     return KeyValue(kv.key.decode(), kv.value, kv.create_revision, kv.mod_revision,
                     kv.version, kv.lease)
 
@@ -130,7 +135,7 @@ def _map_error(exc: BaseException) -> BaseException:
 
 def _idempotent(fn: Callable[..., T]) -> Callable[..., T]:
     """`fn` marked safe to send again to another member after any UNAVAILABLE (a read)."""
-    def run(*args):
+    def run(*args: object) -> T:
         return fn(*args)
     run.idempotent = True  # type: ignore[attr-defined]
     return run
@@ -148,7 +153,7 @@ def _endpoint_failed(exc: BaseException, idempotent: bool) -> bool:
     return idempotent or "failed to connect" in details or "connection refused" in details
 
 
-def _compare(c: Compare):
+def _compare(c: Compare) -> EtcdObject:
     if c.target not in _COMPARE_TARGETS or c.op not in ("==", "!=", "<", ">"):
         raise ValueError(f"bad compare {c}")
     if c.target == "value" and c.operand is None:
@@ -166,7 +171,7 @@ def _compare(c: Compare):
     return {"==": cmp.__eq__, "!=": cmp.__ne__, "<": cmp.__lt__, ">": cmp.__gt__}[c.op](c.operand)
 
 
-def _op(op: Put | Delete):
+def _op(op: Put | Delete) -> EtcdObject:
     if isinstance(op, Put):
         return etcd_txn.Put(op.key, op.value, lease=op.lease or None)
     if isinstance(op, Delete):
@@ -185,7 +190,7 @@ class EtcdStore(MetadataStore):
         self._client = make_client(endpoints, timeout)
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="etcd")
         self._closed = False
-        self._watch_calls: set = set()
+        self._watch_calls: set[tuple[EtcdObject, queue.Queue[EtcdObject | None]]] = set()
         self._lock = threading.Lock()
 
     def _raw(self, fn: Callable[[], T]) -> T:
@@ -193,7 +198,8 @@ class EtcdStore(MetadataStore):
         try:
             return fn()
         except grpc.RpcError as exc:
-            self._client._manage_grpc_errors(exc)  # always raises
+            # etcd3's failover bookkeeping has no public form; it always raises
+            self._client._manage_grpc_errors(exc)  # noqa: SLF001
             raise
 
     def _failing_over(self, fn: Callable[..., T], idempotent: bool) -> Callable[..., T]:
@@ -203,7 +209,7 @@ class EtcdStore(MetadataStore):
         if tries == 1:
             return fn
 
-        def run(*args):
+        def run(*args: object) -> T:
             for attempt in range(tries):
                 try:
                     return fn(*args)
@@ -213,7 +219,7 @@ class EtcdStore(MetadataStore):
             raise AssertionError("unreachable")
         return run
 
-    async def _call(self, fn: Callable[..., T], *args) -> T:
+    async def _call(self, fn: Callable[..., T], *args: object) -> T:
         if self._closed:
             raise MetadataUnavailable("store closed")
         loop = asyncio.get_running_loop()
@@ -263,15 +269,16 @@ class EtcdStore(MetadataStore):
     async def put(self, key: str, value: bytes, lease: int = 0) -> int:
         # a plain put again is the same state: sent to the next member on any UNAVAILABLE
         resp = await self._call(_idempotent(self._client.put), key, value, lease or None)
-        return resp.header.revision
+        return int(resp.header.revision)
 
     async def delete(self, key: str, prefix: bool = False) -> int:
-        def run():
+        def run() -> int:
             if prefix:
                 k, end = _range_end(key)
                 req = etcdrpc.DeleteRangeRequest(key=k, range_end=end)
-                return self._raw(lambda: self._client.kvstub.DeleteRange(req, self.timeout)).deleted
-            return self._client.delete(key, return_response=True).deleted
+                resp = self._raw(lambda: self._client.kvstub.DeleteRange(req, self.timeout))
+                return int(resp.deleted)
+            return int(self._client.delete(key, return_response=True).deleted)
         return await self._call(run)
 
     async def txn(self, compares: Sequence[Compare], success: Sequence[Put | Delete],
@@ -280,8 +287,9 @@ class EtcdStore(MetadataStore):
         # request with etcd3's helpers and call the KV stub ourselves.
         request = etcdrpc.TxnRequest(
             compare=[_compare(c).build_message() for c in compares],
-            success=self._client._ops_to_requests([_op(o) for o in success]),
-            failure=self._client._ops_to_requests([_op(o) for o in failure]))
+            # etcd3's only way to turn ops into RequestOps is private
+            success=self._client._ops_to_requests([_op(o) for o in success]),  # noqa: SLF001
+            failure=self._client._ops_to_requests([_op(o) for o in failure]))  # noqa: SLF001
         resp = await self._call(self._raw, lambda: self._client.kvstub.Txn(request, self.timeout))
         return TxnResult(resp.succeeded, resp.header.revision)
 
@@ -291,7 +299,7 @@ class EtcdStore(MetadataStore):
         if ttl < 1:
             raise ValueError("lease ttl must be >= 1 s")
         lease = await self._call(self._client.lease, ttl)
-        return lease.id
+        return int(lease.id)
 
     async def refresh_lease(self, lease: int) -> None:
         responses = await self._call(_idempotent(lambda: list(self._client.refresh_lease(lease))))
@@ -311,18 +319,19 @@ class EtcdStore(MetadataStore):
 
     # ---- watch ------------------------------------------------------------------------------
 
-    async def watch_prefix(self, prefix: str, start_revision: int) -> AsyncIterator[list[WatchEvent]]:
+    async def watch_prefix(self, prefix: str,
+                           start_revision: int) -> AsyncIterator[list[WatchEvent]]:
         if self._closed:
             raise MetadataUnavailable("store closed")
         loop = asyncio.get_running_loop()
-        events: asyncio.Queue = asyncio.Queue()
-        requests: queue.Queue = queue.Queue()
+        events: asyncio.Queue[_WatchItem] = asyncio.Queue()
+        requests: queue.Queue[EtcdObject | None] = queue.Queue()
         key, end = _range_end(prefix)
         requests.put(etcdrpc.WatchRequest(create_request=etcdrpc.WatchCreateRequest(
             key=key, range_end=end, start_revision=max(start_revision, 0))))
         done = threading.Event()
 
-        def deliver(item) -> None:
+        def deliver(item: _WatchItem) -> None:
             if done.is_set():
                 return
             try:
@@ -330,7 +339,7 @@ class EtcdStore(MetadataStore):
             except RuntimeError:  # loop closed
                 done.set()
 
-        def request_iter():
+        def request_iter() -> Iterator[EtcdObject]:
             while (rq := requests.get()) is not None:
                 yield rq
 
@@ -360,7 +369,8 @@ class EtcdStore(MetadataStore):
                 if self._closed and exc.code() == grpc.StatusCode.CANCELLED:
                     deliver(None)  # store closed: end the iteration
                 else:
-                    deliver(MetadataUnavailable(f"etcd watch broken: {exc.code().name} {exc.details()}"))
+                    deliver(MetadataUnavailable(
+                        f"etcd watch broken: {exc.code().name} {exc.details()}"))
             except Exception as exc:  # pragma: no cover - defensive
                 deliver(MetadataUnavailable(f"etcd watch failed: {exc!r}"))
 

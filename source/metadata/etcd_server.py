@@ -61,7 +61,8 @@ def _is_distro_launcher(path: str) -> bool:
 def _free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class EtcdServer:
@@ -69,9 +70,9 @@ class EtcdServer:
     `initial_cluster`). `start()` blocks until a client can read. Its output goes to
     `log_path` (default <data_dir>/etcd.log)."""
 
-    def __init__(self, data_dir: str | os.PathLike | None = None, client_port: int = 0,
+    def __init__(self, data_dir: str | os.PathLike[str] | None = None, client_port: int = 0,
                  peer_port: int = 0, binary: str | None = None, name: str = "default",
-                 log_path: str | os.PathLike | None = None, host: str = "127.0.0.1",
+                 log_path: str | os.PathLike[str] | None = None, host: str = "127.0.0.1",
                  initial_cluster: str | None = None, cluster_token: str | None = None):
         self.host = host
         self.initial_cluster = initial_cluster  # name=peer-url,...; None: this node alone
@@ -84,7 +85,7 @@ class EtcdServer:
         self.peer_port = peer_port or _free_port(host)
         self.binary = binary or find_etcd_binary()
         self.name = name
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
@@ -108,7 +109,8 @@ class EtcdServer:
                 "--initial-cluster", self.initial_cluster or f"{self.name}={peer}",
                 "--initial-cluster-state", "new", *token,
                 "--max-txn-ops", "10000", "--max-request-bytes", "10485760",
-                "--quota-backend-bytes", "8589934592", "--logger", "zap", "--log-outputs", "stderr"]
+                "--quota-backend-bytes", "8589934592", "--logger", "zap",
+                "--log-outputs", "stderr"]
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -122,14 +124,15 @@ class EtcdServer:
             try:
                 return self._start_once(timeout)
             except RuntimeError:
-                if self._fixed_ports or attempt == 2 or "address already in use" not in self.log_tail():
+                busy = "address already in use" in self.log_tail()
+                if self._fixed_ports or attempt == 2 or not busy:
                     raise
                 self.client_port, self.peer_port = _free_port(self.host), _free_port(self.host)
         raise AssertionError("unreachable")
 
     def _start_once(self, timeout: float) -> EtcdServer:
         self.launch()
-        self._wait_ready(timeout)
+        self.wait_ready(timeout)
         return self
 
     def launch(self) -> None:
@@ -142,7 +145,9 @@ class EtcdServer:
         self.proc = spawn(self._args(), self.log_path, env=env)
         _RUNNING.add(self)
 
-    def _wait_ready(self, timeout: float) -> None:
+    def wait_ready(self, timeout: float) -> None:
+        """Block until a client can read (RuntimeError if etcd exits first or `timeout`
+        passes, killing it then); from then on a restart keeps these ports."""
         from .etcd import make_client  # the client module imports grpc; keep this lazy
 
         deadline = time.monotonic() + timeout
@@ -160,7 +165,8 @@ class EtcdServer:
                 except Exception:
                     if time.monotonic() > deadline:
                         self.kill()
-                        raise RuntimeError(f"etcd not ready after {timeout}s:\n{self.log_tail()}")
+                        raise RuntimeError(
+                            f"etcd not ready after {timeout}s:\n{self.log_tail()}") from None
                     time.sleep(0.1)
         finally:
             client.close()
@@ -196,12 +202,12 @@ class EtcdServer:
 
     def pause(self) -> None:
         """SIGSTOP: etcd hangs (calls time out, connections stay open) until `resume`."""
-        if self.running():
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGSTOP)
 
     def resume(self) -> None:
         """SIGCONT after `pause`."""
-        if self.running():
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
 
     def restart(self, timeout: float = 30) -> EtcdServer:
@@ -219,7 +225,7 @@ class EtcdServer:
     def __enter__(self) -> EtcdServer:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -229,12 +235,13 @@ class EtcdCluster:
     comma-separated client list brokers take (`--etcd`). A member can be killed (kill -9),
     stopped and restarted on its data dir while the others keep a quorum."""
 
-    def __init__(self, data_dir: str | os.PathLike | None = None, size: int = 3,
+    def __init__(self, data_dir: str | os.PathLike[str] | None = None, size: int = 3,
                  binary: str | None = None, host: str = "127.0.0.1"):
         if size < 1:
             raise ValueError("an etcd cluster needs at least one member")
         self._owns_dir = data_dir is None
-        self.data_dir = Path(data_dir) if data_dir else Path(tempfile.mkdtemp(prefix="etcd-cluster-"))
+        self.data_dir = (Path(data_dir) if data_dir
+                         else Path(tempfile.mkdtemp(prefix="etcd-cluster-")))
         self.size = size
         self.binary = binary or find_etcd_binary()
         self.host = host
@@ -265,9 +272,7 @@ class EtcdCluster:
                 m.launch()
             try:
                 for m in self.members:
-                    m._wait_ready(timeout)
-                for m in self.members:
-                    m._fixed_ports = True
+                    m.wait_ready(timeout)  # which also keeps its ports for restarts
                 return self
             except RuntimeError:
                 busy = any("address already in use" in m.log_tail() for m in self.members)
@@ -332,5 +337,5 @@ class EtcdCluster:
     def __enter__(self) -> EtcdCluster:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

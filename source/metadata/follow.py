@@ -77,8 +77,9 @@ class Follower(abc.ABC):
         self.store = store
         self.prefix = prefix
         self.retry_delay = retry_delay
-        self.relists = 0  # re-lists after the start (compacted revision, store unavailable, errors)
-        self._task: asyncio.Task | None = None
+        # re-lists after the start (compacted revision, store unavailable, errors)
+        self.relists = 0
+        self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._failing = False  # the last list or watch failed (log the first failure only)
 

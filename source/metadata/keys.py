@@ -1,12 +1,13 @@
 """The etcd key schema, in one place (docs/ARCHITECTURE.md, "Metadata in etcd"). Values are
-`shadowtopic.pb.storage.v1` messages (see proto/shadowtopic/pb/storage/v1/metadata.proto) unless noted.
+`shadowtopic.pb.storage.v1` messages (see proto/shadowtopic/pb/storage/v1/metadata.proto)
+unless noted.
 
     /shadowtopic/clusters/<c>/brokers/<id>            BrokerInfo, under the broker's lease
     /shadowtopic/clusters/<c>/ownership/<topic-path>  Ownership, under the owner's lease
     /shadowtopic/topics/<topic-path>/info             TopicInfo
     /shadowtopic/topics/<topic-path>/ledgers          LedgerList
     /shadowtopic/topics/<topic-path>/epoch            counter (ascii int): ownership epochs
-    /shadowtopic/topics/<topic-path>/shadows          ShadowList (on a partitioned source: the parent's)
+    /shadowtopic/topics/<topic-path>/shadows          ShadowList (partitioned source: the parent's)
     /shadowtopic/topics/<topic-path>/replicators/<shadow-topic-path>
                                                       ascii "L:E": the replicator's durable position
     /shadowtopic/topics/<topic-path>/shadow-needs/<shadow-topic-path>

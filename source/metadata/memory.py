@@ -17,7 +17,7 @@ import bisect
 import itertools
 import operator
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from .base import (
@@ -35,8 +35,10 @@ from .base import (
     WatchEvent,
 )
 
-_OPS = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt}
-_END = object()  # watch queue sentinel: the store was closed
+_OPS: dict[str, Callable[[int | bytes, int | bytes], bool]] = {
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt, ">": operator.gt}
+#: what a watch's queue holds: events, the error that ends the watch, or None (store closed)
+_WatchItem = list[WatchEvent] | BaseException | None
 
 
 @dataclass
@@ -55,7 +57,8 @@ class MemoryStore(MetadataStore):
         self._compact_rev = 0
         self._leases: dict[int, _Lease] = {}
         self._lease_ids = itertools.count(0x694d0000_00000001)
-        self._watchers: set[tuple[str, int, asyncio.Queue]] = set()  # prefix, start rev, queue
+        # (prefix, start revision, queue) of each watch
+        self._watchers: set[tuple[str, int, asyncio.Queue[_WatchItem]]] = set()
         self._available = True
         self._closed = False
         self._timer: asyncio.TimerHandle | None = None
@@ -264,12 +267,13 @@ class MemoryStore(MetadataStore):
         if self._history_revs and self._history_revs[0] == revision:
             self._history[0] = [e for e in self._history[0] if e.type == "put"]
 
-    async def watch_prefix(self, prefix: str, start_revision: int) -> AsyncIterator[list[WatchEvent]]:
+    async def watch_prefix(self, prefix: str,
+                           start_revision: int) -> AsyncIterator[list[WatchEvent]]:
         await self._enter()
         if 0 < start_revision < self._compact_rev:
             raise RevisionCompacted(compact_revision=self._compact_rev)
         start = start_revision if start_revision > 0 else self._rev + 1
-        q: asyncio.Queue = asyncio.Queue()
+        q: asyncio.Queue[_WatchItem] = asyncio.Queue()
         backlog = [e for events in self._history[bisect.bisect_left(self._history_revs, start):]
                    for e in events if e.key.startswith(prefix)]
         if backlog:
@@ -279,7 +283,7 @@ class MemoryStore(MetadataStore):
         try:
             while True:
                 item = await q.get()
-                if item is _END:
+                if item is None:
                     return
                 if isinstance(item, BaseException):
                     raise item
@@ -295,7 +299,7 @@ class MemoryStore(MetadataStore):
             self._timer.cancel()
             self._timer = None
         for _, _, q in list(self._watchers):
-            q.put_nowait(_END)
+            q.put_nowait(None)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -41,7 +41,8 @@ PASSES = 3  # scans before giving up for this start (old-schema processes still 
 ATTEMPTS = 10  # transactions per topic that may lose a race before moving on
 
 _OLD_JOB = re.compile(
-    "^" + re.escape(keys.topics_prefix()) + r"persistent/([^/]+)/([^/]+)/([^/]+)/compaction/jobs/(.+)$",
+    "^" + re.escape(keys.topics_prefix())
+    + r"persistent/([^/]+)/([^/]+)/([^/]+)/compaction/jobs/(.+)$",
     re.DOTALL)
 
 
@@ -109,7 +110,9 @@ async def _move_jobs(store: MetadataStore, topic: TopicName) -> int:
         lost = False
         for i in range(0, len(old), BATCH):
             batch = old[i:i + BATCH]
-            compares, ops, puts = [], [], 0
+            compares: list[Compare] = []
+            ops: list[Put | Delete] = []
+            puts = 0
             for kv in batch:
                 target = keys.compaction_job(topic, kv.key[len(old_prefix):])
                 current: KeyValue | None = new.get(target)

@@ -45,7 +45,7 @@ def rank(broker_id: str, topic: TopicName) -> bytes:
 
 
 def least_loaded(brokers: list[mpb.BrokerInfo], topic: TopicName,
-                 owned: Counter | None = None) -> mpb.BrokerInfo | None:
+                 owned: Counter[str] | None = None) -> mpb.BrokerInfo | None:
     """The broker with the fewest topics (reported, or owned now: the larger), then the
     fewest subscriptions, then the best rendezvous rank for `topic`; None for no brokers."""
     owned = owned or Counter()
@@ -96,9 +96,9 @@ async def pick_broker(store: MetadataStore, cluster: str, role: str, topic: Topi
         return picked
 
 
-def owned_by_broker(owners: list[KeyValue]) -> Counter:
+def owned_by_broker(owners: list[KeyValue]) -> Counter[str]:
     """broker id -> how many ownership records (of `keys.ownership_prefix`) it holds."""
-    owned: Counter = Counter()
+    owned: Counter[str] = Counter()
     for kv in owners:
         try:
             owned[mpb.Ownership.FromString(kv.value).broker_id] += 1
