@@ -47,6 +47,7 @@ Durability (what a restart, even after kill -9, rebuilds):
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from shadowtopic.core import errors
@@ -171,7 +172,7 @@ class DedupMap:
     def snapshot(self, ledger_id: int) -> mpb.DedupSnapshot:
         """The map as a `DedupSnapshot` covering everything up to the end of `ledger_id`
         (the `MAX_PRODUCERS` most recently active producers)."""
-        states = self._states.items()
+        states: Iterable[tuple[str, _State]] = self._states.items()
         if len(self._states) > MAX_PRODUCERS:
             states = sorted(states, key=lambda kv: kv[1].last_ms)[-MAX_PRODUCERS:]
         return mpb.DedupSnapshot(ledger_id=ledger_id, producers=[

@@ -35,7 +35,7 @@ from typing import Protocol
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.ledger import wal as walmod
-from shadowtopic.ledger.entry_cache import EntryCache, Item
+from shadowtopic.ledger.entry_cache import EntryCache, Item, TailEntries
 from shadowtopic.ledger.sealed import SealedLedger
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.view import LedgerRange, ReadEntry
@@ -44,6 +44,9 @@ from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 SEALED = mpb.LedgerState.SEALED
 OPEN_FILES = 4
 READER_CACHE_BYTES = 16 << 20  # WAL frames a reader given no broker cache keeps
+
+#: a decoded WAL frame: (first_entry_id, publish_ms, raws)
+_Frame = tuple[int, int, list[bytes]]
 
 
 class UnsealedReads(Protocol):
@@ -62,7 +65,7 @@ class UnsealedReads(Protocol):
 class LedgerListReader:
     def __init__(self, storage: Storage, executor: Executor,
                  ledgers: Callable[[], Sequence[mpb.LedgerInfo]],
-                 tail: Callable[[int], walmod.Entries | None] = lambda lid: None,
+                 tail: Callable[[int], TailEntries | None] = lambda lid: None,
                  confirmed: Callable[[mpb.LedgerInfo], int] = lambda info: info.entries,
                  cache: EntryCache | None = None, unsealed: UnsealedReads | None = None):
         self.storage = storage
@@ -187,11 +190,11 @@ class LedgerListReader:
                     if short or len(out) >= max_entries or size >= max_bytes:
                         break
                     continue
-            info = self._live(lid)  # it may have sealed or gone since the copy
-            if info is None or info.state != SEALED or first >= info.entries:
+            sealed = self._live(lid)  # it may have sealed or gone since the copy
+            if sealed is None or sealed.state != SEALED or first >= sealed.entries:
                 continue
             try:
-                reader = await self._open_sealed(info)
+                reader = await self._open_sealed(sealed)
             except errors.DataLoss:
                 if self._live(lid) is None:  # deleted by retention meanwhile: skip
                     continue
@@ -199,14 +202,14 @@ class LedgerListReader:
             loop = asyncio.get_running_loop()
             pubs, raws = await loop.run_in_executor(self._executor, reader.read, first,
                                                     want, max_bytes - size)
-            for i, (p, r) in enumerate(zip(pubs, raws)):
+            for i, (p, r) in enumerate(zip(pubs, raws, strict=True)):
                 out.append(ReadEntry(lid, first + i, p, r))
                 size += len(r)
             if len(out) >= max_entries or size >= max_bytes:
                 break
         return out
 
-    async def _read_unsealed(self, info: mpb.LedgerInfo, mem: walmod.Entries | None,
+    async def _read_unsealed(self, info: mpb.LedgerInfo, mem: TailEntries | None,
                              first: int, want: int, max_bytes: int
                              ) -> tuple[list[ReadEntry], int]:
         """Entries first .. of an unsealed ledger: from memory from `mem.offset` on, below
@@ -328,7 +331,7 @@ class LedgerListReader:
         if k < 0:
             raise errors.DataLoss(f"WAL of ledger {lid}: entry {lo} is not in its index")
         cached = self._frames.get(lid, {})
-        out: list = []
+        out: list[_Frame | None] = []  # every None is filled in from `decoded`
         missing: list[tuple[int, int]] = []  # (position in out, frame index)
         spans: list[list[int]] = []
         nbytes = 0
@@ -349,19 +352,19 @@ class LedgerListReader:
             nbytes += stop - start
             k += 1
         if not missing:
-            return out
+            return [f for f in out if f is not None]
         loop = asyncio.get_running_loop()
         try:
             decoded = await loop.run_in_executor(
                 self._executor, walmod.read_frames, self.storage.wal_path(info.wal_path),
-                [tuple(span) for span in spans])
+                [(start, stop) for start, stop in spans])
         except FileNotFoundError:
             raise errors.DataLoss(f"WAL of ledger {lid} is missing: {info.wal_path}") from None
         if len(decoded) != len(missing):
             raise errors.DataLoss(f"WAL of ledger {lid}: frames do not match its index")
         cached = self._frames.get(lid, {})
         new, total = [], 0
-        for (pos, k), frame in zip(missing, decoded):
+        for (pos, k), frame in zip(missing, decoded, strict=True):
             if frame[0] != index.firsts[k]:
                 raise errors.DataLoss(f"WAL of ledger {lid}: frame of entry {frame[0]} where "
                                       f"{index.firsts[k]} was indexed")
@@ -375,7 +378,7 @@ class LedgerListReader:
                 cached = self._frames.setdefault(lid, {})
                 for first, pub, raws in new:
                     cached[first] = (pub, raws, item)
-        return out
+        return [f for f in out if f is not None]
 
     def _frames_evicted(self, item: Item) -> None:
         lid, firsts = item.data

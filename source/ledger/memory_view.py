@@ -103,7 +103,8 @@ class MemoryView:
         return self.next_position()
 
     async def read(self, start: MessageId, max_entries: int, max_bytes: int) -> list[ReadEntry]:
-        out, size = [], 0
+        out: list[ReadEntry] = []
+        size = 0
         for lid, e, _ in self._ledgers:
             if lid < start.ledger_id:
                 continue

@@ -35,12 +35,12 @@ class S3Options:
     endpoint: str | None = None   # URL of an S3-compatible server; None: AWS
     region: str | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.endpoint is not None:
             _split_endpoint(self.endpoint)  # ValueError on a malformed one
 
     def filesystem(self) -> pafs.S3FileSystem:
-        kw: dict = {}
+        kw: dict[str, str | None] = {}
         if self.endpoint:
             scheme, host = _split_endpoint(self.endpoint)
             kw.update(endpoint_override=host, scheme=scheme)
@@ -54,7 +54,7 @@ class S3Options:
 
     def task_uri(self, uri: str) -> str:
         """`uri` (`s3://bucket/prefix`) with these options as pyarrow URI query options."""
-        q = {}
+        q: dict[str, str] = {}
         if self.endpoint:
             scheme, host = _split_endpoint(self.endpoint)
             q.update(endpoint_override=host, scheme=scheme)

@@ -11,9 +11,9 @@ bytes; a few of 1 MiB): a read by id touches one row group of about a MiB, found
 footer's row counts, and a scan (Spark, pyarrow, DuckDB) pays the per-group cost once per
 MiB, not once per 1,024 entries. Files sealed with 1,024-entry groups read the same way.
 Spark reads only the columns it needs. Integrity: Parquet page checksums, plus the crc32c
-of the whole file recorded in the ledger list (streamed through when a broker first opens the file; a mismatch is
-`ChecksumError`); row groups are then read from the file on demand, so an open reader holds
-a file handle, not the file.
+of the whole file recorded in the ledger list (streamed through when a broker first opens
+the file; a mismatch is `ChecksumError`); row groups are then read from the file on
+demand, so an open reader holds a file handle, not the file.
 
 Writing streams, one row group at a time: a ledger that stopped taking appends is sealed
 from its WAL (`seal_wal`, frames read one at a time through `wal.MappedWal`), never from a
@@ -36,6 +36,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import google_crc32c
 import pyarrow as pa
@@ -44,7 +45,7 @@ import pyarrow.parquet as pq
 
 from shadowtopic.core.errors import ChecksumError, DataLoss
 from shadowtopic.ledger import wal as walmod
-from shadowtopic.ledger.wal import Entries
+from shadowtopic.ledger.wal import Buffer, Entries
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.storage.v1 import views_pb2
 
@@ -63,17 +64,25 @@ WRITER_OPTIONS = dict(compression="zstd", write_page_checksum=True,
                       write_statistics=["entry_id", "publish_time"],
                       use_dictionary=["ledger_id", "key", "publish_time"])
 _OFFSETS = struct.Struct("<ii")
-Buffer = bytes | memoryview
+_Parse = Callable[[Buffer], views_pb2.MessageKeyView]
 
 
-def key_columns(raws: Sequence[Buffer], keys: list | None = None, tombs: list | None = None
-                ) -> tuple[list[bytes | None], list[bool]]:
+class _Writable(Protocol):
+    """Where a Parquet file is written: a local file or an object store's output stream."""
+
+    def write(self, data: bytes, /) -> object: ...
+
+
+def key_columns(raws: Sequence[Buffer], keys: list[bytes | None] | None = None,
+                tombs: list[bool] | None = None) -> tuple[list[bytes | None], list[bool]]:
     """(key or None, is_tombstone) of each raw Message, appended to `keys` and `tombs`.
     Derived here, when a ledger seals, not on the produce path. A raw that is not a Message
     counts as keyless data."""
     keys = [] if keys is None else keys
     tombs = [] if tombs is None else tombs
-    parse = views_pb2.MessageKeyView.FromString
+    # protobuf parses any buffer (a mapped WAL's views, no copy); its stubs say bytes
+    parse: _Parse = views_pb2.MessageKeyView.FromString  # type: ignore[assignment]
+    views: list[views_pb2.MessageKeyView | None]
     try:  # the common case, all Messages: comprehensions, no per-entry try
         views = [parse(raw) for raw in raws]
     except Exception:  # noqa: BLE001 - some opaque bytes: one at a time
@@ -83,7 +92,7 @@ def key_columns(raws: Sequence[Buffer], keys: list | None = None, tombs: list | 
     return keys, tombs
 
 
-def _parse_or_none(parse, raw: Buffer):
+def _parse_or_none(parse: _Parse, raw: Buffer) -> views_pb2.MessageKeyView | None:
     try:
         return parse(raw)
     except Exception:  # noqa: BLE001 - opaque bytes: keyless data
@@ -165,7 +174,7 @@ class _Sink:
 
     closed = False
 
-    def __init__(self, out, on_write: Callable[[], None] | None):
+    def __init__(self, out: _Writable, on_write: Callable[[], None] | None):
         self.out = out
         self.on_write = on_write
         self.crc = 0
@@ -186,7 +195,7 @@ class _Sink:
         self.closed = True
 
 
-def _write(out, ledger_id: int, runs: Iterable[tuple[int, Sequence[Buffer]]],
+def _write(out: _Writable, ledger_id: int, runs: Iterable[tuple[int, Sequence[Buffer]]],
            on_write: Callable[[], None] | None) -> SealResult:
     """Write the Parquet file of the entries in `runs` ((publish_ms, raws) in entry order)
     to `out`, one row group at a time."""
@@ -212,18 +221,18 @@ def _write(out, ledger_id: int, runs: Iterable[tuple[int, Sequence[Buffer]]],
                 if group.full:
                     writer.write_table(group.table(), row_group_size=group.rows)
                     group = _RowGroup(ledger_id, group.base + group.rows)
-            raws = None  # hold no view of a frame already written
+            del raws  # hold no view of a frame already written
         if group.rows:
             writer.write_table(group.table(), row_group_size=group.rows)
         entries = group.base + group.rows
     except BaseException:
-        group = None
+        del group
         try:
             writer.close()
         except Exception:  # noqa: BLE001 - the first error is the one to report
             pass
         raise
-    group = None
+    del group
     writer.close()
     return SealResult(entries, raw_bytes, sink.size, sink.crc, first or 0, last or 0)
 
@@ -305,7 +314,8 @@ def write_sealed(fs: pafs.FileSystem, path: str, entries: Entries, *, ledger_id:
     if entries.offset:
         raise ValueError("entries dropped from memory: seal from the WAL")
     runs = ((pub, [raw for _, raw in group]) for pub, group in
-            itertools.groupby(zip(entries.publish_ms, entries.raws), key=lambda pr: pr[0]))
+            itertools.groupby(zip(entries.publish_ms, entries.raws, strict=True),
+                              key=lambda pr: pr[0]))
     res = write_runs(fs, path, runs, len(entries), ledger_id=ledger_id)
     return res.file_bytes, res.crc32c
 
@@ -415,14 +425,16 @@ class SealedLedger:
         try:
             with self._read_lock:
                 table = self._file.read(columns=["publish_time"])
-            return table.column(0).to_pylist()
+            times: list[int] = table.column(0).to_pylist()
+            return times
         except Exception as exc:  # noqa: BLE001
             raise ChecksumError(f"corrupt sealed ledger {self.path}: {exc}") from None
 
     def read(self, from_entry: int, max_entries: int, max_bytes: int
              ) -> tuple[list[int], list[bytes]]:
         """(publish_ms, raws) for entries from `from_entry` on, within the limits."""
-        publish, raws = [], []
+        publish: list[int] = []
+        raws: list[bytes] = []
         size = 0
         entry = from_entry
         while entry < self.num_entries and len(raws) < max_entries and size < max_bytes:
@@ -432,7 +444,7 @@ class SealedLedger:
             stop = min(table.num_rows, start + (max_entries - len(raws)))
             col_raw = table.column("raw").slice(start, stop - start).to_pylist()
             col_pub = table.column("publish_time").slice(start, stop - start).to_pylist()
-            for p, r in zip(col_pub, col_raw):
+            for p, r in zip(col_pub, col_raw, strict=True):
                 publish.append(p)
                 raws.append(r)
                 size += len(r)

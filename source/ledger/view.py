@@ -6,7 +6,8 @@ a shadow's `ShadowLedger` (shadow/) implements it over the source's ledgers, reu
 `LedgerListReader` (source/ledger/ledger_reader.py) as it is; the compaction feature's
 `CompactedView` (compaction/view.py) wraps a topic's view for `read_compacted` readers
 (`CompactedReads`). A broker serves a topic through a `ServedView`: a view it can also fence
-and close. What readers need of a view is on the seam, never found by probing attributes. Everything crossing the seam is a domain type:
+and close. What readers need of a view is on the seam, never found by probing attributes.
+Everything crossing the seam is a domain type:
 `MessageId`, `LedgerRange`, `ReadEntry` (whose `raw` is never decoded on the way to a
 consumer) and `Trimmed`.
 
@@ -61,13 +62,16 @@ class ViewListener(Protocol):
 
 
 class LedgerView(Protocol):
-    #: the topic whose ledgers this view reads: the topic itself, or a shadow's source (whose
-    #: compaction pointer a `read_compacted` reader of the shadow follows, K10)
-    ledgers_of: TopicName
+    # read-only members: a view may hold them as attributes or derive them (properties)
+    @property
+    def ledgers_of(self) -> TopicName:
+        """The topic whose ledgers this view reads: the topic itself, or a shadow's source
+        (whose compaction pointer a `read_compacted` reader of the shadow follows, K10)."""
 
-    #: the broker's entry-cache budget (source/ledger/entry_cache.py) that this view's reads
-    #: use and the read engine charges encoded entries to; None when there is none
-    entry_cache: EntryCache | None
+    @property
+    def entry_cache(self) -> EntryCache | None:
+        """The broker's entry-cache budget (source/ledger/entry_cache.py) that this view's
+        reads use and the read engine charges encoded entries to; None when there is none."""
 
     def ranges(self) -> list[LedgerRange]:
         """The readable ledgers in id order (the open one last, with its live count)."""

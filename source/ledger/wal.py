@@ -36,7 +36,7 @@ import mmap
 import os
 import struct
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import google_crc32c
@@ -50,6 +50,8 @@ HEADER = struct.Struct("<8sQ")
 FRAME = struct.Struct("<II")
 BATCH = struct.Struct("<QIq")
 MAX_FRAME = 256 << 20
+#: a message as read for sealing: bytes, or a view of a mapped WAL (`MappedWal`)
+Buffer = bytes | memoryview
 
 
 def encode_header(ledger_id: int) -> bytes:
@@ -93,7 +95,9 @@ class Entries:
 def parse_request(body: bytes) -> tuple[int, int, views_pb2.RawProduceRequest]:
     """A frame body as (first_entry_id, publish_ms, the request it holds)."""
     first, count, publish_ms = BATCH.unpack_from(body, 0)
-    req = views_pb2.RawProduceRequest.FromString(memoryview(body)[BATCH.size:])
+    # protobuf parses any buffer (no copy of the body here); its stubs say bytes
+    req = views_pb2.RawProduceRequest.FromString(
+        memoryview(body)[BATCH.size:])  # type: ignore[arg-type]
     if len(req.messages) != count:
         raise ValueError("frame count does not match its messages")
     return first, publish_ms, req
@@ -308,20 +312,21 @@ class MappedWal:
         self.frames = frames
         self._f = open(path, "rb")
         try:
-            self._map = mmap.mmap(self._f.fileno(), frames.end, access=mmap.ACCESS_READ)
+            mapping = mmap.mmap(self._f.fileno(), frames.end, access=mmap.ACCESS_READ)
         except ValueError as exc:  # shorter than its index
             self._f.close()
             raise errors.DataLoss(f"{path}: WAL ends before byte {frames.end}: {exc}") from None
-        self._view = memoryview(self._map)
+        self._map: mmap.mmap | None = mapping  # None once closed
+        self._view = memoryview(mapping)
         self._mapped = 0  # bytes of views yielded since the last drop
 
     def __enter__(self) -> MappedWal:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def runs(self) -> Iterator[tuple[int, list]]:
+    def runs(self) -> Iterator[tuple[int, Sequence[Buffer]]]:
         index, f = self.frames, self._f
         n = len(index)
         offsets = list(index.offsets) + [index.end]
@@ -359,7 +364,8 @@ class MappedWal:
                                        "match its index")
         return length, crc, count
 
-    def _frame(self, k: int, block: bytes, lo: int, hi: int, base: int) -> tuple[int, list]:
+    def _frame(self, k: int, block: bytes, lo: int, hi: int, base: int
+               ) -> tuple[int, Sequence[Buffer]]:
         """Frame k, at block[lo:hi] (file offset `base` + lo)."""
         length, crc, count = self._check_head(k, block, lo, base + lo, base + hi)
         body = block[lo + FRAME.size:hi]
@@ -374,7 +380,7 @@ class MappedWal:
                 return self.frames.pubs[k], [self._view[at + o:at + o + m] for o, m in spans]
         return self._decode(k, body, base + lo)
 
-    def _large_frame(self, k: int, start: int, stop: int) -> tuple[int, list]:
+    def _large_frame(self, k: int, start: int, stop: int) -> tuple[int, Sequence[Buffer]]:
         """Frame k, larger than READ_PIECE: its CRC checked a piece at a time and its
         messages located in the mapping, so it is never copied whole."""
         f = self._f
@@ -400,7 +406,7 @@ class MappedWal:
         f.seek(at)
         return self._decode(k, f.read(length), start)
 
-    def _decode(self, k: int, body: bytes, start: int) -> tuple[int, list]:
+    def _decode(self, k: int, body: bytes, start: int) -> tuple[int, Sequence[Buffer]]:
         try:
             _first, publish_ms, raws = parse_body(body)
         except Exception as exc:  # noqa: BLE001
@@ -468,8 +474,9 @@ class WalFile:
         return cls(path, fd, HEADER.size)
 
     def write_sync(self, data: bytes) -> None:
-        """Append and fdatasync (refused once `broken`). On failure (e.g. ENOSPC) the partial frame is cut off so
-        later frames never sit behind garbage, and the OSError propagates (nothing acked)."""
+        """Append and fdatasync (refused once `broken`). On failure (e.g. ENOSPC) the partial
+        frame is cut off so later frames never sit behind garbage, and the OSError propagates
+        (nothing acked)."""
         if self.broken:
             raise OSError(5, "WAL is broken after a failed write")
         try:
