@@ -55,7 +55,7 @@ class CursorFlusher:
         #: cursors `persist` was asked for, waiting for the next urgent write, and the
         #: future that write resolves (every caller in the batch awaits it)
         self._urgent: dict[str, CursorState] = {}
-        self._joining: asyncio.Future | None = None
+        self._joining: asyncio.Future[None] | None = None
         self._writer: asyncio.Task | None = None
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
@@ -110,6 +110,8 @@ class CursorFlusher:
             async with self._lock:
                 batch, self._urgent = self._urgent, {}
                 done, self._joining = self._joining, None
+                if done is None:  # persist sets it with every urgent cursor: cannot happen
+                    raise errors.Internal(f"{self.topic}: urgent cursors without their waiter")
                 written = records(batch)  # what the save below writes, read now
                 try:
                     if self.fenced is not None:

@@ -20,9 +20,10 @@ cursor's record (state.py): its acknowledgements and its subscription's last act
    them (the first save, every `compact_every`-th, or once the deltas outgrow the full file:
    a compaction). An `urgent` save (a reset or seek waiting to answer, issue 29) counts to
    `compact_every * URGENT_DEFER` deltas before it compacts: it writes its few cursors, and
-   the next batched flush, which compacts at `compact_every`, rewrites the 100,000 others. Local roots: temp name, fsync, rename, fsync the directory; object stores:
-   one upload. The name's random token keeps a deposed owner and the new owner, writing the
-   same sequence, off each other's files.
+   the next batched flush, which compacts at `compact_every`, rewrites the 100,000 others.
+   Local roots: temp name, fsync, rename, fsync the directory; object stores: one upload.
+   The name's random token keeps a deposed owner and the new owner, writing the same
+   sequence, off each other's files.
 2. Move the pointer with one etcd txn comparing the pointer's mod_revision and the fence
    (the owner's ownership key still holds its value). Refused because the owner changed ->
    the file is deleted and `errors.Fenced` raised. Refused while this owner still owns the
@@ -116,10 +117,13 @@ def apply_file(f: cpb.CursorFile, into: dict[str, Record]) -> None:
         into.pop(name, None)
     actives = active or repeat(0)
     if not ranges:  # no holes anywhere: one C-speed zip
-        into.update(zip(names, zip(ledgers, entries, repeat(()), actives)))
+        # lengths checked above; repeat() is endless, so not strict
+        into.update(zip(names, zip(ledgers, entries, repeat(()), actives, strict=False),
+                        strict=True))
         return
     pos = 0
-    for name, ledger, entry, count, last in zip(names, ledgers, entries, counts, actives):
+    for name, ledger, entry, count, last in zip(names, ledgers, entries, counts, actives,
+                                                strict=False):  # lengths checked above
         if count:
             rec = (ledger, entry, tuple(ranges[pos:pos + 4 * count]), last)
             try:
@@ -293,12 +297,13 @@ class SnapshotCursorStore(CursorStore):
         every = self.compact_every * (URGENT_DEFER if urgent else 1)
         full = (old is None or len(old.deltas) >= every
                 or sum(d.size_bytes for d in old.deltas) >= old.full.size_bytes)
-        body: Mapping[str, Record | None] = _applied(t.records, recs) if full else recs
+        merged = _applied(t.records, recs) if full else None  # the whole set, for a full file
+        body: Mapping[str, Record | None] = merged if merged is not None else recs
         kind = "full" if full else "delta"
         rel = f"{cursor_dir(topic)}/{seq:020d}-{secrets.token_hex(4)}.{kind}"
         ref = await self._io(_encode_and_write, self.storage, rel, topic, seq, full, body)
         new = cpb.CursorPointer(sequence=seq, written_ms=int(time.time() * 1000))
-        if full:
+        if old is None or full:
             new.full.CopyFrom(ref)
         else:
             new.full.CopyFrom(old.full)
@@ -315,7 +320,7 @@ class SnapshotCursorStore(CursorStore):
             await check_fence(self.metadata, fence)
             return False
         t.pointer, t.revision = new, res.revision
-        t.records = body if full else _applied(t.records, recs, in_place=True)
+        t.records = merged if merged is not None else _applied(t.records, recs, in_place=True)
         if full and old is not None:
             try:
                 await self._io(collect, self.storage, topic, seq)

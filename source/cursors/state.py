@@ -79,13 +79,18 @@ class next_after_in:  # lower case: called as a function (as functools.partial i
         return self.view.valid_position(MessageId(mid.ledger_id, mid.entry_id + 1))
 
 
+#: the mark-delete position of a cursor that has acknowledged nothing (before entry 0 of
+#: ledger 0)
+NOTHING_ACKED = MessageId(0, -1)
+
+
 class CursorState:
     """Mark-delete position + individually acknowledged ranges + last activity (module
     docstring)."""
 
     __slots__ = ("_md", "_r", "last_active")
 
-    def __init__(self, mark_delete: MessageId = MessageId(0, -1),
+    def __init__(self, mark_delete: MessageId = NOTHING_ACKED,
                  ranges: Iterable[tuple[MessageId, MessageId]] = (), last_active: int = 0):
         self._md = pack(mark_delete)
         self._r: list[int] | None = None
@@ -249,7 +254,7 @@ class CursorState:
         """The inverse of `to_record`; ValueError for ranges that are not sorted, disjoint,
         non-adjacent and above the mark-delete."""
         md_ledger, md_entry, flat, last_active = record
-        state = cls.__new__(cls)
+        state: CursorState = cls.__new__(cls)
         state._md = (md_ledger << 64) + md_entry
         state._r = None
         state.last_active = last_active
@@ -265,7 +270,7 @@ class CursorState:
         return state
 
     def copy(self) -> CursorState:
-        other = CursorState.__new__(CursorState)
+        other: CursorState = CursorState.__new__(CursorState)
         other._md = self._md
         other._r = list(self._r) if self._r else None
         other.last_active = self.last_active

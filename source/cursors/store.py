@@ -64,11 +64,15 @@ class CursorStore(abc.ABC):
         """Remove every cursor of `topic` (the topic is deleted); fenced like `save`."""
 
     def forget(self, topic: TopicName) -> None:
-        """Drop whatever this object caches about `topic` (it was unloaded here)."""
+        """Drop whatever this object caches about `topic` (it was unloaded here); a store
+        that caches nothing has nothing to do."""
+        return None
 
     async def purge(self, topic: TopicName) -> None:
         """The topic was deleted (its metadata, the pointer included, is gone): remove
-        whatever else is left of its cursors. Not fenced: nobody owns a deleted topic."""
+        whatever else is left of its cursors. Not fenced: nobody owns a deleted topic. A
+        store that keeps nothing beside the metadata has nothing to do."""
+        return None
 
 
 def records(changes: Mapping[str, CursorState | None]) -> dict[str, Record | None]:
