@@ -1,4 +1,5 @@
-"""The shadowtopic client (sync). The public names are pinned by tests/test_source/client/test_public_api.py."""
+"""The shadowtopic client (sync). The public names are pinned by
+tests/test_source/client/test_public_api.py."""
 from shadowtopic.client.admin import Admin, CompactionStatus, TopicMetadata
 from shadowtopic.client.client import Client
 from shadowtopic.client.consumer import Consumer
@@ -9,5 +10,5 @@ from shadowtopic.core import errors
 from shadowtopic.core.message_id import EARLIEST, LATEST, MessageId
 from shadowtopic.core.policies import Policies
 
-__all__ = ["Admin", "Client", "CompactionStatus", "Consumer", "EARLIEST", "LATEST", "Message", "MessageId",
-           "Policies", "Producer", "Reader", "TopicMetadata", "errors"]
+__all__ = ["Admin", "Client", "CompactionStatus", "Consumer", "EARLIEST", "LATEST", "Message",
+           "MessageId", "Policies", "Producer", "Reader", "TopicMetadata", "errors"]

@@ -54,7 +54,8 @@ class CompactionStatus:
     """A compaction job's record (Compact, GetCompactionStatus, WatchCompaction)."""
     job_id: str
     topic: str
-    phase: str                # pending | sealing | scanning_keys | writing | committing | done | failed
+    # pending | sealing | scanning_keys | writing | committing | done | failed
+    phase: str
     entries_total: int = 0    # input entries planned
     entries_read: int = 0
     entries_written: int = 0

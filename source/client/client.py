@@ -40,7 +40,7 @@ from typing import TypeVar
 
 from shadowtopic.client.admin import Admin, TopicMetadata, position_pb
 from shadowtopic.client.connection import Connection
-from shadowtopic.client.consumer import Consumer
+from shadowtopic.client.consumer import Consumer, ConsumerControl
 from shadowtopic.client.listener import Callback, Listeners
 from shadowtopic.client.options import DEFAULT_TIMEOUT_S, check_options, parse_consumer_type
 from shadowtopic.client.producer import Producer
@@ -85,7 +85,8 @@ class Client:
         self._conns: dict[str, Connection] = {self.url: self._conn}
         self._muxes: dict[str, Multiplexer] = {}
         self._lock = threading.Lock()
-        self._children: list = []
+        self._children: list[Producer | Reader | Consumer | Listeners] = []
+        self._controls: list[ConsumerControl] = []  # the consumers' among the children
         self._closed = False
         # consumers and readers whose stream broke reconnect through it (reconnect.py)
         self._reconnector = Reconnector(self._reroute, self._operation_timeout)
@@ -184,17 +185,20 @@ class Client:
                       negative_ack_redelivery_delay_ms, on_active_change)
         topic = canonical(topic)
 
-        def make(meta: TopicMetadata, conn: Connection, deadline: Deadline) -> Consumer:
-            c = Consumer(conn, self._multiplexer(conn), topic, meta.partitions,
-                         subscription_name, consumer_type, initial_position, consumer_name,
-                         receiver_queue_size, priority, negative_ack_redelivery_delay_ms,
-                         on_active_change, wait=False, read_compacted=read_compacted,
-                         reconnector=self._reconnector)
-            c._await_subscribed(time.monotonic() + deadline.budget(conn.timeout))
-            return c
-        c = self._open(topic, make)
-        self._children.append(c)
-        return c
+        def make(meta: TopicMetadata, conn: Connection, deadline: Deadline
+                 ) -> ConsumerControl:
+            controls: list[ConsumerControl] = []
+            Consumer(conn, self._multiplexer(conn), topic, meta.partitions,
+                     subscription_name, consumer_type, initial_position, consumer_name,
+                     receiver_queue_size, priority, negative_ack_redelivery_delay_ms,
+                     on_active_change, wait=False, read_compacted=read_compacted,
+                     reconnector=self._reconnector, controls=controls)
+            controls[0].await_subscribed(time.monotonic() + deadline.budget(conn.timeout))
+            return controls[0]
+        control = self._open(topic, make)
+        self._children.append(control.consumer)
+        self._controls.append(control)
+        return control.consumer
 
     def subscribe_many(self, topic: str, subscription_names: list[str],
                        consumer_type: str = "exclusive",
@@ -234,26 +238,28 @@ class Client:
             mux = self._multiplexer(conn)
             listeners = (Listeners(message_listener, mux) if message_listener is not None
                          else None)
-            consumers: list[Consumer] = []
+            controls: list[ConsumerControl] = []
             try:
                 for name in names:
-                    consumers.append(Consumer(
-                        conn, mux, topic, meta.partitions, name, consumer_type,
-                        initial_position, consumer_name, receiver_queue_size,
-                        message_listener=listeners, wait=False, read_compacted=read_compacted,
-                        reconnector=self._reconnector))
+                    Consumer(conn, mux, topic, meta.partitions, name, consumer_type,
+                             initial_position, consumer_name, receiver_queue_size,
+                             message_listener=listeners, wait=False,
+                             read_compacted=read_compacted, reconnector=self._reconnector,
+                             controls=controls)
                 until = time.monotonic() + deadline.budget(conn.timeout) + len(names) / 1000
-                for c in consumers:
-                    c._await_subscribed(until)
+                for control in controls:
+                    control.await_subscribed(until)
             except BaseException:
-                for c in consumers:
-                    c.close()
+                for control in controls:
+                    control.consumer.close()
                 if listeners is not None:
                     listeners.close()
                 raise
-            return consumers, listeners
-        consumers, listeners = self._open(topic, make)
+            return controls, listeners
+        controls, listeners = self._open(topic, make)
+        consumers = [control.consumer for control in controls]
         self._children.extend(consumers)
+        self._controls.extend(controls)
         if listeners is not None:
             self._children.append(listeners)
         return consumers
@@ -282,15 +288,16 @@ class Client:
                 return
             self._closed = True
             children, self._children = self._children, []
+            controls, self._controls = self._controls, []
             muxes = list(self._muxes.values())
         self._reconnector.close(wait=False)  # no reconnect attempt starts from now on
         try:
             # consumers first send every close, then wait once for all the answers
-            closing = [(c, c._start_close()) for c in children if isinstance(c, Consumer)]
+            closing = [(control, control.start_close()) for control in controls]
             deadline = time.monotonic() + CLOSE_TIMEOUT_S
-            for c, sent in closing:
+            for control, sent in closing:
                 try:
-                    c._finish_close(sent, deadline)
+                    control.finish_close(sent, deadline)
                 except Exception:  # noqa: BLE001 - closing everything regardless
                     pass
             for child in children:

@@ -36,7 +36,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from shadowtopic.client.admin import position_pb
 from shadowtopic.client.connection import Connection
@@ -46,8 +46,8 @@ from shadowtopic.client.listener import Listeners
 from shadowtopic.client.message import Message
 from shadowtopic.client.options import check_options, parse_consumer_type
 from shadowtopic.client.reader import seek_targets
-from shadowtopic.client.reconnect import Reconnector
-from shadowtopic.client.stream import CLOSE_TIMEOUT_S, Multiplexer
+from shadowtopic.client.reconnect import Owner, Reconnector
+from shadowtopic.client.stream import CLOSE_TIMEOUT_S, Delivery, Multiplexer
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
@@ -56,6 +56,14 @@ from shadowtopic.pb.v1 import consumer_pb2
 log = logging.getLogger(__name__)
 
 WAIT_SLICE_S = 0.2  # a blocked receive wakes this often, so Ctrl-C interrupts it promptly
+
+
+def _call_active_change(callback: Callable[[bool], None], active: bool) -> None:
+    """On the consumer's events thread: the user's `on_active_change`."""
+    try:
+        callback(active)
+    except Exception:  # noqa: BLE001 - a user callback must not end the consumer
+        log.exception("on_active_change callback failed")
 
 
 def _typed(status) -> errors.ShadowTopicError:
@@ -67,19 +75,36 @@ class _Sink:
     its handles are registered with or, with a message listener (which is registered
     instead and passes events on), the `listener.ItemSink` the listener is given."""
 
-    __slots__ = ("consumer", "queue_size", "closed")
+    __slots__ = ("consumer", "queue_size", "closed", "_on_item")
 
-    def __init__(self, consumer: Consumer, queue_size: int):
+    def __init__(self, consumer: Consumer, queue_size: int,
+                 on_item: Callable[[int, Delivery | Exception], None]):
         self.consumer = consumer
         self.queue_size = queue_size
         self.closed = False  # the consumer's `_closed`, here where a listener reads it fast
+        self._on_item = on_item  # the consumer's: takes one handle's frame or the stream's end
 
-    def put(self, item) -> None:
-        self.consumer._on_item(*item)
+    def put(self, item: tuple[int, Delivery | Exception]) -> None:
+        self._on_item(*item)
 
-    def put_many(self, handles: list[int], delivery) -> None:
+    def put_many(self, handles: list[int], delivery: Delivery) -> None:
         for handle in handles:
-            self.consumer._on_item(handle, delivery)
+            self._on_item(handle, delivery)
+
+
+@dataclass(frozen=True)
+class ConsumerControl:
+    """The client's hold on a consumer it opened, beside the user's object (not the user's
+    API): finish the subscribes of a consumer made with `wait=False` (so many consumers
+    subscribe with one wait), and close many consumers with one wait."""
+
+    consumer: Consumer
+    #: wait (until a monotonic deadline) for the subscribes' answers, then flow
+    await_subscribed: Callable[[float], None]
+    #: send the closes; what was sent goes to `finish_close` (None: closed already)
+    start_close: Callable[[], list[Part] | None]
+    #: wait (until a monotonic deadline) for the closes' answers
+    finish_close: Callable[[list[Part] | None, float], None]
 
 
 class Consumer(ConsumerResume):
@@ -90,12 +115,14 @@ class Consumer(ConsumerResume):
                  negative_ack_redelivery_delay_ms: int = 1000,
                  on_active_change: Callable[[bool], None] | None = None,
                  message_listener: Listeners | None = None, wait: bool = True,
-                 read_compacted: bool = False, reconnector: Reconnector | None = None):
+                 read_compacted: bool = False, reconnector: Reconnector | None = None,
+                 controls: list[ConsumerControl] | None = None):
         """Use `Client.subscribe` (or `Client.subscribe_many`). Subscribes every partition
         and waits for the broker's answers; raises the first typed error (ConsumerBusy,
         TooManyConsumers, SubscriptionNotFound, ...) after leaving the partitions that did
-        subscribe. `wait=False` only sends the subscribes: `_await_subscribed` finishes.
-        With a `reconnector` (the client's), a partition that breaks reconnects."""
+        subscribe. `wait=False` only sends the subscribes: the `ConsumerControl` appended to
+        `controls` finishes (`await_subscribed`). With a `reconnector` (the client's), a
+        partition that breaks reconnects."""
         self._type, type_pb = parse_consumer_type(consumer_type)
         start = position_pb(initial_position, "initial position")
         check_options(consumer_name, receiver_queue_size, priority,
@@ -117,11 +144,14 @@ class Consumer(ConsumerResume):
         self._buffer: deque = deque()   # (part, epoch, Message) decoded, not returned yet
         self._error: errors.ShadowTopicError | None = None  # once set, receive raises it
         self._reconnector = reconnector
+        self._owner = Owner(topic, self._resume, self._give_up)
         self._acked: dict[tuple[int, int, int], None] = {}  # remembered acks (consumer_resume)
-        self._subscribe_args = dict(subscription=subscription_name, type=type_pb, start=start,
-                                    consumer_name=consumer_name, priority=priority,
-                                    read_compacted=read_compacted)
-        self._sink = sink = _Sink(self, receiver_queue_size)  # keeps `_closed` (see there)
+        # every partition's Subscribe but its topic
+        self._subscribe = consumer_pb2.Subscribe(
+            subscription=subscription_name, type=type_pb, start=start,
+            consumer_name=consumer_name, priority=priority, read_compacted=read_compacted)
+        # keeps `_closed` (see there)
+        self._sink = sink = _Sink(self, receiver_queue_size, self._on_item)
         names = [topic] if partitions == 0 else [f"{topic}-partition-{i}"
                                                    for i in range(partitions)]
         self._parts: dict[int, Part] = {}
@@ -147,11 +177,17 @@ class Consumer(ConsumerResume):
                 self._closed = True
                 self._abandon(list(self._parts.values()))
                 raise
+        if controls is not None:
+            controls.append(ConsumerControl(self, self._await_subscribed, self._start_close,
+                                            self._finish_close))
         if wait:
             self._await_subscribed(time.monotonic() + conn.timeout)
 
     def _subscribe_pb(self, p: Part) -> consumer_pb2.Subscribe:
-        return consumer_pb2.Subscribe(topic=p.topic, **self._subscribe_args)
+        sub = consumer_pb2.Subscribe()
+        sub.CopyFrom(self._subscribe)
+        sub.topic = p.topic
+        return sub
 
     def _await_subscribed(self, deadline: float) -> None:
         """Wait (until `deadline`, a monotonic time) for the broker's answers to the
@@ -189,7 +225,7 @@ class Consumer(ConsumerResume):
 
     # ---- the stream's receive thread ---------------------------------------------------
 
-    def _on_item(self, handle: int, item) -> None:
+    def _on_item(self, handle: int, item: Delivery | Exception) -> None:
         with self._cond:
             p = self._parts.get(handle)
             if p is None:
@@ -223,9 +259,9 @@ class Consumer(ConsumerResume):
                 p.answer("seek", sd)
         elif kind == "active_consumer_changed":
             p.active = ev.active_consumer_changed.is_active
-            if self._events is not None:
+            if self._events is not None and self._on_active_change is not None:
                 try:
-                    self._events.submit(self._call_active_change, p.active)
+                    self._events.submit(_call_active_change, self._on_active_change, p.active)
                 except RuntimeError:  # shut down: closing
                     pass
         elif kind == "warning":
@@ -268,12 +304,6 @@ class Consumer(ConsumerResume):
         p.state = "ended"
         for kind in p.waits:
             p.answer(kind, err)
-
-    def _call_active_change(self, active: bool) -> None:
-        try:
-            self._on_active_change(active)
-        except Exception:  # noqa: BLE001 - a user callback must not end the consumer
-            log.exception("on_active_change callback failed")
 
     # ---- helpers (called with the condition held) ----------------------------------------
 
@@ -402,7 +432,8 @@ class Consumer(ConsumerResume):
                 p.waits.pop(kind, None)
         failure = next((a for a in answers if isinstance(a, BaseException)), None)
         if failure is not None:
-            for p, a in zip(parts, answers):  # what did succeed (an unsubscribe) is done
+            # what did succeed (an unsubscribe) is done
+            for p, a in zip(parts, answers, strict=True):
                 if kind == "unsubscribe" and not isinstance(a, BaseException):
                     p.state = "ended"
             raise failure
@@ -500,7 +531,7 @@ class Consumer(ConsumerResume):
             self._check()
             dropped: dict[int, int] = {}
             while True:  # count what is buffered, per handle, to give its permits back
-                for p, epoch, msg in self._buffer:
+                for p, epoch, _msg in self._buffer:
                     if epoch == p.epoch and p.state == "open":
                         dropped[p.handle] = dropped.get(p.handle, 0) + 1
                 self._buffer.clear()
@@ -530,7 +561,7 @@ class Consumer(ConsumerResume):
             self._check_open(targets)
             answers = self._command(targets, "seek", seek=consumer_pb2.Seek(position=pos))
             landed = [(MessageId.from_pb(a.position).with_partition(p.index), a.clamped)
-                      for p, a in zip(targets, answers)]
+                      for p, a in zip(targets, answers, strict=True)]
             return min(m for m, _ in landed), any(c for _, c in landed)
 
     def unsubscribe(self) -> None:

@@ -11,20 +11,42 @@ from __future__ import annotations
 import threading
 
 from shadowtopic.client.consumer_part import Part
+from shadowtopic.client.listener import ItemSink, Listeners
 from shadowtopic.client.message import Message
-from shadowtopic.client.reconnect import ACK_MEMORY, Reconnector, reconnectable
+from shadowtopic.client.reconnect import ACK_MEMORY, Owner, Reconnector, reconnectable
+from shadowtopic.client.stream import Multiplexer
 from shadowtopic.core import errors
 from shadowtopic.pb.v1 import common_pb2, consumer_pb2
 
 
 class ConsumerResume:
-    """The reconnecting half of `Consumer` (which sets every attribute used here)."""
+    """The reconnecting half of `Consumer`, which sets every attribute declared here and
+    defines the methods below that only say what they are."""
 
+    topic: str
     _cond: threading.Condition
     _parts: dict[int, Part]
     _reconnector: Reconnector | None
+    _owner: Owner  # what `_reconnector` drives: `_resume`, `_give_up`
     _error: errors.ShadowTopicError | None
     _acked: dict[tuple[int, int, int], None]
+    _listeners: Listeners | None
+    _sink: ItemSink
+    _queue_size: int
+    _closed: bool
+
+    def _subscribe_pb(self, p: Part) -> consumer_pb2.Subscribe:
+        """(Consumer's) `p`'s Subscribe command."""
+        raise NotImplementedError
+
+    def _wait_answers(self, parts: list[Part], kind: str, timeout: float | None,
+                      what: str) -> list[object]:
+        """(Consumer's) wait until the broker answered `kind` on each of `parts`."""
+        raise NotImplementedError
+
+    def _flow(self, p: Part, permits: int) -> None:
+        """(Consumer's) give `p` `permits` more."""
+        raise NotImplementedError
 
     # ---- breaking (the stream's receive thread, condition held) ----------------------------
 
@@ -39,12 +61,12 @@ class ConsumerResume:
         p.state = "reconnecting"
         for kind in p.waits:
             p.answer(kind, err)  # a pending seek or unsubscribe fails with it
-        self._reconnector.start(self)
+        self._reconnector.start(self._owner)
         return True
 
     # ---- the reconnector's attempts ---------------------------------------------------
 
-    def _resume(self, mux, timeout: float) -> None:
+    def _resume(self, mux: Multiplexer, timeout: float) -> None:
         """One attempt (reconnect.Resumable): every partition still reconnecting takes a
         new handle on `mux` and subscribes again; wait for the answers; flow and send the
         remembered cumulative acks again. Raises the first failure, leaving every one of

@@ -45,8 +45,9 @@ class ItemSink(Sink, Protocol):
     of its handles (`put` takes a handle's event frames and the stream's end, on the
     stream's receive thread) and what the listener thread reads of it."""
 
-    #: what `Recipients` lists for this consumer: the user's consumer object
-    consumer: object
+    @property
+    def consumer(self) -> object:
+        """What `Recipients` lists for this consumer: the user's consumer object."""
     #: the consumer's `receiver_queue_size`: permits go up again once half were called back
     queue_size: int
     #: the consumer was closed: the listener passes it nothing more (a plain attribute: it is
@@ -71,7 +72,7 @@ class Recipients(list):
         if consumers is None:
             handles = self._handles
         else:
-            mine = {id(c): h for c, h in zip(self, self._handles)}
+            mine = {id(c): h for c, h in zip(self, self._handles, strict=True)}
             try:
                 handles = [mine[id(c)] for c in consumers]
             except KeyError:
@@ -143,12 +144,15 @@ class Listeners:
 
     def _deliver(self, handles: list[int], epochs: list[int], delivery: Delivery) -> None:
         by_handle = self._by_handle
-        consumers, mine, flows, alone = [], [], {}, []
-        msgs = None
+        consumers: list[object] = []
+        mine: list[int] = []
+        flows: dict[int, list[int]] = {}  # permits -> the handles that get them
+        alone: list[tuple[object, int, Part]] = []
+        msgs: list[Message] | None = None  # decoded once, for the first handle that takes it
         mux = self._mux  # the stream the frame came on: its handles' parts say which
         n = len(delivery.frame.entries)
         redelivered = {r.handle for r in delivery.frame.redeliveries}
-        for h, epoch in zip(handles, epochs):
+        for h, epoch in zip(handles, epochs, strict=True):
             entry = by_handle.get(h)
             if entry is None:
                 continue
@@ -173,7 +177,7 @@ class Listeners:
                     handle=hs[0], also=hs[1:], flow=consumer_pb2.Flow(permits=permits)))
             except errors.ShadowTopicError:  # the stream is gone: the consumers hear it
                 pass
-        if consumers:
+        if msgs is not None:  # (decoded as the first of `consumers` was taken)
             self._call(msgs, Recipients(consumers, mine, mux))
         for c, h, p in alone:
             counted = list(delivery.messages(p.topic, p.index))

@@ -29,7 +29,7 @@ _TYPES = {
 CONSUMER_TYPES = ("exclusive", "shared", "failover", "key_shared")
 
 
-def parse_consumer_type(consumer_type: str) -> tuple[str, int]:
+def parse_consumer_type(consumer_type: str) -> tuple[str, consumer_pb2.SubscriptionType]:
     """("shared", consumer_pb2.SHARED) for "shared", "Shared", "SHARED", ...;
     `InvalidArgument` for anything that is not one of the four types."""
     found = _TYPES.get(consumer_type.strip().lower()) if isinstance(consumer_type, str) else None

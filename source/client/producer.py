@@ -5,7 +5,8 @@
 message. Closed batches enter one ordered outbox (under the same lock that fills them, so
 send order is batch order) and one sender thread streams them. At most `max_inflight`
 batches wait for receipts and as many more wait in the outbox; then `send_async` blocks
-(the backpressure), except on the receipt thread: a callback may produce without deadlock. A receipt arrives after the broker's fsync and resolves every message of its
+(the backpressure), except on the receipt thread: a callback may produce without
+deadlock. A receipt arrives after the broker's fsync and resolves every message of its
 batch with its MessageId, in send order; `send` is `send_async` + flush + wait.
 Partitioned topics route by crc32c(key) % partitions, keyless messages round-robin.
 
@@ -403,16 +404,18 @@ class Producer:
         on the first connect, where each partition's sequence ids go on); its receiver
         thread running."""
         stream = _Stream(conn)
-        stream.attaching = len(self._topics) if self.idempotent else 0
+        # (a local count: the receiver thread counts `stream.attaching` down as answers come)
+        attaching = self._topics if self.idempotent else []
+        stream.attaching = len(attaching)
         self._receiver = threading.Thread(target=self._receive, args=(stream,), daemon=True,
                                           name="producer-receipts")
         self._receiver.start()
         try:
             answers = []
-            for t in self._topics[:stream.attaching]:
+            for t in attaching:
                 stream.requests.put(producer_pb2.ProduceRequest(
                     topic=t, producer_name=self.producer_name, attach=True))
-            for _t in self._topics[:stream.attaching]:
+            for _t in attaching:
                 try:
                     got = stream.attach_answers.get(timeout=deadline.budget(conn.timeout))
                 except queue.Empty:
@@ -441,7 +444,8 @@ class Producer:
                                       self.producer_name)
             if not self._seqs:  # the first connect: go on after what the broker stored
                 parts = range(self.partitions) if self.partitions else (-1,)
-                self._seqs = {p: a.last_sequence_id + 1 for p, a in zip(parts, answers)}
+                self._seqs = {p: a.last_sequence_id + 1
+                              for p, a in zip(parts, answers, strict=True)}
         self._conn = conn
         return stream
 

@@ -34,7 +34,7 @@ from collections import deque
 from shadowtopic.client.admin import Admin, position_pb
 from shadowtopic.client.connection import Connection
 from shadowtopic.client.message import Message
-from shadowtopic.client.reconnect import Reconnector, reconnectable
+from shadowtopic.client.reconnect import Owner, Reconnector, reconnectable
 from shadowtopic.client.stream import Multiplexer, QueueSink
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
@@ -42,6 +42,9 @@ from shadowtopic.core.names import TopicName
 from shadowtopic.pb.v1 import common_pb2, consumer_pb2
 
 _CLOSED = object()  # what Reader.close puts on its own queue, to wake a blocked read_next
+
+
+_SeekAnswer = tuple[MessageId, bool] | Exception
 
 
 class _GaveUp:
@@ -117,10 +120,12 @@ class Reader:
                  read_compacted: bool = False, reconnector: Reconnector | None = None):
         self.topic = topic
         self.read_compacted = read_compacted
-        self._seeks: dict[int, object] | None = None  # handle -> seek answer, while seeking
+        # handle -> seek answer (where it landed, clamped; or why not), while seeking
+        self._seeks: dict[int, _SeekAnswer | None] | None = None
         self._conn = conn
         self._start = start
         self._reconnector = reconnector  # None: a broken partition fails the reader
+        self._owner = Owner(topic, self._resume, self._give_up)  # what `_reconnector` drives
         self._lock = threading.Lock()    # the partitions' handles, against a reconnect
         self._queue = QueueSink()
         self._buffer: deque[Message] = deque()
@@ -161,7 +166,8 @@ class Reader:
                     mid = start if isinstance(start, MessageId) else MessageId.parse(start)
                     p.threshold, p.inclusive = MessageId(mid.ledger_id, mid.entry_id), inclusive
                 elif start == "latest":
-                    p.threshold = MessageId(last.ledger_id, last.entry_id) if last.ledger_id else None
+                    p.threshold = (MessageId(last.ledger_id, last.entry_id) if last.ledger_id
+                                   else None)
                     p.inclusive = inclusive
                 pending.discard(handle)
                 mux.send(consumer_pb2.ClientCommand(handle=handle, flow=consumer_pb2.Flow(
@@ -259,7 +265,7 @@ class Reader:
         p.state = "reconnecting"
         if self._seeks is not None and self._seeks.get(p.handle, 0) is None:
             self._seeks[p.handle] = err
-        self._reconnector.start(self)
+        self._reconnector.start(self._owner)
         return True
 
     def _resume(self, mux: Multiplexer, timeout: float) -> None:
@@ -355,10 +361,13 @@ class Reader:
             answers = list(self._seeks.values())
         finally:
             self._seeks = None
-        failure = next((a for a in answers if isinstance(a, BaseException)), None)
-        if failure is not None:
-            raise failure
-        return min(mid for mid, _ in answers)
+        landed: list[tuple[MessageId, bool]] = []
+        for a in answers:
+            if isinstance(a, BaseException):
+                raise a  # the first failure
+            if a is not None:
+                landed.append(a)
+        return min(mid for mid, _ in landed)
 
     def has_message_available(self) -> bool:
         if self._closed:

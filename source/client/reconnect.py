@@ -16,16 +16,16 @@ A non-retriable error (`TopicNotFound`: the topic was deleted; `NotAllowed`;
 `receive` / `read_next` raises it.
 
 How? The owner (a `Consumer` or `Reader`) marks the partition `reconnecting` and hands
-itself to its client's one `Reconnector` (`start`). The Reconnector's worker threads (a
-few per client, started on first use) make attempts for it: route the topic again exactly
-as the open did (`Client._reroute`: metadata and Lookup through the client's broker, so a
-shadow topic goes to its shadow broker and a moved topic to its new owner), take the
-client's live stream to that broker (`Client._multiplexer` replaces a dead one), then
-`owner._resume(mux, timeout)`: every partition of the owner still `reconnecting` gets a new
-handle on that stream and subscribes again, and the attempt waits for the broker's
+its `Owner` (a `Resumable`) to its client's one `Reconnector` (`start`). The Reconnector's
+worker threads (a few per client, started on first use) make attempts for it: route the
+topic again exactly as the open did (`Client._reroute`: metadata and Lookup through the
+client's broker, so a shadow topic goes to its shadow broker and a moved topic to its new
+owner), take the client's live stream to that broker (`Client._multiplexer` replaces a dead
+one), then `owner.resume(mux, timeout)`: every partition of the owner still `reconnecting`
+gets a new handle on that stream and subscribes again, and the attempt waits for the broker's
 answers. A retriable failure is tried again after a pause (50 ms doubling to 1 s,
 jittered, as the opening retries in retry.py); once the client's `operation_timeout` has
-passed since the partition broke, the owner is given up (`owner._give_up(err)`) with the
+passed since the partition broke, the owner is given up (`owner.give_up(err)`) with the
 last retriable error (a `Timeout` does not hide the error before it) and its next
 `receive` / `read_next` raises it, typed. A non-retriable failure gives it up at once.
 Meanwhile `receive` / `read_next` simply keep waiting within their own timeout.
@@ -68,9 +68,12 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
+from shadowtopic.client.connection import Connection
 from shadowtopic.client.retry import INITIAL_BACKOFF_S, MAX_BACKOFF_S, MIN_ATTEMPT_S
+from shadowtopic.client.stream import Multiplexer
 from shadowtopic.core import errors
 
 log = logging.getLogger(__name__)
@@ -88,16 +91,28 @@ def reconnectable(err: BaseException) -> bool:
 
 
 class Resumable(Protocol):
-    """What the Reconnector drives: a consumer or a reader."""
+    """What the Reconnector drives: a consumer or a reader (its `Owner`)."""
 
-    topic: str
+    @property
+    def topic(self) -> str:
+        """The topic it reads (routed again before each attempt)."""
 
-    def _resume(self, mux, timeout: float) -> None:
+    def resume(self, mux: Multiplexer, timeout: float) -> None:
         """One attempt: every partition still reconnecting subscribes again on `mux`,
         waiting at most `timeout` seconds for the broker; raises why it failed."""
 
-    def _give_up(self, err: errors.ShadowTopicError) -> None:
+    def give_up(self, err: errors.ShadowTopicError) -> None:
         """Reconnecting failed for good: the next receive / read_next raises `err`."""
+
+
+@dataclass(frozen=True, eq=False)
+class Owner:
+    """The `Resumable` a consumer or reader makes of itself once (its private `_resume` and
+    `_give_up`) and hands to `Reconnector.start` each time a partition breaks."""
+
+    topic: str
+    resume: Callable[[Multiplexer, float], None]
+    give_up: Callable[[errors.ShadowTopicError], None]
 
 
 class _Job:
@@ -116,7 +131,7 @@ class _Job:
 class Reconnector:
     """The client's reconnecting owners and the threads that make their attempts."""
 
-    def __init__(self, route: Callable[[str, float], tuple[object, object]],
+    def __init__(self, route: Callable[[str, float], tuple[Connection, Multiplexer]],
                  operation_timeout: float, workers: int = WORKERS,
                  clock: Callable[[], float] = time.monotonic,
                  rand: Callable[[], float] = random.random):
@@ -198,13 +213,13 @@ class Reconnector:
         try:
             timeout = max(MIN_ATTEMPT_S, job.deadline - self._clock())
             conn, mux = self._route(owner.topic, timeout)
-            owner._resume(mux, max(MIN_ATTEMPT_S, min(conn.timeout,
-                                                      job.deadline - self._clock())))
+            owner.resume(mux, max(MIN_ATTEMPT_S, min(conn.timeout,
+                                                     job.deadline - self._clock())))
         except errors.ShadowTopicError as exc:
             err = exc
         except Exception as exc:  # noqa: BLE001 - a channel closed under us, a bug: give up
             err = errors.Internal(f"reconnecting failed: {exc!r}")
-        give_up: errors.ShadowTopicError | None = None
+        final: errors.ShadowTopicError | None = None
         with self._cond:
             job.running = False
             if self._jobs.get(id(owner)) is not job:
@@ -217,7 +232,7 @@ class Reconnector:
                     del self._jobs[id(owner)]
                 return
             if not reconnectable(err):
-                give_up = err
+                final = err
             else:
                 pause = min(job.backoff * (0.5 + self._rand() / 2),
                             job.deadline - now - MIN_ATTEMPT_S)
@@ -227,10 +242,10 @@ class Reconnector:
                     job.backoff = min(job.backoff * 2, MAX_BACKOFF_S)
                     self._push(job, now + pause)
                     return
-                give_up = job.why if isinstance(err, errors.Timeout) and job.why else err
-                give_up.add_note(f"gave up reconnecting after {job.attempts} attempts "
+                final = job.why if isinstance(err, errors.Timeout) and job.why else err
+                final.add_note(f"gave up reconnecting after {job.attempts} attempts "
                                  f"(operation timeout {self._operation_timeout:g}s)")
             del self._jobs[id(owner)]
-        log.warning("%s: reconnecting failed: %s: %s", owner.topic, give_up.reason,
-                    give_up.message)
-        owner._give_up(give_up)
+        log.warning("%s: reconnecting failed: %s: %s", owner.topic, final.reason,
+                    final.message)
+        owner.give_up(final)

@@ -130,4 +130,6 @@ class Retry:
                     final.add_note(f"gave up after {attempts} attempts in "
                                    f"{self._clock() - start:.1f}s (operation timeout "
                                    f"{self.operation_timeout:g}s)")
-                raise final
+                if final is err:
+                    raise
+                raise final from err  # the error before the last attempt's Timeout

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import grpc
@@ -40,6 +41,19 @@ class Sink(Protocol):
         ...
 
     def put_many(self, handles: list[int], delivery: Delivery) -> None:
+        ...
+
+
+class _Call(Protocol):
+    """The Connect call, as used here (gRPC's streaming call object)."""
+
+    def __iter__(self) -> Iterator[consumer_pb2.ServerMessage]:
+        ...
+
+    def cancel(self) -> bool:
+        ...
+
+    def add_callback(self, callback: Callable[[], None]) -> bool:
         ...
 
 
@@ -85,8 +99,9 @@ class Multiplexer:
                     batch.append(item)
                 yield consumer_pb2.ClientMessage(commands=acks.expand(batch))
 
-        self._responses = call(gen())
-        self._responses.add_done_callback(lambda _call: finished.set())
+        self._responses: _Call | None = call(gen())  # None once closed: the call is freed
+        if not self._responses.add_callback(finished.set):
+            finished.set()  # (the call had ended already: the callback is not called)
         self._thread = threading.Thread(target=self._receive, daemon=True, name="consumer-rx")
         self._thread.start()
 
@@ -131,8 +146,11 @@ class Multiplexer:
     def _receive(self) -> None:
         err: Exception = errors.ConnectError("consumer stream ended")
         decoded = Decoded()
+        responses = self._responses
         try:
-            for message in self._responses:
+            if responses is None:
+                return  # (closed before this thread ran)
+            for message in responses:
                 for frame in message.frames:
                     delivery = Delivery(frame, decoded)  # shared by the handles it names
                     handles = frame.handles
@@ -177,7 +195,8 @@ class Multiplexer:
                 return
             self._closed = True
         self._requests.put(None)
-        self._responses.cancel()
+        if self._responses is not None:  # (set until this close)
+            self._responses.cancel()
         self._finished.wait(CLOSE_TIMEOUT_S)
         self._thread.join(CLOSE_TIMEOUT_S)
         self._responses = None
