@@ -33,7 +33,9 @@ _PUBLIC = {
     "errors": "shadowtopic.core.errors",
 }
 
-__all__ = sorted(_PUBLIC)
+# spelled out (equal to sorted(_PUBLIC)) so tools see what the lazy imports export
+__all__ = ["Admin", "Client", "CompactionStatus", "Consumer", "EARLIEST", "LATEST", "Message",
+           "MessageId", "Policies", "Producer", "Reader", "TopicMetadata", "errors"]
 
 if TYPE_CHECKING:
     from shadowtopic.client.admin import Admin, CompactionStatus, TopicMetadata

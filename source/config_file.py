@@ -63,7 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def keys_of(p: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     """The config keys of a parser: every `--flag` (its dest) but --help and --config."""
-    return {a.dest: a for a in p._actions
+    # argparse lists a parser's actions only in this attribute
+    return {a.dest: a for a in p._actions  # noqa: SLF001
             if a.dest not in _NOT_KEYS and any(s.startswith("--") for s in a.option_strings)}
 
 
@@ -151,7 +152,8 @@ def convert(action: argparse.Action, value: Any, where: str, from_env: bool = Fa
             if not isinstance(value, bool):
                 raise ValueError(f"expected true or false, not {value!r}")
             return value
-        if isinstance(action, argparse._AppendAction):
+        # argparse names its append action's class only privately
+        if isinstance(action, argparse._AppendAction):  # noqa: SLF001
             if from_env:
                 value = _toml_value(value) if value.lstrip().startswith("[") else [value]
             items = value if isinstance(value, list) else [value]
@@ -164,15 +166,19 @@ def convert(action: argparse.Action, value: Any, where: str, from_env: bool = Fa
 
 
 def _one(action: argparse.Action, value: Any) -> Any:
-    if action.type is None:
+    convert = action.type
+    out: object
+    if convert is None:
         out = value if isinstance(value, str) else str(value)
+    elif not callable(convert):  # a name registered with the parser: none of ours is
+        raise ValueError(f"--{action.dest.replace('_', '-')}: type {convert!r} is not callable")
     elif isinstance(value, bool):
         raise ValueError(f"expected a value for --{action.dest.replace('_', '-')}, "
                          f"not {str(value).lower()}")
-    elif isinstance(value, str) or action.type in (int, float):
-        out = action.type(value)
+    elif isinstance(value, str) or convert in (int, float):
+        out = convert(value)
     else:
-        out = action.type(str(value))
+        out = convert(str(value))
     if action.choices is not None and out not in action.choices:
         raise ValueError(f"{out!r} is not one of {', '.join(map(str, action.choices))}")
     return out

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 _PR_SET_PDEATHSIG = 1
 
@@ -137,10 +137,14 @@ class Role(Protocol):
 STARTING, RUNNING, BACKOFF, FAILED, STOPPED = "starting", "running", "backoff", "failed", "stopped"
 
 
-class Supervisor:
-    """Keeps one `Role` running; call `start()` once, then `poll()` from the main loop."""
+R = TypeVar("R", bound=Role)
 
-    def __init__(self, child: Role, start_timeout: float = 60.0, first_delay: float = 0.5,
+
+class Supervisor(Generic[R]):
+    """Keeps one `Role` running; call `start()` once, then `poll()` from the main loop.
+    Generic in the role's class, so its holder reaches what that class adds (`child`)."""
+
+    def __init__(self, child: R, start_timeout: float = 60.0, first_delay: float = 0.5,
                  max_delay: float = 8.0, max_failures: int = 5, window: float = 60.0,
                  clock: Callable[[], float] = time.monotonic):
         self.child = child

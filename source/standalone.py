@@ -207,7 +207,7 @@ def check_config(common: list[str], timeout: float = 60.0) -> str | None:
                               stdin=subprocess.DEVNULL, text=True) for module in LABELS]
     errors = []
     try:
-        for module, proc in zip(LABELS, procs):
+        for proc in procs:
             _, err = proc.communicate(timeout=timeout)
             if proc.returncode != 0:
                 lines = err.strip().splitlines() or [f"exited with code {proc.returncode}"]
@@ -318,7 +318,9 @@ def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port:
                 _report_failure(failed)
                 return 1
             if not etcd.running():
-                print(f"error: etcd {describe_exit(etcd.proc.returncode)}; stopping "
+                gone = "is not running" if etcd.proc is None else describe_exit(
+                    etcd.proc.returncode)
+                print(f"error: etcd {gone}; stopping "
                       f"(see {etcd.log_path})", file=sys.stderr, flush=True)
                 return 1
             if not announced and all(s == RUNNING for s in states):
@@ -353,7 +355,7 @@ def _ready_line(child: BrokerProcess) -> str:
     return f"{label} ready: {child.url}{metrics}"
 
 
-def _report_failure(sup: Supervisor) -> None:
+def _report_failure(sup: Supervisor[BrokerProcess]) -> None:
     if sup.ever_ready:
         print(f"error: {sup.error}; stopping", file=sys.stderr, flush=True)
         return

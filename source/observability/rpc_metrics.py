@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
+from collections.abc import Callable
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -63,8 +64,9 @@ class RpcMetrics(grpc.aio.ServerInterceptor):
         behavior = getattr(handler, kind)
         done = self._done
 
+        measured: Callable[..., object]
         if inspect.isasyncgenfunction(behavior):
-            async def measured(request, context):
+            async def measured_stream(request, context):
                 started, exc = time.perf_counter(), None
                 try:
                     async for item in behavior(request, context):
@@ -74,8 +76,9 @@ class RpcMetrics(grpc.aio.ServerInterceptor):
                     raise
                 finally:
                     done(method, started, context, exc)
+            measured = measured_stream
         elif inspect.iscoroutinefunction(behavior):
-            async def measured(request, context):
+            async def measured_unary(request, context):
                 started, exc = time.perf_counter(), None
                 try:
                     return await behavior(request, context)
@@ -84,6 +87,7 @@ class RpcMetrics(grpc.aio.ServerInterceptor):
                     raise
                 finally:
                     done(method, started, context, exc)
+            measured = measured_unary
         else:  # a plain function: left as it is (none of ours)
             return handler
         return handler._replace(**{kind: measured})

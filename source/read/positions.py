@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.ledger.view import LedgerView
 
@@ -31,6 +32,8 @@ async def resolve(view: LedgerView, start: Start) -> MessageId:
         return view.next_position()
     if start.kind == MESSAGE_ID:
         mid = start.message_id
+        if mid is None:
+            raise errors.InvalidMessageId("a start at a message id names none")
         pos = MessageId(mid.ledger_id, mid.entry_id if start.inclusive else mid.entry_id + 1)
         return view.valid_position(pos)
     if start.kind == PUBLISH_TIME:

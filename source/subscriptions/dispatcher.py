@@ -163,7 +163,9 @@ class Dispatcher(ABC):
                 counts.pop(p, None)
 
     def reset(self) -> None:
-        """The cursor was reset: nothing is held or waits for redelivery any more."""
+        """The cursor was reset: nothing is held or waits for redelivery any more (a
+        dispatcher that holds nothing of its own has nothing to drop)."""
+        return None
 
     # ---- numbers ---------------------------------------------------------------------------
 

@@ -47,7 +47,9 @@ class TopicSubscriptions(Protocol):
     """What these policies use of a topic's subscriptions (source/subscriptions/topic.py,
     which imports this module: a protocol here, not an import back)."""
 
-    topic: object
+    @property
+    def topic(self) -> object: ...  # (read only: its TopicName, for log lines)
+
     subs: dict[str, Subscription]
 
     async def delete(self, name: str, force: bool, dry_run: bool) -> object: ...
@@ -151,8 +153,8 @@ async def check_quota(ts: TopicSubscriptions, size_bytes: int, age_s: int, now_m
     """The topic's backlog against its quota (-1: no limit), measured on the slowest
     subscription; every subscription's `over_quota` flag is set (each one is measured only
     when the slowest is over: otherwise none is)."""
-    for sub in ts.subs.values():
-        sub.over_quota = False
+    for each in ts.subs.values():
+        each.over_quota = False
     if size_bytes < 0 and age_s < 0:
         return QuotaCheck(False)
     sub = slowest(ts)
@@ -170,7 +172,7 @@ def _size_target(sub: Subscription, size_bytes: int) -> MessageId | None:
     """Where `sub` must start for its backlog to be within `size_bytes` (None: it is)."""
     view, cursor = sub.view, sub.cursor
     start = first_unacked(sub)
-    kept = 0
+    kept = 0.0  # bytes, estimated from each ledger's average entry
     ranges = [r for r in view.ranges() if r.entries and r.ledger_id >= start.ledger_id]
     for i in range(len(ranges) - 1, -1, -1):
         r = ranges[i]

@@ -66,7 +66,7 @@ class KeyRing(Generic[C]):
         """The inclusive slot ranges `consumer` owns, merged, in order."""
         out: list[tuple[int, int]] = []
         n = len(self._points)
-        for i, (point, owner) in enumerate(zip(self._points, self._owners)):
+        for i, (point, owner) in enumerate(zip(self._points, self._owners, strict=True)):
             if owner is not consumer:
                 continue
             start = self._points[i - 1] + 1 if i else 0

@@ -40,8 +40,9 @@ class SubscriptionMeta:
     read_compacted: bool = False
 
     def encode(self) -> bytes:
+        kind = _TYPES.get(self.type, mpb.SubscriptionType.SUBSCRIPTION_TYPE_UNSPECIFIED)
         return mpb.SubscriptionMeta(
-            name=self.name, type=_TYPES.get(self.type, 0), created_ms=self.created_ms,
+            name=self.name, type=kind, created_ms=self.created_ms,
             initial_position=self.initial_position.to_pb(),
             read_compacted=self.read_compacted).SerializeToString()
 

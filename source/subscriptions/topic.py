@@ -26,11 +26,11 @@ those entries are delivered again; nothing unacknowledged is skipped. A change w
 says it is done is durable before that answer (C4a, issue 29): reset-cursor (by id or time),
 a consumer's seek, skip and clear-backlog write the one cursor at once (`_persist`:
 `CursorFlusher.persist`, concurrent ones share a write); a created subscription is durable
-with its meta (its starting position), a deleted one with its meta's deletion. A consumer attaching or
-the last one detaching marks the cursor changed too (its `last_active`, subscription.py), so a
-subscription left without consumers keeps its detach time across restarts and moves; one
-loaded without a persisted time (saved while a consumer was attached) counts from its first
-load, saved too.
+with its meta (its starting position), a deleted one with its meta's deletion. A consumer
+attaching or the last one detaching marks the cursor changed too (its `last_active`,
+subscription.py), so a subscription left without consumers keeps its detach time across
+restarts and moves; one loaded without a persisted time (saved while a consumer was
+attached) counts from its first load, saved too.
 """
 from __future__ import annotations
 
