@@ -148,7 +148,7 @@ def test_produce_input_usage_errors(broker, topic):
                    "cannot be used with -f")
 
 
-# ---- Ctrl-C ---------------------------------------------------------------------------------------
+# ---- Ctrl-C ----------------------------------------------------------------------------------
 
 def test_ctrl_c_while_producing_from_stdin_says_what_was_acknowledged(broker, topic):
     ok(run(broker.url, "topics", "create", topic))
@@ -247,7 +247,7 @@ def test_last_message_id_compacted(etcd_server, broker, client, topic):
     assert str(ids[4]) in out and str(ids[-1]) not in out
 
 
-# ---- -o json of what printed text ------------------------------------------------------------------
+# ---- -o json of what printed text ------------------------------------------------------------
 
 def test_create_subscription_and_delete_print_json(broker, topic):
     ok(run(broker.url, "topics", "create", topic))
@@ -278,11 +278,11 @@ def test_piped_tables_keep_long_names_whole(broker):
     assert topic not in out and max(len(line) for line in out.splitlines()) <= 60, out
 
 
-# ---- what `topics list` loads ----------------------------------------------------------------------
+# ---- what `topics list` loads ----------------------------------------------------------------
 
-HEAVY = ("pyarrow", "numpy", "etcd3", "pyspark", "shadowtopic.broker", "shadowtopic.ledger",
-         "shadowtopic.metadata", "shadowtopic.read", "shadowtopic.subscriptions", "shadowtopic.shadow",
-         "shadowtopic.compaction")
+HEAVY = ("pyarrow", "numpy", "etcd3", "pyspark", "prometheus_client", "shadowtopic.broker",
+         "shadowtopic.ledger", "shadowtopic.metadata", "shadowtopic.read",
+         "shadowtopic.subscriptions", "shadowtopic.shadow", "shadowtopic.compaction")
 
 LOADED = """
 import json, sys
@@ -312,7 +312,7 @@ def test_topics_list_loads_no_heavy_module(broker):
         assert ("rich.table" in modules) == rich, args
 
 
-# ---- brokers health ---------------------------------------------------------------------------------
+# ---- brokers health --------------------------------------------------------------------------
 
 def test_brokers_health_reads_the_registry_and_asks_each_broker(etcd_server, start_pair,
                                                                  topic):
