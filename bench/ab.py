@@ -8,9 +8,10 @@ Runs `bench/run.py <args>` in the `--before` checkout, then in this one, `--pair
 (A B A B ...: the machine is shared and noisy, so each pair meets the same noise). Each run
 imports its own tree's code: it runs under that tree's own `.venv/bin/python` (`make install`
 there first: the package is installed editable, so a PYTHONPATH would not switch it; the
-brokers and workers it starts use the same interpreter) and writes its figures to `<tree>/bench/out/<stamp>.json`; RESULTS.md is not touched (`--out`
-goes to a scratch file). Every number the two runs share is a figure; the report gives, for
-each, the before and after medians and the median of the paired ratios after / before.
+brokers and workers it starts use the same interpreter) and writes its figures to
+`<tree>/bench/out/<stamp>.json`; RESULTS.md is not touched (`--out` goes to a scratch file).
+Every number the two runs share is a figure; the report gives, for each, the before and after
+medians and the median of the paired ratios after / before.
 Lower is better for seconds, latencies and CPU; higher for rates.
 """
 from __future__ import annotations

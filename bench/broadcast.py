@@ -390,7 +390,7 @@ def _collect(q, kind: str, n: int, timeout: float, ps) -> list[dict]:
             dead = [p for p in ps if p.exitcode not in (None, 0)]
             if dead or time.time() > deadline:
                 raise SystemExit(f"bench: broadcast: {n - len(got)} client processes did not "
-                                 f"report {kind!r} (see their traceback above)")
+                                 f"report {kind!r} (see their traceback above)") from None
             continue
         if k != kind:
             raise SystemExit(f"bench: broadcast: expected {kind!r} from process {idx}, got {k!r}")

@@ -1,6 +1,6 @@
 """Compaction (issue 10), measured as a user meets it: one real etcd, a source broker, a shadow
-broker and a warm compaction worker (`python -m shadowtopic.compaction.worker`, local[*]) on one storage
-root, driven through the public client.
+broker and a warm compaction worker (`python -m shadowtopic.compaction.worker`, local[*]) on one
+storage root, driven through the public client.
 
     .venv/bin/python bench/compaction_bench.py [--messages 5000000] [--keys 100000] [--rounds 3]
 

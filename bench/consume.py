@@ -196,7 +196,8 @@ def consume_round(url: str, admin, topic: str, case: str, tag: str, messages: in
         try:
             res.append(q.get(timeout=600))
         except Exception:  # noqa: BLE001 - a consumer died: say so
-            raise SystemExit("bench: a consumer process failed (see its traceback above)")
+            raise SystemExit(
+                "bench: a consumer process failed (see its traceback above)") from None
     broker_cpu = proc_cpu(broker_pid) - cpu0  # includes subscribe/close: a slight overcount
     for p in ps:
         p.join(30)

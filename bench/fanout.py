@@ -8,7 +8,8 @@ alternating rounds (A B A B ...).
 
 Each round attaches the readers at the topic's end, then produces `--messages` messages
 (`--payload` bytes); delivered msgs/s = readers x messages / (time from the first message a
-reader got to the last message read). Prints one JSON document; bench/run.py calls `run_fanout` for RESULTS.md.
+reader got to the last message read). Prints one JSON document; bench/run.py calls
+`run_fanout` for RESULTS.md.
 """
 from __future__ import annotations
 

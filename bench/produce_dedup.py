@@ -159,13 +159,15 @@ def dedup_lines(res: dict) -> list[str]:
              "`idempotent=True`. CPU per message is the broker's and the producers' CPU time "
              "over the round divided by the messages (it does not count waiting for a core, "
              "so it is steadier than the rate on a shared machine).", "",
-             "| pair | off msgs/s | on msgs/s | on/off | broker CPU on/off | producers CPU on/off |",
+             "| pair | off msgs/s | on msgs/s | on/off | broker CPU on/off "
+             "| producers CPU on/off |",
              "|---|---|---|---|---|---|"]
     for i, x in enumerate(res["pairs"], 1):
         lines.append(f"| {i} | {x['off']['msgs_per_s']:,} | {x['on']['msgs_per_s']:,} | "
                      f"{x['rate_ratio']:.2f} | {x['broker_cpu_ratio']:.2f} | "
                      f"{x['client_cpu_ratio']:.2f} |")
-    lines += ["", f"Medians of the paired ratios on/off: msgs/s **{res['median_rate_ratio']:.3f}**, "
+    lines += ["", "Medians of the paired ratios on/off: "
+              f"msgs/s **{res['median_rate_ratio']:.3f}**, "
               f"p50 ack latency {res['median_p50_ratio']:.3f}, CPU per message: broker "
               f"**{res['median_broker_cpu_ratio']:.3f}**, producers "
               f"**{res['median_client_cpu_ratio']:.3f}** (1.0: no cost; the target is a cost "

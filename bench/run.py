@@ -115,7 +115,8 @@ def produce_round(url: str, topic: str, messages: int, producers: int, payload: 
         try:
             results.append(q.get(timeout=300))
         except Exception:
-            raise SystemExit("bench: a producer process failed (see its traceback above)")
+            raise SystemExit(
+                "bench: a producer process failed (see its traceback above)") from None
     for p in procs:
         p.join(30)
     acked = sum(r["acked"] for r in results)
@@ -194,7 +195,8 @@ def machine() -> str:
     except (OSError, StopIteration):
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, {platform.platform()}, Python {platform.python_version()}"
+    return (f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, {platform.platform()}, "
+            f"Python {platform.python_version()}")
 
 
 def fanout_lines(fan: dict) -> list[str]:

@@ -70,10 +70,13 @@ ROOT = os.path.dirname(BENCH)
 if BENCH not in sys.path:  # the sibling bench modules imported below
     sys.path.insert(0, BENCH)
 
-from topics import name as topic_name  # bench/topics.py
-
 HEAD = struct.Struct("<Qd")  # sequence, send time (time.time())
 PARTS = ("create", "latency", "catchup", "cpu", "latency-remote", "catchup-s3")
+
+
+def topic_name(part: str, local: str) -> str:
+    from topics import name  # bench/topics.py (imported here, after BENCH is on sys.path)
+    return name(part, local)
 
 
 def proc_cpu(pid: int) -> float:
@@ -263,7 +266,8 @@ def _get(q, p, timeout: float, what: str):
             return q.get(timeout=1.0)
         except Exception:
             if p.exitcode not in (None, 0) or time.time() > deadline:
-                raise SystemExit(f"bench: shadows: {what} failed (see its traceback above)")
+                raise SystemExit(
+                    f"bench: shadows: {what} failed (see its traceback above)") from None
 
 
 def start_readers(url: str, topics: list[str], expect: int = 0, warm: int = 0):

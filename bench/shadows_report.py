@@ -26,7 +26,8 @@ def load(res: dict) -> str:
 
 def shadows_lines(res: dict) -> list[str]:
     lines = ["## Shadow topics (bench/shadows.py)", "",
-             "One real etcd, a source broker and a shadow broker (`python -m shadowtopic.shadow.broker`) on "
+             "One real etcd, a source broker and a shadow broker "
+             "(`python -m shadowtopic.shadow.broker`) on "
              "one shared storage root, as `make run` runs them: every shadow is served by the "
              "one shadow broker process. The client names the source broker; Lookup routes "
              "shadows to the shadow broker. 100-byte payloads. CPU from /proc/<pid>/stat."
@@ -323,7 +324,8 @@ def scale_lines(res: dict) -> list[str]:
                   f"\"earliest\", {fb['procs']} client processes) on each, alternating. Shadow "
                   "broker us/msg sums the shadow brokers' CPU.", "",
                   "| round | shadow brokers | msgs/s | seconds | client us/msg | shadow "
-                  "broker(s) us/msg | source broker us/msg |", "|---|---:|---:|---:|---:|---:|---:|"]
+                  "broker(s) us/msg | source broker us/msg |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
         for i, row in enumerate(fb["rounds"], 1):
             for n in sorted(row, key=int):
                 x = row[n]

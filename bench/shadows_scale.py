@@ -2,7 +2,8 @@
 real etcd + source broker + shadow broker on one storage root (bench/shadows.py's `Pair`;
 every shadow lives in the one shadow broker process, as in `make run`).
 
-    .venv/bin/python bench/shadows_scale.py --shared ../shared [--rounds 3] [--parts fanout,broadcast]
+    .venv/bin/python bench/shadows_scale.py --shared ../shared [--rounds 3] \
+        [--parts fanout,broadcast]
 
 - fanout: a source pre-filled with `--fanout-messages` (100,000) messages of 100 bytes and
   `--shadows` (4) shadows; each round `--subs` (100) fresh Exclusive subscriptions at
@@ -43,9 +44,12 @@ ROOT = os.path.dirname(BENCH)
 if BENCH not in sys.path:  # the sibling bench modules imported below
     sys.path.insert(0, BENCH)
 
-from topics import name as topic_name  # bench/topics.py
-
 PARTS = ("fanout", "broadcast", "fanout-brokers")
+
+
+def topic_name(part: str, local: str) -> str:
+    from topics import name  # bench/topics.py (imported here, after BENCH is on sys.path)
+    return name(part, local)
 
 
 def _consume_many(url: str, subs: list[tuple[str, str]], total: int, start_at: float,
@@ -118,7 +122,7 @@ def fanout_round(pair, c, topics: list[str], tag: str, subs: int, procs: int, me
         try:
             res.append(q.get(timeout=900))
         except Exception:
-            raise SystemExit("bench: shadow fan-out: a consumer process failed")
+            raise SystemExit("bench: shadow fan-out: a consumer process failed") from None
     cpu = [proc_cpu(pair.src_pid) - cpu0[0], sum(proc_cpu(p) for p in sh_pids) - cpu0[1]]
     for p in ps:
         p.join(30)

@@ -6,8 +6,9 @@
 proto/shadowtopic/<path>/x.proto generates <out>/<path>/x_pb2.py (+ .pyi, + x_pb2_grpc.py for
 services), <out> being source/, the folder of the package `shadowtopic`: so
 `proto/shadowtopic/pb/v1/admin.proto` becomes `shadowtopic.pb.v1.admin_pb2` in
-source/pb/v1/admin_pb2.py, and protoc's own imports work without rewriting. tests/test_source/wire/test_proto_fresh.py fails when the checked-in code
-differs from a fresh generation.
+source/pb/v1/admin_pb2.py, and protoc's own imports work without rewriting.
+tests/test_source/wire/test_proto_fresh.py fails when the checked-in code differs from a fresh
+generation.
 """
 import argparse
 import pathlib

@@ -73,7 +73,8 @@ class Cluster:
             ep, os.path.join(self.root, "shadow"), free_port(), extra_args=args,
             module="shadowtopic.shadow.broker", log_path=os.path.join(self.logs, "shadow.log"))
         self.procs["worker"] = BrokerProcess(
-            ep, os.path.join(self.root, "worker"), free_port(), module="shadowtopic.compaction.worker",
+            ep, os.path.join(self.root, "worker"), free_port(),
+            module="shadowtopic.compaction.worker",
             log_path=os.path.join(self.logs, "worker.log"),
             extra_args=["--spark-master", self.spark_master, "--grace", "1",
                         "--lease-ttl", str(self.lease_ttl), "--relist", "1",

@@ -84,7 +84,8 @@ def text(s: dict) -> str:
     done = [t for p, t in comp if p == "done"]
     out = [f"\nchaos summary: {s['cycles']} cycles in {s['elapsed'] / 60:.1f} min, seed "
            f"{s['seed']}; acked {s['acked']}, unknown {s['unknown']}, lost {s['lost']}, "
-           f"duplicates {s['dups']}, stored twice {s.get('stored_twice', 0)}; compactions {len(done)} done of {len(comp)}"
+           f"duplicates {s['dups']}, stored twice {s.get('stored_twice', 0)}; "
+           f"compactions {len(done)} done of {len(comp)}"
            + (f" (median {median(done):.1f} s)" if done else "")
            + f"; jobs hit by a fault {len(s['mid_jobs'])} ({s['mid_jobs'].count('done')} done)"
            + f"; stalled subscribers reopened {len(s['stalls'])}", *_table(s)]

@@ -260,7 +260,8 @@ class Run:
                       f" unknown {last['unknown']}; delivered "
                       f"{'/'.join(str(r.delivered) for r in reps)}; lost "
                       f"{sum(len(r.lost) for r in reps)}; dups "
-                      f"{sum(r.dup_ok + len(r.dup_bad) for r in reps)}; job before the fault {mid_job}; "
+                      f"{sum(r.dup_ok + len(r.dup_bad) for r in reps)}; "
+                      f"job before the fault {mid_job}; "
                       f"{time.monotonic() - t_cycle:.0f} s", flush=True)
             wl.stop()
             stalls, errs = list(wl.stalls), len(wl.errors)

@@ -4,7 +4,8 @@ requests and compacted reads, and the record of all of it (`checks.Send`, `check
 The client does not reconnect an established stream after a broker restart, so every
 producer and subscriber catches errors, drops its client (closed on a thread of its own, so a
 hung close never blocks the loop) and opens a new one after a bounded back-off (0.1 s
-doubling to 2 s, reset by a send that is acked). A send that raised is recorded `unknown`; one that returned an id `acked`.
+doubling to 2 s, reset by a send that is acked). A send that raised is recorded `unknown`;
+one that returned an id `acked`.
 Each reopen of a subscriber starts a new session (what the duplicate check keys on). A
 subscriber that is behind the producers and has received nothing for `stall` seconds also
 reopens; those reopens are counted (`stalls`) and reported.
@@ -206,8 +207,9 @@ class Workload:
             except errors.Timeout:
                 if time.monotonic() - last_msg > self.stall and name in self.behind():
                     with self.lock:
-                        self.stalls.append(f"{name} session {session}: nothing for "
-                                           f"{self.stall:g} s while behind {self.behind_unlocked(name)}")
+                        self.stalls.append(
+                            f"{name} session {session}: nothing for {self.stall:g} s "
+                            f"while behind {self.behind_unlocked(name)}")
                     end("stalled")
                 continue
             except Exception as exc:
@@ -277,8 +279,8 @@ def wait_compaction(url: str, topic: str, job_id: str, timeout: float):
 
 def read_compacted(url: str, topic: str, timeout: float = 60.0
                    ) -> list[tuple[str, bytes | None, str]]:
-    """(key, value or None for a delete, message id) of a read_compacted reader from earliest to the end;
-    retried from the start on errors until `timeout`."""
+    """(key, value or None for a delete, message id) of a read_compacted reader from earliest
+    to the end; retried from the start on errors until `timeout`."""
     deadline = time.monotonic() + timeout
     last: Exception | None = None
     while time.monotonic() < deadline:

@@ -28,7 +28,8 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-TOP_FOLDERS = ("source", "shadow", "compaction", "proto", "tests", "bench", "docs", "scripts", ".ci")
+TOP_FOLDERS = ("source", "shadow", "compaction", "proto", "tests", "bench", "docs", "scripts",
+               ".ci")
 TOP_FILES = ("README.md", "Makefile", "pyproject.toml")
 CODE_FOLDERS = ("source", "shadow", "compaction", "scripts", "bench")
 PACKAGE_DIRS = {"shadowtopic.shadow": "shadow", "shadowtopic.compaction": "compaction",
@@ -207,7 +208,7 @@ def all_stale() -> list[str]:
         out += stale_in_text(text, "pyproject.toml", line)
     for folder in CODE_FOLDERS:
         for py in sorted((ROOT / folder).rglob("*.py")):
-            if "__pycache__" in py.parts or py.name.endswith("_pb2.py") or py.name.endswith("_pb2_grpc.py"):
+            if "__pycache__" in py.parts or py.name.endswith(("_pb2.py", "_pb2_grpc.py")):
                 continue
             for line, text in code_texts(py):
                 out += stale_in_text(text, str(py.relative_to(ROOT)), line)
@@ -221,7 +222,8 @@ def test_every_path_and_module_named_in_docs_and_comments_exists():
 
 def test_the_check_names_file_and_line_of_what_is_missing():
     text = ("intro\n"
-            "see source/ledger/wal.py and docs/ARCHITECTURE.md, run `python -m shadowtopic.broker`\n"
+            "see source/ledger/wal.py and docs/ARCHITECTURE.md, "
+            "run `python -m shadowtopic.broker`\n"
             "the errors: `shadowtopic.core.errors`, `shadowtopic.client.Client`, shadowtopic.toml\n"
             "gone: source/ledger/nowhere.py, then `python -m shadowtopic.nowhere`\n"
             "and `shadowtopic.core.no_module`, `shadowtopic.client.NoSuchName`, README.md\n"
@@ -236,7 +238,8 @@ def test_the_check_names_file_and_line_of_what_is_missing():
 
 
 def test_no_paths_are_seen_inside_urls_or_longer_paths():
-    text = ("s3://bucket/docs/none.md, /home/me/source/none.py, <root>/tests/none, ../docs/none.md\n"
+    text = ("s3://bucket/docs/none.md, /home/me/source/none.py, <root>/tests/none, "
+            "../docs/none.md\n"
             "one replicator per source/shadow pair, written to bench/out/<stamp>.json\n"
             "the `shadowtopic.v1.Admin` service, the `shadowtopic.broker_features` entry points\n")
     assert stale_in_text(text, "doc.md") == []

@@ -94,7 +94,8 @@ def test_quickstart_commands_run_as_written(source_url):
     compacted = next(out for cmd, out in outputs.items() if "--compacted" in cmd)
     # 10 x user-1 "hello" then user-2 "world": the compacted view keeps one of each
     assert compacted.count("user-1") == 1 and compacted.count("user-2") == 1, compacted
-    shadow = next(out for cmd, out in outputs.items() if cmd.startswith("shadowtopic read my-topic-shadow"))
+    shadow = next(out for cmd, out in outputs.items()
+                  if cmd.startswith("shadowtopic read my-topic-shadow"))
     assert shadow.count("hello") == 5, shadow
 
 
@@ -102,5 +103,6 @@ def test_python_examples_run_as_written(source_url):
     readme = (ROOT / "README.md").read_text()
     for line, code in blocks(readme, "python"):
         done = run([sys.executable, "-c", code], source_url)
-        assert done.returncode == 0, f"README.md:{line}: the example failed\n{done.stdout}{done.stderr}"
+        assert done.returncode == 0, \
+            f"README.md:{line}: the example failed\n{done.stdout}{done.stderr}"
         assert done.stdout.strip(), f"README.md:{line}: the example printed nothing"

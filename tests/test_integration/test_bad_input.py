@@ -252,7 +252,7 @@ def test_consumer_stream_bad_commands_get_typed_errors(broker, client, topic):
     assert 3 not in errs and subscribed[3].created  # the good one among them went through
 
 
-# ---- the service-side error mapping (shadowtopic.broker.rpc, shadowtopic.core.errors), in-process -----
+# ---- service-side error mapping (shadowtopic.broker.rpc, shadowtopic.core.errors), in-process --
 
 class _Servicer(admin_pb2_grpc.AdminServicer):
     @unary

@@ -74,7 +74,8 @@ def test_round_trip_of_every_message_field(client, topic):
         dict(payload=b"plain"),
         dict(payload=b"keyed", key="user-1"),
         dict(payload=b"\x00\xffbinary\n", key=b"\x00bin\xffkey"),
-        dict(payload="unicode \u00e9\u4e2d", key="k\u00e9", properties={"a": "1", "\u00fc": "\u00e9"}),
+        dict(payload="unicode \u00e9\u4e2d", key="k\u00e9",
+             properties={"a": "1", "\u00fc": "\u00e9"}),
         dict(payload=b"timed", key="user-1", event_time=1_700_000_000_123),
         dict(payload=b"", key="user-1"),                        # tombstone
         dict(payload=b"", key=None),                            # keyless empty payload
@@ -322,12 +323,12 @@ def test_broker_keeps_serving_others_after_bad_requests(client, broker, topic):
     try:
         wait_for(lambda: len(good) >= 5, 20, "the good producer to start")
         with client.create_producer(small, batch_max_messages=50) as bad:
-            for round_ in range(5):
+            for _round in range(5):
                 failures: list = []
                 for i in range(50):
                     size = 4000 if i == 25 else 10  # one big message spoils its batch
                     bad.send_async(b"y" * size,
-                                   callback=lambda mid, exc: failures.append(exc))
+                                   callback=lambda mid, exc, out=failures: out.append(exc))
                 bad.flush(timeout=30)
                 assert len(failures) == 50
                 assert all(isinstance(e, errors.MessageTooBig) for e in failures), failures[:3]

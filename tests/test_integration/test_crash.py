@@ -1,4 +1,5 @@
-"""Durability under kill -9, torn WAL tails and corrupt sealed ledgers (docs/BEHAVIOURS.md F1-F3)."""
+"""Durability under kill -9, torn WAL tails and corrupt sealed ledgers
+(docs/BEHAVIOURS.md F1-F3)."""
 from __future__ import annotations
 
 import json
@@ -21,7 +22,8 @@ from shadowtopic.standalone import BrokerProcess
 PRODUCER_SCRIPT = textwrap.dedent("""
     import json, sys
     from shadowtopic.client import Client
-    url, topic, pid, count, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    url, topic, out = sys.argv[1], sys.argv[2], sys.argv[5]
+    pid, count = int(sys.argv[3]), int(sys.argv[4])
     acked, failed = [], []
     def cb(seq):
         def done(mid, exc):

@@ -3,10 +3,10 @@ etcd outage and says it is caught up").
 
 A source broker and a shadow broker with short leases (2 s) on a private etcd, so the outage
 touches no other test: etcd is paused (SIGSTOP), or killed and restarted on its data dir,
-past the brokers' lease deadline, so both brokers lose their leases and fence their topics. Messages produced after the
-outage must reach a fresh reader of the shadow within seconds; before the fix the shadow
-broker kept the fenced shadow loaded, its readers got `TopicNotOwned: keeps reloading` and
-the replicator's acks said caught up.
+past the brokers' lease deadline, so both brokers lose their leases and fence their topics.
+Messages produced after the outage must reach a fresh reader of the shadow within seconds;
+before the fix the shadow broker kept the fenced shadow loaded, its readers got
+`TopicNotOwned: keeps reloading` and the replicator's acks said caught up.
 """
 from __future__ import annotations
 

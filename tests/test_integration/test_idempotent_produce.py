@@ -63,7 +63,7 @@ def test_producer_carries_on_through_kill9_restarts_exactly_once_in_order(
             sender = threading.Thread(target=produce, daemon=True)
             sender.start()
             for k in range(kills):
-                wait_for(lambda: len(acked) >= (k + 1) * count // (kills + 2) or failed, 120,
+                wait_for(lambda k=k: len(acked) >= (k + 1) * count // (kills + 2) or failed, 120,
                          "acknowledgements before a kill", interval=0.02)
                 b.kill()
                 b.start(timeout=60)

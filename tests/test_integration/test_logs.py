@@ -75,7 +75,8 @@ def test_a_failed_compaction_is_logged_once_with_its_cause(etcd_server, tmp_path
     b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
                       extra_args=["--lease-ttl", "3", "--cluster", cluster])
     w = BrokerProcess(etcd_server.endpoint, str(tmp_path / "worker"), free_port(),
-                      module="shadowtopic.compaction.worker", extra_args=[*WORKER_ARGS, "--cluster", cluster],
+                      module="shadowtopic.compaction.worker",
+                      extra_args=[*WORKER_ARGS, "--cluster", cluster],
                       env={**failpoints.env({"compaction.before_publish": "error(disk on fire)"}),
                            "SHADOWTOPIC_CFG__WORKER__LOG_FORMAT": "json"})
     try:

@@ -1,7 +1,8 @@
 """`shadowtopic read`, `consume` and the admin commands work on shadow topics unchanged, driven
 as a user drives them: the installed `shadowtopic` console script against a source broker and
-a shadow broker (`python -m shadowtopic.shadow.broker`) on one storage root and the session's etcd. The
-CLI is told the SOURCE broker's URL (or any broker's): Lookup sends it to the shadow broker.
+a shadow broker (`python -m shadowtopic.shadow.broker`) on one storage root and the session's
+etcd. The CLI is told the SOURCE broker's URL (or any broker's): Lookup sends it to the shadow
+broker.
 
 Conventions as in test_cli.py: `-o json` prints one document (`read`/`consume`: one object
 per line); every error is exactly one `error: ...` line on stderr and exit code 1."""

@@ -3,9 +3,9 @@ creating it writes no file, and a reader of the shadow gets all 1,000,000 from E
 the ids the producer got back, out of the source's sealed Parquet ledgers and its open WAL.
 
 Driven as a user drives the service: real etcd, a source broker and a shadow broker
-(`python -m shadowtopic.shadow.broker`) on one storage root, the client connected to the source broker's
-URL only (Lookup routes the shadow's reader to the shadow broker). No Message object is kept:
-ids are compared as runs of consecutive (ledger_id, entry_id)."""
+(`python -m shadowtopic.shadow.broker`) on one storage root, the client connected to the source
+broker's URL only (Lookup routes the shadow's reader to the shadow broker). No Message object is
+kept: ids are compared as runs of consecutive (ledger_id, entry_id)."""
 from __future__ import annotations
 
 import hashlib

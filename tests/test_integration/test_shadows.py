@@ -1,6 +1,6 @@
 """Shadow topics end to end (docs/BEHAVIOURS.md R1-R9, C8, S7): a source broker and a shadow broker
-(`python -m shadowtopic.shadow.broker`) on one shared storage root and the session's etcd. Users name
-any broker (here always the source broker's URL): the client looks the shadow up and talks
+(`python -m shadowtopic.shadow.broker`) on one shared storage root and the session's etcd. Users
+name any broker (here always the source broker's URL): the client looks the shadow up and talks
 to the shadow broker."""
 from __future__ import annotations
 

@@ -68,7 +68,8 @@ def test_a_stalled_subscription_slows_no_one_and_memory_stays_in_budget(budget_b
                 t = time.monotonic()
                 done: list = []
                 for _ in range(PER_BATCH):
-                    p.send_async(payload, callback=lambda mid, exc: done.append((mid, exc)))
+                    p.send_async(payload,
+                                 callback=lambda mid, exc, out=done: out.append((mid, exc)))
                 p.flush(timeout=60)
                 assert len(done) == PER_BATCH and not any(exc for _, exc in done), done[:3]
                 ids += [mid for mid, _ in done]

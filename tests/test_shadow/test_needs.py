@@ -1,7 +1,7 @@
 """Shadows' needs (shadow/needs.py) and the source side of policy
-`retention_keeps_shadow_backlog` (source/ledger/retention.py, ShadowFeature._shadow_needs (shadow/feature.py)):
-the pure rules, the key schema, the policy's validation, and the publisher and the
-retention read against the metadata twin."""
+`retention_keeps_shadow_backlog` (source/ledger/retention.py, ShadowFeature._shadow_needs
+(shadow/feature.py)): the pure rules, the key schema, the policy's validation, and the publisher
+and the retention read against the metadata twin."""
 from __future__ import annotations
 
 import asyncio

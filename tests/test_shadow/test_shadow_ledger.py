@@ -33,6 +33,7 @@ from shadowtopic.shadow.ledger import ShadowLedger
 from shadowtopic.subscriptions import EXCLUSIVE, TopicSubscriptions
 
 SEALED, OPEN = mpb.LedgerState.SEALED, mpb.LedgerState.OPEN
+FIRST = MessageId(0, 0)  # entry 0 of ledger 0: where the read_all helper starts by default
 
 
 # ---- harness ------------------------------------------------------------------------------
@@ -189,7 +190,7 @@ async def append(ml: ManagedLedger, n: int, start: int = 0) -> tuple[int, int]:
     return await ml.append(raws, walmod.request_bytes(raws), sum(map(len, raws)))
 
 
-async def read_all(view, start: MessageId = MessageId(0, 0)):
+async def read_all(view, start: MessageId = FIRST):
     out, pos = [], start
     while True:
         got = await view.read(pos, 7, 1 << 30)  # small reads: many cross ledger ends

@@ -28,6 +28,8 @@ from shadowtopic.shadow.ledger import ShadowLedger
 from shadowtopic.shadow.replication import ReplicationService
 from shadowtopic.shadow.tail import TailCache
 
+FIRST = MessageId(0, 0)  # entry 0 of ledger 0: where the read_all helper starts by default
+
 
 class Topics:
     """What the Storage service needs of a TopicManager: the source, loaded here."""
@@ -104,7 +106,7 @@ def run(tmp_path, remote: bool, body, timeout: float = 30):
     asyncio.run(asyncio.wait_for(main(), timeout))
 
 
-async def read_all(view, start=MessageId(0, 0)):
+async def read_all(view, start=FIRST):
     out, pos = [], start
     for _ in range(1000):
         got = await view.read(pos, 7, 1 << 30)

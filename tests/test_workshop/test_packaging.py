@@ -57,7 +57,8 @@ def run_outside(code: str) -> subprocess.CompletedProcess:
 
 
 def test_users_import_shadowtopic_and_no_folder_name():
-    ok = run_outside("from shadowtopic import Client, errors; print(Client.__name__, errors.__name__)")
+    ok = run_outside("from shadowtopic import Client, errors; "
+                     "print(Client.__name__, errors.__name__)")
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.split() == ["Client", "shadowtopic.core.errors"]
     for name in ("source", "shadow", "compaction"):

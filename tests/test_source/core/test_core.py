@@ -76,7 +76,8 @@ def test_every_error_round_trips_through_the_status_table():
 
 
 def test_status_without_reason_maps_by_code():
-    assert isinstance(errors.from_status(grpc.StatusCode.NOT_FOUND, "x", None), errors.TopicNotFound)
+    assert isinstance(errors.from_status(grpc.StatusCode.NOT_FOUND, "x", None),
+                      errors.TopicNotFound)
     assert errors.from_status(grpc.StatusCode.UNAVAILABLE, "x", None).retriable
 
 

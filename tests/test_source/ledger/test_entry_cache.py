@@ -33,6 +33,7 @@ from shadowtopic.read.positions import Start
 
 TOPICS = [TopicName.parse(f"persistent://t/ns/cache-{i}") for i in range(3)]
 MAX_BATCH_BYTES = 8 * 600  # the largest batch the tests append (one WAL frame)
+FIRST = MessageId(0, 0)  # entry 0 of ledger 0: where the read_all helper starts by default
 
 
 class Env:
@@ -66,7 +67,7 @@ async def _append(ml: ManagedLedger, raws: list[bytes]) -> tuple[int, int]:
     return await ml.append(raws, wal.request_bytes(raws), sum(map(len, raws)))
 
 
-async def _read_all(ml, start=MessageId(0, 0), n=37, max_bytes=1 << 30) -> list[ReadEntry]:
+async def _read_all(ml, start=FIRST, n=37, max_bytes=1 << 30) -> list[ReadEntry]:
     """Read in small steps (many reads start inside a frame or straddle memory / WAL)."""
     out, pos = [], start
     while True:

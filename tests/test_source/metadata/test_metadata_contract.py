@@ -168,7 +168,8 @@ def test_txn_compare_kinds(store, p, arun):
     async def body():
         c = await store.put(p + "k", b"first")
         m = await store.put(p + "k", b"m")
-        cases = [(p + "k", t, op, {"c": c, "m": m}.get(v, v), want) for t, op, v, want in COMPARE_CASES]
+        cases = [(p + "k", t, op, {"c": c, "m": m}.get(v, v), want)
+                 for t, op, v, want in COMPARE_CASES]
         cases += [(p + "missing", t, op, v, want) for t, op, v, want in MISSING_CASES]
         failures = []
         for i, (key, target, op, operand, want) in enumerate(cases):

@@ -171,8 +171,8 @@ def test_bug_key_shared_new_entries_overtake_redo_beyond_one_frame(kind, tmp_pat
         await settle()
         payloads = [int(p[1:]) for p in map(bytes.decode, out_a.payloads(1))]
         assert len(payloads) == 705
-        assert payloads == sorted(payloads), \
-            f"key {k} out of order at {next(i for i in range(1, 705) if payloads[i] < payloads[i-1])}"
+        first_out = next((i for i in range(1, 705) if payloads[i] < payloads[i - 1]), None)
+        assert payloads == sorted(payloads), f"key {k} out of order at {first_out}"
     run(main())
 
 

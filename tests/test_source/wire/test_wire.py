@@ -12,7 +12,8 @@ def test_varint_matches_protobuf():
 
 
 def test_entries_frame_parses_as_server_frame():
-    raw = common_pb2.Message(key=b"k", payload=b"p" * 300, properties={"a": "b"}).SerializeToString()
+    raw = common_pb2.Message(key=b"k", payload=b"p" * 300,
+                             properties={"a": "b"}).SerializeToString()
     enc = [wire.encode_entry(7, i, 1_700_000_000_000 + i, raw, redelivery_count=i % 2)
            for i in range(3)]
     frame = consumer_pb2.ServerFrame.FromString(wire.entries_frame([42, 7, 2**40], enc))
