@@ -1,93 +1,18 @@
 """`make bench`, part by part at a tiny size (bench/run.py `--smoke --no-peers --only PART`),
-so a part that breaks shows in `make test` instead of an hour into a full bench run.
-
-Each part runs as `make bench` runs it: bench/run.py in a process of its own, starting real
-etcd, broker, shadow broker and worker processes. Its RESULTS.md, bench/out json and data go
-to the test's temp dir (`--out`, `--out-dir`, `--data-dir`): the checkout's bench/RESULTS.md
-and bench/out/ are never written. No figure is checked for speed: only that the part ran,
-its figures were saved, and its RESULTS.md section shows them.
-"""
+so a part that breaks shows in `make test` instead of an hour into a full bench run. The parts
+that start several clusters or a Spark worker have modules of their own beside this one
+(support/bench_smoke.py says why)."""
 from __future__ import annotations
 
-import ast
-import json
-import os
-import signal
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-RUN = ROOT / "bench" / "run.py"
-
-
-def _constant(name: str):
-    """A literal constant of bench/run.py, read without importing it."""
-    tree = ast.parse(RUN.read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name
-                                                for t in node.targets):
-            return ast.literal_eval(node.value)
-    raise AssertionError(f"bench/run.py has no {name}")
-
-
-PARTS = _constant("PARTS")
-KEYS = _constant("KEYS")  # the part's key in bench/out/*.json
-
-
-def _checkout_state() -> tuple:
-    out = ROOT / "bench" / "out"
-    results = ROOT / "bench" / "RESULTS.md"
-    return (results.stat().st_mtime_ns if results.exists() else None,
-            sorted(os.listdir(out)) if out.is_dir() else None)
-
-
-def run_bench(tmp_path: Path, *args: str, timeout: float = 270
-              ) -> tuple[subprocess.CompletedProcess, dict, str]:
-    """bench/run.py --smoke --no-peers ARGS with every output in `tmp_path`: (the process,
-    its bench/out json, its RESULTS.md)."""
-    before = _checkout_state()
-    out_dir = tmp_path / "out"
-    cmd = [sys.executable, str(RUN), "--smoke", "--no-peers", "--out",
-           str(tmp_path / "RESULTS.md"), "--out-dir", str(out_dir), "--data-dir",
-           str(tmp_path / "data"), *args]
-    # a session of its own: on a timeout its brokers and etcd go with it
-    with subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, start_new_session=True) as p:
-        try:
-            stdout, stderr = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            stdout, stderr = p.communicate()
-            pytest.fail(f"bench/run.py {' '.join(args)} took over {timeout:.0f} s:\n"
-                        f"{stdout[-3000:]}\n{stderr[-3000:]}")
-    proc = subprocess.CompletedProcess(cmd, p.returncode, stdout, stderr)
-    assert _checkout_state() == before, "the smoke run wrote the checkout's bench/ outputs"
-    docs = sorted(out_dir.glob("*.json"))
-    assert len(docs) == 1, (docs, proc.stdout[-3000:], proc.stderr[-3000:])
-    return proc, json.loads(docs[0].read_text()), (tmp_path / "RESULTS.md").read_text()
-
-
-#: parts with several clusters or a Spark worker: minutes even at a tiny size on 2 busy cores
-SLOW = ("shadows", "shadows-scale", "compaction")
+from support.bench_smoke import PARTS, SLOW, check_part, run_bench
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("part", [pytest.param(p, marks=[pytest.mark.slow,
-                                                         pytest.mark.timeout(660)])
-                                  if p in SLOW else pytest.param(p, marks=pytest.mark.timeout(300))
-                                  for p in PARTS])
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("part", [p for p in PARTS if p not in SLOW])
 def test_part_runs_at_a_tiny_size(part, tmp_path):
-    proc, doc, results = run_bench(tmp_path, "--only", part,
-                                   timeout=600 if part in SLOW else 270)
-    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
-    assert doc["errors"] == {}
-    figures = doc[KEYS.get(part, part)]
-    assert figures, f"no figures saved for {part}"
-    assert "Failed in the run of" not in results
-    assert f"bench: part {part} done" in proc.stdout
+    check_part(part, tmp_path)
 
 
 @pytest.mark.integration
@@ -103,3 +28,13 @@ def test_a_failing_part_is_reported_and_the_next_part_still_runs(tmp_path):
     dedup = results.split("## Idempotent producing", 1)[1].split("\n## ", 1)[0]
     assert "**Failed in the run of" in dedup and "ZeroDivisionError" in dedup
     assert "## Cursor flush with 50 subscriptions acking" in results
+
+
+def test_every_slow_part_has_its_module():
+    """A slow part is tested in test_bench_smoke_<part>.py, and every part is tested."""
+    import pathlib
+
+    here = pathlib.Path(__file__).parent
+    for part in SLOW:
+        assert (here / f"test_bench_smoke_{part.replace('-', '_')}.py").exists(), part
+    assert set(SLOW) <= set(PARTS)

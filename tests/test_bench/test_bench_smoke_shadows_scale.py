@@ -1,0 +1,13 @@
+"""`make bench`'s shadows-scale part at a tiny size (a module of its own: see
+support/bench_smoke.py)."""
+from __future__ import annotations
+
+import pytest
+from support.bench_smoke import check_part
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.timeout(660)
+def test_shadows_scale_runs_at_a_tiny_size(tmp_path):
+    check_part("shadows-scale", tmp_path)
