@@ -11,10 +11,11 @@ not HOST:PORT[,HOST:PORT...] (the members of one etcd cluster).
 
 Brokers register under `keys.broker(cluster, id)` (a `BrokerInfo`: id, url, roles, start
 time, load) while their etcd lease lives, so a broker that died a moment ago is still
-listed (by `health` as UNREACHABLE) until its lease runs out. `health`: each broker is asked the standard gRPC health check
-(`grpc.health.v1.Health/Check`) for the whole server ("") and for each of its services:
-Admin, Producer (NOT_SERVING while its data disk takes no writes), Consumer, and on a
-shadow broker Replication. A service the broker does not serve is left out.
+listed (by `health` as UNREACHABLE) until its lease runs out. `health`: each broker is
+asked the standard gRPC health check (`grpc.health.v1.Health/Check`) for the whole server
+("") and for each of its services: Admin, Producer (NOT_SERVING while its data disk takes
+no writes), Consumer, and on a shadow broker Replication. A service the broker does not
+serve is left out.
 
 etcd, gRPC health and the metadata protos are imported when the command runs (importing
 `shadowtopic.metadata` loads the etcd client): other commands never load them through here.
@@ -89,19 +90,18 @@ def registered(endpoints: str, cluster: str | None, timeout: float
 
 
 def list_brokers(args) -> int:
-    rows = [{"broker_id": info.broker_id, "cluster": cluster, "url": info.url,
-             "roles": list(info.roles), "started_ms": info.started_ms,
-             "metrics_url": info.metrics_url, "topics": info.topics,
-             "subscriptions": info.subscriptions, "load_ms": info.load_ms}
-            for cluster, info in registered(etcd_endpoints(args.etcd), args.cluster,
-                                            args.timeout)]
+    found = registered(etcd_endpoints(args.etcd), args.cluster, args.timeout)
     if args.output == "json":
-        emit(rows, "json")
+        emit([{"broker_id": info.broker_id, "cluster": cluster, "url": info.url,
+               "roles": list(info.roles), "started_ms": info.started_ms,
+               "metrics_url": info.metrics_url, "topics": info.topics,
+               "subscriptions": info.subscriptions, "load_ms": info.load_ms}
+              for cluster, info in found], "json")
     else:
-        emit([{"broker": r["broker_id"], "cluster": r["cluster"], "url": r["url"],
-               "roles": ",".join(r["roles"]), "topics": r["topics"],
-               "subscriptions": r["subscriptions"], "metrics": r["metrics_url"] or "-"}
-              for r in rows],
+        emit([{"broker": info.broker_id, "cluster": cluster, "url": info.url,
+               "roles": ",".join(info.roles), "topics": info.topics,
+               "subscriptions": info.subscriptions, "metrics": info.metrics_url or "-"}
+              for cluster, info in found],
              "table", ["broker", "cluster", "url", "roles", "topics", "subscriptions",
                        "metrics"])
     return 0

@@ -1,6 +1,7 @@
-"""What the `topics` and `namespaces` commands and `standalone` / `broker` do, through the client library
-(shadowtopic.client). The commands that move messages are in source/cli/messages.py, `brokers`
-in source/cli/brokers.py. main.py imports a command's module only when it runs.
+"""What the `topics` and `namespaces` commands and `standalone` / `broker` do, through the
+client library (shadowtopic.client). The commands that move messages are in
+source/cli/messages.py, `brokers` in source/cli/brokers.py. main.py imports a command's
+module only when it runs.
 
 Every command that prints takes `-o json`: a command that changes something and has no
 data of its own to show prints what it did, e.g. `{"topic": ..., "deleted": true}`."""
@@ -12,7 +13,7 @@ import os
 import sys
 
 from shadowtopic.cli.output import emit, fail, message_line
-from shadowtopic.client import Client, Policies
+from shadowtopic.client import Client, CompactionStatus, Policies
 from shadowtopic.core.names import canonical
 from shadowtopic.core.policies import BacklogQuotaAction
 
@@ -158,14 +159,14 @@ def topics_compaction_status(args) -> int:
             status = c.admin.compaction_status(args.topic)
             emit(status.to_dict(), args.output)
             return _job_failed(status)
+        last: CompactionStatus | None = None
         if sys.stdout.isatty() and args.output != "json":
             from shadowtopic.cli.output import compaction_progress
-            status = compaction_progress(c.admin.watch_compaction(args.topic))
+            last = compaction_progress(c.admin.watch_compaction(args.topic))
         else:
-            status = None
-            for status in c.admin.watch_compaction(args.topic):
-                print(json.dumps(status.to_dict()), flush=True)
-    return _job_failed(status) if status is not None else 1
+            for last in c.admin.watch_compaction(args.topic):
+                print(json.dumps(last.to_dict()), flush=True)
+    return _job_failed(last) if last is not None else 1
 
 
 def topics_list(args) -> int:
@@ -196,7 +197,7 @@ def topics_stats_internal(args) -> int:
         else:
             data = c.admin.internal_stats(args.topic)
     if args.output == "table" and not meta.partitions:
-        ledgers = data.pop("ledgers", [])
+        ledgers: object = data.pop("ledgers", [])
         emit(data, "table")
         if ledgers:
             emit(ledgers, "table", ["ledgerId", "state", "entries", "size", "path"])

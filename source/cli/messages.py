@@ -156,7 +156,8 @@ def produce(args) -> int:
     src = _open_input(args)
     tally = _Tally()
     interrupts = _Interrupts()
-    with _on_sigint(interrupts), (nullcontext() if args.file in (None, "-") else src):
+    with _on_sigint(interrupts), (nullcontext() if src is None or args.file in (None, "-")
+                                  else src):
         try:
             with connect(args) as c:
                 with c.create_producer(args.topic, producer_name="cli") as p:
@@ -171,8 +172,8 @@ def produce(args) -> int:
     if interrupts.count:
         sys.stderr.write(tally.interrupted() + "\n")
         return INTERRUPTED
-    if tally.error() is not None:
-        err = tally.error()
+    err = tally.error()
+    if err is not None:
         if tally.sent:  # of all -m messages planned, or of the lines sent
             total = tally.sent if src is not None else args.num_produce * len(args.message)
             err = type(err)(f"{err.message} ({tally.acked} of {total} messages "

@@ -13,9 +13,11 @@ import sys
 from typing import TYPE_CHECKING, NoReturn
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from rich.console import Console
 
-    from shadowtopic.client import Message
+    from shadowtopic.client import CompactionStatus, Message
 
 #: the width of a table piped with no $COLUMNS: wide enough for any row, so rows never wrap
 #: (a rich table is only as wide as its content)
@@ -72,7 +74,7 @@ def fail(message: str) -> NoReturn:
     sys.exit(1)
 
 
-def compaction_progress(statuses) -> object:
+def compaction_progress(statuses: Iterable[CompactionStatus]) -> CompactionStatus | None:
     """Follow compaction statuses with a progress bar (Spark's tasks of the running phase)
     and an ETA; returns the last status."""
     from rich.progress import (
@@ -84,7 +86,7 @@ def compaction_progress(statuses) -> object:
         TimeRemainingColumn,
     )
     out = console()
-    last = None
+    last: CompactionStatus | None = None
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), TimeRemainingColumn(), console=out,
                   transient=False) as progress:
@@ -98,7 +100,9 @@ def compaction_progress(statuses) -> object:
                 if last.done:
                     break
                 bar = progress.add_task(f"{last.job_id} {phase}", total=last.tasks_total or None)
-            progress.update(bar, completed=last.tasks_done, total=last.tasks_total or None)
+            if bar is not None:  # (set above: the first status is a new phase)
+                progress.update(bar, completed=last.tasks_done,
+                                total=last.tasks_total or None)
     if last is not None and last.phase == "done":
         out.print(f"done: {last.entries_written} messages, {last.keys} keys, "
                   f"horizon {last.horizon}", highlight=False)
