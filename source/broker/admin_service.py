@@ -10,13 +10,17 @@ contract (proto/shadowtopic/pb/v1/admin.proto) and answer UNIMPLEMENTED until th
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from google.protobuf.message import Message
+
 from shadowtopic.broker import stats
 from shadowtopic.broker.feature import AdminRpcs, BrokerFeature
 from shadowtopic.broker.ownership import BrokerSession
 from shadowtopic.broker.rpc import abort_stream, unary
 from shadowtopic.broker.subscription_admin import SubscriptionAdmin
 from shadowtopic.broker.topic import Topic
-from shadowtopic.broker.topic_admin import TopicAdmin, topic_metadata
+from shadowtopic.broker.topic_admin import TopicAdmin, api_kind, topic_metadata
 from shadowtopic.broker.topics import TopicManager, read_only
 from shadowtopic.core import errors
 from shadowtopic.core.names import TopicName, check_subscription, parse_namespace
@@ -78,7 +82,7 @@ def _feature_stream(what: str):
 
 class AdminService(admin_pb2_grpc.AdminServicer):
     def __init__(self, topics: TopicManager, session: BrokerSession,
-                 features: list[BrokerFeature] = ()):
+                 features: Iterable[BrokerFeature] = ()):
         self.topics = topics
         self.session = session
         self.features = list(features)
@@ -150,8 +154,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
 
     # ---- stats: from the owner, never loading the topic ------------------------------------
 
-    async def _owner_answer(self, topic: TopicName, context, method: str, request
-                            ) -> tuple[Topic | None, object]:
+    async def _owner_answer(self, topic: TopicName, context, method: str, request: Message
+                            ) -> tuple[Topic | None, Message | None]:
         """Who answers a question about `topic`: (the Topic, None) when this broker owns it;
         (None, the owner's reply to `method`) when another live broker does; (None, None)
         when nobody does, the owner does not answer, or the call was forwarded here already
@@ -187,7 +191,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                                reads_another: bool) -> apb.TopicStats:
         t, remote = await self._owner_answer(part, context, "GetTopicStats",
                                              apb.TopicRequest(topic=str(part)))
-        if remote is not None:
+        if isinstance(remote, apb.TopicStats):  # (the owner's answer to GetTopicStats)
             return remote
         # a shadow loads only on a broker that serves shadows (asking never loads it here)
         if t is None and not reads_another and await self.topics.has_subscriptions(part):
@@ -219,7 +223,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     async def GetTopicStats(self, request, context):
         topic = TopicName.parse(request.topic)
         info = await self.topics.info(topic)
-        out = apb.TopicStats(topic=str(topic), kind=info.kind, source=info.source)
+        out = apb.TopicStats(topic=str(topic), kind=api_kind(info.kind), source=info.source)
         for part in await self._partitions(topic):
             stats.add_up(out, await self._partition_stats(part, context, bool(info.source)))
         if out.msg_in_counter:
@@ -280,7 +284,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     @unary
     async def RollLedger(self, request, context):
         t = await self.topics.writable(TopicName.parse(request.topic))
-        info = await t.writer.roll()
+        info = await t.write_ledger().roll()
         return stats.ledger_stats(info) if info is not None else apb.LedgerStats()
 
     @unary
@@ -292,7 +296,7 @@ class AdminService(admin_pb2_grpc.AdminServicer):
         resp = apb.TruncateResponse()
         for part in [topic.partition(i) for i in range(info.partitions)] or [topic]:
             t = await self.topics.writable(part)
-            n, entries = await t.writer.truncate()
+            n, entries = await t.write_ledger().truncate()
             resp.ledgers_deleted += n
             resp.entries_deleted += entries
         return resp

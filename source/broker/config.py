@@ -1,11 +1,12 @@
 """A broker's configuration: `BrokerConfig` and the command line that fills it.
 
-Both broker entry points (`python -m shadowtopic.broker`, `python -m shadowtopic.shadow.broker`) take
-the same flags; `--features` names the features the process is assembled with
-(source/broker/feature.py). Every flag is also a key of the config file's section ([broker]
-or [shadow]) and an environment variable (source/config_file.py); `--log-format` and
-`--log-level` set up logging (source/logs.py). A broker process holds its data dir
-(`<data-dir>/broker.lock`, source/dirlock.py): a second broker on it is refused at once.
+Both broker entry points (`python -m shadowtopic.broker`, `python -m
+shadowtopic.shadow.broker`) take the same flags; `--features` names the features the
+process is assembled with (source/broker/feature.py). Every flag is also a key of the
+config file's section ([broker] or [shadow]) and an environment variable
+(source/config_file.py); `--log-format` and `--log-level` set up logging (source/logs.py).
+A broker process holds its data dir (`<data-dir>/broker.lock`, source/dirlock.py): a second
+broker on it is refused at once.
 """
 from __future__ import annotations
 

@@ -31,6 +31,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import TypeAlias
 
 from shadowtopic import wire
 from shadowtopic.broker.memory import IN_FLIGHT_FACTOR, STREAM_BYTES, ClientMemory, reader
@@ -40,6 +41,7 @@ from shadowtopic.core import errors
 from shadowtopic.core.errors import error_status, typed
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName, check_subscription
+from shadowtopic.ledger.view import LedgerView
 from shadowtopic.pb.v1 import common_pb2, consumer_pb2, consumer_pb2_grpc
 from shadowtopic.read.engine import ReadEngine, Reader
 from shadowtopic.read.positions import EARLIEST, LATEST, PUBLISH_TIME, Start
@@ -76,7 +78,15 @@ def start_from_pb(pb: common_pb2.StartPosition, inclusive: bool) -> Start:
 
 TYPES = {consumer_pb2.EXCLUSIVE: EXCLUSIVE, consumer_pb2.SHARED: SHARED,
          consumer_pb2.FAILOVER: FAILOVER, consumer_pb2.KEY_SHARED: KEY_SHARED}
-_RESERVED = object()  # a handle whose subscribe is running
+
+
+class _Reserved:
+    """What a handle holds while its subscribe runs."""
+
+
+_RESERVED = _Reserved()
+#: what a stream's handle holds: a reader, a consumer of a subscription, or a reservation
+Handle: TypeAlias = Reader | tuple[TopicSubscriptions, SubConsumer] | _Reserved
 
 
 def ids_from_pb(ids) -> list[MessageId]:
@@ -243,7 +253,8 @@ class StreamOutbox:
                 return None
             self._ready.clear()
             await self._ready.wait()
-        batch, size = [], 0
+        batch: list[bytes] = []
+        size = 0
         while self._frames and (not batch or size + len(self._frames[0]) <= MESSAGE_BYTES):
             frame = self._frames.popleft()
             batch.append(frame)
@@ -292,7 +303,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
         """The ServerMessages of one Connect stream (tests drive this with plain iterators
         and no gRPC context)."""
         outbox = outbox if outbox is not None else StreamOutbox(memory=self.memory)
-        handles: dict[int, object] = {}  # handle -> Reader | (TopicSubscriptions, SubConsumer)
+        handles: dict[int, Handle] = {}  # handle -> Reader | (TopicSubscriptions, SubConsumer)
         failure: list[errors.ShadowTopicError] = []  # why the command stream broke, if it did
         self._streams.add(outbox)
         peer = context.peer() if context is not None else ""
@@ -345,7 +356,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                             await run(cmds)
                     finally:
                         self.memory.release(held)
-                    message = cmds = None
+                    message, cmds = None, []  # (held no longer while the next is read)
             except Exception as exc:  # noqa: BLE001 - reading the stream failed: it ends
                 failure.append(typed(exc, "Connect"))
             finally:
@@ -368,7 +379,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
             self.memory.release(STREAM_BYTES)
 
     @staticmethod
-    def _prune(outbox: StreamOutbox, handles: dict[int, object]) -> None:
+    def _prune(outbox: StreamOutbox, handles: dict[int, Handle]) -> None:
         """Forget handles the broker ended (a consumer of a deleted subscription, a reader
         whose topic failed): the handle can be subscribed again, and nothing keeps their
         topic alive. A handle that was only told a command failed stays."""
@@ -379,7 +390,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                 del handles[h]
         outbox.errored.clear()
 
-    def _close(self, item) -> None:
+    def _close(self, item: Handle | None) -> None:
         if isinstance(item, Reader):
             self.engine.close(item)
         elif isinstance(item, tuple):
@@ -387,7 +398,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
             ts.close_consumer(consumer)
 
     def _fan_in(self, cmd: consumer_pb2.ClientCommand, outbox: StreamOutbox,
-                handles: dict[int, object]) -> None:
+                handles: dict[int, Handle]) -> None:
         """One Ack or Flow for `cmd.handle` and every handle in `cmd.also` (a broadcast
         message acknowledged by thousands of subscriptions of a stream): the ids are parsed
         once; a handle that fails hears a warning of its own, the others go on."""
@@ -427,7 +438,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                 outbox.send_event(h, warning=error_status(typed(exc, "Connect"), command=kind))
 
     async def _command(self, cmd: consumer_pb2.ClientCommand, outbox: StreamOutbox,
-                       handles: dict[int, object], peer: str) -> None:
+                       handles: dict[int, Handle], peer: str) -> None:
         if cmd.also:
             self._fan_in(cmd, outbox, handles)
             return
@@ -471,7 +482,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
             if isinstance(item, tuple):
                 await self._consumer_command(kind, cmd, outbox, handles, *item)
                 return
-            if item is None or item is _RESERVED or item.closed:
+            if item is None or isinstance(item, _Reserved) or item.closed:
                 raise errors.InvalidArgument(f"unknown handle {handle}")
             if kind == "seek":
                 position = await self.engine.seek(item, start_from_pb(cmd.seek.position, True))
@@ -483,7 +494,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
             raise errors.InvalidArgument("empty client command")
 
     async def _subscribe(self, cmd, topic: TopicName, outbox: StreamOutbox,
-                         handles: dict[int, object], peer: str) -> None:
+                         handles: dict[int, Handle], peer: str) -> None:
         sub = cmd.subscribe
         check_subscription(sub.subscription)
         type_ = TYPES.get(sub.type)
@@ -492,11 +503,14 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
         start = (start_from_pb(sub.start, sub.start_inclusive) if sub.HasField("start")
                  else Start(LATEST))  # Pulsar's default initial position
         t = await self.topics.topic(topic, fresh=True)  # never an incarnation deleted since
-        ts: TopicSubscriptions = t.subscriptions
-        view = t.ledger
+        ts = t.subscriptions
+        if ts is None:  # (every topic a broker loads has them: only a bug gets here)
+            raise errors.Internal(f"{topic} was loaded without its subscriptions")
+        view: LedgerView = t.ledger
         if sub.read_compacted:
-            view = await self.topics.compacted_view(topic)
-            ts.use_compacted(view)
+            compacted = await self.topics.compacted_view(topic)
+            ts.use_compacted(compacted)
+            view = compacted
         consumer, created, position = await ts.subscribe(
             outbox, cmd.handle, sub.subscription, type_, start, sub.consumer_name,
             sub.priority, peer, read_compacted=sub.read_compacted)
@@ -510,7 +524,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
             position=position.to_pb(), created=created))
 
     async def _consumer_command(self, kind: str, cmd, outbox: StreamOutbox,
-                                handles: dict[int, object], ts: TopicSubscriptions,
+                                handles: dict[int, Handle], ts: TopicSubscriptions,
                                 consumer: SubConsumer) -> None:
         if kind == "ack":
             ts.ack_packed(consumer, packed_from_pb(cmd.ack.ids), cmd.ack.cumulative)

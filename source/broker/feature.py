@@ -96,14 +96,26 @@ class AdminRpcs:
 
 
 class Topics(Protocol):
-    """What a feature may ask of the broker's loaded topics (source/broker/topics.py)."""
+    """What a feature may ask of the broker's loaded topics (source/broker/topics.py); the
+    properties are read only (the manager's attributes)."""
 
-    store: MetadataStore
-    storage: Storage
-    executor: Executor
-    entry_cache: EntryCache
-    cursors: SnapshotCursorStore
-    cursor_flush_interval: float
+    @property
+    def store(self) -> MetadataStore: ...
+
+    @property
+    def storage(self) -> Storage: ...
+
+    @property
+    def executor(self) -> Executor: ...
+
+    @property
+    def entry_cache(self) -> EntryCache: ...
+
+    @property
+    def cursors(self) -> SnapshotCursorStore: ...
+
+    @property
+    def cursor_flush_interval(self) -> float: ...
 
     async def info(self, topic: TopicName) -> mpb.TopicInfo: ...
 
@@ -122,13 +134,22 @@ class Topics(Protocol):
 
 
 class BrokerHost(Protocol):
-    """The broker as its features see it (source/broker/server.py's `Broker`)."""
+    """The broker as its features see it (source/broker/server.py's `Broker`), read only."""
 
-    config: BrokerConfig
-    store: MetadataStore
-    storage: Storage
-    session: BrokerSession
-    topics: Topics
+    @property
+    def config(self) -> BrokerConfig: ...
+
+    @property
+    def store(self) -> MetadataStore: ...
+
+    @property
+    def storage(self) -> Storage: ...
+
+    @property
+    def session(self) -> BrokerSession: ...
+
+    @property
+    def topics(self) -> Topics: ...
 
 
 class BrokerFeature:
@@ -205,8 +226,9 @@ class BrokerFeature:
         return ()
 
 
-def installed() -> dict[str, Callable[[], BrokerFeature]]:
-    """The features installed with the package (entry points), by name."""
+def installed() -> dict[str, Callable[[], Callable[[], BrokerFeature]]]:
+    """The features installed with the package (entry points), by name: each loads its
+    factory (what the entry point names), which makes the feature."""
     return {ep.name: ep.load for ep in importlib.metadata.entry_points(group=ENTRY_POINTS)}
 
 

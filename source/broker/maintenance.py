@@ -22,7 +22,7 @@ import logging
 
 from shadowtopic.broker import quota
 from shadowtopic.broker.feature import BrokerFeature
-from shadowtopic.broker.topic import Topic
+from shadowtopic.broker.topic import Topic, effective
 from shadowtopic.broker.topics import TopicManager
 from shadowtopic.ledger import retention
 
@@ -60,12 +60,13 @@ class Maintenance:
         try:
             p = await self.topics.policies(t.name)
             await self.disk_policies(t, p)
-            if p.retention_time_seconds >= 0 or p.retention_size_bytes >= 0:
+            max_age = effective(p.retention_time_seconds, "retention_time_seconds")
+            max_size = effective(p.retention_size_bytes, "retention_size_bytes")
+            if max_age >= 0 or max_size >= 0:
                 keep = t.subscriptions.oldest_needed() if t.subscriptions is not None else None
                 for f in self.features:  # a failed read skips this pass
                     keep = retention.earliest(keep, await f.retention_keep(t, p))
-                n, entries = await t.writer.apply_retention(
-                    p.retention_time_seconds, p.retention_size_bytes, keep)
+                n, entries = await t.write_ledger().apply_retention(max_age, max_size, keep)
                 if n:
                     log.info("%s: retention deleted %d ledgers (%d entries)", t.name, n, entries)
         except Exception as exc:  # noqa: BLE001 - retention is retried by the loop

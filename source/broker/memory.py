@@ -53,12 +53,14 @@ import ctypes
 import ctypes.util
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Protocol, TypeVar
 
 import grpc
 
 from shadowtopic.core import errors
+
+R = TypeVar("R")  # a stream's request
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +194,8 @@ class ClientMemory:
             self._libc.malloc_trim(0)
 
 
-def reader(request_iterator, context) -> Callable[[], Awaitable[object | None]]:
+def reader(request_iterator: AsyncIterator[R], context: grpc.aio.ServicerContext | None
+           ) -> Callable[[], Awaitable[R | None]]:
     """A function that returns a stream's next request, or None at its end: read from the
     gRPC `context` directly (nothing kept between two requests), or from the iterator when
     there is no gRPC context (tests drive the services with plain iterators)."""

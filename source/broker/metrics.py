@@ -183,7 +183,7 @@ class _Families:
                                             labels=T),
         }
         S = SUB_LABELS
-        self.subs = {
+        self.subs: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
             "backlog": GaugeMetricFamily("pulsar_subscription_back_log",
                                          "entries not acknowledged", labels=S),
             "consumers": GaugeMetricFamily("pulsar_subscription_consumers_count",

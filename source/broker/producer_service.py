@@ -7,9 +7,10 @@ re-encodes a message on the produce path. Requests are read ahead while earlier 
 for their fsync, so one stream keeps several batches in the group commit; receipts still
 leave in request order. A rejected batch (bad topic, message too big, a full disk:
 `StorageFull`, a read-only disk: `StorageReadOnly`, a read-only shadow topic, ...) gets a
-receipt with `error` and nothing of it is stored; the stream goes on. A shadow topic is refused
-(`NotAllowed`, "topic <shadow> is a read-only shadow of <source>") before any of it loads. A request carries at most MAX_BATCH_MESSAGES messages: 64 MiB
-of empty ones (30 million) held the event loop for 7 s, and the topic fenced itself.
+receipt with `error` and nothing of it is stored; the stream goes on. A shadow topic is
+refused (`NotAllowed`, "topic <shadow> is a read-only shadow of <source>") before any of it
+loads. A request carries at most MAX_BATCH_MESSAGES messages: 64 MiB of empty ones (30
+million) held the event loop for 7 s, and the topic fenced itself.
 
 Idempotent producing (source/ledger/dedup.py): a producer first sends an attach request
 (`attach`, no messages) for each topic it writes, on every new stream. Its receipt names
@@ -31,12 +32,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 
 from shadowtopic import failpoints, wire
 from shadowtopic.broker import quota
 from shadowtopic.broker.memory import PRODUCE_FACTOR, STREAM_BYTES, ClientMemory, reader
 from shadowtopic.broker.rates import Publisher
-from shadowtopic.broker.topic import Topic
+from shadowtopic.broker.topic import Topic, effective
 from shadowtopic.broker.topics import TopicManager
 from shadowtopic.core import errors
 from shadowtopic.core.errors import error_status
@@ -120,11 +122,12 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
                 assigned.append(f"p-{uuid.uuid4().hex[:20]}")
             producer = req.producer_name or assigned[0]
             return producer_pb2.ProduceReceipt(
-                producer_name=producer, last_sequence_id=topic.writer.dedup.last(producer))
+                producer_name=producer,
+                last_sequence_id=topic.write_ledger().dedup.last(producer))
         raws = list(req.messages)
         if not raws:
             raise errors.InvalidArgument("a produce request needs at least one message")
-        limit = topic.policies.max_message_size
+        limit = effective(topic.policies.max_message_size, "max_message_size")
         biggest = max(map(len, raws))
         if biggest > limit:
             raise errors.MessageTooBig(
@@ -138,7 +141,8 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
             if not req.producer_name:
                 raise errors.InvalidArgument("a batch with a sequence_id needs a producer_name")
             sequence = (req.producer_name, req.sequence_id)
-        lid, first, duplicate = await topic.writer.append_batch(raws, data, size, sequence)
+        lid, first, duplicate = await topic.write_ledger().append_batch(raws, data, size,
+                                                                        sequence)
         if not duplicate:
             topic.counters.add_in(len(raws), size)
             pub.counters.add_in(len(raws), size)
@@ -163,7 +167,8 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
         assigned: list[str] = []  # the producer name this stream was given, once asked
         peer = context.peer()
 
-        next_request = reader(request_iterator, context)
+        # the raw requests (the service reads bytes: module docstring)
+        next_request: Callable[[], Awaitable[bytes | None]] = reader(request_iterator, context)
 
         async def read_ahead() -> None:
             try:
@@ -177,7 +182,7 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
                         done = asyncio.get_running_loop().create_future()
                         done.set_result(exc)
                         queue.put_nowait((_request_id(data), done))
-                        data = done = None
+                        del data, done  # (the queue holds what is needed)
                         continue
                     req = _parse(data)
                     if req is not None:
@@ -197,7 +202,7 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
                     task = asyncio.ensure_future(self._settled(
                         self._append(req, data, attached, peer, assigned), cost))
                     queue.put_nowait((req.request_id if req else 0, task))
-                    data = req = task = None  # the task holds them until it ends
+                    del data, req, task  # the task holds them until it ends
             finally:
                 queue.put_nowait(None)
 

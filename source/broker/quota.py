@@ -42,7 +42,7 @@ import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 
-from shadowtopic.broker.topic import Topic
+from shadowtopic.broker.topic import Topic, effective
 from shadowtopic.core import errors
 from shadowtopic.core.policies import BacklogQuotaAction, Policies
 from shadowtopic.subscriptions import expiry
@@ -169,13 +169,17 @@ async def apply(t: Topic, p: Policies) -> None:
     if ts is None or ts.closed is not None:
         return
     now = now_ms()
-    n = await expiry.expire_messages(ts, p.message_ttl_seconds, now)
+    ttl = effective(p.message_ttl_seconds, "message_ttl_seconds")
+    expiration = effective(p.subscription_expiration_seconds, "subscription_expiration_seconds")
+    size = effective(p.backlog_quota_size_bytes, "backlog_quota_size_bytes")
+    age = effective(p.backlog_quota_age_seconds, "backlog_quota_age_seconds")
+    action = effective(p.backlog_quota_action, "backlog_quota_action")
+    n = await expiry.expire_messages(ts, ttl, now)
     if n:
         log.info("%s: message TTL acknowledged %d messages", t.name, n)
-    await expiry.expire_subscriptions(ts, p.subscription_expiration_seconds, now)
-    size, age = p.backlog_quota_size_bytes, p.backlog_quota_age_seconds
+    await expiry.expire_subscriptions(ts, expiration, now)
     check = await expiry.check_quota(ts, size, age, now)
-    if check.exceeded and p.backlog_quota_action == EVICTION:
+    if check.exceeded and action == EVICTION:
         n = await expiry.evict(ts, size, age, now)
         log.info("%s: backlog quota eviction skipped %d messages", t.name, n)
         check = await expiry.check_quota(ts, size, age, now)
@@ -190,7 +194,7 @@ async def apply(t: Topic, p: Policies) -> None:
         gate.check = again
         return again.exceeded
     gate.recheck = recheck
-    gate.update(check, p.backlog_quota_action)
+    gate.update(check, action)
 
 
 def exceeded(t: Topic) -> bool:

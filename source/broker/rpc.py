@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+from collections.abc import AsyncIterator
 
 import grpc
 
@@ -25,7 +26,8 @@ from shadowtopic.core.errors import bounded, typed
 log = logging.getLogger(__name__)
 
 
-async def abort_stream(context: grpc.aio.ServicerContext, exc: errors.ShadowTopicError):
+async def abort_stream(context: grpc.aio.ServicerContext, exc: errors.ShadowTopicError
+                       ) -> None:
     code, details, md = errors.to_status(exc)
     context.set_trailing_metadata(md)
     await context.abort(code, bounded(details))
@@ -57,23 +59,25 @@ class RejectMalformed(grpc.aio.ServerInterceptor):
             return handler
         parse = handler.request_deserializer
         kind = "unary_stream" if handler.response_streaming else "unary_unary"
-        behavior = getattr(handler, kind)
+        behavior = handler.unary_stream if handler.response_streaming else handler.unary_unary
 
-        def deserialize(data: bytes):
+        def deserialize(data: bytes) -> object:
             try:
                 return parse(data)
             except Exception as exc:  # noqa: BLE001 - DecodeError and protobuf's kin
                 return _Malformed(exc)
 
-        if inspect.isasyncgenfunction(behavior):
-            async def checked(request, context):
-                if isinstance(request, _Malformed):
-                    await abort_stream(context, request.error)
-                async for item in behavior(request, context):
-                    yield item
-        else:
-            async def checked(request, context):
-                if isinstance(request, _Malformed):
-                    await abort_stream(context, request.error)
-                return await behavior(request, context)
+        async def checked_stream(request: object, context: grpc.aio.ServicerContext
+                                 ) -> AsyncIterator[object]:
+            if isinstance(request, _Malformed):
+                await abort_stream(context, request.error)
+            async for item in behavior(request, context):
+                yield item
+
+        async def checked_unary(request: object, context: grpc.aio.ServicerContext) -> object:
+            if isinstance(request, _Malformed):
+                await abort_stream(context, request.error)
+            return await behavior(request, context)
+
+        checked = checked_stream if inspect.isasyncgenfunction(behavior) else checked_unary
         return handler._replace(request_deserializer=deserialize, **{kind: checked})

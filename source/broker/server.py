@@ -192,6 +192,11 @@ class Broker:
         if self.http is not None:
             log.info("metrics on %s (health: /healthz, /readyz)", self.http.url)
 
+    def _disk_error(self) -> str:
+        """Why the data disk takes no writes (its last error)."""
+        err = self.storage.disk.error
+        return err.message if err is not None else "not writable"
+
     async def _set_health(self, serving: bool, writable: bool = True) -> None:
         """Every service SERVING while `serving`; Producer only while `writable` too."""
         for name in ["", *self.service_names]:
@@ -207,8 +212,7 @@ class Broker:
                 state = now
                 await self._set_health(*now)
                 log.info("health: %s%s", "SERVING" if now[0] else "NOT_SERVING",
-                         "" if now[1] else f" ({PRODUCER} NOT_SERVING: "
-                         f"{self.storage.disk.error.message})")
+                         "" if now[1] else f" ({PRODUCER} NOT_SERVING: {self._disk_error()})")
             await asyncio.sleep(0.2)
 
     async def _probe_disk(self) -> None:

@@ -8,10 +8,14 @@ call applies to every partition (peek needs a partition, as in Pulsar).
 """
 from __future__ import annotations
 
+import builtins
 from collections.abc import Awaitable, Callable
 from typing import TypeAlias
 
+from google.protobuf.message import Message
+
 from shadowtopic.broker.consumer_service import start_from_pb
+from shadowtopic.broker.topic import Topic
 from shadowtopic.broker.topics import TopicManager
 from shadowtopic.core import errors
 from shadowtopic.core.names import TopicName, check_subscription
@@ -21,7 +25,7 @@ from shadowtopic.read.positions import LATEST, Start
 from shadowtopic.subscriptions import Change, TopicSubscriptions
 
 #: (topic, context, method, request) -> (owned Topic | None, the owner's reply | None)
-OwnerAnswer = Callable[..., Awaitable[tuple[object, object]]]
+OwnerAnswer = Callable[..., Awaitable[tuple[Topic | None, Message | None]]]
 
 
 def change_pb(ch: Change) -> apb.SubscriptionChange:
@@ -39,8 +43,9 @@ def add_change(total: apb.SubscriptionChange, part: apb.SubscriptionChange) -> N
 
 
 #: the requests that name a subscription (every subscription call but ListSubscriptions)
-Named: TypeAlias = (apb.CreateSubscriptionRequest | apb.DeleteSubscriptionRequest | apb.ResetCursorRequest
-         | apb.SkipRequest | apb.ClearBacklogRequest | apb.PeekMessagesRequest)
+Named: TypeAlias = (apb.CreateSubscriptionRequest | apb.DeleteSubscriptionRequest
+                   | apb.ResetCursorRequest | apb.SkipRequest | apb.ClearBacklogRequest
+                   | apb.PeekMessagesRequest)
 
 
 class SubscriptionAdmin:
@@ -74,6 +79,8 @@ class SubscriptionAdmin:
             if remote is None:
                 if t is None:
                     t = await self.topics.topic(part, fresh=True)
+                if t.subscriptions is None:  # (every topic a broker loads has them)
+                    raise errors.Internal(f"{part} was loaded without its subscriptions")
                 remote = await act(t.subscriptions)
             out.append(remote)
         return out
@@ -152,7 +159,7 @@ class SubscriptionAdmin:
         return (await self._each_named(request, context, "PeekMessages", act))[0]
 
     @staticmethod
-    def _sum(answers: list[apb.SubscriptionChange]) -> apb.SubscriptionChange:
+    def _sum(answers: builtins.list[apb.SubscriptionChange]) -> apb.SubscriptionChange:
         out = apb.SubscriptionChange()
         for a in answers:
             add_change(out, a)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from shadowtopic.broker.rates import Publisher, TopicCounters
 from shadowtopic.core import errors
@@ -32,6 +33,8 @@ from shadowtopic.core.policies import Policies
 from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
 from shadowtopic.ledger.view import CompactedReads, ServedView
 from shadowtopic.subscriptions import TopicSubscriptions
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,14 @@ class Topic:
         broker, or its open failed)."""
         return self._close_reason
 
+    def write_ledger(self) -> ManagedLedger:
+        """The ledger this broker appends to (`Topics.writable` hands out only topics that
+        have one); `NotAllowed` on a topic without (a read-only shadow)."""
+        if self.writer is None:
+            raise errors.NotAllowed(f"topic {self.name} is read-only: nothing is written to it "
+                                    "here")
+        return self.writer
+
     def attach_producer(self, pub: Publisher) -> None:
         """Register a producer, within the `max_producers` policy (0 = no limit)."""
         limit = self.policies.max_producers
@@ -101,6 +112,16 @@ class Topic:
 
 
 def ledger_config(p: Policies, base: LedgerConfig) -> LedgerConfig:
-    """`base` (the broker's settings the ledger opened with) with the rolls `p` sets."""
-    return replace(base, max_entries=p.ledger_max_entries, max_bytes=p.ledger_max_bytes,
-                   max_age_s=p.ledger_max_age_seconds)
+    """`base` (the broker's settings the ledger opened with) with the rolls `p` (the
+    effective policies) sets."""
+    return replace(base, max_entries=effective(p.ledger_max_entries, "ledger_max_entries"),
+                   max_bytes=effective(p.ledger_max_bytes, "ledger_max_bytes"),
+                   max_age_s=effective(p.ledger_max_age_seconds, "ledger_max_age_seconds"))
+
+
+def effective(value: T | None, name: str) -> T:
+    """One value of the effective policies (`Policies.effective`, which sets every field:
+    a topic's `policies` are those); `Internal` when it is unset, as only a bug makes it."""
+    if value is None:
+        raise errors.Internal(f"policy {name} is unset: not the effective policies")
+    return value

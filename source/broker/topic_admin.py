@@ -15,6 +15,7 @@ handles its kind (`BrokerFeature.delete_topic`).
 """
 from __future__ import annotations
 
+import builtins
 import logging
 import time
 
@@ -41,9 +42,15 @@ def topic_metadata(info: mpb.TopicInfo, policies: Policies | None = None,
     """`info` as the Admin API shows it, with its effective `policies` (when not given: its
     own over its `namespace`'s policies over the defaults)."""
     eff = policies or Policies.from_pb(info.policies).effective(namespace)
-    return apb.TopicMetadata(topic=info.name, kind=info.kind, partitions=info.partitions,
-                             source=info.source, properties=dict(info.properties),
-                             policies=eff.to_pb())
+    return apb.TopicMetadata(topic=info.name, kind=api_kind(info.kind),
+                             partitions=info.partitions, source=info.source,
+                             properties=dict(info.properties), policies=eff.to_pb())
+
+
+def api_kind(kind: mpb.TopicKind) -> str:
+    """A topic's kind (as stored) as the Admin API's TopicKind: the two enums share their
+    names and numbers; the name is what both accept."""
+    return mpb.TopicKind.Name(kind)
 
 
 def loaded_for_delete(topics: Topics, topic: TopicName, partitions: int,
@@ -105,7 +112,7 @@ class TopicAdmin:
                                     "topic, which this broker cannot delete")
         guards = [c for f in self.features for c in await f.delete_guard(topic, info)]
         names, loaded = loaded_for_delete(self.topics, topic, info.partitions, force)
-        lists = {t: await self.store.get(keys.ledgers(t)) for t in names}
+        lists = {name: await self.store.get(keys.ledgers(name)) for name in names}
         gone = errors.TopicNotFound(f"topic {topic} was deleted")
         for t in loaded:  # consumers stop; cursors are not saved again
             if t.subscriptions is not None:
@@ -115,28 +122,28 @@ class TopicAdmin:
         # only while the guards' reads stand (a shadow created meanwhile stops it).
         res = await self.store.txn(guards, [Delete(keys.topic_prefix(topic), prefix=True)])
         if not res.succeeded:
-            for t in names:  # their consumers were closed above: load afresh when asked
-                await self.topics.unload(t)
+            for name in names:  # their consumers were closed above: load afresh when asked
+                await self.topics.unload(name)
             for f in self.features:  # the reason, when a guard now refuses
                 await f.delete_guard(topic, info)
             raise errors.ServiceUnavailable(f"{topic} changed while it was deleted; try again")
-        for t in names[1:]:
-            await self.store.delete(keys.topic_prefix(t), prefix=True)
+        for name in names[1:]:
+            await self.store.delete(keys.topic_prefix(name), prefix=True)
         storage = self.topics.storage
-        for t in names:
-            await self.topics.unload(t, gone)
-            await self.topics.cursors.purge(t)
-            kv = lists[t]
+        for name in names:
+            await self.topics.unload(name, gone)
+            await self.topics.cursors.purge(name)
+            kv = lists[name]
             for led in (mpb.LedgerList.FromString(kv.value).ledgers if kv else ()):
                 if led.path:
                     storage.delete(led.path)
                 if led.wal_path:
                     storage.delete_wal(led.wal_path)
             # the topic's folders, left empty (or holding files no list named any more)
-            storage.delete_dir(Storage.topic_sealed_dir(t))
-            storage.delete_wal_dir(Storage.topic_wal_dir(t))
+            storage.delete_dir(Storage.topic_sealed_dir(name))
+            storage.delete_wal_dir(Storage.topic_wal_dir(name))
             for f in self.features:
-                await f.topic_deleted(t)
+                await f.topic_deleted(name)
 
     async def list(self, namespace: str | None) -> list[mpb.TopicInfo]:
         snap = await self.store.get_prefix(keys.topics_prefix(namespace))
@@ -153,7 +160,8 @@ class TopicAdmin:
                 out.append(info)
         return sorted(out, key=lambda i: i.name)
 
-    async def metadata(self, infos: list[mpb.TopicInfo]) -> list[apb.TopicMetadata]:
+    async def metadata(self, infos: builtins.list[mpb.TopicInfo]
+                       ) -> builtins.list[apb.TopicMetadata]:
         """`topic_metadata` of each of `infos` (each namespace's policies read once)."""
         namespaces: dict[str, Policies] = {}
         out = []
@@ -169,7 +177,7 @@ class TopicAdmin:
         return await namespace_policies.read(self.store, namespace)
 
     async def set_namespace_policies(self, namespace: str, update: Policies,
-                                     remove: list[str]) -> Policies:
+                                     remove: builtins.list[str]) -> Policies:
         """Set and unset some policies of `namespace`; its loaded topics here take theirs
         at once (on other brokers: when their watch hears of it)."""
         out = await namespace_policies.update(self.store, namespace, update, remove)

@@ -30,6 +30,7 @@ client, even before its watch hears of the delete.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -64,7 +65,7 @@ log = logging.getLogger(__name__)
 POLICY_READS = 32  # topics whose policies are read at once after a namespace's changed
 
 
-def read_only(topic: TopicName | str, source: str) -> errors.NotAllowed:
+def read_only(topic: TopicName | str, source: str) -> errors.ShadowTopicError:
     """What a write to a shadow (produce, roll, truncate) gets."""
     return errors.NotAllowed(f"topic {topic} is a read-only shadow of {source}")
 
@@ -192,7 +193,7 @@ class TopicManager:
             # (its stream ended) neither stops it nor hands its cancellation to the others
             task = asyncio.get_running_loop().create_task(self._load(topic))
             self._loading[topic] = task
-            task.add_done_callback(lambda done, name=topic: self._load_done(name, done))
+            task.add_done_callback(functools.partial(self._load_done, topic))
         return await asyncio.shield(task)
 
     async def writable(self, topic: TopicName, fresh: bool = False) -> Topic:
