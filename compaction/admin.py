@@ -38,6 +38,7 @@ from shadowtopic.compaction.plan import tombstone_cutoff
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.managed import ManagedLedger
 from shadowtopic.metadata import Compare, Put, keys
 from shadowtopic.metadata.topic_info import SHADOW
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
@@ -54,6 +55,14 @@ def new_job_id() -> str:
 
 #: how long a compaction request waits for the ledgers rolled before it to be sealed
 SEAL_WAIT_S = 30.0
+
+
+def writer_of(t: Topic) -> ManagedLedger:
+    """The ledger a compaction request seals: a source topic's (a shadow has none; the
+    topics' `writable` refuses it first)."""
+    if t.writer is None:
+        raise errors.NotAllowed(f"{t.name} reads another topic's ledgers: compact that one")
+    return t.writer
 
 
 def sealed_horizon(t: Topic) -> MessageId | None:
@@ -81,10 +90,11 @@ async def wait_sealed(t: Topic, upto: int, timeout: float = SEAL_WAIT_S,
     here and its error raised; after `timeout` seconds, `ServiceUnavailable`."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    writer = writer_of(t)
     pending: list[int] = []
     for i in range(int(timeout / step) + 2):  # bounded: the deadline ends it first
-        if t.writer.fenced is not None:
-            raise t.writer.fenced
+        if writer.fenced is not None:
+            raise writer.fenced
         pending = [r.ledger_id for r in t.ledger.ranges() if r.ledger_id <= upto
                    and not r.sealed]
         if not pending:
@@ -92,7 +102,7 @@ async def wait_sealed(t: Topic, upto: int, timeout: float = SEAL_WAIT_S,
         if i == 0:
             log.info("%s: compaction request waits for ledgers %s to be sealed", t.name,
                      pending, extra={"topic": str(t.name)})
-        await t.writer.retry_seals()  # a seal that failed is tried again (or raises)
+        await writer.retry_seals()  # a seal that failed is tried again (or raises)
         if loop.time() >= deadline:
             break
         await asyncio.sleep(step)
@@ -167,7 +177,7 @@ class CompactionAdmin:
         t = await self.topics.writable(part)
         self.filing.add(part)  # retention keeps the ledgers from now on
         try:
-            sealed = await t.writer.roll()
+            sealed = await writer_of(t).roll()
             if sealed is not None:  # earlier ledgers may still be sealing: see wait_sealed
                 await wait_sealed(t, sealed.ledger_id)
             await self._put_request(part, t, job_id, trigger)

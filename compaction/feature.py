@@ -105,13 +105,27 @@ class CompactionFeature(BrokerFeature):
     name = "compaction"
 
     def __init__(self) -> None:
-        self.host: BrokerHost | None = None
-        self.admin: CompactionAdmin | None = None
+        self._host: BrokerHost | None = None
+        self._admin: CompactionAdmin | None = None
         self._migration: asyncio.Task | None = None
 
     def bind(self, host: BrokerHost) -> None:
-        self.host = host
-        self.admin = CompactionAdmin(host.topics, host.session.cluster)
+        self._host = host
+        self._admin = CompactionAdmin(host.topics, host.session.cluster)
+
+    @property
+    def host(self) -> BrokerHost:
+        """The broker this feature serves (`bind` runs before any other hook)."""
+        if self._host is None:
+            raise errors.Internal(f"the {self.name} feature is used before it is bound")
+        return self._host
+
+    @property
+    def admin(self) -> CompactionAdmin:
+        """The broker's side of compaction requests and status (made by `bind`)."""
+        if self._admin is None:
+            raise errors.Internal(f"the {self.name} feature is used before it is bound")
+        return self._admin
 
     async def start(self) -> None:
         self._migration = asyncio.get_running_loop().create_task(self._migrate())

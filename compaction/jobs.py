@@ -34,6 +34,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from shadowtopic import failpoints
 from shadowtopic.compaction import commit, spark_job
@@ -50,6 +51,9 @@ from shadowtopic.metadata.migrate import migrate
 from shadowtopic.metadata.topic_info import effective_policies
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
+if TYPE_CHECKING:
+    from py4j.java_gateway import JavaGateway
+
 #: runs of a job when Spark loses a Python worker or an executor under it (F15)
 JOB_ATTEMPTS = 3
 #: what Spark's errors say when a Python worker or an executor was lost (worth a rerun)
@@ -61,11 +65,18 @@ class SparkLost(RuntimeError):
     """Spark's JVM is gone: this worker can run no job."""
 
 
+def spark_gateway() -> JavaGateway | None:
+    """This process's py4j gateway to Spark's JVM (None before a session starts; one per
+    process): its `jvm` reaches the JVM, and its `proc`, when it has one, is the JVM process
+    of a local driver. pyspark offers no public accessor for it."""
+    from pyspark import SparkContext
+    return SparkContext._gateway  # noqa: SLF001 - pyspark's only handle on its JVM
+
+
 def jvm_alive() -> bool:
     """Whether the JVM of this process's SparkSession still runs (a local driver: its
     process; a session whose JVM is not our child counts as alive)."""
-    from pyspark import SparkContext
-    proc = getattr(SparkContext._gateway, "proc", None)
+    proc = getattr(spark_gateway(), "proc", None)  # a gateway that launched no JVM has none
     return proc is None or proc.poll() is None
 
 
@@ -156,10 +167,13 @@ class Worker:
         self._requests = PrefixFollower(store, keys.compaction_requests_prefix(cluster),
                                         self._on_requests, self._on_request_events)
         self.jobs_run = 0
-        try:
-            self._jvm_pid = int(spark._jvm.java.lang.ProcessHandle.current().pid())
-        except Exception:  # noqa: BLE001 - a remote driver: only our own memory
-            self._jvm_pid = None
+        self._jvm_pid: int | None = None  # Spark's driver JVM, whose memory jobs report
+        gateway = spark_gateway() if spark is not None else None
+        if gateway is not None:
+            try:
+                self._jvm_pid = int(gateway.jvm.java.lang.ProcessHandle.current().pid())
+            except Exception:  # noqa: BLE001 - a remote driver: only our own memory
+                self._jvm_pid = None
 
     # ---- life ------------------------------------------------------------------------------
 
@@ -336,6 +350,9 @@ class Worker:
         retain = policies.retain_null_key
         retention = req.delete_retention_seconds if req.HasField("delete_retention_seconds") \
             else policies.delete_retention_seconds
+        if retain is None or retention is None:  # effective policies set every field
+            raise errors.Internal(f"{topic}: no retain_null_key or delete_retention_seconds "
+                                  "in its effective policies")
         cutoff = planning.tombstone_cutoff(req.requested_ms, retention)
         lst_kv = await self.store.get(keys.ledgers(topic))
         ledgers = mpb.LedgerList.FromString(lst_kv.value) if lst_kv else mpb.LedgerList()
@@ -363,9 +380,10 @@ class Worker:
         out_rel = Storage.compacted_rel(topic, job.job_id)
         last = [0.0]
 
-        started = set()
+        started: set[mpb.CompactionJobPhase] = set()
 
-        def progress(phase: int, done: int, total: int) -> None:  # from Spark's thread
+        def progress(phase: mpb.CompactionJobPhase, done: int, total: int
+                     ) -> None:  # from Spark's thread
             now = time.monotonic()
             if now - last[0] < PROGRESS_EVERY and phase == job.phase:
                 return
@@ -423,8 +441,8 @@ class Worker:
         return await asyncio.get_running_loop().run_in_executor(
             self._executor, commit.collect, storage, topic, keep, grace)
 
-    def _progress(self, topic: TopicName, job: mpb.CompactionJob, phase: int, done: int,
-                  total: int) -> None:
+    def _progress(self, topic: TopicName, job: mpb.CompactionJob,
+                  phase: mpb.CompactionJobPhase, done: int, total: int) -> None:
         if job.phase in (mpb.JOB_COMMITTING, mpb.JOB_DONE, mpb.JOB_FAILED):
             return
         job.phase, job.tasks_done, job.tasks_total = phase, done, total

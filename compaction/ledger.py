@@ -12,11 +12,12 @@ tombstone cutoff, the manifest's `tombstone_cutoff_ms`: its request time minus t
 keyless messages when the topic's `retain_null_key` is on. Rows keep their original ids
 and `raw` bytes: a kept tombstone reads as the empty-payload message it was produced as, so
 a compacted reader sees it as a reader of the raw ledgers does (K18). The manifest counts
-them in `entries` and `tombstones`; `keys` counts the live keys only. Files have the columns of a sealed ledger (`sealed.SCHEMA`: ledger_id,
-entry_id, key, is_tombstone, publish_time, raw), rows sorted by (ledger_id, entry_id) within
-a file, files in id order with ranges that do not overlap; row groups may have any size (a
-reader locates rows from the id columns, not from a fixed group size). A compaction that kept
-nothing writes no Parquet file, only its manifest.
+them in `entries` and `tombstones`; `keys` counts the live keys only. Files have the
+columns of a sealed ledger (`sealed.SCHEMA`: ledger_id, entry_id, key, is_tombstone,
+publish_time, raw), rows sorted by (ledger_id, entry_id) within a file, files in id order
+with ranges that do not overlap; row groups may have any size (a reader locates rows from the
+id columns, not from a fixed group size). A compaction that kept nothing writes no Parquet
+file, only its manifest.
 
 The manifest is written last (temp name, fsync, rename), after every data file is durable;
 the topic's `CompactionPointer` in etcd (keys.compaction) names it and carries a copy, and
@@ -190,7 +191,7 @@ class CompactedLedger:
         """Index of the first row with id >= (ledger_id, entry_id) (len(self) if none)."""
         return int(np.searchsorted(self.positions, _search_key(ledger_id, entry_id), "left"))
 
-    def count_between(self, start: tuple[int, int], end: tuple[int, int]) -> int:
+    def count_between(self, start: tuple[int, ...], end: tuple[int, ...]) -> int:
         """Rows with ids in [start, end) (ids as MessageId or (ledger_id, entry_id))."""
         return max(0, self.find(end[0], end[1]) - self.find(start[0], start[1]))
 
@@ -225,7 +226,7 @@ class CompactedLedger:
             stop = min(table.num_rows, start + (max_entries - len(out)))
             raws = table.column("raw").slice(start, stop - start).to_pylist()
             pubs = table.column("publish_time").slice(start, stop - start).to_pylist()
-            for pub, raw in zip(pubs, raws):
+            for pub, raw in zip(pubs, raws, strict=True):
                 lid, eid = self.id_at(i)
                 out.append((lid, eid, pub, raw))
                 size += len(raw)

@@ -24,8 +24,10 @@ and the worker's own Prometheus-style series:
 """
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -125,13 +127,23 @@ class CompactionMetrics(Collector):
         yield from (read, written, jobs, running)
 
 
+class WorkerState(Protocol):
+    """What readiness reads of the running worker (compaction/jobs.py `Worker`)."""
+
+    @property
+    def lost(self) -> asyncio.Event: ...   # set once Spark's JVM is gone
+
+    @property
+    def etcd_ok(self) -> bool: ...         # False while its lease refreshes fail
+
+
 class WorkerReadiness:
     """What the worker's `/readyz` says: ready once Spark is warm and the worker holds its
     etcd lease; not while etcd does not answer its lease refreshes, nor once Spark's JVM is
     gone (the worker then exits for its supervisor to start a new one)."""
 
     def __init__(self) -> None:
-        self.worker = None      # the running `Worker`, once started
+        self.worker: WorkerState | None = None  # the running `Worker`, once started
         self.stopping = False
 
     def not_ready(self) -> list[str]:

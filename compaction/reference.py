@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from shadowtopic.compaction.ledger import describe_file
 from shadowtopic.compaction.manifest import finish_manifest, new_manifest
 from shadowtopic.compaction.plan import Plan, keeps_tombstone
+from shadowtopic.core import errors
 from shadowtopic.ledger import sealed
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
@@ -61,7 +62,7 @@ def read_rows(storage: Storage, rel_paths: list[str]) -> list[Row]:
         t = pq.read_table(storage.full(rel), columns=list(sealed.SCHEMA.names),
                           filesystem=storage.fs)
         cols = [t.column(name).to_pylist() for name in sealed.SCHEMA.names]
-        out.extend(Row(*values) for values in zip(*cols))
+        out.extend(Row(*values) for values in zip(*cols, strict=True))
     return out
 
 
@@ -75,9 +76,13 @@ def run(plan: Plan, storage: Storage, out_dir_rel: str) -> mpb.CompactedManifest
     if survivors:
         rel = f"{out_dir_rel}/part-00000.parquet"
         table = pa.table([pa.array(list(c), t) for c, t in
-                          zip(zip(*survivors), sealed.SCHEMA.types)], schema=sealed.SCHEMA)
+                          zip(zip(*survivors, strict=True), sealed.SCHEMA.types, strict=True)],
+                         schema=sealed.SCHEMA)
         pq.write_table(table, storage.full(rel), filesystem=storage.fs, compression="zstd")
-        manifest.files.append(describe_file(storage, rel))
+        described = describe_file(storage, rel)
+        if described is None:  # it was written with the survivors: it has rows
+            raise errors.Internal(f"compaction {plan.job_id}: {rel} holds no rows")
+        manifest.files.append(described)
     finish_manifest(manifest, storage, out_dir_rel, len(rows), live_keys(survivors),
                     kept_tombstones(survivors))
     return manifest

@@ -46,7 +46,8 @@ from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 #: that want many tasks of little data)
 MIN_TASK_BYTES = "spark.shadowtopic.compaction.minTaskBytes"
 MIN_TASK_BYTES_DEFAULT = 8 << 20
-Progress = Callable[[int, int, int], None]
+#: a job's progress: (phase, tasks done, tasks in the phase; 0 and 0 as a phase begins)
+Progress = Callable[[mpb.CompactionJobPhase, int, int], None]
 
 
 def groups(files: list[str], sizes: list[int], tasks: int, min_bytes: int = 0
@@ -57,7 +58,7 @@ def groups(files: list[str], sizes: list[int], tasks: int, min_bytes: int = 0
     tasks = max(1, min(tasks, len(files), total // min_bytes if min_bytes else tasks))
     out: list[list[str]] = [[]]
     done = 0
-    for rel, size in zip(files, sizes):
+    for rel, size in zip(files, sizes, strict=True):
         if out[-1] and len(out) < tasks and done >= total * len(out) / tasks:
             out.append([])
         out[-1].append(rel)
@@ -75,12 +76,12 @@ class _Tracker:
         self.every = every
         self.phase = mpb.JOB_SCANNING_KEYS
         self._stop = threading.Event()
-        self._thread = None
+        self._thread: threading.Thread | None = None
 
     def __enter__(self) -> _Tracker:
         if self.progress is not None:
-            self._thread = threading.Thread(target=self._run, daemon=True,
-                                            name="spark-progress")
+            self._thread = threading.Thread(target=self._run, args=(self.progress,),
+                                            daemon=True, name="spark-progress")
             self._thread.start()
         return self
 
@@ -89,12 +90,12 @@ class _Tracker:
         if self._thread is not None:
             self._thread.join()
 
-    def set(self, phase: int) -> None:
+    def set(self, phase: mpb.CompactionJobPhase) -> None:
         self.phase = phase
         if self.progress is not None:
             self.progress(phase, 0, 0)
 
-    def _run(self) -> None:
+    def _run(self, progress: Progress) -> None:
         tracker = self.sc.statusTracker()
         while not self._stop.wait(self.every):
             done = total = 0
@@ -104,7 +105,7 @@ class _Tracker:
                     done += info.numCompletedTasks
                     total += info.numTasks
             if total:
-                self.progress(self.phase, done, total)
+                progress(self.phase, done, total)
 
 
 def _tasks(spark, root: str, cut: list[list[str]]):
@@ -154,12 +155,14 @@ def run(spark, plan: Plan, storage: Storage, out_dir_rel: str,
                 broadcast, plan.retain_null_key, out_dir_rel)).collect()
         finally:
             broadcast.destroy()
-    described = []
+    described: list[mpb.CompactedFile] = []
     for rel in sorted(storage.list_dir(out_dir_rel)):
         name = rel.rsplit("/", 1)[1]
-        if name.startswith("part-") and name.endswith(".parquet"):
-            described.append(describe_file(storage, rel))
-        else:  # a killed attempt's temp file
+        f = describe_file(storage, rel) \
+            if name.startswith("part-") and name.endswith(".parquet") else None
+        if f is not None:
+            described.append(f)
+        else:  # a killed attempt's temp file (or a part without rows: nothing to serve)
             storage.delete(rel)
     described.sort(key=lambda f: (f.first.ledger_id, f.first.entry_id))
     if sum(f.rows for f in described) != sum(rows for _task, rows, _tombs in written):

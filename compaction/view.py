@@ -127,7 +127,7 @@ class CompactedView:
         ledger, broken = None, None
         try:
             ledger = await asyncio.get_running_loop().run_in_executor(
-                self.executor, open_ledger, self.storage, pointer.manifest)
+                self.executor, open_ledger, self._storage(), pointer.manifest)
         except errors.ShadowTopicError as exc:  # missing or corrupt: compacted reads fail
             log.error("%s: compacted ledger of job %s unreadable: %s", self.name,
                       pointer.job_id, exc)
@@ -137,6 +137,13 @@ class CompactedView:
             if broken is not None and not self._closed:
                 self._reopen = asyncio.get_running_loop().create_task(
                     self._open_again(pointer, mine, broken))
+
+    def _storage(self) -> Storage:
+        """Where compacted ledgers open: a view made without storage serves `swap`s only."""
+        if self.storage is None:
+            raise errors.Internal(f"{self.name}: a compacted view without storage cannot open "
+                                  "a compaction pointer")
+        return self.storage
 
     def _delay(self, previous: float | None, exc: BaseException) -> float:
         if isinstance(exc, errors.ChecksumError):  # corrupt: not back soon, if ever
@@ -154,7 +161,7 @@ class CompactedView:
                 return  # a newer pointer (or a swap from elsewhere) is served
             try:
                 ledger = await asyncio.get_running_loop().run_in_executor(
-                    self.executor, open_ledger, self.storage, pointer.manifest)
+                    self.executor, open_ledger, self._storage(), pointer.manifest)
             except Exception as exc:  # noqa: BLE001 - tried again until the pointer changes
                 if mine != self._updates or self.pointer is not pointer:
                     return
@@ -196,8 +203,9 @@ class CompactedView:
     def raw_needed(self, position: MessageId) -> MessageId:
         """The first raw position a reader at `position` reads (retention keeps from there):
         past the horizon while the compacted ledger serves its prefix."""
-        if self.ledger is not None and self._in_prefix(position):
-            return MessageId(self.horizon.ledger_id, self.horizon.entry_id + 1)
+        horizon = self.horizon
+        if self.ledger is not None and horizon is not None and self._in_prefix(position, horizon):
+            return MessageId(horizon.ledger_id, horizon.entry_id + 1)
         return position
 
     # ---- LedgerView -------------------------------------------------------------------------
@@ -206,13 +214,14 @@ class CompactedView:
         return self.raw.ranges()
 
     def first_position(self) -> MessageId | None:
-        if self.horizon is None:
+        ledger, horizon = self.ledger, self.horizon
+        if horizon is None:
             return self.raw.first_position()
-        if self.broken is not None:
+        if self.broken is not None or ledger is None:  # broken: no ledger with the horizon
             return MessageId(0, 0)  # where reads fail with the error
-        if len(self.ledger):
-            return MessageId(*self.ledger.id_at(0))
-        nxt = self._raw_after(self.horizon)
+        if len(ledger):
+            return MessageId(*ledger.id_at(0))
+        nxt = self._raw_after(horizon)
         return nxt if nxt < self.raw.next_position() else None
 
     def last_confirmed(self) -> MessageId | None:
@@ -239,14 +248,15 @@ class CompactedView:
         return self.raw.next_position()
 
     def valid_position(self, position: MessageId) -> MessageId:
-        if not self._in_prefix(position):
+        ledger, horizon = self.ledger, self.horizon
+        if horizon is None or not self._in_prefix(position, horizon):
             return self.raw.valid_position(position)
-        if self.ledger is None:  # broken: reads there fail; the position stays
+        if ledger is None:  # broken: reads there fail; the position stays
             return position
-        i = self.ledger.find(position.ledger_id, position.entry_id)
-        if i < len(self.ledger):
-            return MessageId(*self.ledger.id_at(i))
-        return self._raw_after(self.horizon)
+        i = ledger.find(position.ledger_id, position.entry_id)
+        if i < len(ledger):
+            return MessageId(*ledger.id_at(i))
+        return self._raw_after(horizon)
 
     def entries_between(self, start: MessageId, end: MessageId) -> int:
         if self.horizon is None:
@@ -266,8 +276,9 @@ class CompactedView:
             if i < len(ledger):
                 return MessageId(*ledger.id_at(i))
         found = await self.raw.position_at_time(publish_ms)
-        if self.ledger is not None and self._in_prefix(found):
-            return self._raw_after(self.horizon)  # after every survivor: past the horizon
+        ledger, horizon = self.ledger, self.horizon  # the pointer now, after the await
+        if ledger is not None and horizon is not None and self._in_prefix(found, horizon):
+            return self._raw_after(horizon)  # after every survivor: past the horizon
         return found  # (a broken prefix: there, where reads fail loudly)
 
     async def read(self, start: MessageId, max_entries: int, max_bytes: int
@@ -275,10 +286,12 @@ class CompactedView:
         # one pointer for the whole read: a swap while the executor reads must not pair the
         # old ledger's rows with the new horizon (the survivors between the two would be lost)
         ledger, horizon, broken = self.ledger, self.horizon, self.broken
-        if not self._in_prefix(start, horizon):
+        if horizon is None or not self._in_prefix(start, horizon):
             return await self.raw.read(start, max_entries, max_bytes)
         if broken is not None:
             raise broken
+        if ledger is None:  # a horizon comes with its ledger or the error opening it
+            raise errors.Internal(f"{self.name}: a compaction horizon without its ledger")
         rows = await asyncio.get_running_loop().run_in_executor(
             self.executor, ledger.read, ledger.find(start.ledger_id, start.entry_id), max_entries,
             max_bytes)

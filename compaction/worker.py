@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 
 from shadowtopic import config_file, logs
 from shadowtopic.compaction import spark_job
-from shadowtopic.compaction.jobs import Worker
+from shadowtopic.compaction.jobs import Worker, spark_gateway
 from shadowtopic.compaction.metrics import CompactionMetrics, WorkerReadiness
 from shadowtopic.compaction.session import build_session
 from shadowtopic.ledger import object_store
@@ -164,19 +164,26 @@ def start_spark(master: str, conf: dict[str, str], attempts: int = 2, **logging_
         try:
             return build_session(master, conf, **logging_to)
         except Exception as exc:  # noqa: BLE001 - pyspark's error condition tells which
-            condition = (getattr(exc, "getCondition", None)          # pyspark 4
-                         or getattr(exc, "getErrorClass", lambda: None))  # pyspark 3.5
-            if attempt == attempts or condition() != "JAVA_GATEWAY_EXITED":
+            if attempt == attempts or _condition(exc) != "JAVA_GATEWAY_EXITED":
                 raise
             log.warning("Spark's JVM exited while starting (%s); starting it again", exc)
+
+
+def _condition(exc: Exception) -> str | None:
+    """A pyspark error's condition (None for any other error)."""
+    from pyspark.errors import PySparkException
+    if not isinstance(exc, PySparkException):
+        return None
+    # pyspark 4 names it getCondition; 3.5 has getErrorClass only (deprecated in 4)
+    get = getattr(exc, "getCondition", None) or exc.getErrorClass
+    return get()
 
 
 def stop_spark(spark) -> None:
     """Stop the session and its JVM now (the JVM would otherwise exit only when it notices
     this process is gone)."""
-    from pyspark import SparkContext
-    gateway = SparkContext._gateway
-    proc = getattr(gateway, "proc", None)
+    gateway = spark_gateway()
+    proc = getattr(gateway, "proc", None)  # a gateway that launched no JVM has none
     spark.stop()
     if gateway is not None:
         gateway.shutdown()
