@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Generic, Protocol, Self, TypeVar
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
@@ -76,7 +76,7 @@ class Frames:
         self.parts.append((outbox, handle, encoded, size))
         self.part_bytes += size
 
-    def bytes(self, size: int) -> int:
+    def queued_bytes(self, size: int) -> int:
         """About what `send` will queue, for a read of `size` bytes."""
         return len(self.whole) * size + self.part_bytes
 
@@ -89,10 +89,11 @@ class Frames:
 
 class Member(Protocol):
     """What a dispatch group holds: a reader, or a durable subscription with consumers.
-    `position` is the next entry it has not been sent; the group moves it past each read."""
+    `position` is the next entry it has not been sent; the group moves it past each read.
+    `topic` is the group it is in (set by `TopicReaders.add`, None once it left)."""
 
     position: MessageId
-    topic: TopicReaders | None
+    topic: TopicReaders[Self] | None
 
     def wanted(self, wake: Callable[[], None]) -> int:
         """How many entries it can take now (0: skip it; it calls `wake` once it can)."""
@@ -103,7 +104,14 @@ class Member(Protocol):
         how many messages went out (for the topic's counters)."""
 
 
+#: the member type of a `TopicReaders`: `Reader` (the read engine's), or `Subscription`
+#: (the subscription engine's, source/subscriptions/subscription.py)
+M = TypeVar("M", bound=Member)
+
+
 class Reader:
+    """A non-durable reader: one handle of a client stream, with its permits."""
+
     __slots__ = ("handle", "outbox", "position", "permits", "topic", "closed")
 
     def __init__(self, handle: int, outbox: Outbox, position: MessageId):
@@ -111,7 +119,7 @@ class Reader:
         self.outbox = outbox
         self.position = position
         self.permits = 0
-        self.topic: TopicReaders | None = None  # None while closed or following a reload
+        self.topic: TopicReaders[Reader] | None = None  # None while closed or following a reload
         self.closed = False
 
     def wanted(self, wake: Callable[[], None]) -> int:
@@ -135,29 +143,30 @@ class Replayer(Protocol):
         something went out or is left to do."""
 
 
-class Owner(Protocol):
-    """Who holds a `TopicReaders`: the read engine, or the subscription engine."""
+class Owner(Protocol[M]):
+    """Who holds a `TopicReaders` of members `M`: the read engine (of `Reader`s), or the
+    subscription engine (of `Subscription`s)."""
 
-    def rehome(self, tr: TopicReaders) -> None:
+    def rehome(self, tr: TopicReaders[M]) -> None:
         """`tr`'s view closed."""
 
-    def fail(self, member: Member, error: errors.ShadowTopicError) -> None:
+    def fail(self, member: M, error: errors.ShadowTopicError) -> None:
         """Reading at `member`'s position failed: it stops."""
 
     def counters(self, topic: TopicName) -> Counters: ...
 
 
-class TopicReaders:
+class TopicReaders(Generic[M]):
     """Every member of one topic (readers, or durable subscriptions), grouped by position,
     and the topic's dispatch task (a `ViewListener`)."""
 
-    def __init__(self, owner: Owner, topic: TopicName, view: LedgerView,
+    def __init__(self, owner: Owner[M], topic: TopicName, view: LedgerView,
                  encodings: EncodingsPool | None = None):
         self.owner = owner
         self.topic = topic
         self.view = view
         self.compacted = False  # reads the topic's compacted view (read_compacted readers)
-        self.groups: dict[MessageId, set[Member]] = {}
+        self.groups: dict[MessageId, set[M]] = {}
         self.replays: set[Replayer] = set()   # members with entries waiting for redelivery
         self.count = 0
         #: bumped by members when something other than this dispatch may have lowered
@@ -169,7 +178,7 @@ class TopicReaders:
         self._pool = encodings if encodings is not None else EncodingsPool()
         self._encodings: Encodings | None = None
         self._dirty = False
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         view.add_listener(self)
 
     # ---- ViewListener ----------------------------------------------------------------------
@@ -186,13 +195,13 @@ class TopicReaders:
 
     # ---- readers ---------------------------------------------------------------------------
 
-    def add(self, reader: Member) -> None:
+    def add(self, reader: M) -> None:
         reader.topic = self
         self.groups.setdefault(reader.position, set()).add(reader)
         self.count += 1
         self.wake()
 
-    def remove(self, reader: Member) -> None:
+    def remove(self, reader: M) -> None:
         group = self.groups.get(reader.position)
         if group is not None and reader in group:
             group.discard(reader)
@@ -201,7 +210,7 @@ class TopicReaders:
             self.count -= 1
         reader.topic = None
 
-    def move(self, reader: Member, position: MessageId) -> None:
+    def move(self, reader: M, position: MessageId) -> None:
         group = self.groups.get(reader.position)
         if group is not None:
             group.discard(reader)
@@ -210,7 +219,7 @@ class TopicReaders:
         reader.position = position
         self.groups.setdefault(position, set()).add(reader)
 
-    def _move_all(self, pos: MessageId, moved: list[Member], after: MessageId) -> None:
+    def _move_all(self, pos: MessageId, moved: list[M], after: MessageId) -> None:
         """`move` of many members of the group at `pos`; the whole group at once when all of
         them go (a broadcast: 100,000 subscriptions move by one dict operation)."""
         group = self.groups.get(pos)
@@ -230,7 +239,7 @@ class TopicReaders:
         for m in moved:
             m.position = after
 
-    def readers(self) -> list[Member]:
+    def readers(self) -> list[M]:
         return [r for group in self.groups.values() for r in group]
 
     # ---- dispatch --------------------------------------------------------------------------
@@ -279,7 +288,7 @@ class TopicReaders:
             pos = valid
         if pos >= self.view.next_position():
             return  # at the tail: nothing to read (no walk over a group of idle members)
-        ready = []
+        ready: list[M] = []
         want = MAX_FRAME_ENTRIES
         for m in self.groups[pos]:
             n = m.wanted(self.wake)
@@ -307,7 +316,7 @@ class TopicReaders:
         delivered = 0
         recheck = changes != self.changes
         flushed = False
-        moved = []
+        moved: list[M] = []
         for m in ready:
             if m.topic is not self or m.position != pos:
                 continue  # closed or seeked while the read ran
@@ -318,7 +327,7 @@ class TopicReaders:
                 # (a reader's permits only grow meanwhile: no second look at it otherwise)
             delivered += m.deliver(entries, encoded, size, frames)
             moved.append(m)
-            if frames.bytes(size) >= FLUSH_BYTES:
+            if frames.queued_bytes(size) >= FLUSH_BYTES:
                 frames.send(encoded, size)
                 frames, flushed = Frames(), True
         self._move_all(pos, moved, after)
@@ -342,19 +351,21 @@ class ReadEngine:
         self._resolve_compacted = resolve_compacted
         self._counters = counters
         #: (topic, read_compacted) -> its readers: compacted readers read another view
-        self._topics: dict[tuple[TopicName, bool], TopicReaders] = {}
-        self._rehoming: set[asyncio.Task] = set()
+        self._topics: dict[tuple[TopicName, bool], TopicReaders[Reader]] = {}
+        self._rehoming: set[asyncio.Task[None]] = set()
 
     def counters(self, topic: TopicName) -> Counters:
         return self._counters(topic)
 
     def _resolver(self, compacted: bool) -> Callable[[TopicName], Awaitable[LedgerView]]:
-        if compacted and self._resolve_compacted is None:
+        if not compacted:
+            return self._resolve
+        if self._resolve_compacted is None:
             raise errors.Unimplemented("this broker does not serve compacted reads")
-        return self._resolve_compacted if compacted else self._resolve
+        return self._resolve_compacted
 
     def _readers_of(self, topic: TopicName, view: LedgerView, compacted: bool
-                    ) -> TopicReaders:
+                    ) -> TopicReaders[Reader]:
         tr = self._topics.get((topic, compacted))
         if tr is None or tr.view is not view:
             if tr is not None:
@@ -417,7 +428,7 @@ class ReadEngine:
         self.close(reader)
         reader.outbox.send_error(reader.handle, error)
 
-    def rehome(self, tr: TopicReaders) -> None:
+    def rehome(self, tr: TopicReaders[Reader]) -> None:
         """`tr`'s view closed: move its readers to the topic's next view."""
         tr.view.remove_listener(tr)
         tr.drop_encodings()

@@ -16,7 +16,7 @@ from typing import Generic, Protocol, TypeVar
 
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.read.engine import Outbox
-from shadowtopic.subscriptions.positions import UNUSED
+from shadowtopic.subscriptions.positions import UNUSED, Positions
 
 S = TypeVar("S")
 
@@ -59,7 +59,7 @@ class SubConsumer(Generic[S]):
         self.seq = seq
         self.permits = 0
         self.sub: S | None = None
-        self.pending = UNUSED            # Shared / Key_Shared: entries it holds unacked
+        self.pending: Positions = UNUSED  # Shared / Key_Shared: entries it holds unacked
         self.join: int | None = None     # Key_Shared: held back from here until acked
         self.msg_out = self.bytes_out = self.redelivered = 0
         self.address = address

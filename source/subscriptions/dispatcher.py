@@ -32,7 +32,7 @@ from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.cursors.state import CursorState, NextAfter
 from shadowtopic.ledger.view import LedgerView, ReadEntry
-from shadowtopic.read.engine import Frames, TopicReaders
+from shadowtopic.read.engine import Frames, Member, Replayer
 from shadowtopic.subscriptions.consumer import SubConsumer
 from shadowtopic.subscriptions.positions import UNUSED, Positions
 
@@ -40,13 +40,14 @@ EXCLUSIVE, SHARED, FAILOVER, KEY_SHARED = "Exclusive", "Shared", "Failover", "Ke
 TYPES = (EXCLUSIVE, SHARED, FAILOVER, KEY_SHARED)
 
 
-class Dispatched(Protocol):
-    """What a dispatcher uses of its subscription (subscription.py's `Subscription`)."""
+class Dispatched(Member, Replayer, Protocol):
+    """What a dispatcher uses of its subscription (subscription.py's `Subscription`): a
+    member of the topic's dispatch groups (`position`: the next entry never dispatched;
+    `topic`: the groups, while it has consumers), and the `Replayer` a dispatcher with
+    entries waiting for redelivery puts in the groups' `replays`."""
 
     name: str
     cursor: CursorState
-    position: MessageId               # the next entry never dispatched
-    topic: TopicReaders | None        # the dispatch groups, while it has consumers
     consumers: list[SubConsumer]
     counts: dict[int, int]            # redelivery counts (the shared empty stand-in until used)
 

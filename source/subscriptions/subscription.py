@@ -20,14 +20,15 @@ Nothing here owns a task, thread or timer: the topic's dispatch task calls `want
 without consumers costs its cursor, its dispatcher and a few fields.
 
 What a subscription needs of its topic's `TopicSubscriptions` (topic.py, which imports this
-module, never the reverse) is `SubscriptionOwner`.
+module, never the reverse) is `SubscriptionOwner`; what it reads, a `Reading` of it.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import chain, islice
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from shadowtopic import wire
 from shadowtopic.core import errors
@@ -47,20 +48,30 @@ DISPATCHERS: dict[str, type[Dispatcher]] = {
     EXCLUSIVE: ExclusiveDispatcher, FAILOVER: FailoverDispatcher, SHARED: SharedDispatcher,
     KEY_SHARED: KeySharedDispatcher}
 MAX_COUNTED = 10_000       # a rewind counts redeliveries for at most this many entries
+#: the view a `Reading` reads (the compacted one is a `CompactedReads`)
+V = TypeVar("V", bound=LedgerView, covariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Reading(Generic[V]):
+    """One view a topic's subscriptions read (the topic's, or the compacted one for
+    read_compacted), how ids follow each other in it, and its dispatch groups."""
+
+    view: V
+    next_after: NextAfter
+    readers: TopicReaders[Subscription]
 
 
 class SubscriptionOwner(Protocol):
-    """What a subscription asks of its topic's `TopicSubscriptions`: the views it reads
-    (the topic's, or the compacted one for read_compacted), how ids follow each other in
-    them, their dispatch groups, the topic's counters, and where a changed cursor goes."""
+    """What a subscription asks of its topic's `TopicSubscriptions`: what it reads, the
+    topic's counters, and where a changed cursor goes."""
 
-    view: LedgerView
-    next_after: NextAfter
-    readers: TopicReaders
-    compacted: LedgerView | None
-    compacted_next_after: NextAfter
-    compacted_readers: TopicReaders | None
-    out: Counters
+    @property
+    def out(self) -> Counters: ...
+
+    def reading(self, compacted: bool) -> Reading[LedgerView]:
+        """The topic's `Reading`, or with `compacted` the compacted view's (`Internal` when
+        the topic has not opened it: a subscription reads it only once it is open)."""
 
     def changed(self, sub: Subscription) -> None:
         """`sub`'s cursor changed: saved with the next flush."""
@@ -80,8 +91,9 @@ class Subscription:
         self.name = name
         self.cursor = cursor
         self.ts = ts
-        self.position = cursor.read_position(ts.next_after)
-        self.topic: TopicReaders | None = None   # the dispatch groups, while it has consumers
+        self.position = cursor.read_position(ts.reading(False).next_after)
+        #: the dispatch groups, while it has consumers
+        self.topic: TopicReaders[Subscription] | None = None
         self.consumers: list[SubConsumer[Subscription]] = []
         self.dispatcher: Dispatcher = DISPATCHERS[type_](self)
         self.counts: dict[int, int] = UNUSED      # allocated at the first redelivery
@@ -111,15 +123,15 @@ class Subscription:
 
     @property
     def view(self) -> LedgerView:  # what it reads: the topic's or the compacted view
-        return self.ts.compacted if self.compacted else self.ts.view
+        return self.ts.reading(self.compacted).view
 
     @property
     def next_after(self) -> NextAfter:  # ids compacted away are skipped as if deleted
-        return self.ts.compacted_next_after if self.compacted else self.ts.next_after
+        return self.ts.reading(self.compacted).next_after
 
     @property
-    def readers(self) -> TopicReaders:
-        return self.ts.compacted_readers if self.compacted else self.ts.readers
+    def readers(self) -> TopicReaders[Subscription]:
+        return self.ts.reading(self.compacted).readers
 
     # ---- consumers -------------------------------------------------------------------------
 

@@ -10,10 +10,10 @@ skip, clear-backlog, peek, stats; and what retention must keep (`oldest_needed`)
 
 `read_compacted` (Exclusive and Failover only, as in Pulsar; Shared and Key_Shared are
 refused with `InvalidArgument`): such a subscription reads the topic's `CompactedView`
-(compaction/view.py) through a second `TopicReaders` (`compacted_readers`). The
+(compaction/view.py) through a second `TopicReaders` (its `Reading`: `reading(True)`). The
 first consumer to attach decides how a subscription reads; one that reads the other way is
 refused (`ConsumerBusy`) while consumers are attached. Its cursor moves by the compacted
-view (`compacted_next_after`: ids compacted away count as absent, so acknowledging each
+view (its sparse `next_after`: ids compacted away count as absent, so acknowledging each
 survivor leaves no holes), raw trims do not move it, and retention keeps for it only the raw
 ledgers after the horizon. The flag is stored in the SubscriptionMeta (written again when a
 first consumer reads the other way), so a subscription without consumers keeps reading the
@@ -47,20 +47,22 @@ from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
 from shadowtopic.core.policies import Policies
 from shadowtopic.cursors.flusher import CursorFlusher
-from shadowtopic.cursors.state import CursorState, next_after_in, pack
+from shadowtopic.cursors.state import CursorState, NextAfter, next_after_in, pack
 from shadowtopic.cursors.store import CursorStore, Fence
-from shadowtopic.ledger.view import LedgerView, ReadEntry, Trimmed
+from shadowtopic.ledger.view import CompactedReads, LedgerView, ReadEntry, Trimmed
 from shadowtopic.metadata.base import MetadataStore
 from shadowtopic.read.encodings import EncodingsPool
-from shadowtopic.read.engine import Counters, Member, TopicReaders
+from shadowtopic.read.engine import Counters, TopicReaders
 from shadowtopic.read.positions import MESSAGE_ID, PUBLISH_TIME, Start, resolve
 from shadowtopic.subscriptions import expiry
 from shadowtopic.subscriptions.consumer import ConsumerOutbox, CursorMoved, SubConsumer
 from shadowtopic.subscriptions.dispatcher import EXCLUSIVE
 from shadowtopic.subscriptions.meta import MetaWriter, SubscriptionMeta
-from shadowtopic.subscriptions.subscription import DISPATCHERS, Subscription
+from shadowtopic.subscriptions.subscription import DISPATCHERS, Reading, Subscription
 
 log = logging.getLogger(__name__)
+#: a consumer of one of a topic's subscriptions
+Consumer = SubConsumer[Subscription]
 
 STATS_CACHE_SUBS = 1000   # past this many subscriptions, stats are reused ...
 STATS_MAX_AGE_S = 1.0     # ... for this long
@@ -89,14 +91,15 @@ class TopicSubscriptions:
         self.view = view
         self.policies = policies
         self.out = counters
-        self.next_after = next_after_in(view)
+        self.next_after: NextAfter = next_after_in(view)
         self.encodings = encodings if encodings is not None else EncodingsPool()
-        self.readers = TopicReaders(self, topic, view, self.encodings)
-        #: the compacted view and its dispatch groups, for subscriptions read with
-        #: read_compacted (set by `use_compacted` before the first such consumer attaches)
-        self.compacted: LedgerView | None = None
-        self.compacted_readers: TopicReaders | None = None
-        self.compacted_next_after = self.next_after  # over `compacted`, once it is set
+        self.readers: TopicReaders[Subscription] = TopicReaders(self, topic, view,
+                                                                self.encodings)
+        self._reading: Reading[LedgerView] = Reading(view, self.next_after, self.readers)
+        #: the compacted view, how ids follow each other in it and its dispatch groups, for
+        #: subscriptions read with read_compacted (set by `use_compacted` before the first
+        #: such consumer attaches)
+        self._compacted: Reading[CompactedReads] | None = None
         self.flusher = CursorFlusher(cursors, topic, fence, flush_interval)
         self.metas = MetaWriter(metadata, topic, fence)
         self.cursors = cursors
@@ -111,7 +114,7 @@ class TopicSubscriptions:
         self.closed: errors.ShadowTopicError | None = None
         view.add_listener(self)
 
-    async def load(self, compacted: Callable[[], Awaitable[LedgerView]] | None = None
+    async def load(self, compacted: Callable[[], Awaitable[CompactedReads]] | None = None
                    ) -> TopicSubscriptions:
         """Read the subscriptions and their cursors. `compacted` opens the topic's compacted
         view, asked for only when a stored subscription reads it (without it, such a
@@ -143,11 +146,10 @@ class TopicSubscriptions:
         """The view closed: consumers hear it (they subscribe again to the reloaded topic)."""
         self._drop_all(errors.TopicNotOwned(f"{self.topic} was unloaded; subscribe again"))
 
-    def fail(self, member: Member, error: errors.ShadowTopicError) -> None:
-        if isinstance(member, Subscription):
-            for c in list(member.consumers):
-                member.detach(c)
-                c.outbox.send_error(c.handle, error)
+    def fail(self, member: Subscription, error: errors.ShadowTopicError) -> None:
+        for c in list(member.consumers):
+            member.detach(c)
+            c.outbox.send_error(c.handle, error)
 
     def counters(self, topic: TopicName) -> Counters:
         return self.out
@@ -173,17 +175,32 @@ class TopicSubscriptions:
         if self.closed is not None:
             raise self.closed
 
-    def use_compacted(self, view: LedgerView) -> None:
+    @property
+    def compacted(self) -> CompactedReads | None:
+        """The compacted view read_compacted subscriptions read (None until opened)."""
+        return self._compacted.view if self._compacted is not None else None
+
+    def use_compacted(self, view: CompactedReads) -> None:
         """Serve `read_compacted` consumers from `view` (the topic's CompactedView)."""
-        if self.compacted is None:
-            self.compacted = view
-            self.compacted_readers = TopicReaders(self, self.topic, view, self.encodings)
-            self.compacted_next_after = next_after_in(view, sparse=True)
+        if self._compacted is None:
+            readers: TopicReaders[Subscription] = TopicReaders(self, self.topic, view,
+                                                               self.encodings)
+            self._compacted = Reading(view, next_after_in(view, sparse=True), readers)
+
+    def reading(self, compacted: bool) -> Reading[LedgerView]:
+        """What a subscription reads: the topic's view, or with `compacted` the compacted
+        one (a subscription reads it only once `use_compacted` opened it)."""
+        return self._compacted_reading() if compacted else self._reading
+
+    def _compacted_reading(self) -> Reading[CompactedReads]:
+        if self._compacted is None:
+            raise errors.Internal(f"{self.topic}: no compacted view to read")
+        return self._compacted
 
     async def subscribe(self, outbox: ConsumerOutbox, handle: int, name: str, type_: str,
                         start: Start, consumer_name: str = "", priority: int = 0,
                         address: str = "", read_compacted: bool = False
-                        ) -> tuple[SubConsumer, bool, MessageId]:
+                        ) -> tuple[Consumer, bool, MessageId]:
         """Attach a consumer, creating the subscription at `start` if it does not exist.
         Returns the consumer, whether it was created, and where it will read. A
         `read_compacted` consumer (Exclusive or Failover, as in Pulsar) reads the compacted
@@ -206,34 +223,35 @@ class TopicSubscriptions:
         if self.subs.get(name) is not sub:
             raise errors.SubscriptionNotFound(f"subscription {name} was deleted meanwhile")
         sub.check_attach(type_, self.policies().max_consumers or 0, read_compacted)
-        c = SubConsumer(handle, outbox, consumer_name, priority, next(self._seq), address)
+        c: Consumer = SubConsumer(handle, outbox, consumer_name, priority, next(self._seq),
+                                  address)
         if not sub.consumers:
             sub.compacted = read_compacted
         sub.attach(c, type_)
         return c, created, sub.position
 
-    def flow(self, c: SubConsumer, permits: int) -> None:
+    def flow(self, c: Consumer, permits: int) -> None:
         c.permits += permits
         if c.sub is not None and c.sub.topic is not None:
             c.sub.topic.wake()
 
-    def ack(self, c: SubConsumer, ids: list[MessageId], cumulative: bool) -> None:
+    def ack(self, c: Consumer, ids: list[MessageId], cumulative: bool) -> None:
         self.ack_packed(c, [pack(m) for m in ids], cumulative)
 
-    def ack_packed(self, c: SubConsumer, ps: list[int], cumulative: bool) -> None:
+    def ack_packed(self, c: Consumer, ps: list[int], cumulative: bool) -> None:
         """`ack` of packed positions (`shadowtopic.cursors.state.pack`), as the service sends."""
         self._live(c).ack(c, ps, cumulative)
 
-    def ack_many(self, consumers: list[SubConsumer], ps: list[int], cumulative: bool
-                 ) -> list[tuple[SubConsumer, Exception]]:
+    def ack_many(self, consumers: list[Consumer], ps: list[int], cumulative: bool
+                 ) -> list[tuple[Consumer, Exception]]:
         """`ack_packed` of the same positions by many consumers (one broadcast message
         acknowledged by thousands of subscriptions); returns those that failed, with why.
         The common case (an Exclusive subscription acknowledging the next entry, nothing
         held, nothing counted) costs a few operations, not a call chain."""
-        failed: list[tuple[SubConsumer, Exception]] = []
+        failed: list[tuple[Consumer, Exception]] = []
         end = pack(self.view.next_position())
         one = ps[0] if len(ps) == 1 and not cumulative and ps[0] < end else None
-        dirty = []
+        dirty: list[Subscription] = []
         for c in consumers:
             sub = c.sub
             try:
@@ -252,25 +270,25 @@ class TopicSubscriptions:
                                     if self.subs.get(sub.name) is sub])
         return failed
 
-    def nack(self, c: SubConsumer, ids: list[MessageId], delay_ms: int) -> None:
+    def nack(self, c: Consumer, ids: list[MessageId], delay_ms: int) -> None:
         sub = self._live(c)
         if delay_ms <= 0:
             sub.nacked(c, ids)
         else:
             asyncio.get_running_loop().call_later(delay_ms / 1000, sub.nacked, c, ids)
 
-    def redeliver(self, c: SubConsumer) -> None:
+    def redeliver(self, c: Consumer) -> None:
         self._live(c).redeliver_all(c)
 
-    def close_consumer(self, c: SubConsumer) -> None:
+    def close_consumer(self, c: Consumer) -> None:
         if c.sub is not None:
             c.sub.detach(c)
 
-    async def seek(self, c: SubConsumer, start: Start) -> tuple[MessageId, bool]:
+    async def seek(self, c: Consumer, start: Start) -> tuple[MessageId, bool]:
         sub = self._live(c)
         return await self._reset(sub, start, dry_run=False, seeker=c)
 
-    async def unsubscribe(self, c: SubConsumer) -> None:
+    async def unsubscribe(self, c: Consumer) -> None:
         sub = self._live(c)
         others = [o for o in sub.consumers if o is not c]
         if others:
@@ -278,7 +296,7 @@ class TopicSubscriptions:
                                       "connected consumers")
         await self._delete(sub, leaving=c)
 
-    def _live(self, c: SubConsumer) -> Subscription:
+    def _live(self, c: Consumer) -> Subscription:
         if c.closed or c.sub is None:
             raise errors.AlreadyClosed("consumer is closed")
         return c.sub
@@ -332,7 +350,7 @@ class TopicSubscriptions:
         done = asyncio.get_running_loop().create_future()
         self._creating[name] = done
         try:
-            position = await resolve(self.compacted if compacted else self.view, start)
+            position = await resolve(self.reading(compacted).view, start)
             created_ms = int(time.time() * 1000)
             await self.metas.put(SubscriptionMeta(name, type_, created_ms, position, compacted))
             self._check_open()
@@ -372,7 +390,7 @@ class TopicSubscriptions:
             await self._delete(sub)
         return change
 
-    async def _delete(self, sub: Subscription, leaving: SubConsumer | None = None) -> None:
+    async def _delete(self, sub: Subscription, leaving: Consumer | None = None) -> None:
         """Delete `sub`; its consumers hear it, except `leaving` (it unsubscribed)."""
         await self.metas.delete(sub.name)
         if self.subs.get(sub.name) is sub:
@@ -397,7 +415,7 @@ class TopicSubscriptions:
         position = await resolve(view, start)
         first, end = view.first_position(), view.next_position()
         position = min(position, end)
-        if start.kind == MESSAGE_ID:
+        if start.kind == MESSAGE_ID and start.message_id is not None:  # (resolve refused None)
             asked = start.message_id
             asked = MessageId(asked.ledger_id, asked.entry_id)
             clamped = (first is not None and asked < first) or asked > end
@@ -415,7 +433,7 @@ class TopicSubscriptions:
         return await self._reset(self.get(name), start, dry_run, seeker=None)
 
     async def _reset(self, sub: Subscription, start: Start, dry_run: bool,
-                     seeker: SubConsumer | None) -> tuple[MessageId, bool]:
+                     seeker: Consumer | None) -> tuple[MessageId, bool]:
         position, clamped = await self.landing(start, sub.view)
         if dry_run:
             return position, clamped
@@ -429,7 +447,8 @@ class TopicSubscriptions:
         sub = self.get(name)
         cursor = sub.cursor if not dry_run else sub.cursor.copy()
         next_after = sub.next_after
-        ids, p, end = [], cursor.read_position(next_after), self.view.next_position()
+        ids: list[MessageId] = []
+        p, end = cursor.read_position(next_after), self.view.next_position()
         while len(ids) < count and p < end:
             if not cursor.is_acked(p):
                 ids.append(p)
@@ -497,7 +516,8 @@ class TopicSubscriptions:
         need = self.next_after(min(raw)) if raw else None
         compacted = [s.cursor.mark_delete for s in self.subs.values() if s.compacted]
         if compacted:  # what the compacted ledger serves needs no raw ledger (K15)
-            mine = self.compacted.raw_needed(self.compacted_next_after(min(compacted)))
+            reading = self._compacted_reading()
+            mine = reading.view.raw_needed(reading.next_after(min(compacted)))
             need = mine if need is None else min(need, mine)
         return need
 
@@ -522,19 +542,22 @@ class TopicSubscriptions:
             dt = now - t0
             self._rates[name] = (now, sub.msg_out, sub.redelivered)
             rate = (sub.msg_out - out0) / dt if dt > 0 else 0.0
-            consumers = []
+            consumers: list[dict[str, object]] = []
             d = sub.dispatcher
+            unacked = 0
             for c in sub.consumers:
+                n = d.unacked(c)
+                unacked += n
                 consumers.append(dict(
                     consumer_name=c.name, available_permits=max(0, c.permits),
-                    unacked_messages=d.unacked(c), address=c.address,
+                    unacked_messages=n, address=c.address,
                     connected_since=_iso(c.since), is_active=bool(c.active),
                     key_hash_ranges=[f"[{a}, {b}]" for a, b in d.ranges(c)]))
             out[name] = dict(
                 type=sub.type, msg_backlog=self.backlog(sub), msg_rate_out=rate,
                 backlog_size=expiry.backlog_bytes(sub),
                 msg_rate_redeliver=(sub.redelivered - red0) / dt if dt > 0 else 0.0,
-                unacked_messages=sum(x["unacked_messages"] for x in consumers), durable=True,
+                unacked_messages=unacked, durable=True,
                 consumers=consumers, skipped_entries=sub.skipped,
                 mark_delete_position=str(sub.cursor.mark_delete),
                 read_position=str(sub.position), individually_acked_ranges=sub.cursor.holes,
@@ -563,8 +586,8 @@ class TopicSubscriptions:
         self._drop_all(self.closed)
         self.view.remove_listener(self)
         self.view.remove_listener(self.readers)
-        if self.compacted is not None:
-            self.compacted.remove_listener(self.compacted_readers)
+        if self._compacted is not None:
+            self._compacted.view.remove_listener(self._compacted.readers)
         if not flush:
             self.flusher.discard()
         try:
