@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from shadowtopic.broker.feature import Topics
@@ -77,7 +78,8 @@ def check_source(source: TopicName, info: mpb.TopicInfo) -> None:
                                      f"create the shadow of {info.partition_of}")
 
 
-def already_exists(shadow: TopicName, info: mpb.TopicInfo) -> errors.TopicAlreadyExists:
+def already_exists(shadow: TopicName, info: mpb.TopicInfo) -> errors.ShadowTopicError:
+    """The `TopicAlreadyExists` for creating `shadow` where `info`'s topic stands."""
     if info.kind == SHADOW and not info.partition_of:
         return errors.TopicAlreadyExists(
             f"topic {shadow} already exists as a shadow of {info.source} (the source of a "
@@ -108,8 +110,8 @@ class Txn:
         return len(self.compares) + compares <= limit and len(self.ops) + ops <= limit
 
 
-def _pack(parts: list[tuple[list[Compare], list[Put | Delete]]], last: Txn, guard: Compare,
-          limit: int) -> list[Txn]:
+def _pack(parts: Sequence[tuple[Sequence[Compare], Sequence[Put | Delete]]], last: Txn,
+          guard: Compare, limit: int) -> list[Txn]:
     """One transaction when everything fits, else chunks of `parts`, each also comparing
     `guard`, then `last`."""
     whole = Txn()
@@ -139,7 +141,7 @@ def create_plan(infos: list[mpb.TopicInfo], source: TopicName, source_rev: int,
                 list_rev: int, shadows: list[str], limit: int = TXN_OPS) -> list[Txn]:
     """The transactions that create the shadow `infos[0]` (parent last when chunked)."""
     source_same = Compare(keys.topic_info(source), "mod_revision", "==", source_rev)
-    parts = []
+    parts: list[tuple[list[Compare], list[Put]]] = []
     for info in infos[1:]:
         key = keys.topic_info(TopicName.parse(info.name))
         parts.append(([Compare(key, "version", "==", 0)], [Put(key, info.SerializeToString())]))
@@ -157,9 +159,10 @@ def delete_plan(shadow: TopicName, partitions: int, shadow_rev: int, source: Top
     """The transactions that delete `shadow` and its replicators' positions (partitions
     first, parent last when chunked)."""
     same = Compare(keys.topic_info(shadow), "mod_revision", "==", shadow_rev)
-    parts = [([], [Delete(keys.topic_prefix(shadow.partition(i)), prefix=True),
-                   Delete(keys.replicator(source.partition(i), shadow.partition(i)))])
-             for i in range(partitions)]
+    parts: list[tuple[list[Compare], list[Delete]]] = [
+        ([], [Delete(keys.topic_prefix(shadow.partition(i)), prefix=True),
+              Delete(keys.replicator(source.partition(i), shadow.partition(i)))])
+        for i in range(partitions)]
     last = Txn([same, Compare(keys.shadows(source), "mod_revision", "==", list_rev)],
                [Delete(keys.topic_prefix(shadow), prefix=True),
                 Delete(keys.replicator(source, shadow)),
@@ -238,7 +241,7 @@ class ShadowAdmin:
         the reason (the other reasons show in the checks every round makes)."""
         names = [TopicName.parse(i.name) for i in partitions]
         kvs = await asyncio.gather(*(self.store.get(keys.topic_info(n)) for n in names))
-        for name, kv in zip(names, kvs):
+        for name, kv in zip(names, kvs, strict=True):
             if kv is not None:
                 raise already_exists(name, decode_info(kv.value))
 

@@ -1,6 +1,7 @@
 """The shadow broker: a broker process (source/broker/server.py) with the role `shadow`.
 
-    python -m shadowtopic.shadow.broker --etcd HOST:PORT --storage-root <the source's storage root> ...
+    python -m shadowtopic.shadow.broker --etcd HOST:PORT
+        --storage-root <the source's storage root> ...
 
 It takes the same flags as the source broker (its config file section is [shadow]:
 source/config_file.py) and registers with the role "shadow": the

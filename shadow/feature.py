@@ -77,8 +77,8 @@ class ShadowFeature(BrokerFeature):
     name = "shadow"
 
     def __init__(self) -> None:
-        self.host: BrokerHost | None = None
-        self.admin: ShadowAdmin | None = None
+        self._host: BrokerHost | None = None
+        self._admin: ShadowAdmin | None = None
         self.channels = Channels()  # to the brokers of this broker's sources' shadows
         self.inbound = Inbound()  # what its shadows' stats say of their replication
         self._replicators: dict[Topic, TopicReplicators] = {}
@@ -86,8 +86,22 @@ class ShadowFeature(BrokerFeature):
         self.shedder: Shedder | None = None  # load shedding, on a shadow broker
 
     def bind(self, host: BrokerHost) -> None:
-        self.host = host
-        self.admin = ShadowAdmin(host.topics)
+        self._host = host
+        self._admin = ShadowAdmin(host.topics)
+
+    @property
+    def host(self) -> BrokerHost:
+        """The broker this feature serves (`bind` runs before any other hook)."""
+        if self._host is None:
+            raise errors.Internal(f"the {self.name} feature is used before it is bound")
+        return self._host
+
+    @property
+    def admin(self) -> ShadowAdmin:
+        """Shadow creation, deletion and listing (made by `bind`)."""
+        if self._admin is None:
+            raise errors.Internal(f"the {self.name} feature is used before it is bound")
+        return self._admin
 
     @property
     def serving(self) -> bool:

@@ -316,8 +316,7 @@ class ShadowLedger:
                 lid = info.ledger_id
                 self._nudge.clear()  # from here on, what arrives cuts the wait below
                 try:
-                    n = await self._on_tail(info, lambda tail: tail.entries(
-                        info, self._counts.get(lid, 0)))
+                    n = await self.on_tail(info, self._count_entries(info))
                 except ShadowTopicError as exc:
                     # sealed and removed (or dropped) meanwhile: the list will say so; or
                     # the source's owner is away or moving: it is asked again
@@ -352,11 +351,16 @@ class ShadowLedger:
 
     # ---- the tail: the source's WAL here, or its owner (shadow/tail.py) --------------------
 
-    async def _on_tail(self, info: mpb.LedgerInfo,
-                       call: Callable[[TailReader], Awaitable[T]]) -> T:
+    def _count_entries(self, info: mpb.LedgerInfo) -> Callable[[TailReader], Awaitable[int]]:
+        """What counts the entries of `info` (unsealed, taking no more) on a tail, from the
+        count known when it runs."""
+        return lambda tail: tail.entries(info, self._counts.get(info.ledger_id, 0))
+
+    async def on_tail(self, info: mpb.LedgerInfo,
+                      call: Callable[[TailReader], Awaitable[T]]) -> T:
         """`call` on the WAL here; when the ledger's WAL is not under this broker's WAL root
         while the source's list (read again) still holds the ledger unsealed, on the source's
-        owner from now on."""
+        owner from now on. (The unsealed reads of the ledger reader come here: `_Unsealed`.)"""
         if not self._remote:
             try:
                 return await call(self.file_tail)
@@ -472,8 +476,8 @@ class _Unsealed:
 
     async def read(self, info: mpb.LedgerInfo, first: int, count: int,
                    max_bytes: int) -> list[ReadEntry]:
-        return await self._ledger._on_tail(
+        return await self._ledger.on_tail(
             info, lambda tail: tail.read(info, first, count, max_bytes))
 
     async def publish_times(self, info: mpb.LedgerInfo, count: int) -> list[int]:
-        return await self._ledger._on_tail(info, lambda tail: tail.publish_times(info, count))
+        return await self._ledger.on_tail(info, lambda tail: tail.publish_times(info, count))

@@ -31,6 +31,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
 from shadowtopic.ledger.retention import earliest, encode_need
@@ -54,7 +55,10 @@ UNSET = _Unset()
 
 class Subscriptions(Protocol):
     """What a need is computed from (`shadowtopic.subscriptions.TopicSubscriptions`)."""
-    closed: object
+
+    @property
+    def closed(self) -> errors.ShadowTopicError | None:
+        """Why the subscriptions closed (None while open): a closed one publishes nothing."""
 
     def oldest_needed(self) -> MessageId | None: ...
 

@@ -68,7 +68,8 @@ def parse_position(text: str) -> MessageId | None:
 
 class ShadowReplicator:
     def __init__(self, source: TopicName, shadow: TopicName, view: LedgerView,
-                 store: MetadataStore, cluster: str, ownership: Callable[[], tuple[str, bytes, int]],
+                 store: MetadataStore, cluster: str,
+                 ownership: Callable[[], tuple[str, bytes, int]],
                  auto_reset: Callable[[], int], channel: Callable[[str], grpc.aio.Channel],
                  picks: RecentPicks | None = None):
         self.source = source
@@ -238,9 +239,11 @@ class ShadowReplicator:
     async def _next_batch(self, at_once: bool = False) -> replication_pb2.ReplicateBatch | None:
         """The next batch from `position`; when nothing waits, a heartbeat once HEARTBEAT_S
         passed (`at_once`: now), or None when woken earlier (the caller asks again)."""
-        view = self.view
+        view, pos = self.view, self.position
+        if pos is None:  # `_run` loads it before it streams
+            raise errors.Internal(f"replicator {self.source} -> {self.shadow}: no position")
         self._wake.clear()  # before looking: an append from here on wakes the wait below
-        pos = self.position = view.valid_position(self.position)
+        pos = self.position = view.valid_position(pos)
         limit = self._auto_reset()
         if limit > 0 and view.entries_between(pos, view.next_position()) > limit:
             self.position = pos = view.next_position()

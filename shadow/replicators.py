@@ -3,8 +3,8 @@
 `TopicReplicators` follows the source's shadow list in etcd (`keys.shadows` of the topic,
 or of its parent for a partition: partition i replicates to partition i of each shadow;
 list-then-watch with the one key follower, source/metadata/follow.py) and starts or stops
-replicators as shadows are created and deleted while the topic is loaded. `Channels` keeps one gRPC channel per
-shadow broker address for all replicators of a broker.
+replicators as shadows are created and deleted while the topic is loaded. `Channels` keeps
+one gRPC channel per shadow broker address for all replicators of a broker.
 """
 from __future__ import annotations
 
