@@ -124,10 +124,11 @@ class CompactedView:
         if pointer is None:
             self.swap(None, None)
             return
+        storage = self._storage()  # (a view made for `swap`s only opens nothing)
         ledger, broken = None, None
         try:
             ledger = await asyncio.get_running_loop().run_in_executor(
-                self.executor, open_ledger, self._storage(), pointer.manifest)
+                self.executor, open_ledger, storage, pointer.manifest)
         except errors.ShadowTopicError as exc:  # missing or corrupt: compacted reads fail
             log.error("%s: compacted ledger of job %s unreadable: %s", self.name,
                       pointer.job_id, exc)
