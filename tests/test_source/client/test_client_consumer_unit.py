@@ -19,7 +19,7 @@ import threading
 import time
 
 import pytest
-from support.fake_broker import FakeBroker, entry, event_frame, status
+from support.fake_broker import entry, event_frame, status
 
 from shadowtopic.cli import main as cli
 from shadowtopic.client import Client, Consumer, MessageId, errors
@@ -31,20 +31,6 @@ from shadowtopic.pb.v1 import common_pb2, consumer_pb2
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 TOPIC = "persistent://public/default/t"
-
-
-@pytest.fixture
-def fake():
-    broker = FakeBroker()
-    yield broker
-    broker.stop()
-
-
-@pytest.fixture
-def client(fake):
-    c = Client(fake.url, timeout=5)
-    yield c
-    c.close()
 
 
 def handle_of(consumer: Consumer, index: int = -1) -> int:

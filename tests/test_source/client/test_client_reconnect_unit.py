@@ -11,23 +11,9 @@ import threading
 import pytest
 from support.fake_broker import FakeBroker, entry, event_frame
 
-from shadowtopic.client import Client, MessageId, errors
+from shadowtopic.client import MessageId, errors
 from shadowtopic.client.reconnect import Reconnector
 from shadowtopic.pb.v1 import common_pb2, consumer_pb2
-
-
-@pytest.fixture
-def fake():
-    broker = FakeBroker()
-    yield broker
-    broker.stop()
-
-
-@pytest.fixture
-def client(fake):
-    c = Client(fake.url, timeout=5)
-    yield c
-    c.close()
 
 
 def end_stream(fake: FakeBroker) -> None:

@@ -6,25 +6,16 @@ from __future__ import annotations
 import pytest
 from support.fake_broker import FakeBroker, entry
 
-from shadowtopic.client import Client
 from shadowtopic.pb.v1 import consumer_pb2
 
 TOPIC = "persistent://public/default/t"
 
 
 @pytest.fixture
-def fake():
-    broker = FakeBroker()
-    broker.partitions[TOPIC] = 2
-    yield broker
-    broker.stop()
-
-
-@pytest.fixture
-def client(fake):
-    c = Client(fake.url, timeout=5)
-    yield c
-    c.close()
+def fake(fake: FakeBroker) -> FakeBroker:
+    """The broker of conftest.py, with TOPIC in 2 partitions."""
+    fake.partitions[TOPIC] = 2
+    return fake
 
 
 def test_a_frame_naming_every_partition_of_a_consumer_reaches_each_partition(fake, client):
