@@ -66,7 +66,8 @@ class MemoryView:
             listener.on_closed(self._closed)
 
     def reopened(self) -> MemoryView:
-        return MemoryView(self._ledgers, self._next_id, self.ledgers_of)
+        """A new view of the same entries, of this view's class."""
+        return type(self)(self._ledgers, self._next_id, self.ledgers_of)
 
     # ---- LedgerView ------------------------------------------------------------------------
 

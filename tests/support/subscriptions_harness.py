@@ -35,6 +35,13 @@ def raw(payload: str, key: str | None = None) -> bytes:
 
 
 class Harness:
+    """TopicSubscriptions over the in-memory view (`kind` "memory") or the source's
+    ManagedLedger ("managed"), reopened as a broker would after a restart. A suite may
+    subclass it for its own topic, in-memory view class or policies."""
+
+    topic = TOPIC
+    memory_view: type[MemoryView] = MemoryView
+
     def __init__(self, kind: str, tmp_path):
         self.kind = kind
         self.tmp = tmp_path
@@ -50,20 +57,21 @@ class Harness:
     async def open(self) -> TopicSubscriptions:
         """(Re)load: a new view of the same entries and a new engine over the stores."""
         self.epoch += 1
-        own = keys.ownership("c", TOPIC)
+        own = keys.ownership("c", self.topic)
         value = mpb.Ownership(broker_id="b", epoch=self.epoch).SerializeToString()
         await self.meta.put(own, value)
         if self.kind == "memory":
-            self.view = self.view.reopened() if self.view is not None else MemoryView()
+            self.view = self.view.reopened() if self.view is not None else self.memory_view()
             store = MemoryCursorStore(self.meta, self.cursor_data)
         else:
             if self.view is not None:
                 await self.view.close()
-            self.view = await ManagedLedger.open(TOPIC, self.meta, self.storage, own, value,
+            self.view = await ManagedLedger.open(self.topic, self.meta, self.storage, own, value,
                                                  self.epoch, self.executor, LedgerConfig())
             store = SnapshotCursorStore(self.meta, self.storage, self.executor)
-        self.ts = await TopicSubscriptions(TOPIC, self.view, self.meta, store, Fence(own, value),
-                                           lambda: self.policies, Count(), 0.05).load()
+        self.ts = await TopicSubscriptions(self.topic, self.view, self.meta, store,
+                                           Fence(own, value), lambda: self.policies, Count(),
+                                           0.05).load()
         return self.ts
 
     async def append(self, raws: list[bytes]) -> None:
@@ -77,6 +85,12 @@ class Harness:
             self.view.roll()
         else:
             await self.view.roll()
+
+    async def close(self, ts: TopicSubscriptions) -> None:
+        await ts.close()
+        if self.kind != "memory":
+            await self.view.close()
+        self.executor.shutdown()
 
     async def crash(self) -> None:
         """Stop without flushing (kill -9): only what a flush saved survives."""

@@ -10,7 +10,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from support.fakes import Count, Outbox
+from support import subscriptions_harness
+from support.fakes import Outbox
 
 from shadowtopic.broker import quota
 from shadowtopic.cli import commands
@@ -19,19 +20,11 @@ from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
 from shadowtopic.core.policies import DEFAULTS, BacklogQuotaAction, Policies
-from shadowtopic.cursors.snapshot import SnapshotCursorStore
-from shadowtopic.cursors.store import Fence, MemoryCursorStore
-from shadowtopic.ledger import wal
-from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
 from shadowtopic.ledger.memory_view import MemoryView
-from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.view import LedgerRange
-from shadowtopic.metadata import keys
-from shadowtopic.metadata.memory import MemoryStore
-from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import common_pb2
 from shadowtopic.read.positions import EARLIEST, Start
-from shadowtopic.subscriptions import EXCLUSIVE, TopicSubscriptions, expiry
+from shadowtopic.subscriptions import EXCLUSIVE, expiry
 
 TOPIC = TopicName.parse("persistent://t/ns/disk-policies")
 ENTRY = 100  # bytes each entry counts for in SizedView
@@ -57,51 +50,16 @@ def raws(n: int, prefix: str = "m") -> list[bytes]:
             for i in range(n)]
 
 
-class Harness:
+class Harness(subscriptions_harness.Harness):
+    """The shared harness on this module's topic, with SizedView as its in-memory view and the
+    default policies."""
+
+    topic = TOPIC
+    memory_view = SizedView
+
     def __init__(self, kind: str, tmp_path):
-        self.kind = kind
-        self.meta = MemoryStore()
-        self.storage = Storage(str(tmp_path / "storage"))
-        self.executor = ThreadPoolExecutor(2)
-        self.cursor_data: dict = {}
-        self.view = None
-        self.epoch = 0
-
-    async def open(self) -> TopicSubscriptions:
-        self.epoch += 1
-        own = keys.ownership("c", TOPIC)
-        value = mpb.Ownership(broker_id="b", epoch=self.epoch).SerializeToString()
-        await self.meta.put(own, value)
-        if self.kind == "memory":
-            self.view = SizedView(self.view._ledgers, self.view._next_id) \
-                if self.view is not None else SizedView()
-            store = MemoryCursorStore(self.meta, self.cursor_data)
-        else:
-            if self.view is not None:
-                await self.view.close()
-            self.view = await ManagedLedger.open(TOPIC, self.meta, self.storage, own, value,
-                                                 self.epoch, self.executor, LedgerConfig())
-            store = SnapshotCursorStore(self.meta, self.storage, self.executor)
-        return await TopicSubscriptions(TOPIC, self.view, self.meta, store, Fence(own, value),
-                                        lambda: DEFAULTS, Count(), 0.05).load()
-
-    async def append(self, batch: list[bytes]) -> None:
-        if self.kind == "memory":
-            self.view.append(batch)
-        else:
-            await self.view.append(batch, wal.request_bytes(batch), sum(map(len, batch)))
-
-    async def roll(self) -> None:
-        if self.kind == "memory":
-            self.view.roll()
-        else:
-            await self.view.roll()
-
-    async def close(self, ts: TopicSubscriptions) -> None:
-        await ts.close()
-        if self.kind != "memory":
-            await self.view.close()
-        self.executor.shutdown()
+        super().__init__(kind, tmp_path)
+        self.policies = DEFAULTS
 
 
 @pytest.fixture(params=["memory", "managed"])
