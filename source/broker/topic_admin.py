@@ -30,6 +30,7 @@ from shadowtopic.core.policies import Policies, validate_partitions, validate_pr
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.metadata import keys, namespace_policies
 from shadowtopic.metadata.base import Compare, Delete, Put
+from shadowtopic.metadata.policies_record import from_record, to_record
 from shadowtopic.metadata.topic_info import SOURCE
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import admin_pb2 as apb
@@ -41,7 +42,7 @@ def topic_metadata(info: mpb.TopicInfo, policies: Policies | None = None,
                    namespace: Policies | None = None) -> apb.TopicMetadata:
     """`info` as the Admin API shows it, with its effective `policies` (when not given: its
     own over its `namespace`'s policies over the defaults)."""
-    eff = policies or Policies.from_pb(info.policies).effective(namespace)
+    eff = policies or from_record(info.policies).effective(namespace)
     return apb.TopicMetadata(topic=info.name, kind=api_kind(info.kind),
                              partitions=info.partitions, source=info.source,
                              properties=dict(info.properties), policies=eff.to_pb())
@@ -80,7 +81,7 @@ class TopicAdmin:
         policies.validate()
         now = int(time.time() * 1000)
         info = mpb.TopicInfo(name=str(topic), kind=SOURCE, properties=properties,
-                             policies=policies.to_pb(), partitions=partitions,
+                             policies=to_record(policies), partitions=partitions,
                              partition_index=-1, created_ms=now)
         names = [topic] + [topic.partition(i) for i in range(partitions)]
         compares = [Compare(keys.topic_info(t), "version", "==", 0) for t in names]
@@ -197,8 +198,8 @@ class TopicAdmin:
             if info.partition_of:
                 raise errors.NotAllowed(f"{topic} is a partition: set policies on "
                                         f"{info.partition_of}")
-            merged = Policies.from_pb(info.policies).merged(update)
-            info.policies.CopyFrom(merged.to_pb())
+            merged = from_record(info.policies).merged(update)
+            info.policies.CopyFrom(to_record(merged))
             if await self.store.cas(kv.key, info.SerializeToString(), kv.mod_revision):
                 break
         eff = merged.effective(await namespace_policies.read(self.store,

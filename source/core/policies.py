@@ -3,7 +3,8 @@ the limits of the other values a topic is created with (partitions, properties);
 ceilings of what one produce request carries.
 
 Stored per topic as only the fields a user set (`TopicInfo.policies`), and per namespace the
-same way (source/metadata/namespace_policies.py); `effective(namespace)` fills in, field by
+same way (source/metadata/namespace_policies.py), as the storage message `storage.v1.Policies`
+(source/metadata/policies_record.py converts); `effective(namespace)` fills in, field by
 field, the topic's own value, else the namespace's, else the default (DEFAULTS). Sizes are
 bytes, times seconds. Every field has an explicit allowed range
 (`RANGES`), inclusive, which also fits its protobuf type:

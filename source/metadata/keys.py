@@ -30,7 +30,7 @@ unless noted.
     /shadowtopic/migrations/<name>                    ascii: a migration of the schema that
                                                       ran (source/metadata/migrate.py)
     /shadowtopic/namespaces/<tenant>/<namespace>/policies
-                                                      Policies (common.proto): only the fields
+                                                      Policies: only the fields
                                                       set on the namespace, the defaults of its
                                                       topics (source/metadata/namespace_policies.py)
 

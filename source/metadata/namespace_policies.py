@@ -1,10 +1,11 @@
 """Namespace policies: the defaults of every topic of a namespace, in etcd, as in Pulsar's
 `namespaces set-message-ttl` and the like.
 
-Stored under `keys.namespace_policies("tenant/namespace")` as a `common_pb2.Policies`
-holding only the fields set on the namespace (like `TopicInfo.policies` for a topic); no key:
-none set. A topic's effective policies are, field by field, its own value, else its
-namespace's, else the default (`Policies.effective`; a partition's own are its parent's).
+Stored under `keys.namespace_policies("tenant/namespace")` as a `storage.v1.Policies`
+(source/metadata/policies_record.py) holding only the fields set on the namespace (like
+`TopicInfo.policies` for a topic); no key: none set. A topic's effective policies are, field
+by field, its own value, else its namespace's, else the default (`Policies.effective`; a
+partition's own are its parent's).
 A namespace needs no creating: its policies can be set before any of its topics exists.
 
 - `read(store, ns)`: the namespace's set policies (a value that does not decode counts as
@@ -31,7 +32,8 @@ from shadowtopic.core.policies import Policies
 from shadowtopic.metadata import keys
 from shadowtopic.metadata.base import Compare, Delete, MetadataStore, Snapshot, WatchEvent
 from shadowtopic.metadata.follow import PrefixFollower
-from shadowtopic.pb.v1 import common_pb2
+from shadowtopic.metadata.policies_record import from_record, to_record
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ OnChange = Callable[[set[str] | None], Awaitable[None]]
 
 def decode(key: str, value: bytes) -> Policies:
     try:
-        return Policies.from_pb(common_pb2.Policies.FromString(value))
+        return from_record(mpb.Policies.FromString(value))
     except DecodeError:
         log.warning("%s holds no Policies: the namespace's topics use their own and the "
                     "defaults", key)
@@ -75,7 +77,7 @@ async def update(store: MetadataStore, namespace: str, changes: Policies,
         new = now.merged(changes).without(remove)
         revision = 0 if kv is None else kv.mod_revision
         if new.as_dict():
-            ok = await store.cas(key, new.to_pb().SerializeToString(), revision)
+            ok = await store.cas(key, to_record(new).SerializeToString(), revision)
         elif kv is None:
             return new  # nothing was set, nothing is
         else:

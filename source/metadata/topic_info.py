@@ -9,6 +9,7 @@ from shadowtopic.core.names import TopicName
 from shadowtopic.core.policies import Policies
 from shadowtopic.metadata import keys, namespace_policies
 from shadowtopic.metadata.base import MetadataStore
+from shadowtopic.metadata.policies_record import from_record
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 SOURCE, SHADOW = mpb.TopicKind.SOURCE, mpb.TopicKind.SHADOW
@@ -61,4 +62,4 @@ async def effective_policies(store: MetadataStore, topic: TopicName) -> Policies
     if info.partition_of:
         info = await read_info(store, TopicName.parse(info.partition_of))
     namespace = await namespace_policies.read(store, topic.namespace_name)
-    return Policies.from_pb(info.policies).effective(namespace)
+    return from_record(info.policies).effective(namespace)

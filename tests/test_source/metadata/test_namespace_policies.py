@@ -13,6 +13,7 @@ from shadowtopic.core.names import TopicName
 from shadowtopic.core.policies import DEFAULTS, FIELD_NAMES, Policies
 from shadowtopic.metadata import MemoryStore, keys, namespace_policies
 from shadowtopic.metadata.namespace_policies import NamespaceFollower
+from shadowtopic.metadata.policies_record import to_record
 from shadowtopic.metadata.topic_info import effective_policies
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
@@ -116,7 +117,7 @@ def test_effective_policies_of_a_topic_and_of_a_partition():
         parent = TopicName.parse("persistent://t/ns/p")
         await store.put(keys.topic_info(parent), mpb.TopicInfo(
             name=str(parent), partitions=2,
-            policies=Policies(max_producers=4).to_pb()).SerializeToString())
+            policies=to_record(Policies(max_producers=4))).SerializeToString())
         part = parent.partition(1)
         await store.put(keys.topic_info(part), mpb.TopicInfo(
             name=str(part), partition_of=str(parent), partition_index=1).SerializeToString())

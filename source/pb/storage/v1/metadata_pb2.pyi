@@ -14,6 +14,13 @@ class TopicKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SOURCE: _ClassVar[TopicKind]
     SHADOW: _ClassVar[TopicKind]
 
+class BacklogQuotaAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BACKLOG_QUOTA_ACTION_UNSPECIFIED: _ClassVar[BacklogQuotaAction]
+    BACKLOG_QUOTA_PRODUCER_REQUEST_HOLD: _ClassVar[BacklogQuotaAction]
+    BACKLOG_QUOTA_PRODUCER_EXCEPTION: _ClassVar[BacklogQuotaAction]
+    BACKLOG_QUOTA_CONSUMER_BACKLOG_EVICTION: _ClassVar[BacklogQuotaAction]
+
 class LedgerState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     LEDGER_STATE_UNSPECIFIED: _ClassVar[LedgerState]
@@ -41,6 +48,10 @@ class SubscriptionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 TOPIC_KIND_UNSPECIFIED: TopicKind
 SOURCE: TopicKind
 SHADOW: TopicKind
+BACKLOG_QUOTA_ACTION_UNSPECIFIED: BacklogQuotaAction
+BACKLOG_QUOTA_PRODUCER_REQUEST_HOLD: BacklogQuotaAction
+BACKLOG_QUOTA_PRODUCER_EXCEPTION: BacklogQuotaAction
+BACKLOG_QUOTA_CONSUMER_BACKLOG_EVICTION: BacklogQuotaAction
 LEDGER_STATE_UNSPECIFIED: LedgerState
 SEALED: LedgerState
 OPEN: LedgerState
@@ -80,12 +91,54 @@ class TopicInfo(_message.Message):
     kind: TopicKind
     source: str
     properties: _containers.ScalarMap[str, str]
-    policies: _common_pb2.Policies
+    policies: Policies
     partitions: int
     partition_of: str
     partition_index: int
     created_ms: int
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[TopicKind, str]] = ..., source: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., policies: _Optional[_Union[_common_pb2.Policies, _Mapping]] = ..., partitions: _Optional[int] = ..., partition_of: _Optional[str] = ..., partition_index: _Optional[int] = ..., created_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[TopicKind, str]] = ..., source: _Optional[str] = ..., properties: _Optional[_Mapping[str, str]] = ..., policies: _Optional[_Union[Policies, _Mapping]] = ..., partitions: _Optional[int] = ..., partition_of: _Optional[str] = ..., partition_index: _Optional[int] = ..., created_ms: _Optional[int] = ...) -> None: ...
+
+class Policies(_message.Message):
+    __slots__ = ("retention_time_seconds", "retention_size_bytes", "max_message_size", "compaction_threshold_bytes", "retain_null_key", "replicator_auto_reset_backlog_entries", "ledger_max_entries", "ledger_max_bytes", "ledger_max_age_seconds", "max_producers", "max_subscriptions", "max_consumers", "retention_keeps_shadow_backlog", "delete_retention_seconds", "message_ttl_seconds", "backlog_quota_size_bytes", "backlog_quota_age_seconds", "backlog_quota_action", "subscription_expiration_seconds")
+    RETENTION_TIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    COMPACTION_THRESHOLD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RETAIN_NULL_KEY_FIELD_NUMBER: _ClassVar[int]
+    REPLICATOR_AUTO_RESET_BACKLOG_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_MAX_ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_MAX_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_PRODUCERS_FIELD_NUMBER: _ClassVar[int]
+    MAX_SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_KEEPS_SHADOW_BACKLOG_FIELD_NUMBER: _ClassVar[int]
+    DELETE_RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_QUOTA_SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_QUOTA_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_QUOTA_ACTION_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_EXPIRATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    retention_time_seconds: int
+    retention_size_bytes: int
+    max_message_size: int
+    compaction_threshold_bytes: int
+    retain_null_key: bool
+    replicator_auto_reset_backlog_entries: int
+    ledger_max_entries: int
+    ledger_max_bytes: int
+    ledger_max_age_seconds: int
+    max_producers: int
+    max_subscriptions: int
+    max_consumers: int
+    retention_keeps_shadow_backlog: bool
+    delete_retention_seconds: int
+    message_ttl_seconds: int
+    backlog_quota_size_bytes: int
+    backlog_quota_age_seconds: int
+    backlog_quota_action: BacklogQuotaAction
+    subscription_expiration_seconds: int
+    def __init__(self, retention_time_seconds: _Optional[int] = ..., retention_size_bytes: _Optional[int] = ..., max_message_size: _Optional[int] = ..., compaction_threshold_bytes: _Optional[int] = ..., retain_null_key: _Optional[bool] = ..., replicator_auto_reset_backlog_entries: _Optional[int] = ..., ledger_max_entries: _Optional[int] = ..., ledger_max_bytes: _Optional[int] = ..., ledger_max_age_seconds: _Optional[int] = ..., max_producers: _Optional[int] = ..., max_subscriptions: _Optional[int] = ..., max_consumers: _Optional[int] = ..., retention_keeps_shadow_backlog: _Optional[bool] = ..., delete_retention_seconds: _Optional[int] = ..., message_ttl_seconds: _Optional[int] = ..., backlog_quota_size_bytes: _Optional[int] = ..., backlog_quota_age_seconds: _Optional[int] = ..., backlog_quota_action: _Optional[_Union[BacklogQuotaAction, str]] = ..., subscription_expiration_seconds: _Optional[int] = ...) -> None: ...
 
 class LedgerInfo(_message.Message):
     __slots__ = ("ledger_id", "state", "entries", "size_bytes", "path", "wal_path", "created_ms", "sealed_ms", "crc32c", "first_publish_ms", "last_publish_ms")
