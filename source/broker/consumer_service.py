@@ -30,8 +30,10 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TypeAlias
+
+import grpc
 
 from shadowtopic import wire
 from shadowtopic.broker.memory import IN_FLIGHT_FACTOR, STREAM_BYTES, ClientMemory, reader
@@ -299,9 +301,12 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                     raise
                 await abort_stream(context, outbox.cut_reason)
 
-    async def stream(self, request_iterator, context, outbox: StreamOutbox | None = None):
-        """The ServerMessages of one Connect stream (tests drive this with plain iterators
-        and no gRPC context)."""
+    async def stream(self, request_iterator: AsyncIterator[bytes],
+                     context: grpc.aio.ServicerContext | None,
+                     outbox: StreamOutbox | None = None):
+        """The ServerMessages of one Connect stream, its requests read from `context` (Connect)
+        or, with None, from `request_iterator` (tests drive this with plain iterators; a
+        failure of the command stream is then raised, there being no call to end)."""
         outbox = outbox if outbox is not None else StreamOutbox(memory=self.memory)
         handles: dict[int, Handle] = {}  # handle -> Reader | (TopicSubscriptions, SubConsumer)
         failure: list[errors.ShadowTopicError] = []  # why the command stream broke, if it did
@@ -369,6 +374,8 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                     self._prune(outbox, handles)
                 yield message
             if failure:
+                if context is None:
+                    raise failure[0]
                 await abort_stream(context, failure[0])
         finally:
             self._streams.discard(outbox)

@@ -197,9 +197,9 @@ class ClientMemory:
 def reader(request_iterator: AsyncIterator[R], context: grpc.aio.ServicerContext | None
            ) -> Callable[[], Awaitable[R | None]]:
     """A function that returns a stream's next request, or None at its end: read from the
-    gRPC `context` directly (nothing kept between two requests), or from the iterator when
-    there is no gRPC context (tests drive the services with plain iterators)."""
-    if context is not None and hasattr(context, "read"):
+    gRPC `context` directly when there is one (nothing kept between two requests), else from
+    `request_iterator` (tests that drive the services with plain iterators pass None)."""
+    if context is not None:
         async def read():
             data = await context.read()
             return None if data is grpc.aio.EOF else data
