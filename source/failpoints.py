@@ -67,6 +67,11 @@ POINTS: dict[str, str] = {
         "`read_compacted` reads (compaction/view.py), before it opens the files: "
         "`N*error(TEXT)` fails the first N opens as an unreachable object store does "
         "(`DataLoss`), so a test sees the view broken and then opened again",
+    "producer.attach_sent":
+        "a client's producer after it sent its attach requests on a new stream, before it "
+        "waits for their answers: `sleep(S)` lets the broker's answers arrive and be counted "
+        "by the receiver thread first (a producer that read how many to wait for from that "
+        "count waited for none: tests/test_source/client/test_producer_attach.py)",
     "cli.loading":
         "the `shadowtopic` CLI while it loads its modules (source/cli/main.py), before the "
         "client library: `sleep(S)` holds it there so a test presses Ctrl-C during start-up",

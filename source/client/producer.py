@@ -37,6 +37,7 @@ from collections.abc import Callable
 import google_crc32c
 import grpc
 
+from shadowtopic import failpoints
 from shadowtopic.client.connection import Connection
 from shadowtopic.client.retry import Deadline
 from shadowtopic.core import errors
@@ -415,6 +416,7 @@ class Producer:
             for t in attaching:
                 stream.requests.put(producer_pb2.ProduceRequest(
                     topic=t, producer_name=self.producer_name, attach=True))
+            failpoints.hit("producer.attach_sent")
             for _t in attaching:
                 try:
                     got = stream.attach_answers.get(timeout=deadline.budget(conn.timeout))

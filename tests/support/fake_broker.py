@@ -1,6 +1,8 @@
 """A fake broker for the client's unit suites: a real gRPC server on a free loopback port
 that answers lookups and opens, records the client's commands and pushes frames the test
-builds (`entry`, `event_frame`, `status`)."""
+builds (`entry`, `event_frame`, `status`). Its Produce stream answers a producer's attach
+with `producer_name` and `last_sequence_id` (with `attach_answers_first`, as the stream
+opens, before it reads the attach) and stores every batch in ledger 1 (`produced`)."""
 from __future__ import annotations
 
 import threading
@@ -11,7 +13,7 @@ import grpc
 
 from shadowtopic.client import Client, errors
 from shadowtopic.pb.v1 import admin_pb2 as apb
-from shadowtopic.pb.v1 import common_pb2, consumer_pb2
+from shadowtopic.pb.v1 import common_pb2, consumer_pb2, producer_pb2
 
 
 def entry(ledger: int, entry_id: int, payload: str = "", redelivery_count: int = 0,
@@ -48,6 +50,13 @@ class FakeBroker:
         self.admin_counts: dict[str, int] = {}
         self.seek_clamped = False
         self.subscriptions_pages = [["a", "b"], ["c"]]
+        #: what a Produce stream answers an attach with: the name it gives the producer and
+        #: the highest sequence id it has stored for it
+        self.producer_name = "fake-producer-1"
+        self.last_sequence_id = 0
+        #: how many attaches a Produce stream answers as it opens, before reading them
+        self.attach_answers_first = 0
+        self.produced: list[producer_pb2.ProduceRequest] = []  # the batches, in order
         self.server = grpc.server(ThreadPoolExecutor(16))
         admin = {
             "GetTopicMetadata": (apb.TopicRequest, self._metadata),
@@ -73,7 +82,11 @@ class FakeBroker:
             grpc.method_handlers_generic_handler("shadowtopic.v1.Consumer", {
                 "Connect": grpc.stream_stream_rpc_method_handler(
                     self._connect, request_deserializer=consumer_pb2.ClientMessage.FromString,
-                    response_serializer=consumer_pb2.ServerMessage.SerializeToString)})])
+                    response_serializer=consumer_pb2.ServerMessage.SerializeToString)}),
+            grpc.method_handlers_generic_handler("shadowtopic.v1.Producer", {
+                "Produce": grpc.stream_stream_rpc_method_handler(
+                    self._produce, request_deserializer=producer_pb2.ProduceRequest.FromString,
+                    response_serializer=producer_pb2.ProduceReceipt.SerializeToString)})])
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         self.url = f"127.0.0.1:{self.port}"
         self.server.start()
@@ -113,6 +126,29 @@ class FakeBroker:
             self.admin_calls.append((type(req).__name__, req))
             return response
         return call
+
+    # -- producer stream --
+    def _attached(self) -> producer_pb2.ProduceReceipt:
+        return producer_pb2.ProduceReceipt(producer_name=self.producer_name,
+                                           last_sequence_id=self.last_sequence_id)
+
+    def _produce(self, request_iterator, context):
+        early = self.attach_answers_first
+        for _ in range(early):
+            yield self._attached()
+        for req in request_iterator:
+            if req.attach:
+                if early:
+                    early -= 1  # answered as the stream opened
+                else:
+                    yield self._attached()
+                continue
+            with self.cond:
+                first = sum(len(r.messages) for r in self.produced)
+                self.produced.append(req)
+                self.cond.notify_all()
+            yield producer_pb2.ProduceReceipt(request_id=req.request_id, ledger_id=1,
+                                              first_entry_id=first, count=len(req.messages))
 
     # -- consumer stream --
     def _connect(self, request_iterator, context):
