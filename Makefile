@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 SHARED  ?= ../shared
 
-.PHONY: install run test test-unit test-fast lint typecheck proto bench clean chaos docs
+.PHONY: bench-smoke install run test test-unit test-fast lint typecheck proto bench clean chaos docs
 
 install: $(STAMP)
 
@@ -41,7 +41,11 @@ run: install
 TEST_WORKERS ?= 3
 
 test: install lint typecheck
-	$(VPY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile
+	$(VPY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not bench_smoke_long"
+
+# Every part of `make bench` at a tiny size, the long ones included (tests/test_bench/): minutes.
+bench-smoke: install
+	$(VPY) -m pytest -q tests/test_bench -n $(TEST_WORKERS) --dist loadfile
 
 # The gates (pyproject.toml, [tool.ruff] and [tool.mypy]); both run in `make test` and
 # `make test-unit`. mypy reads the installed package (the link tree): `make install` first.

@@ -72,8 +72,8 @@ def run_bench(tmp_path: Path, *args: str, timeout: float = 270
 
 
 #: parts with several clusters or a Spark worker: minutes even at a tiny size on 2 busy cores.
-#: Each has a test module of its own (test_bench_smoke_<part>.py), so `--dist loadfile` spreads
-#: them over the workers.
+#: Each has a test module of its own (test_bench_smoke_<part>.py), marked `bench_smoke_long`:
+#: `make bench-smoke` runs them, `make test` leaves them out (they would add ~8 minutes).
 SLOW = ("shadows", "shadows-scale", "compaction")
 
 
