@@ -23,12 +23,6 @@ from shadowtopic.subscriptions import (
     CursorMoved,
 )
 
-
-@pytest.fixture(params=["memory", "managed"])
-def kind(request):
-    return request.param
-
-
 # ---- types ------------------------------------------------------------------------------
 
 def test_exclusive_delivers_in_order_and_refuses_a_second_consumer(kind, tmp_path):

@@ -6,18 +6,12 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 from support.fakes import Outbox
 from support.subscriptions_harness import Harness, msgs, settle, sub
 
 from shadowtopic.core import errors
 from shadowtopic.cursors.state import pack
 from shadowtopic.subscriptions import FAILOVER, SHARED
-
-
-@pytest.fixture(params=["memory", "managed"])
-def kind(request):
-    return request.param
 
 
 def run(coro, timeout: float = 60.0):

@@ -62,11 +62,6 @@ class Harness(subscriptions_harness.Harness):
         self.policies = DEFAULTS
 
 
-@pytest.fixture(params=["memory", "managed"])
-def kind(request):
-    return request.param
-
-
 def run(coro):
     return asyncio.run(coro)
 

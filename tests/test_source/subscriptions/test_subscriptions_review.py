@@ -27,11 +27,6 @@ from shadowtopic.subscriptions import (
 from shadowtopic.subscriptions.keyring import key_hash
 
 
-@pytest.fixture(params=["memory", "managed"])
-def kind(request):
-    return request.param
-
-
 def run(coro, timeout: float = 60.0):
     return asyncio.run(asyncio.wait_for(coro, timeout))
 
