@@ -29,13 +29,15 @@ _PUBLIC = {
     "Policies": "shadowtopic.core.policies",
     "Producer": "shadowtopic.client.producer",
     "Reader": "shadowtopic.client.reader",
+    "TableView": "shadowtopic.client.table_view",
     "TopicMetadata": "shadowtopic.client.admin",
     "errors": "shadowtopic.core.errors",
 }
 
 # spelled out (equal to sorted(_PUBLIC)) so tools see what the lazy imports export
 __all__ = ["Admin", "Client", "CompactionStatus", "Consumer", "EARLIEST", "LATEST", "Message",
-           "MessageId", "Policies", "Producer", "Reader", "TopicMetadata", "errors"]
+           "MessageId", "Policies", "Producer", "Reader", "TableView", "TopicMetadata",
+           "errors"]
 
 if TYPE_CHECKING:
     from shadowtopic.client.admin import Admin, CompactionStatus, TopicMetadata
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from shadowtopic.client.message import Message
     from shadowtopic.client.producer import Producer
     from shadowtopic.client.reader import Reader
+    from shadowtopic.client.table_view import TableView
     from shadowtopic.core import errors
     from shadowtopic.core.message_id import EARLIEST, LATEST, MessageId
     from shadowtopic.core.policies import Policies

@@ -6,9 +6,11 @@ from shadowtopic.client.consumer import Consumer
 from shadowtopic.client.message import Message
 from shadowtopic.client.producer import Producer
 from shadowtopic.client.reader import Reader
+from shadowtopic.client.table_view import TableView
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import EARLIEST, LATEST, MessageId
 from shadowtopic.core.policies import Policies
 
 __all__ = ["Admin", "Client", "CompactionStatus", "Consumer", "EARLIEST", "LATEST", "Message",
-           "MessageId", "Policies", "Producer", "Reader", "TopicMetadata", "errors"]
+           "MessageId", "Policies", "Producer", "Reader", "TableView", "TopicMetadata",
+           "errors"]

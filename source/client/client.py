@@ -48,6 +48,7 @@ from shadowtopic.client.reader import Reader
 from shadowtopic.client.reconnect import Reconnector
 from shadowtopic.client.retry import Deadline
 from shadowtopic.client.stream import CLOSE_TIMEOUT_S, Multiplexer
+from shadowtopic.client.table_view import TableView
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import canonical, check_subscription
@@ -85,7 +86,7 @@ class Client:
         self._conns: dict[str, Connection] = {self.url: self._conn}
         self._muxes: dict[str, Multiplexer] = {}
         self._lock = threading.Lock()
-        self._children: list[Producer | Reader | Consumer | Listeners] = []
+        self._children: list[Producer | Reader | Consumer | Listeners | TableView] = []
         self._controls: list[ConsumerControl] = []  # the consumers' among the children
         self._closed = False
         # consumers and readers whose stream broke reconnect through it (reconnect.py)
@@ -156,6 +157,26 @@ class Client:
             read_compacted=read_compacted, reconnector=self._reconnector))
         self._children.append(r)
         return r
+
+    def table_view(self, topic: str, timeout: float | None = None) -> TableView:
+        """The latest message of every key of `topic` (all its partitions), kept current by a
+        thread of its own (source/client/table_view.py). Returns once it holds every key up
+        to the last message that existed when called; `Timeout` after `timeout` seconds
+        (default: the client's operation timeout). Works on a shadow as on its source."""
+        reader = self.create_reader(topic, "earliest", read_compacted=True)
+        try:
+            view = TableView(reader, self._operation_timeout if timeout is None else timeout)
+        except BaseException:
+            self._forget(reader)
+            raise
+        self._forget(reader)  # the view closes it
+        self._children.append(view)
+        return view
+
+    def _forget(self, child: Producer | Reader | Consumer | Listeners | TableView) -> None:
+        with self._lock:
+            if child in self._children:
+                self._children.remove(child)
 
     def subscribe(self, topic: str, subscription_name: str, consumer_type: str = "exclusive",
                   initial_position: str | MessageId | int = "latest", consumer_name: str = "",

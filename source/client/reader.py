@@ -387,6 +387,20 @@ class Reader:
                 return True
         return False
 
+    def last_message_ids(self) -> list[MessageId]:
+        """The newest message's id of each partition that holds one, with its partition
+        (with `read_compacted`: the newest one this reader can read), asked of the broker
+        now."""
+        if self._closed:
+            raise errors.AlreadyClosed("reader is closed")
+        admin = Admin(self._conn)
+        out = []
+        for p in self._parts.values():
+            last = admin.last_message_id(p.topic, self.read_compacted)
+            if last is not None:
+                out.append(MessageId(last.ledger_id, last.entry_id, p.index))
+        return out
+
     def close(self) -> None:
         """Close the reader's handles; a `read_next` waiting in another thread raises
         `AlreadyClosed` at once."""

@@ -10,18 +10,22 @@ def test_public_names_are_pinned():
     assert sorted(client.__all__) == ["Admin", "Client", "CompactionStatus", "Consumer",
                                       "EARLIEST", "LATEST",
                                       "Message", "MessageId", "Policies", "Producer", "Reader",
-                                      "TopicMetadata", "errors"]
+                                      "TableView", "TopicMetadata", "errors"]
     for name in client.__all__:
         assert getattr(client, name) is not None
 
 
 def test_client_methods_are_pinned():
     public = {n for n, _ in inspect.getmembers(client.Client) if not n.startswith("_")}
-    assert public == {"close", "create_producer", "create_reader", "subscribe", "subscribe_many"}
+    assert public == {"close", "create_producer", "create_reader", "subscribe", "subscribe_many",
+                      "table_view"}
     producer = {n for n, _ in inspect.getmembers(client.Producer) if not n.startswith("_")}
     assert producer == {"close", "flush", "send", "send_async", "stats"}
     reader = {n for n, _ in inspect.getmembers(client.Reader) if not n.startswith("_")}
-    assert reader == {"close", "has_message_available", "read_next", "seek"}
+    assert reader == {"close", "has_message_available", "last_message_ids", "read_next", "seek"}
+    table = {n for n, _ in inspect.getmembers(client.TableView) if not n.startswith("_")}
+    assert table == {"close", "for_each", "for_each_and_listen", "get", "items", "keys",
+                     "listen", "refresh"}
     consumer = {n for n, _ in inspect.getmembers(client.Consumer) if not n.startswith("_")}
     assert consumer == {"acknowledge", "acknowledge_cumulative", "batch_receive", "close",
                         "consumer_type", "is_active", "negative_acknowledge", "receive",
