@@ -170,10 +170,12 @@ def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
         broker_args: list[str] | None = None, shadow_port: int | None = None,
         compaction_port: int | None = None, worker_args: list[str] | None = None,
         config: str | None = None, log_format: str | None = None,
-        log_level: str | None = None, spark_log_level: str | None = None) -> int:
+        log_level: str | None = None, spark_log_level: str | None = None,
+        compaction: bool = True) -> int:
     """Run until stopped; 0 after SIGTERM / SIGINT, 1 (after one `error:` line) when it
     cannot start or a part fails. `config`, `log_format` and `log_level` go to every role
-    (None: not passed, each role's own config decides)."""
+    (None: not passed, each role's own config decides). `compaction=False` starts no
+    compaction worker (no Java needed; compaction requests wait for a worker)."""
     logs.setup(log_format or "console", log_level or "INFO")
     common = _passed_on(config, log_format, log_level)
     bad = check_config(common)
@@ -192,7 +194,7 @@ def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
     with lock:
         return _run(lock, data_dir, wipe, port, etcd_port, host, etcd_peer_port,
                     broker_args or [], shadow_port, compaction_port, worker_args or [],
-                    common, spark_log_level)
+                    common, spark_log_level, compaction)
 
 
 def check_config(common: list[str], timeout: float = 60.0) -> str | None:
@@ -247,12 +249,14 @@ def _wipe(data_dir: str, keep: str) -> None:
 def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port: int,
          host: str, etcd_peer_port: int | None, broker_args: list[str],
          shadow_port: int | None, compaction_port: int | None, worker_args: list[str],
-         common: list[str], spark_log_level: str | None) -> int:
+         common: list[str], spark_log_level: str | None, compaction: bool) -> int:
     peer_port = etcd_peer_port or etcd_port + 1
     shadow_port = shadow_port or port + 1
     compaction_port = compaction_port or port + 2
-    for p, h in ((port, host), (shadow_port, host), (compaction_port, LOOPBACK),
-                 (etcd_port, LOOPBACK), (peer_port, LOOPBACK)):
+    ports = [(port, host), (shadow_port, host), (etcd_port, LOOPBACK), (peer_port, LOOPBACK)]
+    if compaction:
+        ports.insert(2, (compaction_port, LOOPBACK))
+    for p, h in ports:
         try:
             busy = port_in_use(p, h)
         except OSError as exc:
@@ -288,7 +292,9 @@ def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port:
                            log_path=os.path.join(log_dir, "compaction-worker.log"),
                            extra_args=[*common, *spark, *worker_args],
                            module="shadowtopic.compaction.worker")
-    roles = [Supervisor(broker), Supervisor(shadow), Supervisor(worker, start_timeout=120)]
+    roles = [Supervisor(broker), Supervisor(shadow)]
+    if compaction:
+        roles.append(Supervisor(worker, start_timeout=120))
     stopping = False
 
     def on_signal(signum, frame):
@@ -301,8 +307,9 @@ def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port:
         print(f"starting etcd ({etcd.binary}) ...", flush=True)
         etcd.start(timeout=60)
         print(f"etcd ready: http://{etcd.endpoint}", flush=True)
-        print("starting the source and shadow brokers and the compaction worker ...",
-              flush=True)
+        print("starting the source and shadow brokers"
+              + (" and the compaction worker ..." if compaction else
+                 " (no compaction worker: --no-compaction) ..."), flush=True)
         for role in roles:
             role.start()
         announced = False
@@ -325,15 +332,17 @@ def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port:
                 return 1
             if not announced and all(s == RUNNING for s in states):
                 announced = True
+                worker_line = (f"worker health on {worker.url} (Spark)" if compaction else
+                               "off (--no-compaction: compaction requests wait for a worker)")
                 print(f"shadowtopic standalone is ready (health SERVING)\n"
                       f"  service URL : {broker.url}   (export SHADOWTOPIC_URL={broker.url})\n"
                       f"  shadow broker: {shadow.url}  (shadow topics; any URL serves them)\n"
-                      f"  compaction  : worker health on {worker.url} (Spark)\n"
+                      f"  compaction  : {worker_line}\n"
                       f"  etcd        : http://{etcd.endpoint}\n"
                       f"  data dir    : {data_dir}\n"
-                      f"  logs        : {broker.log_path}, {shadow.log_path},\n"
-                      f"                {worker.log_path}\n"
-                      f"  etcd log    : {etcd.log_path}\n"
+                      f"  logs        : {broker.log_path}, {shadow.log_path}"
+                      + (f",\n                {worker.log_path}\n" if compaction else "\n")
+                      + f"  etcd log    : {etcd.log_path}\n"
                       f"Ctrl-C to stop.", flush=True)
             time.sleep(0.2)
         print("stopping ...", flush=True)

@@ -24,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the shadow broker's port (default --port + 1)")
     p.add_argument("--compaction-port", type=int, default=None,
                    help="the compaction worker's gRPC health port (default --port + 2)")
+    p.add_argument("--no-compaction", action="store_true",
+                   help="start no compaction worker (no Java needed; `topics compact` "
+                        "requests wait until a worker of the cluster runs)")
     p.add_argument("--spark-master", default=None,
                    help="the compaction worker's Spark master (default local[*])")
     p.add_argument("--etcd-port", type=int, default=2379)
@@ -64,4 +67,4 @@ def run(args: argparse.Namespace) -> int:
                   broker_args=[] if args.entry_cache_bytes is None
                   else ["--entry-cache-bytes", str(args.entry_cache_bytes)],
                   config=args.config, log_format=args.log_format, log_level=args.log_level,
-                  spark_log_level=args.spark_log_level)
+                  spark_log_level=args.spark_log_level, compaction=not args.no_compaction)

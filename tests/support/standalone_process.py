@@ -76,7 +76,10 @@ class Standalone:
     """`shadowtopic standalone` as a subprocess on free loopback ports and its own data dir;
     output in files. `close()` kills it and anything it or its children left behind."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, compaction: bool = True):
+        """`compaction=False`: `--no-compaction` (no worker, no JVM: a test of supervision
+        that does not compact starts in seconds)."""
+        self.compaction = compaction
         (self.port, self.etcd_port, self.peer_port, self.shadow_port,
          self.compaction_port) = free_ports(5)
         self.data_dir = str(tmp_path / "data")
@@ -91,7 +94,8 @@ class Standalone:
                 [EXE, "standalone", "--data-dir", self.data_dir, "--port", str(self.port),
                  "--etcd-port", str(self.etcd_port), "--etcd-peer-port", str(self.peer_port),
                  "--shadow-port", str(self.shadow_port),
-                 "--compaction-port", str(self.compaction_port)],
+                 "--compaction-port", str(self.compaction_port),
+                 *([] if self.compaction else ["--no-compaction"])],
                 stdout=out, stderr=err, stdin=subprocess.DEVNULL)
         return self
 

@@ -22,8 +22,10 @@ from shadowtopic.standalone import wait_serving
 # ---- helpers -------------------------------------------------------------------------------
 
 @pytest.fixture
-def standalone(tmp_path):
-    s = Standalone(tmp_path)
+def standalone(request, tmp_path):
+    """`shadowtopic standalone --no-compaction` (supervision does not need Spark's JVM), or
+    with `@pytest.mark.parametrize("standalone", [True], indirect=True)` every role."""
+    s = Standalone(tmp_path, compaction=getattr(request, "param", False))
     try:
         yield s
     finally:
@@ -32,11 +34,14 @@ def standalone(tmp_path):
 
 # ---- the standalone ------------------------------------------------------------------------
 
+@pytest.mark.parametrize("standalone", [True], indirect=True)
 def test_sigkill_of_standalone_leaves_no_child(standalone):
-    standalone.start().wait_ready()
+    """Every role (the worker's Spark JVM too) dies with a standalone killed with -9."""
+    standalone.start().wait_ready(timeout=180)
     kids = standalone.children()
     assert any("etcd" in cmd for cmd in kids.values()), kids
     assert any("-m shadowtopic.broker " in cmd for cmd in kids.values()), kids
+    assert any("-m shadowtopic.compaction.worker " in cmd for cmd in kids.values()), kids
     standalone.proc.kill()
     standalone.proc.wait(10)
     wait_for(lambda: not any(alive(pid) for pid in kids), 5, "the children to die")
@@ -133,6 +138,8 @@ def test_etcd_exiting_stops_the_standalone(standalone):
 def test_signal_stops_broker_then_etcd_and_exits_0(standalone, sig):
     standalone.start().wait_ready()
     kids = standalone.children()
+    assert not any("compaction.worker" in cmd for cmd in kids.values()), kids
+    assert "compaction  : off (--no-compaction" in standalone.stdout
     standalone.proc.send_signal(sig)
     assert standalone.proc.wait(60) == 0
     assert not any(alive(pid) for pid in kids)
