@@ -374,6 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--num-produce", type=positive, default=1,
                    help="send the -m messages N times")
     p.add_argument("-p", "--property", type=key_value, action="append", default=[])
+    p.add_argument("-z", "--compression", choices=("none", "lz4", "zstd"), default="none",
+                   help="compress each payload (readers decompress it)")
     _common(p)
     p.set_defaults(func=messages.produce)
 

@@ -160,7 +160,8 @@ def produce(args) -> int:
                                   else src):
         try:
             with connect(args) as c:
-                with c.create_producer(args.topic, producer_name="cli") as p:
+                with c.create_producer(args.topic, producer_name="cli",
+                                       compression_type=args.compression) as p:
                     try:
                         _send(p, args, src, tally, interrupts)
                     except KeyboardInterrupt:  # the second Ctrl-C: stop waiting, now

@@ -1,6 +1,7 @@
 """Messages as the client hands them to users (domain type, decoded from `raw`).
 
-`payload` and `key` are bytes, as produced (`key` is None for a message sent without one);
+`payload` and `key` are bytes, as produced (`key` is None for a message sent without one; a
+payload the producer compressed is decompressed here: source/client/compression.py);
 `value()` is the payload as text, and `str(msg)` the line `shadowtopic read` prints.
 
 A received Message is immutable (its properties too): readers of one topic on one client
@@ -11,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from shadowtopic.client.compression import decompress
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.pb.v1 import common_pb2
 
@@ -45,8 +47,11 @@ class Message:
     @classmethod
     def from_entry(cls, topic: str, partition: int, e: common_pb2.EncodedEntry) -> Message:
         m = common_pb2.Message.FromString(e.raw)
+        payload = m.payload
+        if m.compression:
+            payload = decompress(m.compression, payload, m.uncompressed_size)
         return cls(message_id=MessageId(e.ledger_id, e.entry_id, partition), topic=topic,
-                   payload=m.payload, key=m.key if m.HasField("key") else None,
+                   payload=payload, key=m.key if m.HasField("key") else None,
                    properties=MappingProxyType(dict(m.properties)), event_time=m.event_time,
                    publish_time=e.publish_time, producer_name=m.producer_name,
                    sequence_id=m.sequence_id, redelivery_count=e.redelivery_count)

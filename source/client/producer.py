@@ -22,6 +22,8 @@ the same name and resends every batch without a receipt, in order: the broker ac
 the ones it had stored as duplicates (with their original ids), so nothing is stored twice
 and order holds. A batch fails only once it has been resent for `operation_timeout`, or on
 a non-retriable error. Without idempotence a resend may store a batch twice.
+With `compression_type` "lz4" or "zstd" each payload is compressed before it is batched (the
+broker stores it as sent; every client decompresses it: source/client/compression.py).
 Options and message fields are checked before anything is queued: a bad one raises
 `InvalidArgument` (`MessageTooBig` above MAX_MESSAGE_SIZE) in the caller.
 """
@@ -38,6 +40,7 @@ import google_crc32c
 import grpc
 
 from shadowtopic import failpoints
+from shadowtopic.client.compression import codec, compressor
 from shadowtopic.client.connection import Connection
 from shadowtopic.client.retry import Deadline
 from shadowtopic.core import errors
@@ -129,6 +132,7 @@ class Producer:
                  producer_name: str = "", batch_max_messages: int = 1000,
                  batch_max_bytes: int = 1 << 20, linger_ms: float = 5.0,
                  max_inflight: int = 8, idempotent: bool = True,
+                 compression_type: str = "none",
                  reopen: Callable[[Callable], _Stream] | None = None,
                  deadline: Deadline | None = None):
         """`reopen(connect)`: the client's open path (lookup, retries within the operation
@@ -145,6 +149,8 @@ class Producer:
         self._max_bytes = _option("batch_max_bytes", batch_max_bytes, 1, MAX_BATCH_BYTES)
         self._linger = _option("linger_ms", linger_ms, 0, 60_000, (int, float)) / 1000.0
         _option("max_inflight", max_inflight, 1, 10_000)
+        self._codec = codec(compression_type)
+        self._compress = compressor(self._codec)
         self._topics = ([topic] if partitions == 0 else
                         [f"{topic}-partition-{i}" for i in range(partitions)])
         self._lock = threading.Lock()           # open batches, sequence ids
@@ -210,6 +216,12 @@ class Producer:
             self._seqs[part] = seq + 1
             self._sent += 1
             m = b.add()  # attribute sets are cheaper than constructor kwargs in upb
+            if self._compress is not None and payload:
+                packed = self._compress(payload)
+                if len(packed) < len(payload):  # else sent as it is (compression.py)
+                    m.compression = self._codec
+                    m.uncompressed_size = len(payload)
+                    payload = packed
             m.payload = payload
             m.producer_name = self.producer_name
             m.sequence_id = seq

@@ -81,7 +81,7 @@ def test_the_client_loads_nothing_a_broker_needs():
 def test_a_plain_install_is_the_client_and_the_extras_add_each_role():
     requires = [Requirement(r) for r in importlib.metadata.requires("shadowtopic") or []]
     base = {r.name for r in requires if r.marker is None}
-    assert base == {"grpcio", "protobuf", "google-crc32c", "rich"}
+    assert base == {"grpcio", "protobuf", "google-crc32c", "rich", "zstandard", "lz4"}
 
     def extra(name: str) -> set[str]:
         return {r.name for r in requires

@@ -7,12 +7,21 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class CompressionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COMPRESSION_NONE: _ClassVar[CompressionType]
+    COMPRESSION_LZ4: _ClassVar[CompressionType]
+    COMPRESSION_ZSTD: _ClassVar[CompressionType]
+
 class BacklogQuotaAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     BACKLOG_QUOTA_ACTION_UNSPECIFIED: _ClassVar[BacklogQuotaAction]
     BACKLOG_QUOTA_PRODUCER_REQUEST_HOLD: _ClassVar[BacklogQuotaAction]
     BACKLOG_QUOTA_PRODUCER_EXCEPTION: _ClassVar[BacklogQuotaAction]
     BACKLOG_QUOTA_CONSUMER_BACKLOG_EVICTION: _ClassVar[BacklogQuotaAction]
+COMPRESSION_NONE: CompressionType
+COMPRESSION_LZ4: CompressionType
+COMPRESSION_ZSTD: CompressionType
 BACKLOG_QUOTA_ACTION_UNSPECIFIED: BacklogQuotaAction
 BACKLOG_QUOTA_PRODUCER_REQUEST_HOLD: BacklogQuotaAction
 BACKLOG_QUOTA_PRODUCER_EXCEPTION: BacklogQuotaAction
@@ -29,7 +38,7 @@ class MessageIdData(_message.Message):
     def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., partition: _Optional[int] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("key", "payload", "properties", "event_time", "producer_name", "sequence_id")
+    __slots__ = ("key", "payload", "properties", "event_time", "producer_name", "sequence_id", "compression", "uncompressed_size")
     class PropertiesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -43,13 +52,17 @@ class Message(_message.Message):
     EVENT_TIME_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_NAME_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_ID_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    UNCOMPRESSED_SIZE_FIELD_NUMBER: _ClassVar[int]
     key: bytes
     payload: bytes
     properties: _containers.ScalarMap[str, str]
     event_time: int
     producer_name: str
     sequence_id: int
-    def __init__(self, key: _Optional[bytes] = ..., payload: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., event_time: _Optional[int] = ..., producer_name: _Optional[str] = ..., sequence_id: _Optional[int] = ...) -> None: ...
+    compression: CompressionType
+    uncompressed_size: int
+    def __init__(self, key: _Optional[bytes] = ..., payload: _Optional[bytes] = ..., properties: _Optional[_Mapping[str, str]] = ..., event_time: _Optional[int] = ..., producer_name: _Optional[str] = ..., sequence_id: _Optional[int] = ..., compression: _Optional[_Union[CompressionType, str]] = ..., uncompressed_size: _Optional[int] = ...) -> None: ...
 
 class EncodedEntry(_message.Message):
     __slots__ = ("ledger_id", "entry_id", "publish_time", "redelivery_count", "raw")
