@@ -25,7 +25,7 @@ package imports one way: subscription.py imports the dispatchers, never the reve
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import ClassVar, Protocol
 
 from shadowtopic.core import errors
@@ -63,9 +63,10 @@ class Dispatched(Member, Replayer, Protocol):
     def counted(self) -> dict[int, int]:
         """`counts`, allocated on first use."""
 
-    def rewind(self) -> MessageId | None:
+    def rewind(self, counting: Collection[int] | None = ()) -> MessageId | None:
         """Dispatch again from the first unacknowledged entry (where it lands; None when
-        nothing after it was dispatched)."""
+        nothing after it was dispatched), counting a redelivery for the packed positions in
+        `counting` (None: for every unacknowledged entry already sent)."""
 
     def encode(self, entries: list[ReadEntry], encoded: list[bytes], ps: list[int],
                keep: list[int]) -> tuple[list[bytes], int]:
@@ -153,7 +154,8 @@ class Dispatcher(ABC):
 
     @abstractmethod
     def redeliver(self, c: SubConsumer, ids: list[MessageId] | None) -> None:
-        """`c` asks for `ids` again (a nack; None: everything it has not acknowledged)."""
+        """`c` asks for `ids` again (a nack: each of them counts a redelivery; None:
+        everything it has not acknowledged, counting none: subscription.py says why)."""
 
     def release(self, ps: Iterable[int]) -> None:
         """The entries at packed positions `ps` are no longer unacknowledged (acknowledged,

@@ -114,8 +114,8 @@ class KeySharedDispatcher(SharedDispatcher):
         self.unknown.discard(p)
         self.sub.counts.pop(p, None)
 
-    def _requeue(self, positions: list[int]) -> None:
-        super()._requeue(positions)
+    def _requeue(self, positions: list[int], counted: bool = True) -> None:
+        super()._requeue(positions, counted)
         is_acked, redo_hash = self.sub.cursor.is_acked, self.redo_hash
         for p in positions:
             if p not in redo_hash and not is_acked(unpack(p)):

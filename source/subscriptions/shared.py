@@ -4,8 +4,9 @@ PersistentDispatcherMultipleConsumers).
 Each entry goes to one consumer, round robin in runs of `SHARED_RUN` entries; what no
 consumer can take now waits in `redo`. The dispatcher tracks which consumer holds each
 unacknowledged entry (`holder`, and each consumer's `pending`), and puts entries back in
-`redo` when their consumer leaves or nacks them, counting a redelivery for each (the
-subscription's `counts`). Entries in `redo` are redelivered before new ones, by the topic's
+`redo` when their consumer leaves (counting a redelivery for each, in the subscription's
+`counts`), nacks them (counting those) or asks for everything again (counting none:
+subscription.py says why). Entries in `redo` are redelivered before new ones, by the topic's
 dispatch task (`replay`, oldest first), and forgotten once acknowledged or deleted.
 
 Key_Shared (key_shared.py) is this dispatcher with another rule for who gets an entry.
@@ -196,14 +197,14 @@ class SharedDispatcher(Dispatcher):
 
     def redeliver(self, c: SubConsumer, ids: list[MessageId] | None) -> None:
         if ids is None:
-            self._requeue(list(c.pending))
+            self._requeue(list(c.pending), counted=False)
             return
         mine = [pack(MessageId(m.ledger_id, m.entry_id)) for m in ids]
         self._requeue([p for p in mine if p in c.pending])
 
-    def _requeue(self, positions: list[int]) -> None:
+    def _requeue(self, positions: list[int], counted: bool = True) -> None:
         """`positions` go back to `redo` (those not acknowledged meanwhile), each counting
-        one more redelivery; their consumer holds them no more."""
+        one more redelivery when `counted`; their consumer holds them no more."""
         sub = self.sub
         sub.touch()
         for p in positions:
@@ -212,7 +213,8 @@ class SharedDispatcher(Dispatcher):
                 holder.pending.discard(p)
             if not sub.cursor.is_acked(unpack(p)):
                 self.redo.add(p)
-                sub.counted()[p] = sub.counts.get(p, 0) + 1
+                if counted:
+                    sub.counted()[p] = sub.counts.get(p, 0) + 1
         if self.redo and sub.topic is not None:
             sub.topic.replays.add(sub)
             sub.topic.wake()

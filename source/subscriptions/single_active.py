@@ -7,15 +7,18 @@ active one is the first by (priority, name, arrival); the others stand by, told 
 
 Both redeliver by rewinding the subscription's `position` to the first unacknowledged entry
 (a nack, a redeliver request, the active consumer leaving or losing its place), keeping
-order as Pulsar does: each unacknowledged entry already sent counts a redelivery, and the
-active consumer is told (`CursorMoved`) to drop what it holds unreceived and flow afresh.
+order as Pulsar does, and the active consumer is told (`CursorMoved`) to drop what it holds
+unreceived and flow afresh. What counts a redelivery (subscription.py, C3a): a nack, only
+its ids; the active consumer leaving, every unacknowledged entry it was sent; a redeliver
+request, or a better consumer taking the active one's place, nothing.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
+from shadowtopic.cursors.state import pack
 from shadowtopic.ledger.view import ReadEntry
 from shadowtopic.read.engine import Frames
 from shadowtopic.subscriptions.consumer import ActiveChanged, CursorMoved, SubConsumer
@@ -45,7 +48,7 @@ class SingleActiveDispatcher(Dispatcher):
     def remove(self, c: SubConsumer) -> None:
         if self.active is c:
             self.active = None
-            self._rewind()
+            self._rewind(None)  # it left: what it was sent counts (it may have died on it)
             self._elect()
 
     def _elect(self) -> None:
@@ -56,6 +59,7 @@ class SingleActiveDispatcher(Dispatcher):
             sub.touch()
             if self.active is not None:
                 self._rewind()  # what the old active consumer had not acknowledged goes on
+                # (uncounted: it is still there, and its application gave nothing back)
             self.active = best
         for c in sub.consumers:
             is_active = c is best
@@ -99,12 +103,13 @@ class SingleActiveDispatcher(Dispatcher):
 
     def redeliver(self, c: SubConsumer, ids: list[MessageId] | None) -> None:
         if c is self.active:
-            self._rewind()
+            self._rewind(() if ids is None else {pack(m) for m in ids})
 
-    def _rewind(self) -> None:
-        """The subscription rewinds to its first unacknowledged entry; the active consumer
-        drops what it holds unreceived (it comes again) and flows afresh."""
-        start = self.sub.rewind()
+    def _rewind(self, counting: Collection[int] | None = ()) -> None:
+        """The subscription rewinds to its first unacknowledged entry, counting a
+        redelivery for `counting` (`Subscription.rewind`); the active consumer drops what it
+        holds unreceived (it comes again) and flows afresh."""
+        start = self.sub.rewind(counting)
         c = self.active
         if start is not None and c is not None:
             c.permits = 0

@@ -15,6 +15,22 @@ consumer holds each unacknowledged entry and put entries back in `redo` (shared.
 `counts` holds redelivery counts, for entries redelivered at least once only; they stay
 when the last consumer leaves (the next consumer gets those entries as redelivered).
 
+What a redelivery counts (docs/BEHAVIOURS.md C3a), on every type: a count says how often the
+application received the message and gave it back, since a dead-letter policy
+(source/client/dead_letter.py) acts on it. So
+
+- a nack counts exactly the ids it names (the application received those); on Exclusive
+  and Failover the rewind that follows redelivers everything unacknowledged after the first
+  unacknowledged entry, in order, without counting the others (most of them may never have
+  left the client's receiver queue);
+- a redeliver-all request (`redeliver_unacknowledged_messages`) counts nothing: the broker
+  cannot tell which of the consumer's entries its application saw (the client's ack timeout
+  nacks by id, and so counts);
+- a consumer that leaves (closed, its stream broken, or it died) counts every unacknowledged
+  entry it was sent, for the next consumer, as Pulsar does since its PR 5895: a consumer
+  killed by a message it cannot process never nacks it, and this count is the only trace.
+  (A failover consumer that loses its place to a better one is not leaving: no count.)
+
 Nothing here owns a task, thread or timer: the topic's dispatch task calls `wanted`,
 `deliver` and `replay`; nack delays are one `call_later` per nack command. A subscription
 without consumers costs its cursor, its dispatcher and a few fields.
@@ -25,7 +41,7 @@ module, never the reverse) is `SubscriptionOwner`; what it reads, a `Reading` of
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from itertools import chain, islice
 from typing import Generic, Protocol, TypeVar
@@ -278,27 +294,38 @@ class Subscription:
         self.dispatcher.redeliver(c, ids)
 
     def redeliver_all(self, c: SubConsumer[Subscription]) -> None:
+        """Redeliver everything `c` holds unacknowledged, counting nothing (see the module
+        doc: the broker cannot tell what `c`'s application received)."""
         self.dispatcher.redeliver(c, None)
 
-    def rewind(self) -> MessageId | None:
-        """Dispatch again from the first unacknowledged entry, counting a redelivery for
-        each unacknowledged entry already sent (Exclusive / Failover: single_active.py).
-        Returns where it landed, or None when nothing after it was dispatched."""
+    def rewind(self, counting: Collection[int] | None = ()) -> MessageId | None:
+        """Dispatch again from the first unacknowledged entry (Exclusive / Failover:
+        single_active.py). `counting`: the packed positions that count a redelivery (a
+        nack's ids; those already sent and not acknowledged count), by default none; None:
+        every unacknowledged entry already sent (its consumer left). Returns where it
+        landed, or None when nothing after it was dispatched."""
         next_after = self.next_after
         start = self.cursor.read_position(next_after)
         if start >= self.position:
             return None
         self.touch()
-        p, n = start, 0
-        while p < self.position and n < MAX_COUNTED:
-            if not self.cursor.is_acked(p):
-                key = pack(p)
-                self.counted()[key] = self.counts.get(key, 0) + 1
-                n += 1
-            nxt = next_after(p)
-            if nxt <= p:
-                break
-            p = nxt
+        if counting is None:
+            p, n = start, 0
+            while p < self.position and n < MAX_COUNTED:
+                if not self.cursor.is_acked(p):
+                    key = pack(p)
+                    self.counted()[key] = self.counts.get(key, 0) + 1
+                    n += 1
+                nxt = next_after(p)
+                if nxt <= p:
+                    break
+                p = nxt
+        else:
+            first, end = pack(start), pack(self.position)
+            acked = self.cursor.is_acked_packed
+            for key in counting:
+                if first <= key < end and not acked(key):
+                    self.counted()[key] = self.counts.get(key, 0) + 1
         self._move(start)
         return start
 

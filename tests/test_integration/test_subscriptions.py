@@ -140,6 +140,36 @@ def test_c3_a_dead_consumers_unacked_messages_go_to_another_with_a_count(broker,
     wait_for(lambda: sub_stats(client, topic, "sh")["msgBacklog"] == 0, 10, "backlog 0")
 
 
+@pytest.mark.parametrize("type_", ["exclusive", "failover"])
+def test_c3a_one_nack_counts_only_the_nacked_message_not_the_receiver_queue(
+        client, topic, type_):
+    """The 26-message case: 50 messages sit in a receiver queue of 1,000; the application
+    received one and nacks it. Everything comes again from the first unacknowledged one (the
+    order of an Exclusive subscription), and only the nacked message has redelivery_count 1:
+    the others never reached the application, or did and were not given back."""
+    client.admin.create_topic(topic)
+    with client.subscribe(topic, "s", type_, initial_position="earliest",
+                          receiver_queue_size=1000,
+                          negative_ack_redelivery_delay_ms=100) as c:
+        ids = produce(client, topic, 50)
+        first = c.receive(timeout=10)
+        assert first.message_id == ids[0]
+        c.negative_acknowledge(first)
+        before = []                     # what came before the rewind reached the client
+        for _ in range(60):
+            m = c.receive(timeout=10)
+            if m.message_id == ids[0]:
+                break
+            before.append(m)
+        assert m.message_id == ids[0] and m.redelivery_count == 1
+        after = [c.receive(timeout=10) for _ in range(49)]
+        assert [x.message_id for x in after] == ids[1:]
+        assert [x.redelivery_count for x in before + after] == [0] * (len(before) + 49)
+        c.acknowledge_cumulative(after[-1])
+        assert nothing_more(c, 0.5)
+        wait_for(lambda: sub_stats(client, topic, "s")["msgBacklog"] == 0, 10, "backlog 0")
+
+
 # ---- C4 / C6: restart, exact backlogs --------------------------------------------------------
 
 @pytest.mark.own_broker
@@ -311,7 +341,7 @@ def test_c3_exclusive_nack_rewinds_to_the_first_unacked_without_duplicates(broke
         time.sleep(0.6)                    # the broker rewinds; the buffer is dropped
         again = drain(c, 4)
         assert [m.value() for m in again] == ["m1", "m2", "m3", "m4"]
-        assert [m.redelivery_count for m in again] == [1, 1, 1, 1]
+        assert [m.redelivery_count for m in again] == [1, 0, 0, 0]  # only the nacked (C3a)
         assert nothing_more(c, 0.5)
         wait_for(lambda: sub_stats(client, topic, "ex")["msgBacklog"] == 0, 10, "backlog 0")
 
