@@ -22,6 +22,7 @@ _PUBLIC = {
     "Client": "shadowtopic.client.client",
     "CompactionStatus": "shadowtopic.client.admin",
     "Consumer": "shadowtopic.client.consumer",
+    "DeadLetterPolicy": "shadowtopic.client.dead_letter",
     "EARLIEST": "shadowtopic.core.message_id",
     "LATEST": "shadowtopic.core.message_id",
     "Message": "shadowtopic.client.message",
@@ -35,14 +36,15 @@ _PUBLIC = {
 }
 
 # spelled out (equal to sorted(_PUBLIC)) so tools see what the lazy imports export
-__all__ = ["Admin", "Client", "CompactionStatus", "Consumer", "EARLIEST", "LATEST", "Message",
-           "MessageId", "Policies", "Producer", "Reader", "TableView", "TopicMetadata",
-           "errors"]
+__all__ = ["Admin", "Client", "CompactionStatus", "Consumer", "DeadLetterPolicy", "EARLIEST",
+           "LATEST", "Message", "MessageId", "Policies", "Producer", "Reader", "TableView",
+           "TopicMetadata", "errors"]
 
 if TYPE_CHECKING:
     from shadowtopic.client.admin import Admin, CompactionStatus, TopicMetadata
     from shadowtopic.client.client import Client
     from shadowtopic.client.consumer import Consumer
+    from shadowtopic.client.dead_letter import DeadLetterPolicy
     from shadowtopic.client.message import Message
     from shadowtopic.client.producer import Producer
     from shadowtopic.client.reader import Reader

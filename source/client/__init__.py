@@ -3,6 +3,7 @@ tests/test_source/client/test_public_api.py."""
 from shadowtopic.client.admin import Admin, CompactionStatus, TopicMetadata
 from shadowtopic.client.client import Client
 from shadowtopic.client.consumer import Consumer
+from shadowtopic.client.dead_letter import DeadLetterPolicy
 from shadowtopic.client.message import Message
 from shadowtopic.client.producer import Producer
 from shadowtopic.client.reader import Reader
@@ -11,6 +12,6 @@ from shadowtopic.core import errors
 from shadowtopic.core.message_id import EARLIEST, LATEST, MessageId
 from shadowtopic.core.policies import Policies
 
-__all__ = ["Admin", "Client", "CompactionStatus", "Consumer", "EARLIEST", "LATEST", "Message",
-           "MessageId", "Policies", "Producer", "Reader", "TableView", "TopicMetadata",
-           "errors"]
+__all__ = ["Admin", "Client", "CompactionStatus", "Consumer", "DeadLetterPolicy", "EARLIEST",
+           "LATEST", "Message", "MessageId", "Policies", "Producer", "Reader", "TableView",
+           "TopicMetadata", "errors"]

@@ -38,9 +38,11 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from shadowtopic.client.ack_timeout import AckTimer, check_ack_timeout
 from shadowtopic.client.admin import Admin, TopicMetadata, position_pb
 from shadowtopic.client.connection import Connection
 from shadowtopic.client.consumer import Consumer, ConsumerControl
+from shadowtopic.client.dead_letter import DeadLetterPolicy, DeadLetters, check_dead_letter_policy
 from shadowtopic.client.listener import Callback, Listeners
 from shadowtopic.client.options import DEFAULT_TIMEOUT_S, check_options, parse_consumer_type
 from shadowtopic.client.producer import Producer
@@ -91,6 +93,7 @@ class Client:
         self._closed = False
         # consumers and readers whose stream broke reconnect through it (reconnect.py)
         self._reconnector = Reconnector(self._reroute, self._operation_timeout)
+        self._ack_timer = AckTimer()  # every consumer's ack timeouts, one thread (ack_timeout.py)
 
     def _open(self, topic: str, make: Callable[[TopicMetadata, Connection, Deadline], T]) -> T:
         """`make(meta, conn, deadline)` for `topic`'s metadata and the connection serving it,
@@ -183,7 +186,8 @@ class Client:
                   receiver_queue_size: int = 1000, priority: int = 0,
                   negative_ack_redelivery_delay_ms: int = 1000,
                   on_active_change: Callable[[bool], None] | None = None,
-                  read_compacted: bool = False) -> Consumer:
+                  read_compacted: bool = False, ack_timeout_ms: int = 0,
+                  dead_letter_policy: DeadLetterPolicy | None = None) -> Consumer:
         """A consumer of the durable subscription `subscription_name` (created when missing,
         at `initial_position`: "latest" (default, as Pulsar), "earliest", a MessageId or
         "L:E", or a publish time in ms since the epoch). `consumer_type`: "exclusive",
@@ -193,6 +197,13 @@ class Client:
         `read_compacted` (Exclusive or Failover only, as in Pulsar): the subscription reads
         the topic's compacted view, the latest message of each key up to the compaction
         horizon and then every message after it.
+
+        `ack_timeout_ms` (0: off, else >= 1000; Pulsar's ackTimeoutMillis): a message
+        received and not acknowledged for that long is asked for again, counted as
+        redelivered (source/client/ack_timeout.py). `dead_letter_policy`: after
+        `max_redeliver_count` redeliveries, the next nack (or ack timeout) of a message sends
+        it to the dead-letter topic, created when missing, and acknowledges it here
+        (source/client/dead_letter.py).
 
         Raises `InvalidArgument` for a bad argument before sending anything, and the broker's
         typed error when it refuses (`ConsumerBusy`: a second exclusive consumer or another
@@ -204,22 +215,43 @@ class Client:
         position_pb(initial_position, "initial position")
         check_options(consumer_name, receiver_queue_size, priority,
                       negative_ack_redelivery_delay_ms, on_active_change)
+        check_ack_timeout(ack_timeout_ms)
+        policy = check_dead_letter_policy(dead_letter_policy)
         topic = canonical(topic)
+        dead_topic = policy.topic_for(topic, subscription_name) if policy else None
 
         def make(meta: TopicMetadata, conn: Connection, deadline: Deadline
                  ) -> ConsumerControl:
             controls: list[ConsumerControl] = []
+            dead = (DeadLetters(policy, dead_topic, topic, subscription_name,
+                                self._dead_letter_producer)
+                    if policy is not None and dead_topic is not None else None)
             Consumer(conn, self._multiplexer(conn), topic, meta.partitions,
                      subscription_name, consumer_type, initial_position, consumer_name,
                      receiver_queue_size, priority, negative_ack_redelivery_delay_ms,
                      on_active_change, wait=False, read_compacted=read_compacted,
-                     reconnector=self._reconnector, controls=controls)
+                     reconnector=self._reconnector, controls=controls,
+                     ack_timeout_ms=ack_timeout_ms, dead_letters=dead,
+                     ack_timer=self._ack_timer)
             controls[0].await_subscribed(time.monotonic() + deadline.budget(conn.timeout))
             return controls[0]
         control = self._open(topic, make)
         self._children.append(control.consumer)
         self._controls.append(control)
         return control.consumer
+
+    def _dead_letter_producer(self, topic: str) -> Producer:
+        """A producer of the dead-letter topic `topic`, created when missing (a consumer's
+        `DeadLetters` asks, and closes it: it is not among this client's children)."""
+        try:
+            self.admin.create_topic(topic)
+        except errors.TopicAlreadyExists:
+            pass
+
+        def reopen(connect):
+            return self._open(topic, lambda meta, conn, deadline: connect(conn, deadline))
+        return self._open(topic, lambda meta, conn, deadline: Producer(
+            conn, topic, meta.partitions, reopen=reopen, deadline=deadline))
 
     def subscribe_many(self, topic: str, subscription_names: list[str],
                        consumer_type: str = "exclusive",
@@ -231,7 +263,8 @@ class Client:
         the subscribes go up together (a few stream messages for thousands of them) and are
         answered together, and the broker writes their metadata in batched etcd
         transactions, so attaching 10,000 subscriptions takes seconds, not a round trip
-        each. Options as in `subscribe`.
+        each. Options as in `subscribe`, but for `ack_timeout_ms` and
+        `dead_letter_policy`, which it does not take yet.
 
         `message_listener(message, recipients)`: the way to consume at this scale. It is
         called once per message on one thread of this call's own, with every consumer of
@@ -312,6 +345,7 @@ class Client:
             controls, self._controls = self._controls, []
             muxes = list(self._muxes.values())
         self._reconnector.close(wait=False)  # no reconnect attempt starts from now on
+        self._ack_timer.close()
         try:
             # consumers first send every close, then wait once for all the answers
             closing = [(control, control.start_close()) for control in controls]

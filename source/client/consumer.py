@@ -27,6 +27,10 @@ again by itself (consumer_resume.py; the design and the at-least-once window: re
 
 Entries are decoded lazily, in `receive`. Permits: `receiver_queue_size` per partition at
 first, topped up once half of them were returned to the user.
+
+With `ack_timeout_ms` or a `dead_letter_policy`, a `Redelivery` (redelivery.py) is told what
+the application received, acknowledged, nacked and what a seek dropped; the ack timeout and
+the dead-letter forwarding are its (ack_timeout.py, dead_letter.py), not this module's.
 """
 from __future__ import annotations
 
@@ -38,15 +42,18 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
+from shadowtopic.client.ack_timeout import AckTimer, check_ack_timeout
 from shadowtopic.client.admin import position_pb
 from shadowtopic.client.connection import Connection
 from shadowtopic.client.consumer_part import Part
 from shadowtopic.client.consumer_resume import ConsumerResume
+from shadowtopic.client.dead_letter import DeadLetters
 from shadowtopic.client.listener import Listeners
 from shadowtopic.client.message import Message
 from shadowtopic.client.options import check_options, parse_consumer_type
 from shadowtopic.client.reader import seek_targets
 from shadowtopic.client.reconnect import Owner, Reconnector
+from shadowtopic.client.redelivery import Redelivery
 from shadowtopic.client.stream import CLOSE_TIMEOUT_S, Delivery, Multiplexer
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
@@ -116,17 +123,19 @@ class Consumer(ConsumerResume):
                  on_active_change: Callable[[bool], None] | None = None,
                  message_listener: Listeners | None = None, wait: bool = True,
                  read_compacted: bool = False, reconnector: Reconnector | None = None,
-                 controls: list[ConsumerControl] | None = None):
+                 controls: list[ConsumerControl] | None = None, ack_timeout_ms: int = 0,
+                 dead_letters: DeadLetters | None = None, ack_timer: AckTimer | None = None):
         """Use `Client.subscribe` (or `Client.subscribe_many`). Subscribes every partition
         and waits for the broker's answers; raises the first typed error (ConsumerBusy,
         TooManyConsumers, SubscriptionNotFound, ...) after leaving the partitions that did
         subscribe. `wait=False` only sends the subscribes: the `ConsumerControl` appended to
         `controls` finishes (`await_subscribed`). With a `reconnector` (the client's), a
-        partition that breaks reconnects."""
+        partition that breaks reconnects. `ack_timer`: the client's (ack_timeout.py)."""
         self._type, type_pb = parse_consumer_type(consumer_type)
         start = position_pb(initial_position, "initial position")
         check_options(consumer_name, receiver_queue_size, priority,
                       negative_ack_redelivery_delay_ms, on_active_change)
+        check_ack_timeout(ack_timeout_ms)
         self.topic = topic
         self.subscription_name = subscription_name
         self.consumer_name = consumer_name
@@ -146,6 +155,9 @@ class Consumer(ConsumerResume):
         self._reconnector = reconnector
         self._owner = Owner(topic, self._resume, self._give_up)
         self._acked: dict[tuple[int, int, int], None] = {}  # remembered acks (consumer_resume)
+        self._redelivery = (None if not ack_timeout_ms and dead_letters is None else Redelivery(
+            ack_timeout_ms, dead_letters, ack_timer or AckTimer(), again=self._ask_again,
+            current=self._current, settle=self.acknowledge, retry=self._renack))
         # every partition's Subscribe but its topic
         self._subscribe = consumer_pb2.Subscribe(
             subscription=subscription_name, type=type_pb, start=start,
@@ -253,6 +265,8 @@ class Consumer(ConsumerResume):
             p.epoch += 1  # drop what came before: the broker starts over with no permits
             p.consumed = 0
             self._forget_acks(p)
+            if self._redelivery is not None:
+                self._redelivery.dropped(p.index)
             if p.state == "open" and not self._closed:
                 self._flow(p, self._queue_size)
             if not sd.by_admin:
@@ -379,6 +393,8 @@ class Consumer(ConsumerResume):
                     p.consumed = 0
                 if self._acked_already(p, msg):
                     continue  # came again after a reconnect: acknowledged again instead
+                if self._redelivery is not None:
+                    self._redelivery.received(msg, epoch)
                 return msg
             if not pending:
                 return None
@@ -498,6 +514,8 @@ class Consumer(ConsumerResume):
         with self._cond:
             self._check()
             p, mid = self._part_for(message)
+            if self._redelivery is not None:
+                self._redelivery.acked(p.index, mid)
             self._send_ack(p, mid.ledger_id, mid.entry_id)
 
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
@@ -509,26 +527,61 @@ class Consumer(ConsumerResume):
         with self._cond:
             self._check()
             p, mid = self._part_for(message)
+            if self._redelivery is not None:
+                self._redelivery.acked_upto(p.index, mid)
             if self._reconnector is not None:  # sent again after a reconnect
                 p.cum_acked = max(p.cum_acked or (0, 0), (mid.ledger_id, mid.entry_id))
             if p.state != "reconnecting":
                 self._resend(p, ack=consumer_pb2.Ack(ids=[mid.to_pb()], cumulative=True))
 
     def negative_acknowledge(self, message: Message | MessageId) -> None:
-        """Ask for this message again after `negative_ack_redelivery_delay_ms`."""
+        """Ask for this message again after `negative_ack_redelivery_delay_ms`; under a
+        dead-letter policy, past its count, send it to the dead-letter topic instead."""
         with self._cond:
             self._check()
             p, mid = self._part_for(message)
-            if p.state == "reconnecting":
-                return  # not acknowledged: it comes again after the reconnect anyway
-            self._send(p, nack=consumer_pb2.Nack(ids=[mid.to_pb()], delay_ms=self._nack_delay))
+            if self._redelivery is not None and self._redelivery.nacked(
+                    p.index, mid, message if isinstance(message, Message) else None):
+                return
+            self._nack(p, mid, self._nack_delay)
 
-    def redeliver_unacknowledged_messages(self) -> None:
-        """Have the broker redeliver every message this consumer holds unacknowledged. What
-        is buffered and not yet received is dropped (it is among them), and its permits are
-        given back, as Pulsar's client does."""
+    def _nack(self, p: Part, mid: MessageId, delay_ms: int) -> None:
+        if p.state == "reconnecting":
+            return  # not acknowledged: it comes again after the reconnect anyway
+        self._send(p, nack=consumer_pb2.Nack(ids=[mid.to_pb()], delay_ms=delay_ms))
+
+    # ---- what the ack timeout and the dead-letter policy ask (redelivery.py) ----------------
+
+    def _current(self, msg: Message, epoch: int) -> bool:
+        """`msg` (received in the partition's `epoch`) was not dropped since."""
+        with self._cond:
+            p = self._by_index.get(msg.message_id.partition)
+            return (not self._closed and p is not None and p.epoch == epoch
+                    and p.state == "open")
+
+    def _ask_again(self, msg: Message, epoch: int) -> None:
+        """Its ack timeout passed: ask for `msg` again now, unless it was dropped since."""
+        with self._cond:
+            if self._current(msg, epoch):
+                p, mid = self._part_for(msg)
+                self._nack(p, mid, 0)
+
+    def _renack(self, msg: Message) -> None:
+        """Its dead-letter send failed: ask for `msg` again as a nack does."""
         with self._cond:
             self._check()
+            p, mid = self._part_for(msg)
+            self._nack(p, mid, self._nack_delay)
+
+    def redeliver_unacknowledged_messages(self) -> None:
+        """Have the broker redeliver every message this consumer holds unacknowledged, with
+        no redelivery counted (the broker cannot tell which the application saw: nack the
+        ones to count). What is buffered and not yet received is dropped (it is among them),
+        and its permits are given back, as Pulsar's client does."""
+        with self._cond:
+            self._check()
+            if self._redelivery is not None:
+                self._redelivery.dropped()
             dropped: dict[int, int] = {}
             while True:  # count what is buffered, per handle, to give its permits back
                 for p, epoch, _msg in self._buffer:
@@ -585,6 +638,8 @@ class Consumer(ConsumerResume):
     def _start_close(self) -> list[Part] | None:
         """Send the closes (None: closed already); `_finish_close` waits for the answers
         (the client closes thousands of consumers with one wait)."""
+        if self._redelivery is not None:  # a dead-letter forward under way ends first
+            self._redelivery.close()
         with self._cond:
             if self._closed:
                 return None

@@ -63,6 +63,7 @@ class FakeBroker:
             "ListSubscriptions": (apb.ListSubscriptionsRequest, self._list_subs),
             "ResetCursor": (apb.ResetCursorRequest, self._reset_cursor),
             "CreateSubscription": (apb.CreateSubscriptionRequest, self._record(apb.Empty())),
+            "CreateTopic": (apb.CreateTopicRequest, self._record(apb.TopicMetadata())),
             "DeleteSubscription": (apb.DeleteSubscriptionRequest, self._record(
                 apb.SubscriptionChange(
                     mark_delete_position="3:4",

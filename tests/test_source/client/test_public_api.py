@@ -8,7 +8,7 @@ import shadowtopic.client as client
 
 def test_public_names_are_pinned():
     assert sorted(client.__all__) == ["Admin", "Client", "CompactionStatus", "Consumer",
-                                      "EARLIEST", "LATEST",
+                                      "DeadLetterPolicy", "EARLIEST", "LATEST",
                                       "Message", "MessageId", "Policies", "Producer", "Reader",
                                       "TableView", "TopicMetadata", "errors"]
     for name in client.__all__:
@@ -54,8 +54,13 @@ def test_client_signatures_are_pinned():
     assert list(sig.parameters) == [
         "self", "topic", "subscription_name", "consumer_type", "initial_position",
         "consumer_name", "receiver_queue_size", "priority", "negative_ack_redelivery_delay_ms",
-        "on_active_change", "read_compacted"]
+        "on_active_change", "read_compacted", "ack_timeout_ms", "dead_letter_policy"]
     assert sig.parameters["read_compacted"].default is False
+    assert sig.parameters["ack_timeout_ms"].default == 0
+    assert sig.parameters["dead_letter_policy"].default is None
+    policy = inspect.signature(client.DeadLetterPolicy)
+    assert list(policy.parameters) == ["max_redeliver_count", "dead_letter_topic"]
+    assert policy.parameters["dead_letter_topic"].default is None
     reader = inspect.signature(client.Client.create_reader)
     assert list(reader.parameters) == ["self", "topic", "start", "inclusive",
                                        "receiver_queue_size", "read_compacted"]
