@@ -79,7 +79,8 @@ def run(args: list[str], url: str, timeout: float = 240) -> subprocess.Completed
 def test_the_readme_has_its_examples():
     readme = (ROOT / "README.md").read_text()
     assert len(quickstart_commands(readme)) >= 8
-    assert len(blocks(readme, "python")) == 5
+    assert len(blocks(readme, "python")) == 6  # produce, consume, shadow, compacted, table, ...
+    assert any("table_view" in code for _, code in blocks(readme, "python"))
     assert all("from shadowtopic import Client" in code for _, code in blocks(readme, "python"))
 
 
