@@ -14,9 +14,12 @@ imported (a test sets it in the environment of the child it starts, never in its
     off          nothing: the same as not naming the point
 
 An action may be prefixed with `N*` to act only the first N times the point is reached
-(`1*kill`, `2*sleep(0.5)`); after that the point is off. A name not in `POINTS` or an action
-that does not parse raises `ValueError` when the variable is read, so a typo fails the
-process at start-up instead of quietly testing nothing.
+(`1*kill`, `2*sleep(0.5)`); after that the point is off, or, when `->` follows, does what
+comes next (as TiKV's fail-rs): `1*off->kill` lets the first pass go and kills at the second
+(a worker's second job), `2*off->sleep(30)` holds from the third pass on.
+
+A name not in `POINTS` or an action that does not parse raises `ValueError` when the
+variable is read, so a typo fails the process at start-up instead of quietly testing nothing.
 
 In code, a point is one call: `failpoints.hit("compaction.before_publish")`. When nothing is
 enabled that is a dictionary lookup. Unit tests in one process use `enabled(...)` (a context
@@ -90,9 +93,22 @@ class Action:
     seconds: float = 0.0      # sleep
     text: str = ""            # error
     remaining: int | None = None   # None: every time
+    then: Action | None = None     # what the point does once `remaining` ran out
 
     @classmethod
     def parse(cls, text: str) -> Action:
+        """One action, or a chain `N*a->b->...` (each term but the last counted)."""
+        first, arrow, rest = text.partition("->")
+        action = cls._term(first)
+        if arrow:
+            if action.remaining is None:
+                raise ValueError(f"failpoint action {first.strip()!r} is followed by '->' "
+                                 f"but has no N* count: it would never end")
+            action.then = cls.parse(rest)
+        return action
+
+    @classmethod
+    def _term(cls, text: str) -> Action:
         m = _ACTION.fullmatch(text.strip())
         if m is None:
             raise ValueError(f"failpoint action {text!r} is not kill, off, sleep(S) or "
@@ -129,12 +145,17 @@ def hit(name: str) -> None:
         raise ValueError(f"unknown failpoint {name!r}")
     with _lock:
         action = _active.get(name)
-        if action is None or action.kind == "off":
+        if action is None:
             return
         if action.remaining is not None:
             action.remaining -= 1
             if action.remaining <= 0:
-                del _active[name]
+                if action.then is None:
+                    del _active[name]
+                else:
+                    _active[name] = action.then
+        if action.kind == "off":
+            return
     log.warning("failpoint %s: %s", name, action.kind)
     if action.kind == "kill":
         os.kill(os.getpid(), signal.SIGKILL)

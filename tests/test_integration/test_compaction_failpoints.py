@@ -47,20 +47,19 @@ def test_killed_worker_leaves_the_old_view_and_a_rerun_finishes(etcd_server, tmp
     the orphaned output and the replaced ledger are collected."""
     cluster, topic, b = _cluster_broker(etcd_server, tmp_path)
     workers = []
+    # the first job runs through; the second holds 30 s at each phase (killed while Spark has
+    # it: a job starts two phases), or the worker kills itself once the second's output is
+    # written, before the pointer moves
+    points = ({"compaction.before_publish": "1*off->kill"} if crash == "before-publish"
+              else {"compaction.phase_start": "2*off->sleep(30)"})
     try:
         b.start(timeout=60)
-        workers.append(start_worker(etcd_server, str(tmp_path / "w0"), cluster))
+        workers.append(start_worker(etcd_server, str(tmp_path / "w0"), cluster, points))
         with Client(b.url, timeout=30) as c:
             ids = produce(c, topic, [(f"k{i % 10}", f"v{i}") for i in range(200)])
             j1 = c.admin.compact(topic)
             assert wait_done(c, topic, j1).phase == "done"
-            workers[0].kill()
             ids += produce(c, topic, [(f"k{i % 13}", f"w{i}") for i in range(3000)])
-            # the job holds 30 s at each phase (killed while Spark has its job), or the worker
-            # kills itself once the output is written, before the pointer moves
-            points = ({"compaction.before_publish": "kill"} if crash == "before-publish"
-                      else {"compaction.phase_start": "sleep(30)"})
-            workers.append(start_worker(etcd_server, str(tmp_path / "w1"), cluster, points))
             j2 = c.admin.compact(topic)
             deadline = time.monotonic() + 120
             if crash == "spark-running":
@@ -68,15 +67,15 @@ def test_killed_worker_leaves_the_old_view_and_a_rerun_finishes(etcd_server, tmp
                                                                  apb.WRITING):
                     assert time.monotonic() < deadline, "the job never started"
                     time.sleep(0.02)
-                workers[1].kill()
+                workers[0].kill()
             else:  # the failpoint kills it
-                while workers[1].proc.poll() is None:
+                while workers[0].proc.poll() is None:
                     assert time.monotonic() < deadline, "the worker did not reach the failpoint"
                     time.sleep(0.05)
             assert pointer(etcd_server, topic).job_id == j1  # the old view, whole
             st = Storage(os.path.join(b.data_dir, "storage"))
             tdir = Storage.topic_compacted_dir(TopicName.parse(topic))
-            workers.append(start_worker(etcd_server, str(tmp_path / "w2"), cluster))
+            workers.append(start_worker(etcd_server, str(tmp_path / "w1"), cluster))
             s2 = wait_done(c, topic, j2, timeout=120)
             assert s2.phase == "done", s2.error
             ptr = pointer(etcd_server, topic)

@@ -54,6 +54,30 @@ def test_a_count_limits_how_often_a_point_acts():
         failpoints.hit(POINT)   # the third time: off
 
 
+def test_a_chain_acts_term_after_term():
+    """`2*off->1*error(x)->kill` is parsed as three linked actions; `2*off->error(x)` lets
+    two passes through, then acts at every later one."""
+    assert failpoints.parse(f"{POINT}=2*off->1*error(x)->kill") == {
+        POINT: Action("off", remaining=2,
+                      then=Action("error", text="x", remaining=1, then=Action("kill")))}
+    with failpoints.enabled({POINT: "2*off->error(x)"}):
+        failpoints.hit(POINT)
+        failpoints.hit(POINT)
+        for _ in range(3):
+            with pytest.raises(FailpointError, match="x"):
+                failpoints.hit(POINT)
+    with failpoints.enabled({POINT: "1*off->1*error(y)"}):
+        failpoints.hit(POINT)
+        with pytest.raises(FailpointError, match="y"):
+            failpoints.hit(POINT)
+        failpoints.hit(POINT)   # the chain ran out: off
+
+
+def test_a_chain_term_without_a_count_is_refused():
+    with pytest.raises(ValueError, match="has no N\\* count"):
+        failpoints.parse(f"{POINT}=off->kill")
+
+
 def test_sleep_holds_the_calling_thread():
     with failpoints.enabled({POINT: "sleep(0.2)"}):
         t = time.monotonic()
