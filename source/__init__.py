@@ -30,6 +30,7 @@ _PUBLIC = {
     "Policies": "shadowtopic.core.policies",
     "Producer": "shadowtopic.client.producer",
     "Reader": "shadowtopic.client.reader",
+    "SeekResult": "shadowtopic.client.reader",
     "TableView": "shadowtopic.client.table_view",
     "TopicMetadata": "shadowtopic.client.admin",
     "errors": "shadowtopic.core.errors",
@@ -37,8 +38,8 @@ _PUBLIC = {
 
 # spelled out (equal to sorted(_PUBLIC)) so tools see what the lazy imports export
 __all__ = ["Admin", "Client", "CompactionStatus", "Consumer", "DeadLetterPolicy", "EARLIEST",
-           "LATEST", "Message", "MessageId", "Policies", "Producer", "Reader", "TableView",
-           "TopicMetadata", "errors"]
+           "LATEST", "Message", "MessageId", "Policies", "Producer", "Reader", "SeekResult",
+           "TableView", "TopicMetadata", "errors"]
 
 if TYPE_CHECKING:
     from shadowtopic.client.admin import Admin, CompactionStatus, TopicMetadata
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from shadowtopic.client.dead_letter import DeadLetterPolicy
     from shadowtopic.client.message import Message
     from shadowtopic.client.producer import Producer
-    from shadowtopic.client.reader import Reader
+    from shadowtopic.client.reader import Reader, SeekResult
     from shadowtopic.client.table_view import TableView
     from shadowtopic.core import errors
     from shadowtopic.core.message_id import EARLIEST, LATEST, MessageId

@@ -6,12 +6,12 @@ from shadowtopic.client.consumer import Consumer
 from shadowtopic.client.dead_letter import DeadLetterPolicy
 from shadowtopic.client.message import Message
 from shadowtopic.client.producer import Producer
-from shadowtopic.client.reader import Reader
+from shadowtopic.client.reader import Reader, SeekResult
 from shadowtopic.client.table_view import TableView
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import EARLIEST, LATEST, MessageId
 from shadowtopic.core.policies import Policies
 
 __all__ = ["Admin", "Client", "CompactionStatus", "Consumer", "DeadLetterPolicy", "EARLIEST",
-           "LATEST", "Message", "MessageId", "Policies", "Producer", "Reader", "TableView",
-           "TopicMetadata", "errors"]
+           "LATEST", "Message", "MessageId", "Policies", "Producer", "Reader", "SeekResult",
+           "TableView", "TopicMetadata", "errors"]

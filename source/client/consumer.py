@@ -51,7 +51,7 @@ from shadowtopic.client.dead_letter import DeadLetters
 from shadowtopic.client.listener import Listeners
 from shadowtopic.client.message import Message
 from shadowtopic.client.options import check_options, parse_consumer_type
-from shadowtopic.client.reader import seek_targets
+from shadowtopic.client.reader import SeekResult, seek_targets
 from shadowtopic.client.reconnect import Owner, Reconnector
 from shadowtopic.client.redelivery import Redelivery
 from shadowtopic.client.stream import CLOSE_TIMEOUT_S, Delivery, Multiplexer
@@ -601,7 +601,7 @@ class Consumer(ConsumerResume):
                         # (Exclusive / Failover rewind: the broker's seek_done re-flows)
                         self._flow(p, dropped[p.handle])
 
-    def seek(self, position: MessageId | str | int) -> tuple[MessageId, bool]:
+    def seek(self, position: MessageId | str | int) -> SeekResult:
         """Reset the subscription's cursor (for all its consumers) to a MessageId ("L:E"
         text too; an id with a partition seeks that partition, one without seeks every
         partition) or to a publish time (int, ms since the epoch: every partition). Waits
@@ -615,7 +615,7 @@ class Consumer(ConsumerResume):
             answers = self._command(targets, "seek", seek=consumer_pb2.Seek(position=pos))
             landed = [(MessageId.from_pb(a.position).with_partition(p.index), a.clamped)
                       for p, a in zip(targets, answers, strict=True)]
-            return min(m for m, _ in landed), any(c for _, c in landed)
+            return SeekResult(min(m for m, _ in landed), any(c for _, c in landed))
 
     def unsubscribe(self) -> None:
         """Delete the subscription and close this consumer. A refusal (e.g. `ConsumerBusy`

@@ -30,6 +30,7 @@ import queue
 import threading
 import time
 from collections import deque
+from typing import NamedTuple
 
 from shadowtopic.client.admin import Admin, position_pb
 from shadowtopic.client.connection import Connection
@@ -45,6 +46,14 @@ _CLOSED = object()  # what Reader.close puts on its own queue, to wake a blocked
 
 
 _SeekAnswer = tuple[MessageId, bool] | Exception
+
+
+class SeekResult(NamedTuple):
+    """Where a `seek` of a reader or a consumer landed, and whether the position asked for
+    was clamped to the topic's first or last message."""
+
+    message_id: MessageId
+    clamped: bool
 
 
 class _GaveUp:
@@ -329,13 +338,14 @@ class Reader:
         """Reconnecting failed for good (reconnect.Resumable): `read_next` raises `err`."""
         self._queue.put((0, _GaveUp(err)))
 
-    def seek(self, position: MessageId | str | int) -> MessageId:
+    def seek(self, position: MessageId | str | int) -> SeekResult:
         """Move the reader to a MessageId ("L:E" text too; the next message read is that one,
         or the first after it that exists) or to a publish time (int, ms since the epoch: the
         first message published at or after it), and wait for the broker. An id with a
         partition moves that partition, anything else every partition. Returns where the
-        reader landed (several partitions: the lowest id). Messages received before are
-        dropped."""
+        reader landed and whether the position was clamped to the first or last message
+        (several partitions: the lowest landing id, clamped if any was), as
+        `Consumer.seek`. Messages received before are dropped."""
         if self._closed:
             raise errors.AlreadyClosed("reader is closed")
         if self._error is not None:
@@ -367,7 +377,7 @@ class Reader:
                 raise a  # the first failure
             if a is not None:
                 landed.append(a)
-        return min(mid for mid, _ in landed)
+        return SeekResult(min(mid for mid, _ in landed), any(c for _, c in landed))
 
     def has_message_available(self) -> bool:
         if self._closed:

@@ -95,7 +95,7 @@ def test_c2_initial_positions_and_reader_from_an_id(broker, client, topic):
     with client.create_reader(topic, start=ids[2]) as r:
         assert r.read_next(10).value() == "m3"
         landed = r.seek(ids[0])
-        assert landed.entry_id == ids[0].entry_id
+        assert landed.message_id.entry_id == ids[0].entry_id and not landed.clamped
         assert r.read_next(10).value() == "m0"
 
 

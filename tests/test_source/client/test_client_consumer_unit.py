@@ -22,7 +22,7 @@ import pytest
 from support.fake_broker import entry, event_frame, status
 
 from shadowtopic.cli import main as cli
-from shadowtopic.client import Client, Consumer, MessageId, errors
+from shadowtopic.client import Client, Consumer, MessageId, SeekResult, errors
 from shadowtopic.client.admin import position_pb
 from shadowtopic.client.options import parse_consumer_type
 from shadowtopic.client.reader import seek_targets
@@ -495,7 +495,7 @@ def test_reader_seek_drops_the_buffer(fake, client):
     h = next(iter(r._parts))
     fake.entries(h, entry(1, 0), entry(1, 1), entry(1, 2))
     assert r.read_next(timeout=5).message_id.entry_id == 0
-    assert r.seek("1:0") == MessageId(1, 0)
+    assert r.seek("1:0") == SeekResult(MessageId(1, 0), False)  # the consumer's type too
     assert fake.commands("flow", h)[-1].flow.permits == 10
     fake.entries(h, entry(1, 0))
     assert str(r.read_next(timeout=5).message_id) == "1:0"  # not the dropped 1:1

@@ -10,7 +10,7 @@ def test_public_names_are_pinned():
     assert sorted(client.__all__) == ["Admin", "Client", "CompactionStatus", "Consumer",
                                       "DeadLetterPolicy", "EARLIEST", "LATEST",
                                       "Message", "MessageId", "Policies", "Producer", "Reader",
-                                      "TableView", "TopicMetadata", "errors"]
+                                      "SeekResult", "TableView", "TopicMetadata", "errors"]
     for name in client.__all__:
         assert getattr(client, name) is not None
 
@@ -35,6 +35,12 @@ def test_client_methods_are_pinned():
             "skip", "clear_backlog", "peek_messages", "last_message_id", "create_shadow_topic",
             "get_shadow_topics", "get_shadow_source", "delete_shadow_topic", "compact",
             "compaction_status", "watch_compaction"} <= admin
+
+
+def test_seek_returns_one_type_everywhere():
+    for cls in (client.Reader, client.Consumer):
+        assert inspect.signature(cls.seek).return_annotation in ("SeekResult", client.SeekResult)
+    assert client.SeekResult._fields == ("message_id", "clamped")
 
 
 def test_shadow_admin_signatures_are_pinned():
