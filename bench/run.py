@@ -15,8 +15,9 @@ and 4 shadows), each measured in one run next to the machine's ceilings
 see `make bench`). Writes bench/RESULTS.md and bench/out/<stamp>.json.
 
     .venv/bin/python bench/run.py --shared ../shared [--messages 400000] [--rounds 3]
-                    [--only produce,dedup,fanout,consume,flush,fanout100,broadcast,shadows,
-                           shadows-scale,compaction] [--smoke] [--out F] [--out-dir D]
+                    [--only produce,dedup,fanout,consume,flush,fanout100,broadcast,
+                           table-view,shadows,shadows-scale,compaction] [--smoke] [--out F]
+                    [--out-dir D]
 
 Each part runs in a data dir of its own (its own etcd and brokers) on topics of its own
 (bench/topics.py: namespace `bench/<part>-<run>`). After each part, bench/out/<stamp>.json
@@ -220,6 +221,24 @@ def fanout_lines(fan: dict) -> list[str]:
     return lines + [""]
 
 
+def table_view_lines(tv: dict) -> list[str]:
+    lines = ["## Table view (bench/table_view.py)", "",
+             f"`client.table_view(topic)` loading {tv['keys']:,} keys (one JSON-like record "
+             "each, sealed) beside a `read_compacted` reader loading them by hand, in "
+             "alternating rounds against one etcd and broker process.", "",
+             "| round | reader s | view s | view / reader | reader / view client CPU s |",
+             "|---|---:|---:|---:|---:|"]
+    for i, r in enumerate(tv["rounds"], 1):
+        lines.append(f"| {i} | {r['reader']['seconds']} | {r['view']['seconds']} | "
+                     f"{r['ratio']} | {r['reader']['client_cpu_s']} / "
+                     f"{r['view']['client_cpu_s']} |")
+    lines += ["", f"- median of the paired ratios view / reader: **{tv['ratio_median']}** "
+              f"(target: within 2x); client CPU per key: reader "
+              f"{tv['reader_client_cpu_us_per_key']} us, view "
+              f"{tv['view_client_cpu_us_per_key']} us"]
+    return lines + [""]
+
+
 def _median(values: list) -> float | None:
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
@@ -258,9 +277,9 @@ def produce_lines(args, rounds: list[dict]) -> list[str]:
 
 
 PARTS = ("produce", "dedup", "fanout", "consume", "flush", "fanout100", "broadcast",
-         "shadows", "shadows-scale", "compaction")
+         "table-view", "shadows", "shadows-scale", "compaction")
 #: the key of each part's results in bench/out/*.json (produce: "rounds")
-KEYS = {"produce": "rounds", "shadows-scale": "shadows_scale"}
+KEYS = {"produce": "rounds", "shadows-scale": "shadows_scale", "table-view": "table_view"}
 
 
 def carried_over(parts: set[str], out_dir: str) -> dict:
@@ -290,6 +309,7 @@ HEADINGS = {"produce": "## Produce (",
             "fanout": "## Reader fan-out (bench/",
             "consume": "## Consume and acknowledge (bench/", "flush": "## Cursor flush with",
             "fanout100": "## Fan-out to ", "broadcast": "## Broadcast: ",
+            "table-view": "## Table view (bench/",
             "shadows": "## Shadow topics (bench/",
             "shadows-scale": "## Fan-out and broadcast over shadow topics (bench/",
             "compaction": "## Compaction (bench/",
@@ -342,6 +362,7 @@ TITLES = {"produce": "## Produce (acked after fsync, through the public client)"
           "flush": "## Cursor flush with subscriptions acking (bench/cursor_flush.py)",
           "fanout100": "## Fan-out to durable subscriptions (bench/consume.py, exclusive case)",
           "broadcast": "## Broadcast: durable subscriptions on one topic (bench/broadcast.py)",
+          "table-view": "## Table view (bench/table_view.py)",
           "shadows": "## Shadow topics (bench/shadows.py)",
           "shadows-scale": "## Fan-out and broadcast over shadow topics (bench/shadows_scale.py)",
           "compaction": "## Compaction (bench/compaction_bench.py)"}
@@ -402,7 +423,8 @@ def write_results(path: str, args, results: dict, errors: dict, old: dict | None
 
     renders = {"produce": produce_all, "dedup": dedup_lines, "fanout": fanout_lines,
                "consume": consume_lines, "flush": flush_lines, "fanout100": fanout100_lines,
-               "broadcast": broadcast_all, "shadows": shadows_lines, "shadows-scale": scale_lines,
+               "broadcast": broadcast_all, "table-view": table_view_lines,
+               "shadows": shadows_lines, "shadows-scale": scale_lines,
                "compaction": compaction_lines}
     produce = results.get("produce") or {}
     limits, nats = produce.get("limits"), produce.get("nats")
@@ -467,6 +489,7 @@ SMOKE = {"messages": 2000, "producers": 1, "rounds": 1, "dedup_messages": 1000,
          "exclusive_subs": 2, "nats_consume_messages": 500, "flush_subs": 50,
          "flush_seconds": 2.5, "flush_ceiling_seconds": 0.5, "fanout100_subs": 4,
          "fanout100_messages": 500, "fanout100_procs": 1, "nats_fanout100_messages": 200,
+         "table_view_keys": 500,
          "broadcast_subs": 40, "broadcast_procs": 1, "broadcast_duration": 2.0,
          "broadcast_settle": 0.5, "metrics_scrapes": 1, "shadows_create_messages": 2000,
          "shadows_create_reps": 2, "shadows_rate": 500, "shadows_seconds": 1.5,
@@ -521,6 +544,11 @@ def run_part(part: str, args, data_dir: str, peers: str | None) -> dict:
               f"{args.flush_seconds:g}s)", flush=True)
         return run_flush(data_dir, args.flush_subs, args.flush_seconds,
                          ceiling_seconds=args.flush_ceiling_seconds, rate=args.flush_rate)
+    if part == "table-view":
+        from table_view import run_table_view  # bench/table_view.py
+
+        print(f"running table view rounds ({args.table_view_keys:,} keys)", flush=True)
+        return run_table_view(data_dir, args.table_view_keys, args.rounds)
     if part == "fanout100":
         from broadcast import run_fanout100  # bench/broadcast.py
 
@@ -617,6 +645,8 @@ def main() -> None:
                    help="fanout100: client processes the subscriptions are spread over")
     p.add_argument("--nats-fanout100-messages", type=int, default=2_000,
                    help="fanout100: nats_jetstream.py --messages (x 100 deliveries)")
+    p.add_argument("--table-view-keys", type=int, default=100_000,
+                   help="table-view: keys the view loads")
     p.add_argument("--broadcast-subs", type=int, default=100_000)
     p.add_argument("--broadcast-procs", type=int, default=4,
                    help="broadcast: client processes the subscriptions are spread over")

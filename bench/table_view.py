@@ -15,7 +15,7 @@ compacted view (no compaction ran: the view is then the whole topic). Each round
 Each is timed from the call that opens it to the last key held (wall seconds) and by the
 client process's CPU over the same span; the report gives each side's median and the median
 of the paired ratios B / A. One client per round, closed after it. Bounded by `--keys` and
-`--rounds`.
+`--rounds`. `make bench` runs it as its part `table-view` (bench/run.py, `--table-view-keys`).
 """
 from __future__ import annotations
 
@@ -62,41 +62,46 @@ def load_with_view(client, keys: int) -> dict:
     return {"seconds": round(took, 3), "client_cpu_s": round(cpu, 3)}
 
 
+def run_table_view(data_dir: str | None, keys: int, rounds: int) -> dict:
+    """The bench (its etcd and broker under `data_dir`); returns its figures."""
+    from shadowtopic.client import Client
+    from shadowtopic.testing import Standalone
+
+    out = []
+    with Standalone(data_dir, shadow=False).start() as sa:
+        with Client(sa.url, timeout=60) as c:
+            c.admin.create_topic(TOPIC)
+            with c.create_producer(TOPIC, linger_ms=20) as p:
+                for key, payload in records(keys):
+                    p.send_async(payload, key=key)
+                p.flush()
+            c.admin.roll_ledger(TOPIC)
+        for i in range(rounds):
+            pair = {}
+            for side, load in (("reader", load_with_reader), ("view", load_with_view)):
+                with Client(sa.url, timeout=60) as c:
+                    pair[side] = load(c, keys)
+            pair["ratio"] = round(pair["view"]["seconds"] / pair["reader"]["seconds"], 3)
+            out.append(pair)
+            print(f"  round {i + 1}: {pair}", flush=True)
+    med = statistics.median
+    return {
+        "keys": keys, "rounds": out,
+        "reader_seconds_median": med(r["reader"]["seconds"] for r in out),
+        "view_seconds_median": med(r["view"]["seconds"] for r in out),
+        "reader_client_cpu_us_per_key": round(
+            med(r["reader"]["client_cpu_s"] for r in out) / keys * 1e6, 2),
+        "view_client_cpu_us_per_key": round(
+            med(r["view"]["client_cpu_s"] for r in out) / keys * 1e6, 2),
+        "ratio_median": med(r["ratio"] for r in out)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--keys", type=int, default=100_000)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    from shadowtopic.client import Client
-    from shadowtopic.testing import Standalone
-
-    with Standalone(shadow=False).start() as sa:
-        with Client(sa.url, timeout=60) as c:
-            c.admin.create_topic(TOPIC)
-            with c.create_producer(TOPIC, linger_ms=20) as p:
-                for key, payload in records(args.keys):
-                    p.send_async(payload, key=key)
-                p.flush()
-            c.admin.roll_ledger(TOPIC)
-        rounds = []
-        for i in range(args.rounds):
-            pair = {}
-            for side, load in (("reader", load_with_reader), ("view", load_with_view)):
-                with Client(sa.url, timeout=60) as c:
-                    pair[side] = load(c, args.keys)
-            pair["ratio"] = round(pair["view"]["seconds"] / pair["reader"]["seconds"], 3)
-            rounds.append(pair)
-            print(f"  round {i + 1}: {pair}", flush=True)
-    med = statistics.median
-    print(json.dumps({
-        "keys": args.keys, "rounds": rounds,
-        "reader_seconds_median": med(r["reader"]["seconds"] for r in rounds),
-        "view_seconds_median": med(r["view"]["seconds"] for r in rounds),
-        "reader_client_cpu_us_per_key": round(
-            med(r["reader"]["client_cpu_s"] for r in rounds) / args.keys * 1e6, 2),
-        "view_client_cpu_us_per_key": round(
-            med(r["view"]["client_cpu_s"] for r in rounds) / args.keys * 1e6, 2),
-        "ratio_median": med(r["ratio"] for r in rounds)}))
+    print(json.dumps(run_table_view(None, args.keys, args.rounds)))
 
 
 if __name__ == "__main__":
