@@ -16,6 +16,8 @@ from shadowtopic.client.compression import decompress
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.pb.v1 import common_pb2
 
+_new, _set = object.__new__, object.__setattr__
+
 #: the properties of every received message that has none (read-only, shared: copying an
 #: empty protobuf map into a dict went through the Mapping ABC, ~5 us a message)
 NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
@@ -54,12 +56,18 @@ class Message:
         payload = m.payload
         if m.compression:
             payload = decompress(m.compression, payload, m.uncompressed_size)
-        return cls(message_id=MessageId(e.ledger_id, e.entry_id, partition), topic=topic,
-                   payload=payload, key=m.key if m.HasField("key") else None,
-                   properties=MappingProxyType(dict(m.properties)) if m.properties
-                   else NO_PROPERTIES, event_time=m.event_time,
-                   publish_time=e.publish_time, producer_name=m.producer_name,
-                   sequence_id=m.sequence_id, redelivery_count=e.redelivery_count)
+        # the instance's fields in one step: the dataclass's own __init__ sets them one
+        # `object.__setattr__` at a time (frozen), 6.4 us a message against 1.7 here; the
+        # object is the same (equality, repr, `dataclasses.replace`, frozen)
+        msg = _new(cls)
+        _set(msg, "__dict__", {
+            "message_id": MessageId(e.ledger_id, e.entry_id, partition), "topic": topic,
+            "payload": payload, "key": m.key if m.HasField("key") else None,
+            "properties": MappingProxyType(dict(m.properties)) if m.properties
+            else NO_PROPERTIES, "event_time": m.event_time, "publish_time": e.publish_time,
+            "producer_name": m.producer_name, "sequence_id": m.sequence_id,
+            "redelivery_count": e.redelivery_count})
+        return msg
 
     def to_dict(self) -> dict:
         return {"message_id": str(self.message_id), "topic": self.topic,

@@ -91,3 +91,23 @@ def test_a_received_message_that_does_not_decompress_raises_data_loss():
                            uncompressed_size=100)
     with pytest.raises(errors.DataLoss):
         Message.from_entry("persistent://public/default/t", -1, entry(m))
+
+
+def test_a_received_message_is_the_dataclass_its_fields_say():
+    """`from_entry` fills the instance in one step: it is still equal to the one the
+    dataclass builds, frozen, and `dataclasses.replace` works on it."""
+    import dataclasses
+
+    from shadowtopic.client.message import NO_PROPERTIES
+    from shadowtopic.core.message_id import MessageId
+
+    m = common_pb2.Message(key=b"k", payload=b"v", producer_name="p", sequence_id=3)
+    got = Message.from_entry("persistent://public/default/t", 2, entry(m))
+    assert got == Message(message_id=MessageId(3, 4, 2), topic="persistent://public/default/t",
+                          payload=b"v", key=b"k", properties=NO_PROPERTIES, event_time=0,
+                          publish_time=5, producer_name="p", sequence_id=3)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        got.payload = b"w"  # type: ignore[misc]
+    assert dataclasses.replace(got, redelivery_count=2).redelivery_count == 2
+    keyless = Message.from_entry("t", -1, entry(common_pb2.Message(payload=b"x")))
+    assert keyless.key is None and keyless.properties == {}
