@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -154,7 +154,8 @@ class Consumer(ConsumerResume):
         self._error: errors.ShadowTopicError | None = None  # once set, receive raises it
         self._reconnector = reconnector
         self._owner = Owner(topic, self._resume, self._give_up)
-        self._acked: dict[tuple[int, int, int], None] = {}  # remembered acks (consumer_resume)
+        # remembered acks, oldest first (consumer_resume)
+        self._acked: OrderedDict[tuple[int, int, int], None] = OrderedDict()
         self._redelivery = (None if not ack_timeout_ms and dead_letters is None else Redelivery(
             ack_timeout_ms, dead_letters, ack_timer or AckTimer(), again=self._ask_again,
             current=self._current, settle=self.acknowledge, retry=self._renack))
@@ -412,8 +413,11 @@ class Consumer(ConsumerResume):
             buffer.extend((p, epoch, m) for m in msgs)
 
     def _part_for(self, message: Message | MessageId | str) -> tuple[Part, MessageId]:
-        if isinstance(message, Message):
+        if isinstance(message, Message):  # received: its id needs no checking
             mid = message.message_id
+            p = self._by_index.get(mid.partition)
+            if p is not None:
+                return p, MessageId(mid.ledger_id, mid.entry_id)
         elif isinstance(message, MessageId):
             mid = message
         elif isinstance(message, str):

@@ -9,6 +9,7 @@ method here runs with the consumer's condition held, or takes it.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 
 from shadowtopic.client.consumer_part import Part
 from shadowtopic.client.listener import ItemSink, Listeners
@@ -29,7 +30,7 @@ class ConsumerResume:
     _reconnector: Reconnector | None
     _owner: Owner  # what `_reconnector` drives: `_resume`, `_give_up`
     _error: errors.ShadowTopicError | None
-    _acked: dict[tuple[int, int, int], None]
+    _acked: OrderedDict[tuple[int, int, int], None]
     _listeners: Listeners | None
     _sink: ItemSink
     _queue_size: int
@@ -152,8 +153,8 @@ class ConsumerResume:
     def _remember_ack(self, p: Part, ledger: int, entry: int) -> None:
         acked = self._acked
         acked[(p.index, ledger, entry)] = None
-        if len(acked) > ACK_MEMORY:
-            del acked[next(iter(acked))]
+        if len(acked) > ACK_MEMORY:  # the oldest goes (O(1): a plain dict's first key is
+            acked.popitem(last=False)  # found past every deleted slot, microseconds each)
 
     def _send_ack(self, p: Part, ledger: int, entry: int) -> None:
         """An individual ack, remembered; while the partition reconnects, or when its stream
@@ -186,7 +187,7 @@ class ConsumerResume:
         p.cum_acked = None
         p.resumed = False
         if self._acked:
-            self._acked = {k: None for k in self._acked if k[0] != p.index}
+            self._acked = OrderedDict((k, None) for k in self._acked if k[0] != p.index)
 
 
 def _id_pb(ledger: int, entry: int) -> common_pb2.MessageIdData:
