@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import grpc
-from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message as PbMessage
 
-from shadowtopic.client.connection import Connection
+from shadowtopic.client.connection import Connection, M, R, Unary
 from shadowtopic.client.message import Message
 from shadowtopic.client.retry import Deadline, not_applied, retriable
 from shadowtopic.core import errors
@@ -43,7 +45,7 @@ class TopicMetadata:
                    partitions=pb.partitions, source=pb.source, properties=dict(pb.properties),
                    policies=Policies.from_pb(pb.policies))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"topic": self.topic, "kind": self.kind, "partitions": self.partitions,
                 "source": self.source, "properties": self.properties,
                 "policies": self.policies.as_dict()}
@@ -96,7 +98,7 @@ class CompactionStatus:
                    previous_job_id=pb.previous_job_id, peak_rss_bytes=pb.peak_rss_bytes,
                    tombstone_cutoff_ms=pb.tombstone_cutoff_ms, error=err)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "error"}
         d["horizon"] = str(self.horizon) if self.horizon is not None else None
         if self.error is not None:
@@ -146,13 +148,16 @@ _INT64 = {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT64, FieldDescript
           FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED64}
 
 
-def to_dict(msg) -> dict:
+def to_dict(msg: PbMessage) -> dict[str, Any]:
     """protobuf's JSON mapping, except that 64-bit counters stay numbers (as Pulsar prints
     them) instead of strings."""
-    return _numbers(msg.DESCRIPTOR, MessageToDict(msg, always_print_fields_with_no_presence=True))
+    # (protobuf's stubs say a DESCRIPTOR may be upb's Descriptor, a class of its own there;
+    # at runtime it is an instance of descriptor.Descriptor, as isinstance says)
+    desc: Descriptor = msg.DESCRIPTOR  # type: ignore[assignment]
+    return _numbers(desc, MessageToDict(msg, always_print_fields_with_no_presence=True))
 
 
-def _numbers(desc, data: dict) -> dict:
+def _numbers(desc: Descriptor, data: dict[str, Any]) -> dict[str, Any]:
     for f in desc.fields:
         if f.json_name not in data:
             continue
@@ -175,15 +180,66 @@ def _numbers(desc, data: dict) -> dict:
     return data
 
 
+class _JobStream(Protocol):
+    """WatchCompaction's call: the jobs as they come (gRPC's streaming call object)."""
+
+    def __iter__(self) -> Iterator[apb.CompactionJob]:
+        ...
+
+    def cancel(self) -> bool:
+        ...
+
+
+class _Watch(Protocol):
+    def __call__(self, request: apb.TopicRequest, timeout: float | None = None) -> _JobStream:
+        ...
+
+
+class _AdminStub(Protocol):
+    """The Admin service's methods (`Connection.admin`: the generated stub is untyped)."""
+
+    CreateTopic: Unary[apb.CreateTopicRequest, apb.TopicMetadata]
+    DeleteTopic: Unary[apb.DeleteTopicRequest, apb.Empty]
+    ListTopics: Unary[apb.ListTopicsRequest, apb.ListTopicsResponse]
+    GetTopicMetadata: Unary[apb.TopicRequest, apb.TopicMetadata]
+    GetPolicies: Unary[apb.TopicRequest, common_pb2.Policies]
+    SetPolicies: Unary[apb.SetPoliciesRequest, common_pb2.Policies]
+    GetTopicStats: Unary[apb.TopicRequest, apb.TopicStats]
+    GetInternalStats: Unary[apb.TopicRequest, apb.InternalStats]
+    Lookup: Unary[apb.TopicRequest, apb.LookupResponse]
+    RollLedger: Unary[apb.TopicRequest, apb.LedgerStats]
+    Truncate: Unary[apb.TopicRequest, apb.TruncateResponse]
+    GetLastMessageId: Unary[apb.GetLastMessageIdRequest, common_pb2.MessageIdData]
+    GetNamespacePolicies: Unary[apb.NamespaceRequest, apb.NamespacePolicies]
+    SetNamespacePolicies: Unary[apb.SetNamespacePoliciesRequest, apb.NamespacePolicies]
+    CreateShadowTopic: Unary[apb.CreateShadowTopicRequest, apb.TopicMetadata]
+    DeleteShadowTopic: Unary[apb.TopicRequest, apb.Empty]
+    GetShadowTopics: Unary[apb.TopicRequest, apb.ShadowTopicsResponse]
+    GetShadowSource: Unary[apb.TopicRequest, apb.ShadowSourceResponse]
+    CreateSubscription: Unary[apb.CreateSubscriptionRequest, apb.Empty]
+    DeleteSubscription: Unary[apb.DeleteSubscriptionRequest, apb.SubscriptionChange]
+    ListSubscriptions: Unary[apb.ListSubscriptionsRequest, apb.ListSubscriptionsResponse]
+    ResetCursor: Unary[apb.ResetCursorRequest, apb.ResetCursorResponse]
+    Skip: Unary[apb.SkipRequest, apb.SubscriptionChange]
+    ClearBacklog: Unary[apb.ClearBacklogRequest, apb.SubscriptionChange]
+    PeekMessages: Unary[apb.PeekMessagesRequest, apb.PeekMessagesResponse]
+    Compact: Unary[apb.TopicRequest, apb.CompactResponse]
+    GetCompactionStatus: Unary[apb.TopicRequest, apb.CompactionJob]
+    WatchCompaction: _Watch
+    GrantPermission: Unary[apb.PermissionRequest, apb.Empty]
+    RevokePermission: Unary[apb.PermissionRequest, apb.Empty]
+    GetPermissions: Unary[apb.TopicRequest, apb.PermissionsResponse]
+
+
 class Admin:
     def __init__(self, conn: Connection, deadline: Deadline | None = None):
         """Use `Client.admin`. With `deadline` (the client's opening calls, which retry as
         a whole), each call is made once, within the time the deadline leaves."""
         self._c = conn
-        self._stub = conn.admin
+        self._stub: _AdminStub = conn.admin
         self._deadline = deadline
 
-    def _call(self, method, request, idempotent: bool = True):
+    def _call(self, method: Unary[M, R], request: M, idempotent: bool = True) -> R:
         """One unary call, retried as source/client/retry.py says (`idempotent=False`: only
         errors that guarantee the call was not applied)."""
         conn = self._c
@@ -249,22 +305,22 @@ class Admin:
                 namespace=parse_namespace(namespace),
                 policies=(policies or Policies()).to_pb(), remove=remove)).policies)
 
-    def stats(self, topic: str) -> dict:
+    def stats(self, topic: str) -> dict[str, Any]:
         return to_dict(self._call(self._stub.GetTopicStats,
                                     apb.TopicRequest(topic=canonical(topic))))
 
-    def internal_stats(self, topic: str) -> dict:
+    def internal_stats(self, topic: str) -> dict[str, Any]:
         return to_dict(self._call(self._stub.GetInternalStats,
                                     apb.TopicRequest(topic=canonical(topic))))
 
-    def lookup(self, topic: str) -> dict:
+    def lookup(self, topic: str) -> dict[str, Any]:
         return to_dict(self._call(self._stub.Lookup, apb.TopicRequest(topic=canonical(topic))))
 
-    def roll_ledger(self, topic: str) -> dict:
+    def roll_ledger(self, topic: str) -> dict[str, Any]:
         return to_dict(self._call(self._stub.RollLedger,
                                   apb.TopicRequest(topic=canonical(topic)), idempotent=False))
 
-    def truncate(self, topic: str) -> dict:
+    def truncate(self, topic: str) -> dict[str, Any]:
         return to_dict(self._call(self._stub.Truncate, apb.TopicRequest(topic=canonical(topic)),
                                   idempotent=False))
 
@@ -348,7 +404,7 @@ class Admin:
         self._call(self._stub.CreateSubscription, req, idempotent=False)
 
     def delete_subscription(self, topic: str, subscription: str, force: bool = False,
-                            dry_run: bool = False) -> dict:
+                            dry_run: bool = False) -> dict[str, Any]:
         """Delete a subscription (`force`: also when consumers are attached; they are
         disconnected). Returns what changed (or would, with `dry_run`): markDeletePosition,
         msgBacklog, entriesAcked, consumers, dryRun."""
@@ -376,13 +432,14 @@ class Admin:
             position=position_pb(position), dry_run=bool(dry_run)))
         return MessageId.from_pb(resp.position), resp.clamped
 
-    def skip(self, topic: str, subscription: str, count: int, dry_run: bool = False) -> dict:
+    def skip(self, topic: str, subscription: str, count: int,
+             dry_run: bool = False) -> dict[str, Any]:
         """Acknowledge the next `count` messages of the subscription's backlog."""
         return to_dict(self._call(self._stub.Skip, apb.SkipRequest(
             topic=canonical(topic), subscription=check_subscription(subscription),
             count=_count(count, "count"), dry_run=bool(dry_run)), idempotent=bool(dry_run)))
 
-    def clear_backlog(self, topic: str, subscription: str, dry_run: bool = False) -> dict:
+    def clear_backlog(self, topic: str, subscription: str, dry_run: bool = False) -> dict[str, Any]:
         """Acknowledge the subscription's whole backlog."""
         return to_dict(self._call(self._stub.ClearBacklog, apb.ClearBacklogRequest(
             topic=canonical(topic), subscription=check_subscription(subscription),

@@ -36,7 +36,7 @@ import inspect
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, Unpack
 
 from shadowtopic.client.ack_timeout import AckTimer, check_ack_timeout
 from shadowtopic.client.admin import Admin, TopicMetadata, position_pb
@@ -45,7 +45,7 @@ from shadowtopic.client.consumer import Consumer, ConsumerControl
 from shadowtopic.client.dead_letter import DeadLetterPolicy, DeadLetters, check_dead_letter_policy
 from shadowtopic.client.listener import Callback, Listeners
 from shadowtopic.client.options import DEFAULT_TIMEOUT_S, check_options, parse_consumer_type
-from shadowtopic.client.producer import Producer
+from shadowtopic.client.producer import Producer, ProducerOptions, _Stream
 from shadowtopic.client.reader import Reader
 from shadowtopic.client.reconnect import Reconnector
 from shadowtopic.client.retry import Deadline
@@ -58,7 +58,7 @@ from shadowtopic.core.names import canonical, check_subscription
 T = TypeVar("T")
 
 
-def _check_listener(listener) -> None:
+def _check_listener(listener: Callback) -> None:
     """A listener must take (message, recipients): a wrong one would fail on every message,
     in a thread, where nobody sees it."""
     if not callable(listener):
@@ -133,13 +133,14 @@ class Client:
         conn = self._route(once.get_topic(topic), once)
         return conn, self._multiplexer(conn)
 
-    def create_producer(self, topic: str, producer_name: str = "", **options) -> Producer:
+    def create_producer(self, topic: str, producer_name: str = "",
+                        **options: Unpack[ProducerOptions]) -> Producer:
         """A producer; options: batch_max_messages, batch_max_bytes, linger_ms, max_inflight,
         idempotent (default True: see source/client/producer.py). It reconnects by itself
         through this client's open path when its stream breaks."""
         topic = canonical(topic)
 
-        def reopen(connect):
+        def reopen(connect: Callable[[Connection, Deadline], _Stream]) -> _Stream:
             return self._open(topic, lambda meta, conn, deadline: connect(conn, deadline))
         p = self._open(topic, lambda meta, conn, deadline: Producer(
             conn, topic, meta.partitions, producer_name, reopen=reopen, deadline=deadline,
@@ -248,7 +249,7 @@ class Client:
         except errors.TopicAlreadyExists:
             pass
 
-        def reopen(connect):
+        def reopen(connect: Callable[[Connection, Deadline], _Stream]) -> _Stream:
             return self._open(topic, lambda meta, conn, deadline: connect(conn, deadline))
         return self._open(topic, lambda meta, conn, deadline: Producer(
             conn, topic, meta.partitions, reopen=reopen, deadline=deadline))
@@ -288,7 +289,8 @@ class Client:
             _check_listener(message_listener)
         topic = canonical(topic)
 
-        def make(meta: TopicMetadata, conn: Connection, deadline: Deadline):
+        def make(meta: TopicMetadata, conn: Connection, deadline: Deadline
+                 ) -> tuple[list[ConsumerControl], Listeners | None]:
             mux = self._multiplexer(conn)
             listeners = (Listeners(message_listener, mux) if message_listener is not None
                          else None)
@@ -370,5 +372,5 @@ class Client:
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -53,7 +53,8 @@ def compressor(kind: Codec) -> Callable[[bytes], bytes] | None:
     """The producer's compress function for a codec (None: no compression)."""
     if kind == LZ4:
         def lz4_block(data: bytes) -> bytes:
-            return lz4.block.compress(data, store_size=False)
+            out: bytes = lz4.block.compress(data, store_size=False)  # (lz4 has no stubs)
+            return out
         return lz4_block
     if kind == ZSTD:
         return zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress
@@ -68,6 +69,7 @@ def decompress(kind: int, data: bytes, size: int) -> bytes:
     if size > MAX_MESSAGE_SIZE:
         raise errors.DataLoss(f"a compressed payload claims {size} bytes, more than a "
                               f"message may have ({MAX_MESSAGE_SIZE})")
+    out: bytes  # (lz4 has no stubs: its functions return Any)
     try:
         if kind == LZ4:
             out = lz4.block.decompress(data, uncompressed_size=size)

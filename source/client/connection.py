@@ -9,8 +9,10 @@ the retries, not minutes later.
 from __future__ import annotations
 
 import os
+from typing import Protocol, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from shadowtopic.client.options import DEFAULT_TIMEOUT_S
 from shadowtopic.client.options import operation_timeout as checked_timeout
@@ -21,6 +23,18 @@ from shadowtopic.pb.v1 import admin_pb2_grpc, producer_pb2_grpc
 DEFAULT_URL = "localhost:6650"
 MAX_MESSAGE = 64 << 20
 MAX_RECONNECT_BACKOFF_MS = 1000
+
+Req = TypeVar("Req", bound=Message, contravariant=True)
+Resp = TypeVar("Resp", covariant=True)
+R = TypeVar("R")
+M = TypeVar("M", bound=Message)
+
+
+class Unary(Protocol[Req, Resp]):
+    """A unary method of a gRPC stub (`grpc.UnaryUnaryMultiCallable`)."""
+
+    def __call__(self, request: Req, timeout: float | None = None) -> Resp:
+        ...
 
 
 def service_url(url: str | None) -> str:
@@ -45,10 +59,12 @@ class Connection:
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS)])
         self.closed = False
-        self.admin = admin_pb2_grpc.AdminStub(self.channel)
-        self.producer = producer_pb2_grpc.ProducerStub(self.channel)
+        # (the generated gRPC stubs are untyped: their methods are Any)
+        self.admin = admin_pb2_grpc.AdminStub(self.channel)  # type: ignore[no-untyped-call]
+        self.producer = producer_pb2_grpc.ProducerStub(  # type: ignore[no-untyped-call]
+            self.channel)
 
-    def call(self, method, request, timeout: float | None = None):
+    def call(self, method: Unary[M, R], request: M, timeout: float | None = None) -> R:
         """A unary call; gRPC errors come back as the typed errors the server sent, a call
         on a closed connection as `AlreadyClosed`."""
         if self.closed:

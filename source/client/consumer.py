@@ -38,14 +38,15 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import Unpack
 
 from shadowtopic.client.ack_timeout import AckTimer, check_ack_timeout
 from shadowtopic.client.admin import position_pb
 from shadowtopic.client.connection import Connection
-from shadowtopic.client.consumer_part import Part
+from shadowtopic.client.consumer_part import Command, Part
 from shadowtopic.client.consumer_resume import ConsumerResume
 from shadowtopic.client.dead_letter import DeadLetters
 from shadowtopic.client.listener import Listeners
@@ -58,7 +59,7 @@ from shadowtopic.client.stream import CLOSE_TIMEOUT_S, Delivery, Multiplexer
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
-from shadowtopic.pb.v1 import consumer_pb2
+from shadowtopic.pb.v1 import common_pb2, consumer_pb2
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ def _call_active_change(callback: Callable[[bool], None], active: bool) -> None:
         log.exception("on_active_change callback failed")
 
 
-def _typed(status) -> errors.ShadowTopicError:
+def _typed(status: common_pb2.ErrorStatus) -> errors.ShadowTopicError:
     return errors.from_reason(status.reason, status.message, status.code)
 
 
@@ -149,8 +150,10 @@ class Consumer(ConsumerResume):
                         if on_active_change is not None else None)
         self._cond = threading.Condition()
         self._seek_lock = threading.Lock()  # one seek / unsubscribe at a time
-        self._pending: deque = deque()  # (part, epoch, Delivery) not decoded yet
-        self._buffer: deque = deque()   # (part, epoch, Message) decoded, not returned yet
+        # (part, epoch, Delivery) not decoded yet
+        self._pending: deque[tuple[Part, int, Delivery]] = deque()
+        # (part, epoch, Message) decoded, not returned yet
+        self._buffer: deque[tuple[Part, int, Message]] = deque()
         self._error: errors.ShadowTopicError | None = None  # once set, receive raises it
         self._reconnector = reconnector
         self._owner = Owner(topic, self._resume, self._give_up)
@@ -330,7 +333,7 @@ class Consumer(ConsumerResume):
             pass
 
     def _wait_answers(self, parts: list[Part], kind: str, timeout: float | None,
-                      what: str) -> list:
+                      what: str) -> list[object]:
         """Wait (condition held) until the broker answered `kind` on each of `parts` (their
         `waits[kind]` is set); return the answers. `Timeout` after `timeout` seconds,
         `AlreadyClosed` when the consumer is closed meanwhile (unless this is the close)."""
@@ -436,10 +439,11 @@ class Consumer(ConsumerResume):
                                              f"not one this consumer reads")
         return p, MessageId.checked(mid.ledger_id, mid.entry_id)
 
-    def _send(self, p: Part, **command) -> None:
+    def _send(self, p: Part, **command: Unpack[Command]) -> None:
         p.mux.send(consumer_pb2.ClientCommand(handle=p.handle, **command))
 
-    def _command(self, parts: list[Part], kind: str, **command) -> list:
+    def _command(self, parts: list[Part], kind: str,
+                 **command: Unpack[Command]) -> list[object]:
         """Send a command that the broker answers to each of `parts`, wait for the answers
         (client timeout) and return them; raise the first typed error among them."""
         try:
@@ -617,8 +621,11 @@ class Consumer(ConsumerResume):
             pos, targets = seek_targets(position, self._by_index)
             self._check_open(targets)
             answers = self._command(targets, "seek", seek=consumer_pb2.Seek(position=pos))
-            landed = [(MessageId.from_pb(a.position).with_partition(p.index), a.clamped)
-                      for p, a in zip(targets, answers, strict=True)]
+            landed = []
+            for p, a in zip(targets, answers, strict=True):
+                # (a seek is answered by a SeekDone, or by an error that _command raised)
+                assert isinstance(a, consumer_pb2.SeekDone)
+                landed.append((MessageId.from_pb(a.position).with_partition(p.index), a.clamped))
             return SeekResult(min(m for m, _ in landed), any(c for _, c in landed))
 
     def unsubscribe(self) -> None:
@@ -680,7 +687,7 @@ class Consumer(ConsumerResume):
         if self._events is not None:
             self._events.shutdown(wait=False)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Message]:
         """Every message, blocking for the next; ends once the consumer is closed."""
         while True:
             try:
@@ -691,7 +698,7 @@ class Consumer(ConsumerResume):
     def __enter__(self) -> Consumer:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -3,6 +3,22 @@ consumer (`consumer.Consumer`) and a `subscribe_many` listener (`listener.Listen
 it, here below both of them."""
 from __future__ import annotations
 
+from typing import TypedDict
+
+from shadowtopic.client.stream import Multiplexer
+from shadowtopic.pb.v1 import consumer_pb2
+
+
+class Command(TypedDict, total=False):
+    """The command a `ClientCommand` for one handle carries (its one-of, by name)."""
+    flow: consumer_pb2.Flow
+    ack: consumer_pb2.Ack
+    nack: consumer_pb2.Nack
+    seek: consumer_pb2.Seek
+    unsubscribe: consumer_pb2.Unsubscribe
+    close: consumer_pb2.CloseHandle
+    redeliver: consumer_pb2.RedeliverUnacknowledged
+
 
 class Part:
     """One partition (one handle) of a consumer. Guarded by the consumer's condition; with a
@@ -12,7 +28,7 @@ class Part:
     __slots__ = ("topic", "index", "handle", "mux", "epoch", "consumed", "active", "state",
                  "waits", "cum_acked", "resumed")
 
-    def __init__(self, topic: str, index: int, handle: int, mux=None):
+    def __init__(self, topic: str, index: int, handle: int, mux: Multiplexer):
         self.topic = topic
         self.index = index              # partition index, -1 for a non-partitioned topic
         self.handle = handle
@@ -28,7 +44,7 @@ class Part:
         self.cum_acked: tuple[int, int] | None = None
         self.resumed = False            # reconnected once: what comes may be acked already
 
-    def answer(self, kind: str, value) -> bool:
+    def answer(self, kind: str, value: object) -> bool:
         if kind in self.waits and self.waits[kind] is None:
             self.waits[kind] = value
             return True

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from typing import Unpack
 
-from shadowtopic.client.consumer_part import Part
+from shadowtopic.client.consumer_part import Command, Part
 from shadowtopic.client.listener import ItemSink, Listeners
 from shadowtopic.client.message import Message
 from shadowtopic.client.reconnect import ACK_MEMORY, Owner, Reconnector, reconnectable
@@ -142,7 +143,7 @@ class ConsumerResume:
                     p.state = "ended"
             self._cond.notify_all()
 
-    def _resend(self, p: Part, **command) -> None:
+    def _resend(self, p: Part, **command: Unpack[Command]) -> None:
         try:
             p.mux.send(consumer_pb2.ClientCommand(handle=p.handle, **command))
         except errors.ShadowTopicError:  # the stream is gone again: the sink hears it

@@ -55,7 +55,7 @@ class ItemSink(Sink, Protocol):
     closed: bool
 
 
-class Recipients(list):
+class Recipients(list[object]):
     """The consumers (of one `subscribe_many` call) that got one message in one frame."""
 
     __slots__ = ("_mux", "_handles")
@@ -94,7 +94,9 @@ class Listeners:
         self._callback = callback
         self._mux = mux
         self._by_handle: dict[int, tuple[ItemSink, Part]] = {}  # handle -> (sink, part)
-        self._items: queue.SimpleQueue = queue.SimpleQueue()
+        # (handles, their epochs, the frame); None: the end
+        self._items: queue.SimpleQueue[tuple[list[int], list[int], Delivery] | None] = (
+            queue.SimpleQueue())
         self._thread = threading.Thread(target=self._run, daemon=True, name="consumer-listener")
         self._thread.start()
 
@@ -120,7 +122,7 @@ class Listeners:
         epochs = [by_handle[h][1].epoch if h in by_handle else -1 for h in handles]
         self._items.put((handles, epochs, delivery))
 
-    def put(self, item) -> None:
+    def put(self, item: tuple[int, Delivery | Exception]) -> None:
         """One handle's frame or the stream's end (an exception)."""
         handle, what = item
         if isinstance(what, Exception):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from shadowtopic.client.compression import decompress
 from shadowtopic.core.message_id import MessageId
@@ -69,7 +70,7 @@ class Message:
             "redelivery_count": e.redelivery_count})
         return msg
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"message_id": str(self.message_id), "topic": self.topic,
                 "key": self.key.decode("utf-8", "replace") if self.key is not None else None,
                 "payload": self.value(), "properties": dict(self.properties),

@@ -11,6 +11,8 @@ Client timeouts (`Client(url, timeout=30.0, operation_timeout=None)`):
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from shadowtopic.core import errors
 from shadowtopic.pb.v1 import consumer_pb2
 
@@ -40,7 +42,8 @@ def parse_consumer_type(consumer_type: str) -> tuple[str, consumer_pb2.Subscript
 
 
 def check_options(consumer_name: str, receiver_queue_size: int, priority: int,
-                  negative_ack_redelivery_delay_ms: int, on_active_change=None) -> None:
+                  negative_ack_redelivery_delay_ms: int,
+                  on_active_change: Callable[[bool], None] | None = None) -> None:
     """`InvalidArgument` unless every consumer option is of its type and range."""
     for name, value, low, high in [
             ("receiver_queue_size", receiver_queue_size, 1, (1 << 32) - 1),

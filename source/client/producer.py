@@ -29,12 +29,14 @@ Options and message fields are checked before anything is queued: a bad one rais
 """
 from __future__ import annotations
 
+import enum
 import itertools
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Final, TypedDict, TypeVar
 
 import google_crc32c
 import grpc
@@ -52,16 +54,18 @@ Callback = Callable[[MessageId | None, Exception | None], None]
 #: a batch stays below gRPC's 64 MiB frame even with one more maximal message in it
 MAX_BATCH_BYTES = 32 << 20
 _INT64 = 1 << 63
+N = TypeVar("N", int, float)
 
 
-def _option(name: str, value, low: float, high: float, kinds: tuple = (int,)):
+def _option(name: str, value: N, low: float, high: float,
+            kinds: tuple[type, ...] = (int,)) -> N:
     if not isinstance(value, kinds) or isinstance(value, bool) or not low <= value <= high:
         raise errors.InvalidArgument(f"{name} must be a number in {low}..{high}, got {value!r}")
     return value
 
 
-def _as_bytes(name: str, value) -> bytes:
-    if value.__class__ is bytes:
+def _as_bytes(name: str, value: bytes | str | bytearray | memoryview) -> bytes:
+    if type(value) is bytes:
         return value
     if isinstance(value, str):
         try:
@@ -73,7 +77,7 @@ def _as_bytes(name: str, value) -> bytes:
     raise errors.InvalidArgument(f"{name} must be bytes or str, got {type(value).__name__}")
 
 
-def _check_extras(properties, event_time) -> None:
+def _check_extras(properties: dict[str, str] | None, event_time: int) -> None:
     if properties is not None and not (isinstance(properties, dict) and all(
             isinstance(k, str) and isinstance(v, str) for k, v in properties.items())):
         raise errors.InvalidArgument("properties must map strings to strings")
@@ -82,7 +86,21 @@ def _check_extras(properties, event_time) -> None:
                                      f"got {event_time!r}")
 
 
-_WAKE = object()  # put in the outbox: "batches wait to be resent"
+class _Wake(enum.Enum):
+    WAKE = 0
+
+
+_WAKE: Final = _Wake.WAKE  # put in the outbox: "batches wait to be resent"
+
+
+class ProducerOptions(TypedDict, total=False):
+    """The options `Client.create_producer` passes on to `Producer`."""
+    batch_max_messages: int
+    batch_max_bytes: int
+    linger_ms: float
+    max_inflight: int
+    idempotent: bool
+    compression_type: str
 
 
 class _Batch:
@@ -105,13 +123,14 @@ class _Stream:
 
     def __init__(self, conn: Connection):
         self.conn = conn
-        self.requests: queue.SimpleQueue = queue.SimpleQueue()
-        self.attach_answers: queue.SimpleQueue = queue.SimpleQueue()
+        self.requests: queue.SimpleQueue[producer_pb2.ProduceRequest | None] = queue.SimpleQueue()
+        self.attach_answers: queue.SimpleQueue[producer_pb2.ProduceReceipt | Exception] = (
+            queue.SimpleQueue())
         self.attaching = 0
         self.cancelled = False
         requests = self.requests
 
-        def gen():
+        def gen() -> Iterator[producer_pb2.ProduceRequest]:
             while True:
                 item = requests.get()
                 if item is None:
@@ -133,7 +152,8 @@ class Producer:
                  batch_max_bytes: int = 1 << 20, linger_ms: float = 5.0,
                  max_inflight: int = 8, idempotent: bool = True,
                  compression_type: str = "none",
-                 reopen: Callable[[Callable], _Stream] | None = None,
+                 reopen: Callable[[Callable[[Connection, Deadline], _Stream]], _Stream]
+                 | None = None,
                  deadline: Deadline | None = None):
         """`reopen(connect)`: the client's open path (lookup, retries within the operation
         timeout) calling `connect(conn, deadline)`; used to reconnect after a broken stream.
@@ -157,7 +177,7 @@ class Producer:
         self._send_lock = threading.Lock()      # in-flight order == stream order
         self._idle = threading.Condition(self._send_lock)
         self._batches: dict[int, _Batch] = {}
-        self._outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[_Batch | _Wake | None] = queue.SimpleQueue()
         self._max_queued = max_inflight
         self._queued = 0                         # closed batches not yet on the stream
         self._room = threading.Condition()       # signalled when _queued drops
@@ -257,9 +277,9 @@ class Producer:
         """Send and wait for the receipt: by default up to the client's `timeout` plus its
         `operation_timeout` (the time a reconnect and resend may take)."""
         done = threading.Event()
-        out: list = []
+        out: list[tuple[MessageId | None, Exception | None]] = []
 
-        def cb(mid, exc):
+        def cb(mid: MessageId | None, exc: Exception | None) -> None:
             out.append((mid, exc))
             done.set()
 
@@ -270,6 +290,7 @@ class Producer:
         mid, exc = out[0]
         if exc is not None:
             raise exc
+        assert mid is not None  # (a callback gets an id or an error)
         return mid
 
     def _wait_s(self) -> float:
@@ -314,7 +335,7 @@ class Producer:
     def __enter__(self) -> Producer:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ---- internals -------------------------------------------------------------------------
@@ -322,7 +343,8 @@ class Producer:
     def _route(self, key: bytes | None) -> int:
         if key is None:
             return next(self._rr) % self.partitions
-        return google_crc32c.value(key) % self.partitions
+        crc: int = google_crc32c.value(key)  # (google_crc32c has no stubs)
+        return crc % self.partitions
 
     def _close_batch(self, part: int) -> None:
         """Move a partition's open batch to the outbox (caller holds self._lock)."""

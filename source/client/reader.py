@@ -26,23 +26,31 @@ has ended and gRPC has finished the call (see there why that matters at interpre
 """
 from __future__ import annotations
 
+import enum
 import queue
 import threading
 import time
 from collections import deque
-from typing import NamedTuple
+from collections.abc import Iterator
+from typing import Final, NamedTuple, TypeVar
 
 from shadowtopic.client.admin import Admin, position_pb
 from shadowtopic.client.connection import Connection
 from shadowtopic.client.message import Message
 from shadowtopic.client.reconnect import Owner, Reconnector, reconnectable
-from shadowtopic.client.stream import Multiplexer, QueueSink
+from shadowtopic.client.stream import Delivery, Multiplexer, QueueSink
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
 from shadowtopic.pb.v1 import common_pb2, consumer_pb2
 
-_CLOSED = object()  # what Reader.close puts on its own queue, to wake a blocked read_next
+
+class _Closed(enum.Enum):
+    CLOSED = 0
+
+
+#: what Reader.close puts on its own queue, to wake a blocked read_next
+_CLOSED: Final = _Closed.CLOSED
 
 
 _SeekAnswer = tuple[MessageId, bool] | Exception
@@ -73,8 +81,11 @@ def start_position(start: str | MessageId) -> common_pb2.StartPosition:
     return common_pb2.StartPosition(message_id=MessageId.parse(start).to_pb())
 
 
-def seek_targets(position: MessageId | str | int, by_index: dict) -> tuple[
-        common_pb2.StartPosition, list]:
+P = TypeVar("P")  # a reader's or a consumer's partition
+
+
+def seek_targets(position: MessageId | str | int, by_index: dict[int, P]) -> tuple[
+        common_pb2.StartPosition, list[P]]:
     """What a seek sends and to which partitions (`by_index`: partition index -> partition
     of a reader or consumer). A publish time (int ms), "earliest" or "latest" seeks every
     partition; a MessageId ("L:E" text too) with a partition seeks that partition, one
@@ -211,7 +222,7 @@ class Reader:
         except errors.ShadowTopicError:  # the stream is gone; the queue hears it too
             pass
 
-    def _take(self, handle: int, item) -> None:
+    def _take(self, handle: int, item: Delivery | Exception | _GaveUp | _Closed) -> None:
         if item is _CLOSED:
             raise errors.AlreadyClosed("reader is closed")
         if isinstance(item, _GaveUp):
@@ -429,12 +440,12 @@ class Reader:
             p.mux.unregister(p.handle)
         self._queue.put((0, _CLOSED))
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Message]:
         while self.has_message_available():
             yield self.read_next(timeout=self._conn.timeout)
 
     def __enter__(self) -> Reader:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -10,11 +10,12 @@ has ended and gRPC has finished the call (see there why that matters at interpre
 """
 from __future__ import annotations
 
+import enum
 import itertools
 import queue
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final, Protocol
 
 import grpc
 
@@ -72,7 +73,7 @@ class Multiplexer:
     every handle it names (the broker sends an entry once per stream; fan-out is here)."""
 
     def __init__(self, conn: Connection):
-        requests: queue.SimpleQueue = queue.SimpleQueue()
+        requests: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
         self._requests = requests
         self._sinks: dict[int, Sink] = {}
         self._lock = threading.Lock()
@@ -85,7 +86,8 @@ class Multiplexer:
 
         acks = self._acks = PendingAcks()
 
-        def gen():  # refers to the queues only: gRPC's request thread never holds the mux
+        # refers to the queues only: gRPC's request thread never holds the mux
+        def gen() -> Iterator[consumer_pb2.ClientMessage]:
             while (item := requests.get()) is not None:
                 batch = [item]
                 while len(batch) < MAX_COMMANDS:
@@ -202,7 +204,13 @@ class Multiplexer:
         self._responses = None
 
 
-_ACKS = object()  # in the request queue: "send the grouped acks here"
+class _Marker(enum.Enum):
+    ACKS = 0
+
+
+_ACKS: Final = _Marker.ACKS  # in the request queue: "send the grouped acks here"
+#: what the request queue holds (then None: the end)
+_Request = consumer_pb2.ClientCommand | _Marker
 
 
 class PendingAcks:
@@ -210,9 +218,9 @@ class PendingAcks:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._ids: dict[int, list] = {}
+        self._ids: dict[int, list[common_pb2.MessageIdData]] = {}
 
-    def add(self, handle: int, mid) -> bool:
+    def add(self, handle: int, mid: common_pb2.MessageIdData) -> bool:
         """Queue an ack; True when the caller must put an `_ACKS` marker in the queue (the
         first ack since the last expansion)."""
         with self._lock:
@@ -220,9 +228,9 @@ class PendingAcks:
             self._ids.setdefault(handle, []).append(mid)
             return first
 
-    def expand(self, batch: list) -> list:
+    def expand(self, batch: list[_Request]) -> list[consumer_pb2.ClientCommand]:
         """The batch with its `_ACKS` marker replaced by one Ack command per handle."""
-        out = []
+        out: list[consumer_pb2.ClientCommand] = []
         for item in batch:
             if item is not _ACKS:
                 out.append(item)
@@ -231,8 +239,8 @@ class PendingAcks:
                 pending, self._ids = self._ids, {}
             # handles acking the same ids (one broadcast message, many subscriptions)
             # share one command: `also` lists the others
-            same: dict[tuple, list[int]] = {}
-            ids_of: dict[tuple, list] = {}
+            same: dict[tuple[tuple[int, int, int], ...], list[int]] = {}
+            ids_of: dict[tuple[tuple[int, int, int], ...], list[common_pb2.MessageIdData]] = {}
             for h, ids in pending.items():
                 key = tuple((m.partition, m.ledger_id, m.entry_id) for m in ids)
                 same.setdefault(key, []).append(h)
@@ -252,7 +260,8 @@ class Decoded:
         self._limit = limit
         self._by_id: dict[tuple[str, int, int], Message] = {}
 
-    def messages(self, topic: str, partition: int, entries) -> list[Message]:
+    def messages(self, topic: str, partition: int,
+                 entries: Iterable[common_pb2.EncodedEntry]) -> list[Message]:
         cache = self._by_id
         if len(cache) > self._limit:
             cache.clear()
