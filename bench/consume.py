@@ -58,10 +58,15 @@ if BENCH not in sys.path:  # the sibling bench modules imported below
 
 
 def _consume(url: str, topic: str, subs: list[str], ctype: str, ack: str, total: int,
-             shared_count, start_at: float, queue_size: int, out) -> None:
+             shared_count, start_at: float, queue_size: int, out, face: str = "sync") -> None:
     """One client process: one Client, a consumer per name in `subs`. Exclusive consumers
     stop after `total` messages each; Shared ones once the processes together (shared_count)
-    received and acked `total`."""
+    received and acked `total`. `face` "async": the same through `AsyncClient`."""
+    if face == "async":
+        import asyncio
+        out.put(asyncio.run(_consume_async(url, topic, subs, ctype, ack, total, shared_count,
+                                           start_at, queue_size)))
+        return
     from shadowtopic.client import Client
     from shadowtopic.core import errors
 
@@ -172,9 +177,68 @@ def proc_cpu(pid: int | None) -> float:
         return 0.0
 
 
+async def _consume_async(url: str, topic: str, subs: list[str], ctype: str, ack: str,
+                         total: int, shared_count, start_at: float, queue_size: int) -> dict:
+    """`_consume` through `AsyncClient`: `await batch_receive(...)`, then
+    `await acknowledge(msg)` per message (or cumulatively)."""
+    import asyncio
+
+    from shadowtopic.client import AsyncClient
+
+    now = time.perf_counter
+    async with AsyncClient(url, timeout=60) as client:
+        while time.time() < start_at:
+            await asyncio.sleep(0.001)
+        consumers = [await client.subscribe(topic, name, consumer_type=ctype,
+                                            initial_position="earliest",
+                                            receiver_queue_size=queue_size) for name in subs]
+        c0 = time.process_time()
+        t_start = now()
+        got = [0] * len(consumers)
+        decoded = 0
+        t_first = t_last = None
+        shared = ctype == "shared"
+        open_ = list(range(len(consumers)))
+        while open_:
+            progressed = False
+            for i in list(open_):
+                cons = consumers[i]
+                msgs = await cons.batch_receive(max_messages=500,
+                                                timeout=0.05 if i == open_[0] else 0.0)
+                if not msgs:
+                    continue
+                if t_first is None:
+                    t_first = now()
+                progressed = True
+                for m in msgs:
+                    decoded += len(m.payload) > 0
+                if ack == "cumulative":
+                    await cons.acknowledge_cumulative(msgs[-1])
+                else:
+                    for m in msgs:
+                        await cons.acknowledge(m)
+                t_last = now()
+                got[i] += len(msgs)
+                if shared:
+                    with shared_count.get_lock():
+                        shared_count.value += len(msgs)
+                elif got[i] >= total:
+                    open_.remove(i)
+            if shared and shared_count.value >= total:
+                break
+            if not progressed and now() - (t_last or t_start) > 120:
+                break
+        cpu = time.process_time() - c0
+        off = time.time() - time.perf_counter()
+        for cons in consumers:
+            await cons.close()
+    return {"received": sum(got), "decoded": decoded, "cpu_s": cpu,
+            "t_first": (t_first or 0) + off, "t_last": (t_last or 0) + off}
+
+
 def consume_round(url: str, admin, topic: str, case: str, tag: str, messages: int,
                   consumers: int, procs: int, ack: str, queue_size: int,
-                  broker_pid: int | None = None) -> dict:
+                  broker_pid: int | None = None, face: str = "sync") -> dict:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     count = ctx.Value("q", 0)
@@ -187,7 +251,7 @@ def consume_round(url: str, admin, topic: str, case: str, tag: str, messages: in
     groups = [names[i::procs] for i in range(procs)]
     start_at = time.time() + 2.0
     ps = [ctx.Process(target=_consume, args=(url, topic, g, ctype, ack, messages, count,
-                                             start_at, queue_size, q)) for g in groups]
+                                             start_at, queue_size, q, face)) for g in groups]
     for p in ps:
         p.start()
     cpu0 = proc_cpu(broker_pid)
@@ -275,6 +339,11 @@ def run_consume(peers: str | None, data_dir: str, messages: int = 200_000, paylo
                             shared_procs if case == "shared" else exclusive_procs,
                             "individual" if case == "shared" else exclusive_ack, queue_size,
                             broker.proc.pid)
+                        if case == "shared":  # the same through AsyncClient, same round
+                            ours["aio"] = consume_round(
+                                broker.url, c.admin, topic, case, f"r{r}-aio", messages, n,
+                                shared_procs, "individual", queue_size, broker.proc.pid,
+                                face="async")
                         if peers:
                             nats = _peer([sys.executable,
                                           os.path.join(peers, "nats_jetstream.py"),
@@ -360,6 +429,14 @@ def consume_lines(res: dict) -> list[str]:
                 f"{r['msgs_per_s']:,} | {_pct(r['ratio'])} | {_fmt(r['nats'])} | "
                 f"{_x(r['nats_ratio'])} | {r['drain_s']} | {r['client_cpu_us_per_msg']} | "
                 f"{r['broker_cpu_us_per_msg']} |")
+            a = r.get("aio")
+            if a:
+                nx = a["msgs_per_s"] / r["nats"] if r.get("nats") else None
+                ra = a["msgs_per_s"] / r["ceiling"] if r.get("ceiling") else None
+                lines.append(
+                    f"| {i}, AsyncClient | {_fmt(r['ceiling'])} | {a['msgs_per_s']:,} | "
+                    f"{_pct(ra)} | {_fmt(r['nats'])} | {_x(nx)} | {a['drain_s']} | "
+                    f"{a['client_cpu_us_per_msg']} | {a['broker_cpu_us_per_msg']} |")
         lines.append("")
         lines.append(f"- median round: {c['median_msgs_per_s']:,.0f} msgs/s acked")
         if c["median_ratio"] is not None:
@@ -368,6 +445,16 @@ def consume_lines(res: dict) -> list[str]:
         if c["median_nats_ratio"] is not None:
             lines.append(f"- median of the paired ratios to NATS JetStream: "
                          f"**{c['median_nats_ratio']:.1f}x**")
+        aio = [r["aio"] for r in c["rounds"] if r.get("aio")]
+        if aio:
+            nx = _median([r["aio"]["msgs_per_s"] / r["nats"] for r in c["rounds"]
+                          if r.get("aio") and r.get("nats")])
+            lines.append(
+                f"- through `AsyncClient` (`await batch_receive`, `await acknowledge` each), "
+                f"the same rounds: median {statistics.median(a['msgs_per_s'] for a in aio):,.0f}"
+                f" msgs/s, client CPU "
+                f"{statistics.median(a['client_cpu_us_per_msg'] for a in aio)} us/msg"
+                + (f", **{nx:.1f}x** NATS" if nx is not None else ""))
         lines.append("")
     return lines
 

@@ -62,7 +62,11 @@ if BENCH not in sys.path:  # the sibling bench modules imported below
 
 
 def _producer(url: str, topic: str, count: int, payload: int, start_at: float, sample: int,
-              out) -> None:
+              out, face: str = "sync") -> None:
+    if face == "async":
+        import asyncio
+        out.put(asyncio.run(_async_producer(url, topic, count, payload, start_at, sample)))
+        return
     from shadowtopic.client import Client
 
     sends: list[float] = []
@@ -96,18 +100,60 @@ def _producer(url: str, topic: str, count: int, payload: int, start_at: float, s
              "t0": t0 + _offset(), "t1": t1 + _offset(), "lat_sample": lat})
 
 
+async def _async_producer(url: str, topic: str, count: int, payload: int, start_at: float,
+                          sample: int) -> dict:
+    """`_producer` through `AsyncClient`: `await producer.send_async(...)` per message (it
+    returns once queued), latency from every `sample`th message's Future."""
+    import asyncio
+
+    from shadowtopic.client import AsyncClient
+
+    sends: list[float] = []
+    acks: list[float] = []
+    now = time.perf_counter
+
+    def done(_future) -> None:
+        acks.append(now())
+
+    data = b"x" * payload
+    keys = [f"k{i}" for i in range(1000)]
+    async with AsyncClient(url, timeout=60) as client:
+        producer = await client.create_producer(topic, producer_name=f"bench-{os.getpid()}")
+        while time.time() < start_at:
+            await asyncio.sleep(0.001)
+        t0 = now()
+        c0 = time.process_time()
+        send = producer.send_async
+        for i in range(count):
+            if i % sample:
+                await send(data, key=keys[i % 1000])
+            else:
+                sends.append(now())
+                (await send(data, key=keys[i % 1000])).add_done_callback(done)
+        await producer.flush(timeout=120)
+        t1 = now()
+        cpu = time.process_time() - c0
+        stats = producer.stats()
+        await producer.close()
+    lat = [a - s for s, a in zip(sends, acks)]
+    return {"acked": stats["acked"], "errors": stats["failed"], "cpu_s": cpu,
+            "t0": t0 + _offset(), "t1": t1 + _offset(), "lat_sample": lat}
+
+
 def _offset() -> float:
     """perf_counter -> wall clock, so rounds from several processes line up."""
     return time.time() - time.perf_counter()
 
 
 def produce_round(url: str, topic: str, messages: int, producers: int, payload: int,
-                  sample: int = 10) -> dict:
+                  sample: int = 10, face: str = "sync") -> dict:
+    """One round through `Client` (face "sync") or `AsyncClient` ("async")."""
     ctx = mp.get_context("spawn")  # gRPC channels do not survive fork
     q = ctx.Queue()
     start_at = time.time() + 3.0
     per = messages // producers
-    procs = [ctx.Process(target=_producer, args=(url, topic, per, payload, start_at, sample, q))
+    procs = [ctx.Process(target=_producer,
+                         args=(url, topic, per, payload, start_at, sample, q, face))
              for _ in range(producers)]
     for p in procs:
         p.start()
@@ -160,6 +206,9 @@ def run_produce(args, data_dir: str, peers: str | None) -> list[dict]:
                     c.admin.create_topic(topic)
                     ours = produce_round(broker.url, topic, args.messages, args.producers,
                                          args.payload, args.sample)
+                    c.admin.create_topic(f"{topic}-aio")
+                    aio = produce_round(broker.url, f"{topic}-aio", args.messages,
+                                        args.producers, args.payload, args.sample, "async")
                     if peers:
                         js = run_peer([sys.executable, os.path.join(peers,
                                                                     "nats_jetstream.py")],
@@ -167,7 +216,9 @@ def run_produce(args, data_dir: str, peers: str | None) -> list[dict]:
                         nats = (js or {}).get("produce_acked_msgs_per_s")
                     ours.update(ceiling=ceiling, nats=nats,
                                 ratio=ours["msgs_per_s"] / ceiling if ceiling else None,
-                                nats_ratio=ours["msgs_per_s"] / nats if nats else None)
+                                nats_ratio=ours["msgs_per_s"] / nats if nats else None,
+                                aio=aio, aio_ratio=aio["msgs_per_s"] / ceiling if ceiling
+                                else None)
                     rounds.append(ours)
                     print(f"  round {r + 1}: {rounds[-1]}", flush=True)
             return rounds
@@ -252,25 +303,35 @@ def produce_lines(args, rounds: list[dict]) -> list[str]:
         f"{args.messages:,} messages a round, real etcd + broker process; every message "
         f"acked (checked with `Producer.stats()`), latency from every {args.sample}th "
         "message's callback. Each round runs limits.py `--only produce` (the bare "
-        "parse-frame-fsync-ack ceiling), then ours, then nats_jetstream.py: paired ratios.", "",
-        "| round | ceiling msgs/s | shadowtopic msgs/s | p50 ack ms | p99 ack ms | "
-        "of ceiling | NATS msgs/s | x NATS |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        "parse-frame-fsync-ack ceiling), then ours through `Client`, then through "
+        "`AsyncClient`, then nats_jetstream.py: paired ratios.", "",
+        "| round | ceiling msgs/s | Client msgs/s | p50 ack ms | p99 ack ms | "
+        "of ceiling | AsyncClient msgs/s | of ceiling | NATS msgs/s | x NATS |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for i, r in enumerate(rounds, 1):
         ceiling = f"{r['ceiling']:,}" if r.get("ceiling") else "-"
         ratio = f"{r['ratio']:.1%}" if r.get("ratio") else "-"
         nats = f"{r['nats']:,}" if r.get("nats") else "-"
         nratio = f"{r['nats_ratio']:.1f}x" if r.get("nats_ratio") else "-"
+        aio = f"{r['aio']['msgs_per_s']:,}" if r.get("aio") else "-"
+        aratio = f"{r['aio_ratio']:.1%}" if r.get("aio_ratio") else "-"
         lines.append(f"| {i} | {ceiling} | {r['msgs_per_s']:,} | {r['p50_ms']} | "
-                     f"{r['p99_ms']} | {ratio} | {nats} | {nratio} |")
+                     f"{r['p99_ms']} | {ratio} | {aio} | {aratio} | {nats} | {nratio} |")
     lines.append("")
+    aratio = _median([r.get("aio_ratio") for r in rounds])
     ratio = _median([r.get("ratio") for r in rounds])
     nratio = _median([r.get("nats_ratio") for r in rounds])
     lines.append(f"- median round: {med['msgs_per_s']:,} msgs/s, p50 {med['p50_ms']} ms, "
                  f"p99 {med['p99_ms']} ms")
     if ratio is not None:
         lines.append(f"- median of the paired ratios to the hot-path ceiling: **{ratio:.1%}** "
-                     "(target 70%)")
+                     "(target 90%)")
+    if aratio is not None:
+        cpu = _median([r["aio"]["client_cpu_us_per_msg"] for r in rounds if r.get("aio")])
+        sync_cpu = _median([r["client_cpu_us_per_msg"] for r in rounds])
+        lines.append(f"- through `AsyncClient` (`await producer.send_async(...)` per message, "
+                     f"the same runs): **{aratio:.1%}** of the ceiling (target 90%); client "
+                     f"CPU {cpu} us per message, `Client` {sync_cpu} us")
     if nratio is not None:
         lines.append(f"- median of the paired ratios to NATS JetStream: **{nratio:.1f}x**")
     return lines + [""]

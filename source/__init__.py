@@ -19,6 +19,12 @@ __version__ = "0.1.0"
 # name -> the module that defines it (kept equal to shadowtopic.client.__all__ by test_public_api)
 _PUBLIC = {
     "Admin": "shadowtopic.client.admin",
+    "AsyncAdmin": "shadowtopic.client.aio.admin",
+    "AsyncClient": "shadowtopic.client.aio.client",
+    "AsyncConsumer": "shadowtopic.client.aio.consumer",
+    "AsyncProducer": "shadowtopic.client.aio.producer",
+    "AsyncReader": "shadowtopic.client.aio.reader",
+    "AsyncTableView": "shadowtopic.client.aio.table_view",
     "Client": "shadowtopic.client.client",
     "CompactionStatus": "shadowtopic.client.admin",
     "Consumer": "shadowtopic.client.consumer",
@@ -37,12 +43,21 @@ _PUBLIC = {
 }
 
 # spelled out (equal to sorted(_PUBLIC)) so tools see what the lazy imports export
-__all__ = ["Admin", "Client", "CompactionStatus", "Consumer", "DeadLetterPolicy", "EARLIEST",
-           "LATEST", "Message", "MessageId", "Policies", "Producer", "Reader", "SeekResult",
-           "TableView", "TopicMetadata", "errors"]
+__all__ = ["Admin", "AsyncAdmin", "AsyncClient", "AsyncConsumer", "AsyncProducer", "AsyncReader",
+           "AsyncTableView", "Client", "CompactionStatus", "Consumer", "DeadLetterPolicy",
+           "EARLIEST", "LATEST", "Message", "MessageId", "Policies", "Producer", "Reader",
+           "SeekResult", "TableView", "TopicMetadata", "errors"]
 
 if TYPE_CHECKING:
     from shadowtopic.client.admin import Admin, CompactionStatus, TopicMetadata
+    from shadowtopic.client.aio import (
+        AsyncAdmin,
+        AsyncClient,
+        AsyncConsumer,
+        AsyncProducer,
+        AsyncReader,
+        AsyncTableView,
+    )
     from shadowtopic.client.client import Client
     from shadowtopic.client.consumer import Consumer
     from shadowtopic.client.dead_letter import DeadLetterPolicy

@@ -14,6 +14,16 @@ etcd in one batch. A failing handle (topic gone, checksum error, bad command) ge
 on; the stream and its other handles go on either way. A message that does not parse ends
 the stream with INVALID_ARGUMENT.
 
+Acks (consumer.proto's `Ack`): ids and inclusive ranges of one ledger's entries
+(`acks_from_pb`), every one checked before any is applied, so a bad one (past MAX_ID, first
+after last, longer than MAX_ACK_RANGE) refuses the command with a warning and acknowledges
+nothing. A range is applied as one: one insertion into the cursor's acknowledged ranges, and
+only the held entries it covers looked up (subscription.py). An Ack with a `request_id` is
+answered once applied AND its cursor written (`TopicSubscriptions.persist_acks`, concurrent
+ones sharing a write) with `Event.ack_receipt`, or refused with the warning, its details
+carrying the request id; that write runs in a task of the stream (`StreamOutbox.tasks`), so
+the stream's other commands do not wait for it.
+
 Memory (source/broker/memory.py): the frames a stream has queued and the message gRPC is
 writing to it count in the broker's `ClientMemory`; at its cap outboxes take no more frames
 and subscribes are refused (`BrokerMemoryFull`), and a stream that takes nothing for the
@@ -30,7 +40,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TypeAlias
 
 import grpc
@@ -41,7 +51,7 @@ from shadowtopic.broker.rpc import abort_stream
 from shadowtopic.broker.topics import TopicManager
 from shadowtopic.core import errors
 from shadowtopic.core.errors import error_status, typed
-from shadowtopic.core.message_id import MessageId
+from shadowtopic.core.message_id import MAX_ACK_RANGE, MessageId
 from shadowtopic.core.names import TopicName, check_subscription
 from shadowtopic.ledger.view import LedgerView
 from shadowtopic.pb.v1 import common_pb2, consumer_pb2, consumer_pb2_grpc
@@ -105,6 +115,40 @@ def packed_from_pb(ids) -> list[int]:
     return out
 
 
+def acks_from_pb(ack: consumer_pb2.Ack) -> tuple[list[int], list[tuple[int, int]]]:
+    """An Ack's ids and ranges as packed positions and inclusive packed (first, last) ranges
+    (one-entry ranges join the positions), all checked first: `InvalidMessageId` for an id
+    or range out of range, a range whose first entry is after its last, or one of more than
+    MAX_ACK_RANGE entries (a client cannot make the broker walk or hold 2^60 entries)."""
+    ps = packed_from_pb(ack.ids) if ack.ids else []
+    ranges: list[tuple[int, int]] = []
+    for r in ack.ranges:
+        ledger, first, last = r.ledger_id, r.first_entry, r.last_entry
+        if ledger > MAX_ID or last > MAX_ID:
+            raise errors.InvalidMessageId(f"ack range out of range: {ledger}:{first}..{last}")
+        if first > last:
+            raise errors.InvalidMessageId(f"ack range {ledger}:{first}..{last}: its first entry "
+                                          f"is after its last")
+        if last - first >= MAX_ACK_RANGE:
+            raise errors.InvalidMessageId(
+                f"ack range {ledger}:{first}..{last} covers {last - first + 1} entries, more "
+                f"than {MAX_ACK_RANGE} (split it)")
+        if first == last:
+            ps.append((ledger << 64) + first)
+        else:
+            ranges.append(((ledger << 64) + first, (ledger << 64) + last))
+    return ps, ranges
+
+
+def ack_warning(exc: BaseException, kind: str, cmd: consumer_pb2.ClientCommand
+                ) -> common_pb2.ErrorStatus:
+    """The warning for a failed command of a consumer; an Ack's names its request id."""
+    if kind == "ack" and cmd.ack.request_id:
+        return error_status(typed(exc, "Connect"), command=kind,
+                            request_id=str(cmd.ack.request_id))
+    return error_status(typed(exc, "Connect"), command=kind)
+
+
 def event_frame(handle: int, **event) -> bytes:
     return consumer_pb2.ServerFrame(handles=[handle],
                                     event=consumer_pb2.Event(**event)).SerializeToString()
@@ -158,6 +202,7 @@ class StreamOutbox:
         self.cut_reason: errors.ShadowTopicError | None = None  # why it was cut
         self.peer = ""
         self.errored: set[int] = set()  # handles told an error since the stream last looked
+        self.tasks: set[asyncio.Task] = set()  # ack receipts waiting for their cursor write
 
     def has_room(self) -> bool:
         return self._bytes < self._limit and self._memory.has_room()
@@ -191,6 +236,33 @@ class StreamOutbox:
     def send_event(self, handle: int, **event) -> None:
         self._put(event_frame(handle, **event))
 
+    def receipt(self, waits: list[tuple[int, Awaitable[None]]],
+                cmd: consumer_pb2.ClientCommand) -> None:
+        """Answer `cmd`'s Ack (its `request_id`) on each handle once its write is done: an
+        `ack_receipt`, or the warning of the write's failure. In a task of this stream, so
+        the commands after it do not wait for the write."""
+        request_id = cmd.ack.request_id
+
+        async def answer(handle: int, write: Awaitable[None]) -> None:
+            try:
+                await write
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - in-band, per handle
+                self.send_event(handle, warning=ack_warning(exc, "ack", cmd))
+            else:
+                self.send_event(handle, ack_receipt=consumer_pb2.AckReceipt(
+                    request_id=request_id))
+
+        for handle, write in waits:
+            if self._disposed:
+                if asyncio.iscoroutine(write):
+                    write.close()
+                continue
+            task = asyncio.create_task(answer(handle, write))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
     def send_notice(self, handle: int, notice: ActiveChanged | CursorMoved) -> None:
         if isinstance(notice, ActiveChanged):
             self.send_event(handle, active_consumer_changed=consumer_pb2.ActiveConsumerChanged(
@@ -222,6 +294,8 @@ class StreamOutbox:
         """The stream ended: what it still holds is dropped and released."""
         self.close()
         self._disposed = True
+        for task in self.tasks:
+            task.cancel()
         self._memory.unwatch(self)
         self._memory.release(self._bytes + self._in_flight)
         self._frames.clear()
@@ -324,8 +398,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                 kind = cmd.WhichOneof("command")
                 if kind in ("ack", "nack", "redeliver", "flow") and isinstance(
                         handles.get(cmd.handle), tuple):
-                    outbox.send_event(cmd.handle, warning=error_status(
-                        typed(exc, "Connect"), command=kind))
+                    outbox.send_event(cmd.handle, warning=ack_warning(exc, kind, cmd))
                 else:
                     if handles.get(cmd.handle) is _RESERVED:
                         del handles[cmd.handle]
@@ -412,28 +485,36 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
         kind = cmd.WhichOneof("command")
         if kind not in ("ack", "flow"):
             raise errors.InvalidArgument(f"`also` goes with ack or flow, not {kind}")
-        ps = packed_from_pb(cmd.ack.ids) if kind == "ack" else []
+        ps, ranges = acks_from_pb(cmd.ack) if kind == "ack" else ([], [])
         cumulative, permits = cmd.ack.cumulative, cmd.flow.permits
-        if kind == "ack" and ps:  # subscriptions by topic, each topic's acks in one go
+        if kind == "ack" and (ps or ranges or cmd.ack.request_id):
+            # subscriptions by topic, each topic's acks in one go
             by_topic: dict[TopicSubscriptions, list[SubConsumer]] = {}
             for h in itertools.chain((cmd.handle,), cmd.also):
                 item = handles.get(h)
                 if isinstance(item, tuple):
                     by_topic.setdefault(item[0], []).append(item[1])
                 elif not isinstance(item, Reader):  # (readers keep no cursor: ignored)
-                    outbox.send_event(h, warning=error_status(
-                        errors.InvalidArgument(f"unknown handle {h}"), command=kind))
+                    outbox.send_event(h, warning=ack_warning(
+                        errors.InvalidArgument(f"unknown handle {h}"), kind, cmd))
+            waits: list[tuple[int, Awaitable[None]]] = []
             for ts, consumers in by_topic.items():
-                for c, exc in ts.ack_many(consumers, ps, cumulative):
-                    outbox.send_event(c.handle, warning=error_status(typed(exc, "Connect"),
-                                                                     command=kind))
+                failed = ts.ack_many(consumers, ps, cumulative, ranges)
+                for c, exc in failed:
+                    outbox.send_event(c.handle, warning=ack_warning(exc, kind, cmd))
+                if cmd.ack.request_id:
+                    bad = {id(c) for c, _exc in failed}
+                    waits += [(c.handle, ts.persist_acks(c)) for c in consumers
+                              if id(c) not in bad]
+            if waits:
+                outbox.receipt(waits, cmd)
             return
         for h in itertools.chain((cmd.handle,), cmd.also):
             item = handles.get(h)
             try:
                 if isinstance(item, tuple):
                     if kind == "ack":
-                        item[0].ack_packed(item[1], ps, cumulative)
+                        item[0].ack_packed(item[1], ps, cumulative, ranges)
                     else:
                         item[0].flow(item[1], permits)
                 elif isinstance(item, Reader):
@@ -534,7 +615,10 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
                                 handles: dict[int, Handle], ts: TopicSubscriptions,
                                 consumer: SubConsumer) -> None:
         if kind == "ack":
-            ts.ack_packed(consumer, packed_from_pb(cmd.ack.ids), cmd.ack.cumulative)
+            ps, ranges = acks_from_pb(cmd.ack)
+            ts.ack_packed(consumer, ps, cmd.ack.cumulative, ranges)
+            if cmd.ack.request_id:
+                outbox.receipt([(cmd.handle, ts.persist_acks(consumer))], cmd)
         elif kind == "nack":
             ts.nack(consumer, ids_from_pb(cmd.nack.ids), cmd.nack.delay_ms)
         elif kind == "redeliver":

@@ -43,7 +43,7 @@ from shadowtopic.client.admin import Admin, TopicMetadata, position_pb
 from shadowtopic.client.connection import Connection
 from shadowtopic.client.consumer import Consumer, ConsumerControl
 from shadowtopic.client.dead_letter import DeadLetterPolicy, DeadLetters, check_dead_letter_policy
-from shadowtopic.client.listener import Callback, Listeners
+from shadowtopic.client.listener import Callback, FrameCallback, Listeners
 from shadowtopic.client.options import DEFAULT_TIMEOUT_S, check_options, parse_consumer_type
 from shadowtopic.client.producer import Producer, ProducerOptions, _Stream
 from shadowtopic.client.reader import Reader
@@ -58,15 +58,15 @@ from shadowtopic.core.names import canonical, check_subscription
 T = TypeVar("T")
 
 
-def _check_listener(listener: Callback) -> None:
+def check_listener(listener: object) -> None:
     """A listener must take (message, recipients): a wrong one would fail on every message,
     in a thread, where nobody sees it."""
     if not callable(listener):
-        raise errors.InvalidArgument("message_listener must be callable")
+        raise errors.InvalidArgument("a message listener must be callable")
     try:
         inspect.signature(listener).bind(None, None)
     except TypeError:
-        raise errors.InvalidArgument("message_listener must take (message, recipients)") \
+        raise errors.InvalidArgument("a message listener must take (message, recipients)") \
             from None
     except ValueError:  # no signature to look at (a builtin): trust it
         pass
@@ -188,7 +188,8 @@ class Client:
                   negative_ack_redelivery_delay_ms: int = 1000,
                   on_active_change: Callable[[bool], None] | None = None,
                   read_compacted: bool = False, ack_timeout_ms: int = 0,
-                  dead_letter_policy: DeadLetterPolicy | None = None) -> Consumer:
+                  dead_letter_policy: DeadLetterPolicy | None = None,
+                  ack_receipt: bool = False) -> Consumer:
         """A consumer of the durable subscription `subscription_name` (created when missing,
         at `initial_position`: "latest" (default, as Pulsar), "earliest", a MessageId or
         "L:E", or a publish time in ms since the epoch). `consumer_type`: "exclusive",
@@ -205,6 +206,12 @@ class Client:
         `max_redeliver_count` redeliveries, the next nack (or ack timeout) of a message sends
         it to the dead-letter topic, created when missing, and acknowledges it here
         (source/client/dead_letter.py).
+
+        `ack_receipt` (Pulsar's ackReceiptEnabled): `acknowledge` and
+        `acknowledge_cumulative` return only once the broker applied the ack and wrote the
+        subscription's cursor to storage, raising its typed refusal or `Timeout` (the
+        operation timeout); `acknowledge_async(msg, callback)` is the form that does not
+        wait (source/client/acks.py). Off: acks are fire-and-forget, grouped into ranges.
 
         Raises `InvalidArgument` for a bad argument before sending anything, and the broker's
         typed error when it refuses (`ConsumerBusy`: a second exclusive consumer or another
@@ -233,7 +240,7 @@ class Client:
                      on_active_change, wait=False, read_compacted=read_compacted,
                      reconnector=self._reconnector, controls=controls,
                      ack_timeout_ms=ack_timeout_ms, dead_letters=dead,
-                     ack_timer=self._ack_timer)
+                     ack_timer=self._ack_timer, ack_receipt=ack_receipt)
             controls[0].await_subscribed(time.monotonic() + deadline.budget(conn.timeout))
             return controls[0]
         control = self._open(topic, make)
@@ -259,7 +266,8 @@ class Client:
                        initial_position: str | MessageId | int = "latest",
                        consumer_name: str = "", receiver_queue_size: int = 1000,
                        message_listener: Callback | None = None,
-                       read_compacted: bool = False) -> list[Consumer]:
+                       read_compacted: bool = False,
+                       frame_listener: FrameCallback | None = None) -> list[Consumer]:
         """One consumer per name in `subscription_names`, all on this client's one stream:
         the subscribes go up together (a few stream messages for thousands of them) and are
         answered together, and the broker writes their metadata in batched etcd
@@ -272,7 +280,9 @@ class Client:
         the call that got the message (a broadcast entry comes once per stream for all of
         them); `recipients.acknowledge(message)` acknowledges it for all of them in one
         command (or `recipients.acknowledge(message, some)` for some). Messages then come
-        only through the listener, not `receive`.
+        only through the listener, not `receive`. `frame_listener(messages, recipients)`
+        instead: called once per frame the broker sent, with all its messages (in order)
+        and the consumers that got every one of them.
 
         All or nothing: when the broker refuses one, every consumer of the call is closed
         and its typed error raised (a temporary error: the whole call is retried within the
@@ -285,14 +295,18 @@ class Client:
         parse_consumer_type(consumer_type)
         position_pb(initial_position, "initial position")
         check_options(consumer_name, receiver_queue_size, 0, 1000, None)
-        if message_listener is not None:
-            _check_listener(message_listener)
+        if message_listener is not None and frame_listener is not None:
+            raise errors.InvalidArgument("give message_listener or frame_listener, not both")
+        for listener in (message_listener, frame_listener):
+            if listener is not None:
+                check_listener(listener)
         topic = canonical(topic)
 
         def make(meta: TopicMetadata, conn: Connection, deadline: Deadline
                  ) -> tuple[list[ConsumerControl], Listeners | None]:
             mux = self._multiplexer(conn)
-            listeners = (Listeners(message_listener, mux) if message_listener is not None
+            listeners = (Listeners(message_listener, mux, frame_listener)
+                         if message_listener is not None or frame_listener is not None
                          else None)
             controls: list[ConsumerControl] = []
             try:

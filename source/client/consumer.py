@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 from typing import Unpack
 
 from shadowtopic.client.ack_timeout import AckTimer, check_ack_timeout
+from shadowtopic.client.acks import AckReceipts, ReceiptCallback, wait_for_receipt
 from shadowtopic.client.admin import position_pb
 from shadowtopic.client.connection import Connection
 from shadowtopic.client.consumer_part import Command, Part
@@ -125,18 +126,24 @@ class Consumer(ConsumerResume):
                  message_listener: Listeners | None = None, wait: bool = True,
                  read_compacted: bool = False, reconnector: Reconnector | None = None,
                  controls: list[ConsumerControl] | None = None, ack_timeout_ms: int = 0,
-                 dead_letters: DeadLetters | None = None, ack_timer: AckTimer | None = None):
+                 dead_letters: DeadLetters | None = None, ack_timer: AckTimer | None = None,
+                 ack_receipt: bool = False):
         """Use `Client.subscribe` (or `Client.subscribe_many`). Subscribes every partition
         and waits for the broker's answers; raises the first typed error (ConsumerBusy,
         TooManyConsumers, SubscriptionNotFound, ...) after leaving the partitions that did
         subscribe. `wait=False` only sends the subscribes: the `ConsumerControl` appended to
         `controls` finishes (`await_subscribed`). With a `reconnector` (the client's), a
-        partition that breaks reconnects. `ack_timer`: the client's (ack_timeout.py)."""
+        partition that breaks reconnects. `ack_timer`: the client's (ack_timeout.py).
+        `ack_receipt`: acknowledgements wait for the broker's receipt (acks.py)."""
         self._type, type_pb = parse_consumer_type(consumer_type)
         start = position_pb(initial_position, "initial position")
         check_options(consumer_name, receiver_queue_size, priority,
                       negative_ack_redelivery_delay_ms, on_active_change)
         check_ack_timeout(ack_timeout_ms)
+        if not isinstance(ack_receipt, bool):
+            raise errors.InvalidArgument(f"ack_receipt must be True or False, got {ack_receipt!r}")
+        self._ack_receipt = ack_receipt
+        self._receipts = AckReceipts()
         self.topic = topic
         self.subscription_name = subscription_name
         self.consumer_name = consumer_name
@@ -149,6 +156,7 @@ class Consumer(ConsumerResume):
         self._events = (ThreadPoolExecutor(1, thread_name_prefix="consumer-events")
                         if on_active_change is not None else None)
         self._cond = threading.Condition()
+        self._wakers: list[Callable[[], None]] = []  # `poll`'s, called at the next `_notify`
         self._seek_lock = threading.Lock()  # one seek / unsubscribe at a time
         # (part, epoch, Delivery) not decoded yet
         self._pending: deque[tuple[Part, int, Delivery]] = deque()
@@ -161,7 +169,8 @@ class Consumer(ConsumerResume):
         self._acked: OrderedDict[tuple[int, int, int], None] = OrderedDict()
         self._redelivery = (None if not ack_timeout_ms and dead_letters is None else Redelivery(
             ack_timeout_ms, dead_letters, ack_timer or AckTimer(), again=self._ask_again,
-            current=self._current, settle=self.acknowledge, retry=self._renack))
+            current=self._current, retry=self._renack,
+            settle=lambda msg: self.acknowledge_async(msg, None)))  # (never waits)
         # every partition's Subscribe but its topic
         self._subscribe = consumer_pb2.Subscribe(
             subscription=subscription_name, type=type_pb, start=start,
@@ -251,14 +260,14 @@ class Consumer(ConsumerResume):
                        else errors.ConnectError(str(item)))
                 if not self._broken(p, err):
                     self._end(p, err)
-                self._cond.notify_all()
+                self._notify()
                 return
             frame = item.frame
             if len(frame.entries) and p.state == "open":
                 self._pending.append((p, p.epoch, item))
             if frame.HasField("event"):
                 self._on_event(p, frame.event)
-            self._cond.notify_all()
+            self._notify()
 
     def _on_event(self, p: Part, ev: consumer_pb2.Event) -> None:
         kind = ev.WhichOneof("event")
@@ -292,6 +301,10 @@ class Consumer(ConsumerResume):
             command = ev.warning.details.get("command")
             if command in ("seek", "unsubscribe"):
                 p.answer(command, err)
+            elif command == "ack" and ev.warning.details.get("request_id", "").isdigit():
+                self._receipts.answer(int(ev.warning.details["request_id"]), err)
+        elif kind == "ack_receipt":
+            self._receipts.answer(ev.ack_receipt.request_id, None)
         elif kind == "error":
             err = _typed(ev.error)
             if isinstance(err, errors.SubscriptionNotFound) and p.answer(
@@ -322,8 +335,18 @@ class Consumer(ConsumerResume):
         p.state = "ended"
         for kind in p.waits:
             p.answer(kind, err)
+        self._receipts.fail(err, p.handle)
 
     # ---- helpers (called with the condition held) ----------------------------------------
+
+    def _notify(self) -> None:
+        """Something changed (a frame, an answer, the end, a close): wake every waiting
+        `receive` and every `poll` waker (condition held)."""
+        self._cond.notify_all()
+        if self._wakers:
+            wakers, self._wakers = self._wakers, []
+            for wake in wakers:
+                wake()
 
     def _flow(self, p: Part, permits: int) -> None:
         try:
@@ -471,6 +494,11 @@ class Consumer(ConsumerResume):
         return self._type
 
     @property
+    def ack_receipt(self) -> bool:
+        """Whether acknowledgements wait for the broker's receipt (`subscribe`'s option)."""
+        return self._ack_receipt
+
+    @property
     def is_active(self) -> bool | None:
         """Exclusive / Failover: whether this consumer gets the messages (of at least one of
         its partitions); None until the broker said."""
@@ -497,6 +525,18 @@ class Consumer(ConsumerResume):
                     wait = min(wait, left)
                 self._cond.wait(wait)
 
+    def poll(self, wake: Callable[[], None] | None = None) -> Message | None:
+        """The next message if one is here, else None without waiting; then `wake()` is
+        called once (on the thread that changed something; it must not block) when a message
+        may have come, or the consumer ended or closed: how the asyncio face waits
+        (source/client/aio/). Raises as `receive` does."""
+        with self._cond:
+            self._check()
+            msg = self._next()
+            if msg is None and wake is not None:
+                self._wakers.append(wake)
+            return msg
+
     def batch_receive(self, max_messages: int = 100, timeout: float | None = 0.1) -> list[Message]:
         """Up to `max_messages` messages: waits at most `timeout` seconds for the first (an
         empty list when none came), then takes what is already there without waiting."""
@@ -518,17 +558,53 @@ class Consumer(ConsumerResume):
         return out
 
     def acknowledge(self, message: Message | MessageId) -> None:
-        """Acknowledge one message (fire-and-forget)."""
-        with self._cond:
+        """Acknowledge one message: fire-and-forget (grouped with the other acks queued
+        meanwhile into ranges: acks.py). With `ack_receipt`, returns only once the broker
+        applied it and wrote the subscription's cursor to storage; raises the broker's typed
+        refusal, or `Timeout` after the client's operation timeout."""
+        if self._ack_receipt:
+            wait_for_receipt(lambda done: self.acknowledge_async(message, done),
+                             self._conn.timeout, "acknowledge")
+            return
+        with self._cond:  # (acknowledge_async's, inline: the path of every message)
             self._check()
             p, mid = self._part_for(message)
             if self._redelivery is not None:
                 self._redelivery.acked(p.index, mid)
             self._send_ack(p, mid.ledger_id, mid.entry_id)
 
+    def acknowledge_async(self, message: Message | MessageId,
+                          callback: ReceiptCallback | None) -> None:
+        """`acknowledge` without waiting: with `ack_receipt`, `callback(None)` once the broker
+        applied it (and wrote the cursor), else `callback(error)`, called once on whichever
+        thread hears it (it must not block); without, the ack is queued and `callback(None)`
+        called at once. Raises what fails before anything is sent (`AlreadyClosed`,
+        `InvalidArgument`, the consumer's error)."""
+        with self._cond:
+            self._check()
+            p, mid = self._part_for(message)
+            if self._redelivery is not None:
+                self._redelivery.acked(p.index, mid)
+            if self._ack_receipt and callback is not None:
+                self._send_ack_receipt(p, mid.ledger_id, mid.entry_id, False, callback)
+                return
+            self._send_ack(p, mid.ledger_id, mid.entry_id)
+        if callback is not None:
+            callback(None)
+
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Acknowledge every message of the partition up to and including this one. Refused
-        (`NotAllowed`, nothing sent) on Shared and Key_Shared subscriptions."""
+        (`NotAllowed`, nothing sent) on Shared and Key_Shared subscriptions. With
+        `ack_receipt`, waits for the broker's receipt as `acknowledge` does."""
+        if self._ack_receipt:
+            wait_for_receipt(lambda done: self.acknowledge_cumulative_async(message, done),
+                             self._conn.timeout, "acknowledge_cumulative")
+            return
+        self.acknowledge_cumulative_async(message, None)
+
+    def acknowledge_cumulative_async(self, message: Message | MessageId,
+                                     callback: ReceiptCallback | None) -> None:
+        """`acknowledge_cumulative` without waiting, `callback` as `acknowledge_async`'s."""
         if self._type in ("shared", "key_shared"):
             raise errors.NotAllowed(f"cumulative acknowledgement is not allowed on a "
                                     f"{self._type} subscription")
@@ -539,8 +615,13 @@ class Consumer(ConsumerResume):
                 self._redelivery.acked_upto(p.index, mid)
             if self._reconnector is not None:  # sent again after a reconnect
                 p.cum_acked = max(p.cum_acked or (0, 0), (mid.ledger_id, mid.entry_id))
+            if self._ack_receipt and callback is not None:
+                self._send_ack_receipt(p, mid.ledger_id, mid.entry_id, True, callback)
+                return
             if p.state != "reconnecting":
                 self._resend(p, ack=consumer_pb2.Ack(ids=[mid.to_pb()], cumulative=True))
+        if callback is not None:
+            callback(None)
 
     def negative_acknowledge(self, message: Message | MessageId) -> None:
         """Ask for this message again after `negative_ack_redelivery_delay_ms`; under a
@@ -655,7 +736,7 @@ class Consumer(ConsumerResume):
             if self._closed:
                 return None
             self._closed = True
-            self._cond.notify_all()
+            self._notify()
             sent = []
             for p in self._parts.values():
                 if p.state in ("ended", "reconnecting"):  # nothing on a broker to close
@@ -684,6 +765,8 @@ class Consumer(ConsumerResume):
                 self._buffer.clear()
         for p in list(self._parts.values()):
             p.mux.unregister(p.handle)
+        self._receipts.fail(errors.AlreadyClosed("the consumer closed before the broker's ack "
+                                                 "receipt came (the ack may be applied)"))
         if self._events is not None:
             self._events.shutdown(wait=False)
 

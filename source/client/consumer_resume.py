@@ -12,6 +12,7 @@ import threading
 from collections import OrderedDict
 from typing import Unpack
 
+from shadowtopic.client.acks import AckReceipts, ReceiptCallback, one_range
 from shadowtopic.client.consumer_part import Command, Part
 from shadowtopic.client.listener import ItemSink, Listeners
 from shadowtopic.client.message import Message
@@ -32,6 +33,7 @@ class ConsumerResume:
     _owner: Owner  # what `_reconnector` drives: `_resume`, `_give_up`
     _error: errors.ShadowTopicError | None
     _acked: OrderedDict[tuple[int, int, int], None]
+    _receipts: AckReceipts  # acks waiting for the broker's receipt (ack_receipt=True)
     _listeners: Listeners | None
     _sink: ItemSink
     _queue_size: int
@@ -50,6 +52,10 @@ class ConsumerResume:
         """(Consumer's) give `p` `permits` more."""
         raise NotImplementedError
 
+    def _notify(self) -> None:
+        """(Consumer's) wake whoever waits on the consumer (condition held)."""
+        raise NotImplementedError
+
     # ---- breaking (the stream's receive thread, condition held) ----------------------------
 
     def _broken(self, p: Part, err: errors.ShadowTopicError) -> bool:
@@ -63,6 +69,7 @@ class ConsumerResume:
         p.state = "reconnecting"
         for kind in p.waits:
             p.answer(kind, err)  # a pending seek or unsubscribe fails with it
+        self._receipts.fail(err, p.handle)  # (applied or not: no receipt will come)
         self._reconnector.start(self._owner)
         return True
 
@@ -119,7 +126,7 @@ class ConsumerResume:
                     ledger, entry = p.cum_acked
                     self._resend(p, ack=consumer_pb2.Ack(
                         ids=[_id_pb(ledger, entry)], cumulative=True))
-            self._cond.notify_all()
+            self._notify()
 
     def _unwind(self, moved: list[Part]) -> None:
         """A failed attempt: leave the new handles (unregistered first, so their answers go
@@ -141,7 +148,7 @@ class ConsumerResume:
             for p in self._parts.values():
                 if p.state == "reconnecting":
                     p.state = "ended"
-            self._cond.notify_all()
+            self._notify()
 
     def _resend(self, p: Part, **command: Unpack[Command]) -> None:
         try:
@@ -165,10 +172,34 @@ class ConsumerResume:
         if p.state == "reconnecting":
             return
         try:
-            p.mux.ack(p.handle, _id_pb(ledger, entry))
+            p.mux.ack(p.handle, ledger, entry)
         except errors.ShadowTopicError:
             if self._reconnector is None:
                 raise
+
+    def _send_ack_receipt(self, p: Part, ledger: int, entry: int, cumulative: bool,
+                          callback: ReceiptCallback) -> None:
+        """An ack that wants the broker's receipt (acks.py): its own command, now, with a
+        request id; `callback` hears the answer. Remembered as `_send_ack` does (an individual
+        one; the caller keeps a cumulative one); while the partition reconnects it fails at
+        once with `ServiceUnavailable` (the remembered ack goes again after the reconnect,
+        unconfirmed)."""
+        if self._reconnector is not None and not cumulative:
+            self._remember_ack(p, ledger, entry)
+        if p.state != "open":
+            callback(errors.ServiceUnavailable(
+                f"the consumer of {p.topic} is reconnecting: ack not confirmed")
+                if p.state == "reconnecting" else
+                errors.AlreadyClosed(f"the consumer of {p.topic} was ended"))
+            return
+        request_id = self._receipts.add(p.handle, callback)
+        ack = (consumer_pb2.Ack(ids=[_id_pb(ledger, entry)], cumulative=True,
+                                request_id=request_id) if cumulative else
+               consumer_pb2.Ack(ranges=one_range(ledger, entry), request_id=request_id))
+        try:
+            p.mux.send(consumer_pb2.ClientCommand(handle=p.handle, ack=ack))
+        except errors.ShadowTopicError as exc:
+            self._receipts.answer(request_id, exc)
 
     def _acked_already(self, p: Part, msg: Message) -> bool:
         """`msg` came again after a reconnect and this consumer acknowledged it before (the
@@ -180,7 +211,7 @@ class ConsumerResume:
             return True  # the cumulative ack went again at the reconnect
         if (p.index, mid.ledger_id, mid.entry_id) not in self._acked:
             return False
-        self._resend(p, ack=consumer_pb2.Ack(ids=[_id_pb(mid.ledger_id, mid.entry_id)]))
+        self._resend(p, ack=consumer_pb2.Ack(ranges=one_range(mid.ledger_id, mid.entry_id)))
         return True
 
     def _forget_acks(self, p: Part) -> None:

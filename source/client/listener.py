@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Protocol
 
+from shadowtopic.client.acks import one_range
 from shadowtopic.client.consumer_part import Part
 from shadowtopic.client.message import Message
 from shadowtopic.client.stream import Delivery, Multiplexer, Sink
@@ -83,15 +84,27 @@ class Recipients(list[object]):
         mid = message.message_id
         self._mux.send(consumer_pb2.ClientCommand(
             handle=handles[0], also=handles[1:],
-            ack=consumer_pb2.Ack(ids=[mid.to_pb()])))
+            ack=consumer_pb2.Ack(ranges=one_range(mid.ledger_id, mid.entry_id))))
+
+
+    def relabel(self, consumers: Iterable[object]) -> Recipients:
+        """The same recipients listed as other objects, one for one (the asyncio face lists
+        its own consumers)."""
+        return Recipients(consumers, self._handles, self._mux)
 
 
 Callback = Callable[[Message, Recipients], None]
+#: a frame listener's: every message of one frame, at once, with their recipients
+FrameCallback = Callable[[list[Message], Recipients], None]
 
 
 class Listeners:
-    def __init__(self, callback: Callback, mux: Multiplexer):
+    def __init__(self, callback: Callback | None, mux: Multiplexer,
+                 frames: FrameCallback | None = None):
+        """`callback(message, recipients)` per message, or `frames(messages, recipients)`
+        per frame (one of the two)."""
         self._callback = callback
+        self._frames = frames
         self._mux = mux
         self._by_handle: dict[int, tuple[ItemSink, Part]] = {}  # handle -> (sink, part)
         # (handles, their epochs, the frame); None: the end
@@ -190,6 +203,13 @@ class Listeners:
             self._call(counted, Recipients([c], [h], mux))
 
     def _call(self, msgs: list[Message], recipients: Recipients) -> None:
+        if self._frames is not None:
+            try:
+                self._frames(msgs, recipients)
+            except Exception:  # noqa: BLE001 - a user callback must not stop the others
+                log.exception("frame listener failed on %s..", msgs[0].message_id)
+            return
+        assert self._callback is not None  # (one of the two: __init__)
         for msg in msgs:
             try:
                 self._callback(msg, recipients)

@@ -36,7 +36,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Final, TypedDict, TypeVar
+from typing import Final, TypedDict, TypeVar, cast
 
 import google_crc32c
 import grpc
@@ -44,13 +44,15 @@ import grpc
 from shadowtopic import failpoints
 from shadowtopic.client.compression import codec, compressor
 from shadowtopic.client.connection import Connection
-from shadowtopic.client.retry import Deadline
+from shadowtopic.client.retry import Backoff, Deadline
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.policies import MAX_BATCH_MESSAGES, MAX_MESSAGE_SIZE
 from shadowtopic.pb.v1 import producer_pb2
 
 Callback = Callable[[MessageId | None, Exception | None], None]
+#: a batch's outcome: (its messages' tokens, ledger id, first entry id, partition, error)
+Settle = Callable[[list[object], int, int, int, Exception | None], None]
 #: a batch stays below gRPC's 64 MiB frame even with one more maximal message in it
 MAX_BATCH_BYTES = 32 << 20
 _INT64 = 1 << 63
@@ -112,7 +114,7 @@ class _Batch:
         self.request = producer_pb2.ProduceRequest(topic=topic, producer_name=producer_name)
         self.add = self.request.messages.add
         self.partition = partition
-        self.callbacks: list[Callback | None] = []
+        self.callbacks: list[object] = []  # the messages' tokens (callbacks: send_async's)
         self.size = 0
         self.created = time.monotonic()
         self.retry_until: float | None = None  # set when a stream broke under it
@@ -191,7 +193,9 @@ class Producer:
         self._sent = 0
         self._acked = 0
         self._failed = 0
+        self._settle: Settle = self._call_back   # what a batch's outcome goes to
         self._breaks = 0                         # streams broken since the last receipt
+        self._backoff = Backoff()                # between reconnects that break at once
         self._last_error: Exception | None = None
         self._stream: _Stream | None = None
         self._receiver: threading.Thread | None = None
@@ -214,6 +218,22 @@ class Producer:
                    callback: Callback | None = None) -> None:
         """Queue a message; `callback(message_id, None)` after the broker's fsync, or
         `callback(None, error)`. Blocks only when `max_inflight` batches are waiting."""
+        self.queue_message(payload, key, properties, event_time, callback)
+
+    def settle_batches_with(self, settle: Settle) -> None:
+        """Hand each batch's outcome to `settle(tokens, ledger_id, first_entry_id,
+        partition, error)` at once, on the receipt thread, instead of calling each message's
+        callback: `tokens` are what `queue_message` was given, in order; the message at
+        index i has id (ledger_id, first_entry_id + i, partition), or all have the ids 0:0
+        when ledger_id is 0 (a duplicate the broker no longer places), or `error` is set.
+        The asyncio face resolves its Futures this way, a batch per crossing to its loop."""
+        self._settle = settle
+
+    def queue_message(self, payload: bytes | str, key: bytes | str | None,
+                      properties: dict[str, str] | None, event_time: int,
+                      token: object) -> None:
+        """`send_async`, with `token` (its callback, or what `settle_batches_with`'s sink
+        knows) handed back with the message's outcome."""
         if self._closed:
             raise errors.AlreadyClosed("producer is closed")
         if payload.__class__ is not bytes:  # the hot path makes no call for bytes
@@ -252,17 +272,32 @@ class Producer:
             if event_time:
                 m.event_time = event_time
             cbs = b.callbacks
-            cbs.append(callback)
+            cbs.append(token)
             b.size += len(payload) + 24
             if len(cbs) >= self._max_msgs or b.size >= self._max_bytes:
                 self._close_batch(part)
 
+    @property
+    def full(self) -> bool:
+        """`send_async` would block now: `max_inflight` closed batches wait to be sent."""
+        return self._queued >= self._max_queued
+
+    def wait_for_room(self, timeout: float | None = None) -> bool:
+        """Wait until `send_async` would not block (at most `timeout` seconds; None: no
+        limit), or the producer closed; False when the time ran out."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._room:
+            while self._queued >= self._max_queued and not self._closed:
+                left = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+                if left <= 0:
+                    return False
+                self._room.wait(left)
+        return True
+
     def _wait_for_room(self) -> None:
         if threading.current_thread() is self._receiver:
             return  # a callback producing: never block the thread that frees room
-        with self._room:
-            while self._queued >= self._max_queued and not self._closed:
-                self._room.wait(0.5)
+        self.wait_for_room()
 
     def _new_batch(self, part: int) -> _Batch:
         topic = self.topic if self.partitions == 0 else f"{self.topic}-partition-{part}"
@@ -284,8 +319,8 @@ class Producer:
             done.set()
 
         self.send_async(payload, key, properties, event_time, callback=cb)
-        self._flush_open()
-        if not done.wait(timeout or self._wait_s()):
+        self.flush_nowait()
+        if not done.wait(timeout or self.receipt_wait_s):
             raise errors.Timeout("no receipt from the broker in time")
         mid, exc = out[0]
         if exc is not None:
@@ -293,7 +328,10 @@ class Producer:
         assert mid is not None  # (a callback gets an id or an error)
         return mid
 
-    def _wait_s(self) -> float:
+    @property
+    def receipt_wait_s(self) -> float:
+        """How long `send` and `flush` wait by default: the client's `timeout` plus its
+        `operation_timeout` (the time a reconnect and resend may take)."""
         return self._conn.timeout + self._conn.operation_timeout
 
     def stats(self) -> dict[str, int]:
@@ -305,8 +343,8 @@ class Producer:
 
     def flush(self, timeout: float | None = None) -> None:
         """Send every open batch and wait for all receipts (by default as long as `send`)."""
-        self._flush_open()
-        deadline = time.monotonic() + (timeout or self._wait_s())
+        self.flush_nowait()
+        deadline = time.monotonic() + (timeout or self.receipt_wait_s)
         with self._idle:
             while self._unacked:
                 left = deadline - time.monotonic()
@@ -354,7 +392,9 @@ class Producer:
             self._queued += 1
         self._outbox.put(b)
 
-    def _flush_open(self) -> None:
+    def flush_nowait(self) -> None:
+        """Close every open batch now (not `linger_ms` later) and hand it to the sender;
+        nothing waits for receipts."""
         with self._lock:
             for part in list(self._batches):
                 self._close_batch(part)
@@ -420,8 +460,8 @@ class Producer:
         producer name); on failure fail every batch waiting to be sent."""
         if self._closed and not self._unacked:
             return False
-        if self._breaks > 1:  # broke again right after a reconnect: back off (capped)
-            time.sleep(min(1.0, 0.05 * 2 ** (self._breaks - 2)))
+        if self._breaks > 1:  # broke again right after a reconnect: back off
+            time.sleep(self._backoff.pause())
         try:
             if self._reopen is not None and self._breaks:
                 stream = self._reopen(self._connect)
@@ -500,7 +540,9 @@ class Producer:
                     e = receipt.error  # the topic moved or is reloading: resend from here
                     self._break(stream, errors.from_reason(e.reason, e.message, e.code), batch)
                     return
-                self._breaks = 0
+                if self._breaks:
+                    self._breaks = 0
+                    self._backoff.reset()
                 self._window.release()  # before callbacks, which may produce
                 ok = self._resolve(batch, receipt)
                 with self._idle:
@@ -583,9 +625,7 @@ class Producer:
             self._failed += sum(len(b.callbacks) for b in batches)
             self._idle.notify_all()
         for batch in batches:
-            for cb in batch.callbacks:
-                if cb is not None:
-                    cb(None, err)
+            self._settle(batch.callbacks, 0, 0, batch.partition, err)
             if holds_window:
                 self._window.release()
 
@@ -593,20 +633,28 @@ class Producer:
         if receipt.HasField("error"):
             e = receipt.error
             err = errors.from_reason(e.reason, e.message, e.code)
-            for cb in batch.callbacks:
-                if cb is not None:
-                    cb(None, err)
+            self._settle(batch.callbacks, 0, 0, batch.partition, err)
             return False
         # a duplicate (a resend of a stored batch) carries its original's ids (0:0 when the
         # broker no longer knows them: stored once, where is unknown)
-        lid, part = receipt.ledger_id, batch.partition
-        new = tuple.__new__
-        entry = receipt.first_entry_id
-        for cb in batch.callbacks:
-            if cb is not None:
-                cb(new(MessageId, (lid, entry, part)), None)
-            entry += 1 if lid else 0
+        self._settle(batch.callbacks, receipt.ledger_id, receipt.first_entry_id,
+                     batch.partition, None)
         return True
+
+    @staticmethod
+    def _call_back(tokens: list[object], lid: int, entry: int, part: int,
+                   err: Exception | None) -> None:
+        """The default `settle`: each message's callback (send_async's tokens)."""
+        if err is not None:
+            for cb in tokens:
+                if cb is not None:
+                    cast(Callback, cb)(None, err)
+            return
+        new = tuple.__new__
+        for cb in tokens:
+            if cb is not None:
+                cast(Callback, cb)(new(MessageId, (lid, entry, part)), None)
+            entry += 1 if lid else 0
 
 
 def _retriable(receipt: producer_pb2.ProduceReceipt) -> bool:

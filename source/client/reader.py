@@ -31,7 +31,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final, NamedTuple, TypeVar
 
 from shadowtopic.client.admin import Admin, position_pb
@@ -206,6 +206,27 @@ class Reader:
             except queue.Empty:
                 raise errors.Timeout("no message available in time") from None
             self._take(handle, item)
+        return self._pop()
+
+    def poll(self, wake: Callable[[], None] | None = None) -> Message | None:
+        """The next message if one is here, else None without waiting; then `wake()` is
+        called once (on the stream's thread; it must not block) when something came: how the
+        asyncio face waits (source/client/aio/). Raises as `read_next` does."""
+        if self._closed:
+            raise errors.AlreadyClosed("reader is closed")
+        while not self._buffer:
+            if self._error is not None:
+                raise self._error
+            try:
+                handle, item = self._queue.get_nowait()
+            except queue.Empty:
+                if wake is not None:
+                    self._queue.wake_on_put(wake)
+                return None
+            self._take(handle, item)
+        return self._pop()
+
+    def _pop(self) -> Message:
         msg = self._buffer.popleft()
         part = self._parts_by_index[msg.message_id.partition]
         part.last = msg.message_id  # with the partition: compare ledger and entry only

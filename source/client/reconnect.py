@@ -72,7 +72,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from shadowtopic.client.connection import Connection
-from shadowtopic.client.retry import INITIAL_BACKOFF_S, MAX_BACKOFF_S, MIN_ATTEMPT_S
+from shadowtopic.client.retry import MIN_ATTEMPT_S, Backoff
 from shadowtopic.client.stream import Multiplexer
 from shadowtopic.core import errors
 
@@ -118,10 +118,10 @@ class Owner:
 class _Job:
     __slots__ = ("owner", "deadline", "backoff", "why", "running", "again", "attempts")
 
-    def __init__(self, owner: Resumable, deadline: float):
+    def __init__(self, owner: Resumable, deadline: float, backoff: Backoff):
         self.owner = owner
         self.deadline = deadline       # give up after a failed attempt past this
-        self.backoff = INITIAL_BACKOFF_S
+        self.backoff = backoff
         self.why: errors.ShadowTopicError | None = None  # the last error that was no Timeout
         self.running = False
         self.again = False             # another partition broke during the running attempt
@@ -160,7 +160,8 @@ class Reconnector:
                 if job.running:
                     job.again = True
                 return  # queued already: its attempt takes every broken partition
-            job = self._jobs[id(owner)] = _Job(owner, self._clock() + self._operation_timeout)
+            job = self._jobs[id(owner)] = _Job(owner, self._clock() + self._operation_timeout,
+                                                 Backoff(self._rand))
             self._push(job, self._clock())
             if len(self._threads) < self._workers:
                 t = threading.Thread(target=self._run, daemon=True, name="client-reconnect")
@@ -234,12 +235,10 @@ class Reconnector:
             if not reconnectable(err):
                 final = err
             else:
-                pause = min(job.backoff * (0.5 + self._rand() / 2),
-                            job.deadline - now - MIN_ATTEMPT_S)
+                pause = job.backoff.pause(job.deadline - now - MIN_ATTEMPT_S)
                 if not isinstance(err, errors.Timeout):
                     job.why = err
                 if pause >= 0.001:
-                    job.backoff = min(job.backoff * 2, MAX_BACKOFF_S)
                     self._push(job, now + pause)
                     return
                 final = job.why if isinstance(err, errors.Timeout) and job.why else err

@@ -87,6 +87,29 @@ class Deadline:
         return max(MIN_ATTEMPT_S, min(cap, self.left()))
 
 
+class Backoff:
+    """The client's one backoff policy, for every retry and every reconnect (opening and
+    admin calls here, consumers' and readers' reconnects in reconnect.py, a producer's
+    stream in producer.py): pauses of 50 ms doubling to 1 s, each jittered to 50-100% of
+    it so that clients a broker restart disconnected together do not come back together."""
+
+    __slots__ = ("_next", "_rand")
+
+    def __init__(self, rand: Callable[[], float] = random.random):
+        self._next = INITIAL_BACKOFF_S
+        self._rand = rand
+
+    def pause(self, limit: float = MAX_BACKOFF_S) -> float:
+        """The next pause, at most `limit` seconds; the one after is twice as long."""
+        pause = min(self._next * (0.5 + self._rand() / 2), limit)
+        self._next = min(self._next * 2, MAX_BACKOFF_S)
+        return pause
+
+    def reset(self) -> None:
+        """It worked: the next pause is the first again."""
+        self._next = INITIAL_BACKOFF_S
+
+
 class Retry:
     """Runs an attempt until it succeeds, raises an error not to retry, or the operation
     timeout would pass (the module doc says which errors are retried and how)."""
@@ -107,7 +130,7 @@ class Retry:
         its calls)."""
         deadline = Deadline(self.operation_timeout, self._clock)
         start = self._clock()
-        backoff = INITIAL_BACKOFF_S
+        backoff = Backoff(self._rand)
         attempts = 0
         why: errors.ShadowTopicError | None = None  # the last error that was not a Timeout
         while True:
@@ -117,13 +140,11 @@ class Retry:
             except errors.ShadowTopicError as err:
                 if not retry_if(err):
                     raise
-                pause = min(backoff * (0.5 + self._rand() / 2),
-                            deadline.left() - MIN_ATTEMPT_S)
+                pause = backoff.pause(deadline.left() - MIN_ATTEMPT_S)
                 if pause >= 0.001:  # (not a float's crumb of time: the last one was tried)
                     if not isinstance(err, errors.Timeout):
                         why = err
                     self._sleep(pause)
-                    backoff = min(backoff * 2, MAX_BACKOFF_S)
                     continue
                 final = why if isinstance(err, errors.Timeout) and why is not None else err
                 if attempts > 1:

@@ -1,24 +1,25 @@
 """The client's Consumer.Connect stream, shared by all readers and consumers of one Client.
 
 A `Multiplexer` is one stream; each partition of a reader or consumer gets a handle on it,
-and its frames go to that handle's `Sink`. Commands go up batched (individual acks grouped:
-`PendingAcks`); each frame that comes down is a `Delivery`, decoded once per topic partition
-however many handles it names (`Decoded` remembers recent entries across frames).
+and its frames go to that handle's `Sink`. Commands go up batched (individual acks grouped
+into ranges: `acks.PendingAcks`); each frame that comes down is a `Delivery`, decoded once
+per topic partition however many handles it names (`Decoded` remembers recent entries across
+frames).
 
 Closing is deterministic: `Multiplexer.close` returns only once the stream's receive thread
 has ended and gRPC has finished the call (see there why that matters at interpreter exit).
 """
 from __future__ import annotations
 
-import enum
 import itertools
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 import grpc
 
+from shadowtopic.client.acks import ACKS, PendingAcks, Request
 from shadowtopic.client.connection import Connection
 from shadowtopic.client.message import Message
 from shadowtopic.core import errors
@@ -60,11 +61,37 @@ class _Call(Protocol):
 
 class QueueSink(queue.Queue[tuple[int, Any]]):
     """A `Sink` that queues `(handle, Delivery | error)` items for a thread to take (a
-    Reader's, which queues its own wake-ups too)."""
+    Reader's, which queues its own wake-ups too). `wake_on_put(wake)`: call `wake()` once,
+    after the next item is queued (or now, when one is there): how the asyncio face
+    (source/client/aio/) learns without a thread of its own that a read can go on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._wakers: list[Callable[[], None]] = []
+        self._wakers_lock = threading.Lock()
 
     def put_many(self, handles: list[int], delivery: Delivery) -> None:
         for handle in handles:
             self.put((handle, delivery))
+
+    def put(self, item: tuple[int, Any], block: bool = True,
+            timeout: float | None = None) -> None:
+        super().put(item, block, timeout)
+        if self._wakers:  # (read without the lock: a waker added meanwhile checks itself)
+            with self._wakers_lock:
+                wakers, self._wakers = self._wakers, []
+            for wake in wakers:
+                wake()
+
+    def wake_on_put(self, wake: Callable[[], None]) -> None:
+        with self._wakers_lock:
+            self._wakers.append(wake)
+        if not self.empty():  # an item came before the waker was in place
+            with self._wakers_lock:
+                if wake not in self._wakers:
+                    return  # (a put called it already)
+                self._wakers.remove(wake)
+            wake()
 
 
 class Multiplexer:
@@ -73,7 +100,7 @@ class Multiplexer:
     every handle it names (the broker sends an entry once per stream; fan-out is here)."""
 
     def __init__(self, conn: Connection):
-        requests: queue.SimpleQueue[_Request | None] = queue.SimpleQueue()
+        requests: queue.SimpleQueue[Request | None] = queue.SimpleQueue()
         self._requests = requests
         self._sinks: dict[int, Sink] = {}
         self._lock = threading.Lock()
@@ -136,14 +163,14 @@ class Multiplexer:
             raise self._dead
         self._requests.put(cmd)
 
-    def ack(self, handle: int, mid: common_pb2.MessageIdData) -> None:
+    def ack(self, handle: int, ledger: int, entry: int) -> None:
         """An individual ack, grouped with the handle's other acks queued meanwhile into one
         command (Pulsar's client groups acks too): a consumer acking every message sends one
-        Ack with many ids per stream message, not a command per message."""
+        Ack of a few ranges per stream message, not a command per message (acks.py)."""
         if self._dead is not None:
             raise self._dead
-        if self._acks.add(handle, mid):
-            self._requests.put(_ACKS)
+        if self._acks.add(handle, ledger, entry):
+            self._requests.put(ACKS)
 
     def _receive(self) -> None:
         err: Exception = errors.ConnectError("consumer stream ended")
@@ -202,53 +229,6 @@ class Multiplexer:
         self._finished.wait(CLOSE_TIMEOUT_S)
         self._thread.join(CLOSE_TIMEOUT_S)
         self._responses = None
-
-
-class _Marker(enum.Enum):
-    ACKS = 0
-
-
-_ACKS: Final = _Marker.ACKS  # in the request queue: "send the grouped acks here"
-#: what the request queue holds (then None: the end)
-_Request = consumer_pb2.ClientCommand | _Marker
-
-
-class PendingAcks:
-    """Individual acks waiting for the request thread, by handle (thread-safe)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._ids: dict[int, list[common_pb2.MessageIdData]] = {}
-
-    def add(self, handle: int, mid: common_pb2.MessageIdData) -> bool:
-        """Queue an ack; True when the caller must put an `_ACKS` marker in the queue (the
-        first ack since the last expansion)."""
-        with self._lock:
-            first = not self._ids
-            self._ids.setdefault(handle, []).append(mid)
-            return first
-
-    def expand(self, batch: list[_Request]) -> list[consumer_pb2.ClientCommand]:
-        """The batch with its `_ACKS` marker replaced by one Ack command per handle."""
-        out: list[consumer_pb2.ClientCommand] = []
-        for item in batch:
-            if item is not _ACKS:
-                out.append(item)
-                continue
-            with self._lock:
-                pending, self._ids = self._ids, {}
-            # handles acking the same ids (one broadcast message, many subscriptions)
-            # share one command: `also` lists the others
-            same: dict[tuple[tuple[int, int, int], ...], list[int]] = {}
-            ids_of: dict[tuple[tuple[int, int, int], ...], list[common_pb2.MessageIdData]] = {}
-            for h, ids in pending.items():
-                key = tuple((m.partition, m.ledger_id, m.entry_id) for m in ids)
-                same.setdefault(key, []).append(h)
-                ids_of.setdefault(key, ids)
-            out += [consumer_pb2.ClientCommand(handle=hs[0], also=hs[1:],
-                                               ack=consumer_pb2.Ack(ids=ids_of[key]))
-                    for key, hs in same.items()]
-        return out
 
 
 class Decoded:

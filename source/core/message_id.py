@@ -16,6 +16,9 @@ from shadowtopic.core.errors import InvalidMessageId
 from shadowtopic.pb.v1 import common_pb2
 
 _MAX = (1 << 63) - 1
+#: the most entries one acknowledged range (`Ack.ranges`, consumer.proto) may cover: the
+#: client splits longer runs, the broker refuses longer ranges (InvalidMessageId)
+MAX_ACK_RANGE = 1 << 20
 
 
 class MessageId(NamedTuple):

@@ -177,6 +177,37 @@ class CursorState:
             self.normalize(next_after)
         return newly
 
+    def ack_ranges(self, ranges: Iterable[tuple[int, int]],
+                   next_after: NextAfter | None = None) -> bool:
+        """Acknowledge inclusive ranges of packed positions, `(first, last)` with first <=
+        last (the caller checks), each as one insertion whatever its length; True when
+        anything was not acknowledged before."""
+        changed = touched_first = False
+        for first, last in ranges:
+            if last <= self._md:
+                continue
+            first = max(first, self._md + 1)
+            r = self._r
+            if r is None:
+                if first == self._md + 1:  # the common case: right after the mark-delete
+                    self._md = last
+                    changed = True
+                    continue
+            else:
+                i = bisect_right(r, first)
+                if i & 1 and last < r[i]:
+                    continue  # inside one acknowledged range already
+            touched_first |= self._insert(first, last + 1) == 0
+            changed = True
+        if touched_first:
+            self.normalize(next_after)
+        return changed
+
+    def acked_from(self, p: int) -> bool:
+        """Some position at or after packed `p` is acknowledged individually (False: the
+        entries of a read from `p` on need no `is_acked` filter)."""
+        return p <= self._md or (self._r is not None and self._r[-1] > p)
+
     def ack_cumulative(self, mid: MessageId, next_after: NextAfter | None = None) -> bool:
         """Acknowledge everything up to and including `mid`; True if the mark-delete moved."""
         p = pack(mid)

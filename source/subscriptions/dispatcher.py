@@ -81,10 +81,12 @@ class Dispatched(Member, Replayer, Protocol):
 
 def unacked_of(cursor: CursorState, entries: list[ReadEntry]) -> tuple[list[int], list[int]]:
     """The entries' packed positions, and the indexes of those not acknowledged
-    individually above the mark-delete (after a restart or a seek): the others are skipped."""
+    individually above the mark-delete (after a restart or a seek): the others are skipped.
+    (No filter when nothing from the first entry on is acknowledged: the usual case, where
+    only entries sent before are acknowledged, below the read position.)"""
     ps = [(e.ledger_id << 64) + e.entry_id for e in entries]
     keep = list(range(len(entries)))
-    if cursor.holes:
+    if cursor.holes and ps and cursor.acked_from(min(ps)):
         acked = cursor.is_acked_packed
         keep = [i for i in keep if not acked(ps[i])]
     return ps, keep

@@ -6,6 +6,8 @@ stand-in for the Shared / Key_Shared structures of subscriptions that never use 
 """
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Iterator
+
 
 class Positions(dict):
     """A set of packed positions held as a dict's keys: empty, it is 64 bytes where a set is
@@ -22,6 +24,20 @@ class Positions(dict):
     def difference_update(self, ps) -> None:
         for p in ps:
             self.pop(p, None)
+
+
+def in_ranges(ranges: Iterable[tuple[int, int]], *held: Collection[int]) -> Iterator[int]:
+    """The positions of the inclusive `(first, last)` ranges that may be in any of `held`
+    (acknowledged ranges meeting what a subscription holds, counts or waits to redeliver):
+    a range is walked when it is shorter than what is held, else what is held is scanned,
+    so a long range costs what is held, never its length. (May repeat a position.)"""
+    size = sum(len(h) for h in held)
+    for first, last in ranges:
+        if last - first < size:
+            yield from range(first, last + 1)
+        else:
+            for h in held:
+                yield from [p for p in h if first <= p <= last]
 
 
 class _Unused(Positions):

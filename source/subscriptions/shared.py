@@ -184,7 +184,7 @@ class SharedDispatcher(Dispatcher):
         for p in ps:
             h = holder.pop(p, None)
             if h is not None:
-                h.pending.discard(p)
+                h.pending.pop(p, None)  # (`Positions.discard`, without its call: per ack)
             if counts:
                 counts.pop(p, None)
             if redo and p in redo:

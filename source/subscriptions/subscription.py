@@ -55,7 +55,7 @@ from shadowtopic.read.engine import Counters, Frames, TopicReaders
 from shadowtopic.subscriptions.consumer import SubConsumer
 from shadowtopic.subscriptions.dispatcher import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, Dispatcher
 from shadowtopic.subscriptions.key_shared import KeySharedDispatcher
-from shadowtopic.subscriptions.positions import UNUSED
+from shadowtopic.subscriptions.positions import UNUSED, in_ranges
 from shadowtopic.subscriptions.shared import SharedDispatcher
 from shadowtopic.subscriptions.single_active import ExclusiveDispatcher, FailoverDispatcher
 
@@ -250,39 +250,51 @@ class Subscription:
 
     # ---- acknowledgements and redelivery ---------------------------------------------------
 
-    def ack(self, c: SubConsumer[Subscription] | None, ps: list[int], cumulative: bool
-            ) -> None:
-        """Acknowledge packed positions (`pack`), individually or up to the highest. Ids of
-        entries not written yet are refused (`InvalidArgument`, the others are acked):
-        acknowledging them would skip those messages once they are written."""
+    def ack(self, c: SubConsumer[Subscription] | None, ps: list[int], cumulative: bool,
+            ranges: list[tuple[int, int]] | tuple[()] = ()) -> None:
+        """Acknowledge packed positions (`pack`) and inclusive packed `(first, last)` ranges
+        (of one ledger each, checked by the caller), individually or up to the highest. Ids
+        of entries not written yet are refused (`InvalidArgument`, the others are acked):
+        acknowledging them would skip those messages once they are written. A range is one
+        insertion into the cursor, and releases only what is held within it."""
         end = pack(self.view.next_position())
         future = [p for p in ps if p >= end]
         if future:
             ps = [p for p in ps if p < end]
+        if ranges and max(b for _a, b in ranges) >= end:
+            future += [max(a, end) for a, b in ranges if b >= end]  # (for the error's text)
+            ranges = [(a, min(b, end - 1)) for a, b in ranges if a < end]
         try:
-            self._ack(ps, cumulative)
+            self._ack(ps, cumulative, ranges)
         finally:
             if future:
                 raise errors.InvalidArgument(
-                    f"ack of {len(future)} ids not written yet (e.g. {unpack(max(future))}) "
-                    f"on subscription {self.name}: ignored")
+                    f"ack of ids not written yet (e.g. {unpack(max(future))}; the next is "
+                    f"{unpack(end)}) on subscription {self.name}: those ignored")
 
-    def _ack(self, ps: list[int], cumulative: bool) -> None:
+    def _ack(self, ps: list[int], cumulative: bool,
+             ranges: list[tuple[int, int]] | tuple[()] = ()) -> None:
         d = self.dispatcher
         if cumulative:
             if not d.cumulative_acks:
                 raise errors.NotAllowed(f"cumulative ack is not allowed on {self.type} "
                                         f"subscription {self.name}")
-            if not ps:
+            if not ps and not ranges:
                 return
-            top = max(ps)
+            top = max(chain(ps, (b for _a, b in ranges)))
             self.cursor.ack_cumulative(unpack(top), self.next_after)
             if self.counts:
                 self.counts = {p: n for p, n in self.counts.items() if p > top}
         else:
-            self.cursor.ack_packed(ps, self.next_after)
+            if ps:
+                self.cursor.ack_packed(ps, self.next_after)
+            if ranges:
+                self.cursor.ack_ranges(ranges, self.next_after)
             if d.holder or self.counts:
-                d.release(ps)
+                if ps:
+                    d.release(ps)
+                if ranges:
+                    d.release(in_ranges(ranges, d.holder, self.counts, d.redo))
         if d.redo and self.topic is not None:
             self.topic.wake()  # Key_Shared: acks may release entries held for a joiner
         self.ts.changed(self)

@@ -238,11 +238,22 @@ class TopicSubscriptions:
     def ack(self, c: Consumer, ids: list[MessageId], cumulative: bool) -> None:
         self.ack_packed(c, [pack(m) for m in ids], cumulative)
 
-    def ack_packed(self, c: Consumer, ps: list[int], cumulative: bool) -> None:
-        """`ack` of packed positions (`shadowtopic.cursors.state.pack`), as the service sends."""
-        self._live(c).ack(c, ps, cumulative)
+    def ack_packed(self, c: Consumer, ps: list[int], cumulative: bool,
+                   ranges: list[tuple[int, int]] | tuple[()] = ()) -> None:
+        """`ack` of packed positions (`shadowtopic.cursors.state.pack`) and inclusive packed
+        `(first, last)` ranges of one ledger each, as the service sends."""
+        self._live(c).ack(c, ps, cumulative, ranges)
 
-    def ack_many(self, consumers: list[Consumer], ps: list[int], cumulative: bool
+    async def persist_acks(self, c: Consumer) -> None:
+        """Write the cursor of `c`'s subscription now, with the acks applied so far (an
+        ack that wants a receipt); concurrent calls share a write (`_persist`). Still
+        written when `c` closed after its ack."""
+        if c.sub is None:
+            raise errors.AlreadyClosed("consumer is closed")
+        await self._persist(c.sub)
+
+    def ack_many(self, consumers: list[Consumer], ps: list[int], cumulative: bool,
+                 ranges: list[tuple[int, int]] | tuple[()] = ()
                  ) -> list[tuple[Consumer, Exception]]:
         """`ack_packed` of the same positions by many consumers (one broadcast message
         acknowledged by thousands of subscriptions); returns those that failed, with why.
@@ -250,7 +261,8 @@ class TopicSubscriptions:
         held, nothing counted) costs a few operations, not a call chain."""
         failed: list[tuple[Consumer, Exception]] = []
         end = pack(self.view.next_position())
-        one = ps[0] if len(ps) == 1 and not cumulative and ps[0] < end else None
+        one = (ps[0] if len(ps) == 1 and not cumulative and not ranges and ps[0] < end
+               else None)
         dirty: list[Subscription] = []
         for c in consumers:
             sub = c.sub
@@ -262,7 +274,7 @@ class TopicSubscriptions:
                     if sub.cursor.ack_packed(ps, sub.next_after):
                         dirty.append(sub)
                 else:
-                    sub.ack(c, ps, cumulative)
+                    sub.ack(c, ps, cumulative, ranges)
             except Exception as exc:  # noqa: BLE001 - per consumer: the others go on
                 failed.append((c, exc))
         if dirty and self.closed is None:

@@ -32,6 +32,12 @@ def status(reason: str, message: str = "", code: str = "FAILED_PRECONDITION",
                                   details=details)
 
 
+def acked(ack: consumer_pb2.Ack) -> list[tuple[int, int]]:
+    """Every (ledger, entry) an Ack names, by id or in a range (the client sends ranges)."""
+    return [(i.ledger_id, i.entry_id) for i in ack.ids] + [
+        (r.ledger_id, e) for r in ack.ranges for e in range(r.first_entry, r.last_entry + 1)]
+
+
 def event_frame(handle: int, **event) -> consumer_pb2.ServerFrame:
     return consumer_pb2.ServerFrame(handles=[handle], event=consumer_pb2.Event(**event))
 

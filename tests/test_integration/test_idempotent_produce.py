@@ -97,7 +97,7 @@ def test_a_batch_resent_after_it_was_stored_but_before_its_receipt_is_stored_onc
             with c.create_producer(topic) as p:
                 got: list = []
                 p.send_async(b"once", callback=lambda mid, exc: got.append((mid, exc)))
-                p._flush_open()  # send it now (no linger)
+                p.flush_nowait()  # send it now (no linger)
                 assert b.proc.wait(30) == -signal.SIGKILL
                 b.env = None
                 b.start(timeout=60)

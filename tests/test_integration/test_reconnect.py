@@ -2,12 +2,14 @@
 kill -9 and restart of their broker (same data dir, same port) a reader reads every message
 exactly once and in order, a durable consumer gets every message at least once and never
 again one it acknowledged, a shadow topic's consumer carries on across a restart of its
-shadow broker, and with the broker left down `receive` raises a retriable typed error."""
+shadow broker (those two through `Client` and `AsyncClient` alike), and with the broker left
+down `receive` raises a retriable typed error."""
 from __future__ import annotations
 
 import time
 
 import pytest
+from support.faces import make_client
 from support.waiting import wait_for
 
 from shadowtopic.client import Client
@@ -62,15 +64,16 @@ def test_a_reader_reads_everything_once_in_order_across_two_kill_9_restarts(brok
 
 
 @pytest.mark.own_broker
+@pytest.mark.parametrize("face", ["sync", "async"])
 def test_a_durable_consumer_carries_on_across_kill_9_and_ends_with_everything_acked(
-        broker, topic):
+        broker, topic, face):
     total = 300
     with Client(broker.url, timeout=20) as admin:
         admin.admin.create_topic(topic)
     produce(broker.url, topic, [f"m{i}" for i in range(total)])
     seen: list[str] = []
     acked_before: set[str] = set()
-    with Client(broker.url, timeout=20, operation_timeout=RECONNECT_S) as c:
+    with make_client(face, broker.url, timeout=20, operation_timeout=RECONNECT_S) as c:
         consumer = c.subscribe(topic, "sub", initial_position="earliest",
                                receiver_queue_size=20)
         for _ in range(150):
@@ -104,8 +107,9 @@ def test_a_durable_consumer_carries_on_across_kill_9_and_ends_with_everything_ac
         consumer.close()
 
 
+@pytest.mark.parametrize("face", ["sync", "async"])
 def test_a_shadow_topics_consumer_carries_on_across_a_shadow_broker_restart(
-        start_pair, topic):
+        start_pair, topic, face):
     src, sh = start_pair()
     shadow = f"{topic}-shadow"
     with Client(src.url, timeout=20) as admin:
@@ -113,7 +117,7 @@ def test_a_shadow_topics_consumer_carries_on_across_a_shadow_broker_restart(
         admin.admin.create_shadow_topic(shadow, topic)
     produce(src.url, topic, [f"m{i}" for i in range(50)])
     got: set[str] = set()
-    with Client(src.url, timeout=20, operation_timeout=RECONNECT_S) as c:
+    with make_client(face, src.url, timeout=20, operation_timeout=RECONNECT_S) as c:
         consumer = c.subscribe(shadow, "audit", initial_position="earliest")
         for _ in range(50):
             m = consumer.receive(timeout=RECONNECT_S)

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from shadowtopic.pb.v1 import common_pb2 as shadowtopic_dot_pb_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n shadowtopic/pb/v1/consumer.proto\x12\x0eshadowtopic.v1\x1a\x1eshadowtopic/pb/v1/common.proto\"@\n\rClientMessage\x12/\n\x08\x63ommands\x18\x01 \x03(\x0b\x32\x1d.shadowtopic.v1.ClientCommand\"<\n\rServerMessage\x12+\n\x06\x66rames\x18\x01 \x03(\x0b\x32\x1b.shadowtopic.v1.ServerFrame\"\x9e\x03\n\rClientCommand\x12\x0e\n\x06handle\x18\x01 \x01(\x04\x12.\n\tsubscribe\x18\x02 \x01(\x0b\x32\x19.shadowtopic.v1.SubscribeH\x00\x12$\n\x04\x66low\x18\x03 \x01(\x0b\x32\x14.shadowtopic.v1.FlowH\x00\x12\"\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x13.shadowtopic.v1.AckH\x00\x12$\n\x04nack\x18\x05 \x01(\x0b\x32\x14.shadowtopic.v1.NackH\x00\x12$\n\x04seek\x18\x06 \x01(\x0b\x32\x14.shadowtopic.v1.SeekH\x00\x12\x32\n\x0bunsubscribe\x18\x07 \x01(\x0b\x32\x1b.shadowtopic.v1.UnsubscribeH\x00\x12,\n\x05\x63lose\x18\x08 \x01(\x0b\x32\x1b.shadowtopic.v1.CloseHandleH\x00\x12<\n\tredeliver\x18\t \x01(\x0b\x32\'.shadowtopic.v1.RedeliverUnacknowledgedH\x00\x12\x0c\n\x04\x61lso\x18\n \x03(\x04\x42\t\n\x07\x63ommand\"\xe8\x01\n\tSubscribe\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12.\n\x04type\x18\x03 \x01(\x0e\x32 .shadowtopic.v1.SubscriptionType\x12,\n\x05start\x18\x04 \x01(\x0b\x32\x1d.shadowtopic.v1.StartPosition\x12\x17\n\x0fstart_inclusive\x18\x05 \x01(\x08\x12\x16\n\x0eread_compacted\x18\x06 \x01(\x08\x12\x15\n\rconsumer_name\x18\x07 \x01(\t\x12\x10\n\x08priority\x18\x08 \x01(\x05\"\x17\n\x04\x46low\x12\x0f\n\x07permits\x18\x01 \x01(\r\"E\n\x03\x41\x63k\x12*\n\x03ids\x18\x01 \x03(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x12\n\ncumulative\x18\x02 \x01(\x08\"D\n\x04Nack\x12*\n\x03ids\x18\x01 \x03(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x10\n\x08\x64\x65lay_ms\x18\x02 \x01(\r\"7\n\x04Seek\x12/\n\x08position\x18\x01 \x01(\x0b\x32\x1d.shadowtopic.v1.StartPosition\"\r\n\x0bUnsubscribe\"\r\n\x0b\x43loseHandle\"\x19\n\x17RedeliverUnacknowledged\"\xa5\x01\n\x0bServerFrame\x12\x0f\n\x07handles\x18\x01 \x03(\x04\x12-\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1c.shadowtopic.v1.EncodedEntry\x12$\n\x05\x65vent\x18\x03 \x01(\x0b\x32\x15.shadowtopic.v1.Event\x12\x30\n\x0credeliveries\x18\x04 \x03(\x0b\x32\x1a.shadowtopic.v1.Redelivery\"@\n\nRedelivery\x12\x0e\n\x06handle\x18\x01 \x01(\x04\x12\x13\n\x0b\x65ntry_index\x18\x02 \x01(\r\x12\r\n\x05\x63ount\x18\x03 \x01(\r\"\xfd\x02\n\x05\x45vent\x12\x30\n\nsubscribed\x18\x01 \x01(\x0b\x32\x1a.shadowtopic.v1.SubscribedH\x00\x12H\n\x17\x61\x63tive_consumer_changed\x18\x02 \x01(\x0b\x32%.shadowtopic.v1.ActiveConsumerChangedH\x00\x12\x32\n\x0c\x65nd_of_topic\x18\x03 \x01(\x0b\x32\x1a.shadowtopic.v1.EndOfTopicH\x00\x12,\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x1b.shadowtopic.v1.ErrorStatusH\x00\x12-\n\tseek_done\x18\x05 \x01(\x0b\x32\x18.shadowtopic.v1.SeekDoneH\x00\x12.\n\x06\x63losed\x18\x06 \x01(\x0b\x32\x1c.shadowtopic.v1.HandleClosedH\x00\x12.\n\x07warning\x18\x07 \x01(\x0b\x32\x1b.shadowtopic.v1.ErrorStatusH\x00\x42\x07\n\x05\x65vent\"\x95\x01\n\nSubscribed\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x36\n\x0flast_message_id\x18\x02 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12/\n\x08position\x18\x03 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x0f\n\x07\x63reated\x18\x04 \x01(\x08\"*\n\x15\x41\x63tiveConsumerChanged\x12\x11\n\tis_active\x18\x01 \x01(\x08\"\x0c\n\nEndOfTopic\"^\n\x08SeekDone\x12/\n\x08position\x18\x01 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x0f\n\x07\x63lamped\x18\x02 \x01(\x08\x12\x10\n\x08\x62y_admin\x18\x03 \x01(\x08\"\x0e\n\x0cHandleClosed*K\n\x10SubscriptionType\x12\r\n\tEXCLUSIVE\x10\x00\x12\n\n\x06SHARED\x10\x01\x12\x0c\n\x08\x46\x41ILOVER\x10\x02\x12\x0e\n\nKEY_SHARED\x10\x03\x32W\n\x08\x43onsumer\x12K\n\x07\x43onnect\x12\x1d.shadowtopic.v1.ClientMessage\x1a\x1d.shadowtopic.v1.ServerMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n shadowtopic/pb/v1/consumer.proto\x12\x0eshadowtopic.v1\x1a\x1eshadowtopic/pb/v1/common.proto\"@\n\rClientMessage\x12/\n\x08\x63ommands\x18\x01 \x03(\x0b\x32\x1d.shadowtopic.v1.ClientCommand\"<\n\rServerMessage\x12+\n\x06\x66rames\x18\x01 \x03(\x0b\x32\x1b.shadowtopic.v1.ServerFrame\"\x9e\x03\n\rClientCommand\x12\x0e\n\x06handle\x18\x01 \x01(\x04\x12.\n\tsubscribe\x18\x02 \x01(\x0b\x32\x19.shadowtopic.v1.SubscribeH\x00\x12$\n\x04\x66low\x18\x03 \x01(\x0b\x32\x14.shadowtopic.v1.FlowH\x00\x12\"\n\x03\x61\x63k\x18\x04 \x01(\x0b\x32\x13.shadowtopic.v1.AckH\x00\x12$\n\x04nack\x18\x05 \x01(\x0b\x32\x14.shadowtopic.v1.NackH\x00\x12$\n\x04seek\x18\x06 \x01(\x0b\x32\x14.shadowtopic.v1.SeekH\x00\x12\x32\n\x0bunsubscribe\x18\x07 \x01(\x0b\x32\x1b.shadowtopic.v1.UnsubscribeH\x00\x12,\n\x05\x63lose\x18\x08 \x01(\x0b\x32\x1b.shadowtopic.v1.CloseHandleH\x00\x12<\n\tredeliver\x18\t \x01(\x0b\x32\'.shadowtopic.v1.RedeliverUnacknowledgedH\x00\x12\x0c\n\x04\x61lso\x18\n \x03(\x04\x42\t\n\x07\x63ommand\"\xe8\x01\n\tSubscribe\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12.\n\x04type\x18\x03 \x01(\x0e\x32 .shadowtopic.v1.SubscriptionType\x12,\n\x05start\x18\x04 \x01(\x0b\x32\x1d.shadowtopic.v1.StartPosition\x12\x17\n\x0fstart_inclusive\x18\x05 \x01(\x08\x12\x16\n\x0eread_compacted\x18\x06 \x01(\x08\x12\x15\n\rconsumer_name\x18\x07 \x01(\t\x12\x10\n\x08priority\x18\x08 \x01(\x05\"\x17\n\x04\x46low\x12\x0f\n\x07permits\x18\x01 \x01(\r\"\x83\x01\n\x03\x41\x63k\x12*\n\x03ids\x18\x01 \x03(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x12\n\ncumulative\x18\x02 \x01(\x08\x12(\n\x06ranges\x18\x03 \x03(\x0b\x32\x18.shadowtopic.v1.AckRange\x12\x12\n\nrequest_id\x18\x04 \x01(\x04\"F\n\x08\x41\x63kRange\x12\x11\n\tledger_id\x18\x01 \x01(\x04\x12\x13\n\x0b\x66irst_entry\x18\x02 \x01(\x04\x12\x12\n\nlast_entry\x18\x03 \x01(\x04\"D\n\x04Nack\x12*\n\x03ids\x18\x01 \x03(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x10\n\x08\x64\x65lay_ms\x18\x02 \x01(\r\"7\n\x04Seek\x12/\n\x08position\x18\x01 \x01(\x0b\x32\x1d.shadowtopic.v1.StartPosition\"\r\n\x0bUnsubscribe\"\r\n\x0b\x43loseHandle\"\x19\n\x17RedeliverUnacknowledged\"\xa5\x01\n\x0bServerFrame\x12\x0f\n\x07handles\x18\x01 \x03(\x04\x12-\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1c.shadowtopic.v1.EncodedEntry\x12$\n\x05\x65vent\x18\x03 \x01(\x0b\x32\x15.shadowtopic.v1.Event\x12\x30\n\x0credeliveries\x18\x04 \x03(\x0b\x32\x1a.shadowtopic.v1.Redelivery\"@\n\nRedelivery\x12\x0e\n\x06handle\x18\x01 \x01(\x04\x12\x13\n\x0b\x65ntry_index\x18\x02 \x01(\r\x12\r\n\x05\x63ount\x18\x03 \x01(\r\"\xb0\x03\n\x05\x45vent\x12\x30\n\nsubscribed\x18\x01 \x01(\x0b\x32\x1a.shadowtopic.v1.SubscribedH\x00\x12H\n\x17\x61\x63tive_consumer_changed\x18\x02 \x01(\x0b\x32%.shadowtopic.v1.ActiveConsumerChangedH\x00\x12\x32\n\x0c\x65nd_of_topic\x18\x03 \x01(\x0b\x32\x1a.shadowtopic.v1.EndOfTopicH\x00\x12,\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x1b.shadowtopic.v1.ErrorStatusH\x00\x12-\n\tseek_done\x18\x05 \x01(\x0b\x32\x18.shadowtopic.v1.SeekDoneH\x00\x12.\n\x06\x63losed\x18\x06 \x01(\x0b\x32\x1c.shadowtopic.v1.HandleClosedH\x00\x12.\n\x07warning\x18\x07 \x01(\x0b\x32\x1b.shadowtopic.v1.ErrorStatusH\x00\x12\x31\n\x0b\x61\x63k_receipt\x18\x08 \x01(\x0b\x32\x1a.shadowtopic.v1.AckReceiptH\x00\x42\x07\n\x05\x65vent\" \n\nAckReceipt\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\"\x95\x01\n\nSubscribed\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x36\n\x0flast_message_id\x18\x02 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12/\n\x08position\x18\x03 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x0f\n\x07\x63reated\x18\x04 \x01(\x08\"*\n\x15\x41\x63tiveConsumerChanged\x12\x11\n\tis_active\x18\x01 \x01(\x08\"\x0c\n\nEndOfTopic\"^\n\x08SeekDone\x12/\n\x08position\x18\x01 \x01(\x0b\x32\x1d.shadowtopic.v1.MessageIdData\x12\x0f\n\x07\x63lamped\x18\x02 \x01(\x08\x12\x10\n\x08\x62y_admin\x18\x03 \x01(\x08\"\x0e\n\x0cHandleClosed*K\n\x10SubscriptionType\x12\r\n\tEXCLUSIVE\x10\x00\x12\n\n\x06SHARED\x10\x01\x12\x0c\n\x08\x46\x41ILOVER\x10\x02\x12\x0e\n\nKEY_SHARED\x10\x03\x32W\n\x08\x43onsumer\x12K\n\x07\x43onnect\x12\x1d.shadowtopic.v1.ClientMessage\x1a\x1d.shadowtopic.v1.ServerMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'shadowtopic.pb.v1.consumer_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SUBSCRIPTIONTYPE']._serialized_start=2084
-  _globals['_SUBSCRIPTIONTYPE']._serialized_end=2159
+  _globals['_SUBSCRIPTIONTYPE']._serialized_start=2304
+  _globals['_SUBSCRIPTIONTYPE']._serialized_end=2379
   _globals['_CLIENTMESSAGE']._serialized_start=84
   _globals['_CLIENTMESSAGE']._serialized_end=148
   _globals['_SERVERMESSAGE']._serialized_start=150
@@ -44,34 +44,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SUBSCRIBE']._serialized_end=862
   _globals['_FLOW']._serialized_start=864
   _globals['_FLOW']._serialized_end=887
-  _globals['_ACK']._serialized_start=889
-  _globals['_ACK']._serialized_end=958
-  _globals['_NACK']._serialized_start=960
-  _globals['_NACK']._serialized_end=1028
-  _globals['_SEEK']._serialized_start=1030
-  _globals['_SEEK']._serialized_end=1085
-  _globals['_UNSUBSCRIBE']._serialized_start=1087
-  _globals['_UNSUBSCRIBE']._serialized_end=1100
-  _globals['_CLOSEHANDLE']._serialized_start=1102
-  _globals['_CLOSEHANDLE']._serialized_end=1115
-  _globals['_REDELIVERUNACKNOWLEDGED']._serialized_start=1117
-  _globals['_REDELIVERUNACKNOWLEDGED']._serialized_end=1142
-  _globals['_SERVERFRAME']._serialized_start=1145
-  _globals['_SERVERFRAME']._serialized_end=1310
-  _globals['_REDELIVERY']._serialized_start=1312
-  _globals['_REDELIVERY']._serialized_end=1376
-  _globals['_EVENT']._serialized_start=1379
-  _globals['_EVENT']._serialized_end=1760
-  _globals['_SUBSCRIBED']._serialized_start=1763
-  _globals['_SUBSCRIBED']._serialized_end=1912
-  _globals['_ACTIVECONSUMERCHANGED']._serialized_start=1914
-  _globals['_ACTIVECONSUMERCHANGED']._serialized_end=1956
-  _globals['_ENDOFTOPIC']._serialized_start=1958
-  _globals['_ENDOFTOPIC']._serialized_end=1970
-  _globals['_SEEKDONE']._serialized_start=1972
-  _globals['_SEEKDONE']._serialized_end=2066
-  _globals['_HANDLECLOSED']._serialized_start=2068
-  _globals['_HANDLECLOSED']._serialized_end=2082
-  _globals['_CONSUMER']._serialized_start=2161
-  _globals['_CONSUMER']._serialized_end=2248
+  _globals['_ACK']._serialized_start=890
+  _globals['_ACK']._serialized_end=1021
+  _globals['_ACKRANGE']._serialized_start=1023
+  _globals['_ACKRANGE']._serialized_end=1093
+  _globals['_NACK']._serialized_start=1095
+  _globals['_NACK']._serialized_end=1163
+  _globals['_SEEK']._serialized_start=1165
+  _globals['_SEEK']._serialized_end=1220
+  _globals['_UNSUBSCRIBE']._serialized_start=1222
+  _globals['_UNSUBSCRIBE']._serialized_end=1235
+  _globals['_CLOSEHANDLE']._serialized_start=1237
+  _globals['_CLOSEHANDLE']._serialized_end=1250
+  _globals['_REDELIVERUNACKNOWLEDGED']._serialized_start=1252
+  _globals['_REDELIVERUNACKNOWLEDGED']._serialized_end=1277
+  _globals['_SERVERFRAME']._serialized_start=1280
+  _globals['_SERVERFRAME']._serialized_end=1445
+  _globals['_REDELIVERY']._serialized_start=1447
+  _globals['_REDELIVERY']._serialized_end=1511
+  _globals['_EVENT']._serialized_start=1514
+  _globals['_EVENT']._serialized_end=1946
+  _globals['_ACKRECEIPT']._serialized_start=1948
+  _globals['_ACKRECEIPT']._serialized_end=1980
+  _globals['_SUBSCRIBED']._serialized_start=1983
+  _globals['_SUBSCRIBED']._serialized_end=2132
+  _globals['_ACTIVECONSUMERCHANGED']._serialized_start=2134
+  _globals['_ACTIVECONSUMERCHANGED']._serialized_end=2176
+  _globals['_ENDOFTOPIC']._serialized_start=2178
+  _globals['_ENDOFTOPIC']._serialized_end=2190
+  _globals['_SEEKDONE']._serialized_start=2192
+  _globals['_SEEKDONE']._serialized_end=2286
+  _globals['_HANDLECLOSED']._serialized_start=2288
+  _globals['_HANDLECLOSED']._serialized_end=2302
+  _globals['_CONSUMER']._serialized_start=2381
+  _globals['_CONSUMER']._serialized_end=2468
 # @@protoc_insertion_point(module_scope)

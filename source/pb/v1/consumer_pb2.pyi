@@ -82,12 +82,26 @@ class Flow(_message.Message):
     def __init__(self, permits: _Optional[int] = ...) -> None: ...
 
 class Ack(_message.Message):
-    __slots__ = ("ids", "cumulative")
+    __slots__ = ("ids", "cumulative", "ranges", "request_id")
     IDS_FIELD_NUMBER: _ClassVar[int]
     CUMULATIVE_FIELD_NUMBER: _ClassVar[int]
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedCompositeFieldContainer[_common_pb2.MessageIdData]
     cumulative: bool
-    def __init__(self, ids: _Optional[_Iterable[_Union[_common_pb2.MessageIdData, _Mapping]]] = ..., cumulative: _Optional[bool] = ...) -> None: ...
+    ranges: _containers.RepeatedCompositeFieldContainer[AckRange]
+    request_id: int
+    def __init__(self, ids: _Optional[_Iterable[_Union[_common_pb2.MessageIdData, _Mapping]]] = ..., cumulative: _Optional[bool] = ..., ranges: _Optional[_Iterable[_Union[AckRange, _Mapping]]] = ..., request_id: _Optional[int] = ...) -> None: ...
+
+class AckRange(_message.Message):
+    __slots__ = ("ledger_id", "first_entry", "last_entry")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ENTRY_FIELD_NUMBER: _ClassVar[int]
+    LAST_ENTRY_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    first_entry: int
+    last_entry: int
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry: _Optional[int] = ..., last_entry: _Optional[int] = ...) -> None: ...
 
 class Nack(_message.Message):
     __slots__ = ("ids", "delay_ms")
@@ -138,7 +152,7 @@ class Redelivery(_message.Message):
     def __init__(self, handle: _Optional[int] = ..., entry_index: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
 
 class Event(_message.Message):
-    __slots__ = ("subscribed", "active_consumer_changed", "end_of_topic", "error", "seek_done", "closed", "warning")
+    __slots__ = ("subscribed", "active_consumer_changed", "end_of_topic", "error", "seek_done", "closed", "warning", "ack_receipt")
     SUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_CONSUMER_CHANGED_FIELD_NUMBER: _ClassVar[int]
     END_OF_TOPIC_FIELD_NUMBER: _ClassVar[int]
@@ -146,6 +160,7 @@ class Event(_message.Message):
     SEEK_DONE_FIELD_NUMBER: _ClassVar[int]
     CLOSED_FIELD_NUMBER: _ClassVar[int]
     WARNING_FIELD_NUMBER: _ClassVar[int]
+    ACK_RECEIPT_FIELD_NUMBER: _ClassVar[int]
     subscribed: Subscribed
     active_consumer_changed: ActiveConsumerChanged
     end_of_topic: EndOfTopic
@@ -153,7 +168,14 @@ class Event(_message.Message):
     seek_done: SeekDone
     closed: HandleClosed
     warning: _common_pb2.ErrorStatus
-    def __init__(self, subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., active_consumer_changed: _Optional[_Union[ActiveConsumerChanged, _Mapping]] = ..., end_of_topic: _Optional[_Union[EndOfTopic, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., seek_done: _Optional[_Union[SeekDone, _Mapping]] = ..., closed: _Optional[_Union[HandleClosed, _Mapping]] = ..., warning: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ...) -> None: ...
+    ack_receipt: AckReceipt
+    def __init__(self, subscribed: _Optional[_Union[Subscribed, _Mapping]] = ..., active_consumer_changed: _Optional[_Union[ActiveConsumerChanged, _Mapping]] = ..., end_of_topic: _Optional[_Union[EndOfTopic, _Mapping]] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., seek_done: _Optional[_Union[SeekDone, _Mapping]] = ..., closed: _Optional[_Union[HandleClosed, _Mapping]] = ..., warning: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., ack_receipt: _Optional[_Union[AckReceipt, _Mapping]] = ...) -> None: ...
+
+class AckReceipt(_message.Message):
+    __slots__ = ("request_id",)
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    def __init__(self, request_id: _Optional[int] = ...) -> None: ...
 
 class Subscribed(_message.Message):
     __slots__ = ("topic", "last_message_id", "position", "created")

@@ -10,6 +10,7 @@ from shadowtopic.client.retry import (
     INITIAL_BACKOFF_S,
     MAX_BACKOFF_S,
     MIN_ATTEMPT_S,
+    Backoff,
     Deadline,
     Retry,
     not_applied,
@@ -192,3 +193,14 @@ def test_only_timeouts_raise_the_timeout():
         raise errors.Timeout("no answer in time")
     with pytest.raises(errors.Timeout):
         retry(3, clock).run(attempt)
+
+
+def test_one_backoff_policy_doubles_to_its_cap_jittered_and_starts_over_after_a_reset():
+    """`Backoff` is every retry's and reconnect's (retry.py, reconnect.py, producer.py)."""
+    draws = iter([1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    backoff = Backoff(lambda: next(draws))
+    pauses = [backoff.pause() for _ in range(7)]
+    assert pauses == pytest.approx([0.05, 0.1, 0.1, 0.4, 0.8, 1.0, 1.0])  # 3rd: rand 0, half
+    assert backoff.pause(limit=0.25) == 0.25  # cut to what is left of the operation
+    backoff.reset()
+    assert backoff.pause() == pytest.approx(INITIAL_BACKOFF_S)

@@ -7,7 +7,9 @@ import shadowtopic.client as client
 
 
 def test_public_names_are_pinned():
-    assert sorted(client.__all__) == ["Admin", "Client", "CompactionStatus", "Consumer",
+    assert sorted(client.__all__) == ["Admin", "AsyncAdmin", "AsyncClient", "AsyncConsumer",
+                                      "AsyncProducer", "AsyncReader", "AsyncTableView",
+                                      "Client", "CompactionStatus", "Consumer",
                                       "DeadLetterPolicy", "EARLIEST", "LATEST",
                                       "Message", "MessageId", "Policies", "Producer", "Reader",
                                       "SeekResult", "TableView", "TopicMetadata", "errors"]
@@ -20,15 +22,19 @@ def test_client_methods_are_pinned():
     assert public == {"close", "create_producer", "create_reader", "subscribe", "subscribe_many",
                       "table_view"}
     producer = {n for n, _ in inspect.getmembers(client.Producer) if not n.startswith("_")}
-    assert producer == {"close", "flush", "send", "send_async", "stats"}
+    assert producer == {"close", "flush", "flush_nowait", "full", "queue_message",
+                        "receipt_wait_s", "send", "send_async", "settle_batches_with", "stats",
+                        "wait_for_room"}
     reader = {n for n, _ in inspect.getmembers(client.Reader) if not n.startswith("_")}
-    assert reader == {"close", "has_message_available", "last_message_ids", "read_next", "seek"}
+    assert reader == {"close", "has_message_available", "last_message_ids", "poll", "read_next",
+                      "seek"}
     table = {n for n, _ in inspect.getmembers(client.TableView) if not n.startswith("_")}
     assert table == {"close", "for_each", "for_each_and_listen", "get", "items", "keys",
                      "listen", "refresh"}
     consumer = {n for n, _ in inspect.getmembers(client.Consumer) if not n.startswith("_")}
-    assert consumer == {"acknowledge", "acknowledge_cumulative", "batch_receive", "close",
-                        "consumer_type", "is_active", "negative_acknowledge", "receive",
+    assert consumer == {"ack_receipt", "acknowledge", "acknowledge_async", "acknowledge_cumulative",
+                        "acknowledge_cumulative_async", "batch_receive", "close",
+                        "consumer_type", "is_active", "negative_acknowledge", "poll", "receive",
                         "redeliver_unacknowledged_messages", "seek", "unsubscribe"}
     admin = {n for n, _ in inspect.getmembers(client.Admin) if not n.startswith("_")}
     assert {"create_subscription", "delete_subscription", "list_subscriptions", "reset_cursor",
@@ -60,8 +66,10 @@ def test_client_signatures_are_pinned():
     assert list(sig.parameters) == [
         "self", "topic", "subscription_name", "consumer_type", "initial_position",
         "consumer_name", "receiver_queue_size", "priority", "negative_ack_redelivery_delay_ms",
-        "on_active_change", "read_compacted", "ack_timeout_ms", "dead_letter_policy"]
+        "on_active_change", "read_compacted", "ack_timeout_ms", "dead_letter_policy",
+        "ack_receipt"]
     assert sig.parameters["read_compacted"].default is False
+    assert sig.parameters["ack_receipt"].default is False
     assert sig.parameters["ack_timeout_ms"].default == 0
     assert sig.parameters["dead_letter_policy"].default is None
     policy = inspect.signature(client.DeadLetterPolicy)
