@@ -36,7 +36,7 @@ _PUBLIC = {
     "Policies": "shadowtopic.core.policies",
     "Producer": "shadowtopic.client.producer",
     "Reader": "shadowtopic.client.reader",
-    "SeekResult": "shadowtopic.client.reader",
+    "SeekResult": "shadowtopic.client.seek",
     "TableView": "shadowtopic.client.table_view",
     "TopicMetadata": "shadowtopic.client.admin",
     "errors": "shadowtopic.core.errors",
@@ -63,7 +63,8 @@ if TYPE_CHECKING:
     from shadowtopic.client.dead_letter import DeadLetterPolicy
     from shadowtopic.client.message import Message
     from shadowtopic.client.producer import Producer
-    from shadowtopic.client.reader import Reader, SeekResult
+    from shadowtopic.client.reader import Reader
+    from shadowtopic.client.seek import SeekResult
     from shadowtopic.client.table_view import TableView
     from shadowtopic.core import errors
     from shadowtopic.core.message_id import EARLIEST, LATEST, MessageId

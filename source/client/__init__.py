@@ -15,7 +15,8 @@ from shadowtopic.client.consumer import Consumer
 from shadowtopic.client.dead_letter import DeadLetterPolicy
 from shadowtopic.client.message import Message
 from shadowtopic.client.producer import Producer
-from shadowtopic.client.reader import Reader, SeekResult
+from shadowtopic.client.reader import Reader
+from shadowtopic.client.seek import SeekResult
 from shadowtopic.client.table_view import TableView
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import EARLIEST, LATEST, MessageId

@@ -53,9 +53,10 @@ from shadowtopic.client.dead_letter import DeadLetters
 from shadowtopic.client.listener import Listeners
 from shadowtopic.client.message import Message
 from shadowtopic.client.options import check_options, parse_consumer_type
-from shadowtopic.client.reader import SeekResult, seek_targets
+from shadowtopic.client.read_position import ReadPosition
 from shadowtopic.client.reconnect import Owner, Reconnector
 from shadowtopic.client.redelivery import Redelivery
+from shadowtopic.client.seek import SeekResult, seek_targets
 from shadowtopic.client.stream import CLOSE_TIMEOUT_S, Delivery, Multiplexer
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
@@ -127,14 +128,19 @@ class Consumer(ConsumerResume):
                  read_compacted: bool = False, reconnector: Reconnector | None = None,
                  controls: list[ConsumerControl] | None = None, ack_timeout_ms: int = 0,
                  dead_letters: DeadLetters | None = None, ack_timer: AckTimer | None = None,
-                 ack_receipt: bool = False):
+                 ack_receipt: bool = False, durable: bool = True, inclusive: bool = False):
         """Use `Client.subscribe` (or `Client.subscribe_many`). Subscribes every partition
         and waits for the broker's answers; raises the first typed error (ConsumerBusy,
         TooManyConsumers, SubscriptionNotFound, ...) after leaving the partitions that did
         subscribe. `wait=False` only sends the subscribes: the `ConsumerControl` appended to
         `controls` finishes (`await_subscribed`). With a `reconnector` (the client's), a
         partition that breaks reconnects. `ack_timer`: the client's (ack_timeout.py).
-        `ack_receipt`: acknowledgements wait for the broker's receipt (acks.py)."""
+        `ack_receipt`: acknowledgements wait for the broker's receipt (acks.py).
+
+        `durable=False`: a reader (`reader.Reader` is its face), a consumer of no
+        subscription: the broker keeps no cursor; each partition's `ReadPosition`
+        (read_position.py) says where it is, and a reconnect resumes there. It starts at
+        `initial_position` ("earliest", "latest", an id: `inclusive` or not)."""
         self._type, type_pb = parse_consumer_type(consumer_type)
         start = position_pb(initial_position, "initial position")
         check_options(consumer_name, receiver_queue_size, priority,
@@ -172,9 +178,13 @@ class Consumer(ConsumerResume):
             current=self._current, retry=self._renack,
             settle=lambda msg: self.acknowledge_async(msg, None)))  # (never waits)
         # every partition's Subscribe but its topic
-        self._subscribe = consumer_pb2.Subscribe(
+        self._durable = durable
+        self._kind = "consumer" if durable else "reader"  # (what errors call it)
+        self._subscribe = (consumer_pb2.Subscribe(
             subscription=subscription_name, type=type_pb, start=start,
             consumer_name=consumer_name, priority=priority, read_compacted=read_compacted)
+            if durable else consumer_pb2.Subscribe(start=start, start_inclusive=inclusive,
+                                                   read_compacted=read_compacted))
         # keeps `_closed` (see there)
         self._sink = sink = _Sink(self, receiver_queue_size, self._on_item)
         names = [topic] if partitions == 0 else [f"{topic}-partition-{i}"
@@ -186,6 +196,8 @@ class Consumer(ConsumerResume):
                     handle = mux.register(sink if message_listener is None else message_listener)
                     index = i if partitions else TopicName.parse(name).partition_index
                     self._parts[handle] = part = Part(name, index, handle, mux)
+                    if not durable:
+                        part.position = ReadPosition()
                     if message_listener is not None:
                         message_listener.add(sink, part)
             except BaseException:
@@ -212,6 +224,10 @@ class Consumer(ConsumerResume):
         sub = consumer_pb2.Subscribe()
         sub.CopyFrom(self._subscribe)
         sub.topic = p.topic
+        if p.position is not None and p.position.answered:  # a reader subscribing again
+            start, inclusive = p.position.resume_at()
+            sub.start.CopyFrom(start)
+            sub.start_inclusive = inclusive
         return sub
 
     def _await_subscribed(self, deadline: float) -> None:
@@ -232,9 +248,13 @@ class Consumer(ConsumerResume):
                 self._closed = True
                 self._abandon(parts)
                 raise failure
-            for p in parts:
+            for p, answer in zip(parts, answers, strict=True):
                 if p.state == "ended":  # an error came right after its subscribe's answer
                     continue
+                if p.position is not None and isinstance(answer, consumer_pb2.Subscribed):
+                    p.position.subscribed(self._subscribe.start, self._subscribe.start_inclusive,
+                                          answer.last_message_id
+                                          if answer.HasField("last_message_id") else None)
                 p.state = "open"
                 self._flow(p, self._queue_size)
 
@@ -277,6 +297,8 @@ class Consumer(ConsumerResume):
             sd = ev.seek_done
             p.epoch += 1  # drop what came before: the broker starts over with no permits
             p.consumed = 0
+            if p.position is not None:
+                p.position.seeked(MessageId.from_pb(sd.position))
             self._forget_acks(p)
             if self._redelivery is not None:
                 self._redelivery.dropped(p.index)
@@ -402,7 +424,7 @@ class Consumer(ConsumerResume):
 
     def _check(self) -> None:
         if self._closed:
-            raise errors.AlreadyClosed("consumer is closed")
+            raise errors.AlreadyClosed(f"{self._kind} is closed")
         if self._error is not None:
             raise self._error
 
@@ -418,6 +440,9 @@ class Consumer(ConsumerResume):
                 if p.consumed >= max(1, self._queue_size // 2):
                     self._flow(p, p.consumed)
                     p.consumed = 0
+                if p.position is not None:  # a reader's: no acks, no redelivery
+                    p.position.last = msg.message_id
+                    return msg
                 if self._acked_already(p, msg):
                     continue  # came again after a reconnect: acknowledged again instead
                 if self._redelivery is not None:
@@ -537,6 +562,42 @@ class Consumer(ConsumerResume):
                 self._wakers.append(wake)
             return msg
 
+    def has_buffered(self) -> bool:
+        """Whether a message is here to be returned now (a reader's
+        `has_message_available` asks this first). Raises as `receive` does."""
+        with self._cond:
+            self._check()
+            return (any(e == p.epoch and p.state != "ended" for p, e, _m in self._buffer)
+                    or any(e == p.epoch and p.state != "ended" for p, e, _d in self._pending))
+
+    def partitions(self) -> list[tuple[str, int]]:
+        """(topic, partition index) of each partition read, in order. Raises as
+        `receive` does."""
+        with self._cond:
+            self._check()
+            return sorted(((p.topic, p.index) for p in self._parts.values()),
+                          key=lambda t: t[1])
+
+    def read_positions(self) -> list[tuple[str, ReadPosition]]:
+        """A reader's (`durable=False`) position in each partition (read_position.py)."""
+        with self._cond:
+            self._check()
+            return [(p.topic, p.position) for p in self._parts.values()
+                    if p.position is not None]
+
+    def poll_batch(self, max_messages: int) -> list[Message]:
+        """Up to `max_messages` messages that are here now, without waiting (an empty list
+        when none are; raises as `receive` when the consumer ended or closed)."""
+        out: list[Message] = []
+        with self._cond:
+            self._check()
+            while len(out) < max_messages:
+                msg = self._next()
+                if msg is None:
+                    break
+                out.append(msg)
+        return out
+
     def batch_receive(self, max_messages: int = 100, timeout: float | None = 0.1) -> list[Message]:
         """Up to `max_messages` messages: waits at most `timeout` seconds for the first (an
         empty list when none came), then takes what is already there without waiting."""
@@ -568,10 +629,16 @@ class Consumer(ConsumerResume):
             return
         with self._cond:  # (acknowledge_async's, inline: the path of every message)
             self._check()
-            p, mid = self._part_for(message)
+            if message.__class__ is Message:  # received: its id needs no checking
+                mid = message.message_id
+                p = self._by_index.get(mid[2])
+                if p is None:
+                    p, mid = self._part_for(message)
+            else:
+                p, mid = self._part_for(message)
             if self._redelivery is not None:
                 self._redelivery.acked(p.index, mid)
-            self._send_ack(p, mid.ledger_id, mid.entry_id)
+            self._send_ack(p, mid[0], mid[1])
 
     def acknowledge_async(self, message: Message | MessageId,
                           callback: ReceiptCallback | None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from shadowtopic.client.read_position import ReadPosition
 from shadowtopic.client.stream import Multiplexer
 from shadowtopic.pb.v1 import consumer_pb2
 
@@ -26,7 +27,7 @@ class Part:
     with, and reads `epoch` and `state` to drop what a seek or the end made stale."""
 
     __slots__ = ("topic", "index", "handle", "mux", "epoch", "consumed", "active", "state",
-                 "waits", "cum_acked", "resumed")
+                 "waits", "cum_acked", "resumed", "position")
 
     def __init__(self, topic: str, index: int, handle: int, mux: Multiplexer):
         self.topic = topic
@@ -43,6 +44,8 @@ class Part:
         #: the last cumulative ack (ledger, entry), sent again after a reconnect
         self.cum_acked: tuple[int, int] | None = None
         self.resumed = False            # reconnected once: what comes may be acked already
+        #: a reader's (a non-durable consumer's) position; None for a durable subscription
+        self.position: ReadPosition | None = None
 
     def answer(self, kind: str, value: object) -> bool:
         if kind in self.waits and self.waits[kind] is None:

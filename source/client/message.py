@@ -17,7 +17,7 @@ from shadowtopic.client.compression import decompress
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.pb.v1 import common_pb2
 
-_new, _set = object.__new__, object.__setattr__
+_new, _set, _tuple_new = object.__new__, object.__setattr__, tuple.__new__
 
 #: the properties of every received message that has none (read-only, shared: copying an
 #: empty protobuf map into a dict went through the Mapping ABC, ~5 us a message)
@@ -62,7 +62,8 @@ class Message:
         # object is the same (equality, repr, `dataclasses.replace`, frozen)
         msg = _new(cls)
         _set(msg, "__dict__", {
-            "message_id": MessageId(e.ledger_id, e.entry_id, partition), "topic": topic,
+            "message_id": _tuple_new(MessageId, (e.ledger_id, e.entry_id, partition)),
+            "topic": topic,
             "payload": payload, "key": m.key if m.HasField("key") else None,
             "properties": MappingProxyType(dict(m.properties)) if m.properties
             else NO_PROPERTIES, "event_time": m.event_time, "publish_time": e.publish_time,

@@ -557,7 +557,7 @@ class Producer:
             err = errors.from_rpc_error(exc)
             # grpc raises the call object itself; drop the traceback's cycle back to it so
             # the call is freed now, not by a garbage collection at interpreter exit (see
-            # Multiplexer.close in reader.py for the hang that caused)
+            # Multiplexer.close in stream.py for the hang that caused)
             exc.__traceback__ = None
             if stream.attaching:
                 stream.attach_answers.put(err)

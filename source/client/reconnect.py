@@ -32,10 +32,10 @@ Meanwhile `receive` / `read_next` simply keep waiting within their own timeout.
 
 Where does a partition resume?
 
-- A reader resubscribes at the id after the last message that reached the client (the last
-  entry delivered into its queue, exclusive), or where it was told to start or seek to
-  when nothing came since. What was queued and not yet read is kept, so nothing is lost or
-  read twice.
+- A reader (a non-durable consumer) resubscribes at the id after the last message it
+  returned (exclusive), or where it was told to start or seek to when it returned nothing
+  since (source/client/read_position.py). What was queued and not yet returned is dropped
+  and comes again, as in Pulsar, so nothing is lost or read twice.
 - A consumer resubscribes to its durable subscription; the broker delivers from the
   subscription's cursor again. What the consumer had buffered and not yet returned is
   dropped (it comes again), and what it returned and the user did not acknowledge comes

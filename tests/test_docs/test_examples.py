@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 #: what each example prints, in order (a regular expression per example)
 PRINTS = [
-    r"^sent 1000 orders, 1:0 to 1:999$",
+    r"^sent 1000 orders, (\d+):0 to \1:999$",
     r"^billed 1000 orders$",
     r"^the replica holds 1000 orders$",
     r"^1000 orders, order-7 is \{\"id\": 7, \"state\": \"shipped\"\}$",

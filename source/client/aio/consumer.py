@@ -20,7 +20,7 @@ from concurrent.futures import Executor
 from shadowtopic.client.aio.bridge import Signal, run_blocking, to_loop
 from shadowtopic.client.consumer import Consumer
 from shadowtopic.client.message import Message
-from shadowtopic.client.reader import SeekResult
+from shadowtopic.client.seek import SeekResult
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 
@@ -69,15 +69,11 @@ class AsyncConsumer:
             out = [await self.receive(timeout)]
         except errors.Timeout:
             return []
-        poll = self._core.poll
-        while len(out) < max_messages:
+        if max_messages > 1:
             try:
-                msg = poll(None)
+                out += self._core.poll_batch(max_messages - 1)
             except errors.ShadowTopicError:
-                break  # (the next receive raises it)
-            if msg is None:
-                break
-            out.append(msg)
+                pass  # (the next receive raises it)
         return out
 
     @property

@@ -17,7 +17,8 @@ from concurrent.futures import Executor
 
 from shadowtopic.client.aio.bridge import Signal, run_blocking
 from shadowtopic.client.message import Message
-from shadowtopic.client.reader import Reader, SeekResult
+from shadowtopic.client.reader import Reader
+from shadowtopic.client.seek import SeekResult
 from shadowtopic.core.message_id import MessageId
 
 

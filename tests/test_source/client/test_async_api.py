@@ -16,10 +16,12 @@ PAIRS = [(client.Client, aio.AsyncClient), (client.Producer, aio.AsyncProducer),
          (client.Consumer, aio.AsyncConsumer), (client.Reader, aio.AsyncReader),
          (client.TableView, aio.AsyncTableView), (client.Admin, aio.AsyncAdmin)]
 #: sync-only hooks the asyncio face is built on (not user calls of the asyncio face)
-CORE_HOOKS = {"poll", "flush_nowait", "full", "queue_message", "receipt_wait_s",
+CORE_HOOKS = {"poll", "poll_batch", "flush_nowait", "full", "queue_message", "receipt_wait_s",
               "settle_batches_with", "wait_for_room",
               # the sync face's non-waiting acks; the asyncio face's `acknowledge` awaits
-              "acknowledge_async", "acknowledge_cumulative_async"}
+              "acknowledge_async", "acknowledge_cumulative_async",
+              # what a Reader (a non-durable consumer) asks of its core
+              "has_buffered", "partitions", "read_positions"}
 #: what differs on purpose: name -> why
 DIFFERENT = {
     # a callback in the sync face; the asyncio face returns a Future instead

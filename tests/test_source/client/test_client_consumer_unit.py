@@ -25,7 +25,7 @@ from shadowtopic.cli import main as cli
 from shadowtopic.client import Client, Consumer, MessageId, SeekResult, errors
 from shadowtopic.client.admin import position_pb
 from shadowtopic.client.options import parse_consumer_type
-from shadowtopic.client.reader import seek_targets
+from shadowtopic.client.seek import seek_targets
 from shadowtopic.core.argtypes import subscription_type, time_ms
 from shadowtopic.pb.v1 import common_pb2, consumer_pb2
 
@@ -494,7 +494,7 @@ def test_partitioned_topics_one_handle_per_partition(fake, client):
 
 def test_reader_seek_drops_the_buffer(fake, client):
     r = client.create_reader("t", start="earliest", receiver_queue_size=10)
-    h = next(iter(r._parts))
+    h = fake.commands("subscribe")[-1].handle
     fake.entries(h, entry(1, 0), entry(1, 1), entry(1, 2))
     assert r.read_next(timeout=5).message_id.entry_id == 0
     assert r.seek("1:0") == SeekResult(MessageId(1, 0), False)  # the consumer's type too
@@ -532,7 +532,7 @@ def test_a_reader_opened_while_the_topic_reloads_is_retried(fake, client):
     fake.answers["subscribe"] = refuse_first(1, "ServiceUnavailable")
     r = client.create_reader("t", start="earliest")
     assert len(fake.commands("subscribe")) == 2
-    fake.entries(next(iter(r._parts)), entry(1, 0))
+    fake.entries(fake.commands("subscribe")[-1].handle, entry(1, 0))
     assert r.read_next(timeout=5).message_id.entry_id == 0
 
 

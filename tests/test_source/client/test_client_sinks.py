@@ -29,7 +29,8 @@ def test_a_frame_naming_every_partition_of_a_consumer_reaches_each_partition(fak
 def test_a_frame_naming_every_partition_of_a_reader_reaches_each_partition(fake, client):
     reader = client.create_reader("t")
     try:
-        fake.push(consumer_pb2.ServerFrame(handles=sorted(reader._parts), entries=[entry(1, 0)]))
+        handles = sorted(c.handle for c in fake.commands("subscribe"))
+        fake.push(consumer_pb2.ServerFrame(handles=handles, entries=[entry(1, 0)]))
         got = sorted(reader.read_next(timeout=5).topic for _ in range(2))
         assert got == [f"{TOPIC}-partition-0", f"{TOPIC}-partition-1"]
     finally:

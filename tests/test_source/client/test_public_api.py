@@ -34,7 +34,8 @@ def test_client_methods_are_pinned():
     consumer = {n for n, _ in inspect.getmembers(client.Consumer) if not n.startswith("_")}
     assert consumer == {"ack_receipt", "acknowledge", "acknowledge_async", "acknowledge_cumulative",
                         "acknowledge_cumulative_async", "batch_receive", "close",
-                        "consumer_type", "is_active", "negative_acknowledge", "poll", "receive",
+                        "consumer_type", "has_buffered", "is_active", "negative_acknowledge",
+                        "partitions", "poll", "poll_batch", "read_positions", "receive",
                         "redeliver_unacknowledged_messages", "seek", "unsubscribe"}
     admin = {n for n, _ in inspect.getmembers(client.Admin) if not n.startswith("_")}
     assert {"create_subscription", "delete_subscription", "list_subscriptions", "reset_cursor",
