@@ -71,18 +71,6 @@ class Message:
             "redelivery_count": e.redelivery_count})
         return msg
 
-    def as_read_from(self, topic: str, partition: int) -> Message:
-        """This message as read from `topic`, another topic that holds the same entry (a
-        shadow of this message's topic, or its source: the same id and bytes), without
-        decoding it again."""
-        mid = self.message_id
-        fields = dict(self.__dict__)
-        fields["topic"] = topic
-        fields["message_id"] = _tuple_new(MessageId, (mid.ledger_id, mid.entry_id, partition))
-        msg = _new(Message)
-        _set(msg, "__dict__", fields)
-        return msg
-
     def to_dict(self) -> dict[str, Any]:
         return {"message_id": str(self.message_id), "topic": self.topic,
                 "key": self.key.decode("utf-8", "replace") if self.key is not None else None,

@@ -234,46 +234,27 @@ class Multiplexer:
 class Decoded:
     """Recently decoded messages by (topic, ledger, entry): readers of one topic that the
     broker served in different frames (they were at different positions) still decode each
-    entry once. An entry of another topic with the same id and the same bytes (a shadow and
-    its source, or several shadows of one source: their ids are the source's) is not decoded
-    again either: its `Message` is the first one's, as read from that topic
-    (`Message.as_read_from`). Bounded: forgets everything past `limit` entries."""
+    entry once. Bounded: forgets everything past `limit` entries."""
 
     def __init__(self, limit: int = 50_000):
         self._limit = limit
         self._by_id: dict[tuple[str, int, int], Message] = {}
-        #: (ledger, entry) -> a fingerprint of the entry's bytes (length, hash: the bytes
-        #: themselves are not kept) and its first Message
-        self._by_entry: dict[tuple[int, int], tuple[tuple[int, int], Message]] = {}
 
     def messages(self, topic: str, partition: int,
                  entries: Iterable[common_pb2.EncodedEntry]) -> list[Message]:
         cache = self._by_id
         if len(cache) > self._limit:
             cache.clear()
-            self._by_entry.clear()
         out = []
         for e in entries:
             key = (topic, e.ledger_id, e.entry_id)
             msg = cache.get(key)
             if msg is None or e.redelivery_count:
-                if e.redelivery_count:
-                    msg = Message.from_entry(topic, partition, e)
-                else:
-                    msg = cache[key] = self._shared(topic, partition, e)
+                msg = Message.from_entry(topic, partition, e)
+                if not e.redelivery_count:
+                    cache[key] = msg
             out.append(msg)
         return out
-
-    def _shared(self, topic: str, partition: int, e: common_pb2.EncodedEntry) -> Message:
-        raw = e.raw
-        fingerprint = (len(raw), hash(raw))
-        seen = self._by_entry.get((e.ledger_id, e.entry_id))
-        if (seen is not None and seen[0] == fingerprint
-                and seen[1].publish_time == e.publish_time):
-            return seen[1].as_read_from(topic, partition)
-        msg = Message.from_entry(topic, partition, e)
-        self._by_entry[(e.ledger_id, e.entry_id)] = (fingerprint, msg)
-        return msg
 
 
 class Delivery:
