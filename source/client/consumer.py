@@ -47,7 +47,7 @@ from shadowtopic.client.ack_timeout import AckTimer, check_ack_timeout
 from shadowtopic.client.acks import AckReceipts, ReceiptCallback, wait_for_receipt
 from shadowtopic.client.admin import position_pb
 from shadowtopic.client.connection import Connection
-from shadowtopic.client.consumer_part import Command, Part
+from shadowtopic.client.consumer_part import Batch, Command, Part
 from shadowtopic.client.consumer_resume import ConsumerResume
 from shadowtopic.client.dead_letter import DeadLetters
 from shadowtopic.client.listener import Listeners
@@ -166,8 +166,10 @@ class Consumer(ConsumerResume):
         self._seek_lock = threading.Lock()  # one seek / unsubscribe at a time
         # (part, epoch, Delivery) not decoded yet
         self._pending: deque[tuple[Part, int, Delivery]] = deque()
-        # (part, epoch, Message) decoded, not returned yet
-        self._buffer: deque[tuple[Part, int, Message]] = deque()
+        # the messages of the frame being returned, decoded (one frame at a time: no
+        # object per message beyond the Message)
+        self._batch: Batch | None = None
+        self._flow_at = max(1, receiver_queue_size // 2)  # permits go up again past this
         self._error: errors.ShadowTopicError | None = None  # once set, receive raises it
         self._reconnector = reconnector
         self._owner = Owner(topic, self._resume, self._give_up)
@@ -430,14 +432,19 @@ class Consumer(ConsumerResume):
 
     def _next(self) -> Message | None:
         """The next message to return, or None when nothing (current) is buffered."""
-        buffer, pending = self._buffer, self._pending
+        pending = self._pending
         while True:
-            while buffer:
-                p, epoch, msg = buffer.popleft()
-                if epoch != p.epoch or p.state == "ended":
-                    continue  # received before a seek: dropped
+            b = self._batch
+            if b is not None:
+                p = b.part
+                msgs, pos = b.msgs, b.pos
+                if pos >= len(msgs) or b.epoch != p.epoch or p.state == "ended":
+                    self._batch = None  # done, or received before a seek: dropped
+                    continue
+                msg = msgs[pos]
+                b.pos = pos + 1
                 p.consumed += 1
-                if p.consumed >= max(1, self._queue_size // 2):
+                if p.consumed >= self._flow_at:
                     self._flow(p, p.consumed)
                     p.consumed = 0
                 if p.position is not None:  # a reader's: no acks, no redelivery
@@ -446,7 +453,7 @@ class Consumer(ConsumerResume):
                 if self._acked_already(p, msg):
                     continue  # came again after a reconnect: acknowledged again instead
                 if self._redelivery is not None:
-                    self._redelivery.received(msg, epoch)
+                    self._redelivery.received(msg, b.epoch)
                 return msg
             if not pending:
                 return None
@@ -461,7 +468,7 @@ class Consumer(ConsumerResume):
                     if r.entry_index < len(msgs):
                         msgs[r.entry_index] = replace(msgs[r.entry_index],
                                                       redelivery_count=r.count)
-            buffer.extend((p, epoch, m) for m in msgs)
+            self._batch = Batch(p, epoch, msgs)
 
     def _part_for(self, message: Message | MessageId | str) -> tuple[Part, MessageId]:
         if isinstance(message, Message):  # received: its id needs no checking
@@ -535,8 +542,13 @@ class Consumer(ConsumerResume):
         (None: wait for ever), `AlreadyClosed` once the consumer (or its client) is closed,
         also while waiting in another thread, and the broker's typed error once it ended the
         consumer (topic deleted, ...)."""
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         with self._cond:
+            if self._sink.closed or self._error is not None:
+                self._check()
+            msg = self._next()  # (the path of every buffered message: no clock read)
+            if msg is not None:
+                return msg
+            deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
             while True:
                 self._check()
                 msg = self._next()
@@ -567,7 +579,9 @@ class Consumer(ConsumerResume):
         `has_message_available` asks this first). Raises as `receive` does."""
         with self._cond:
             self._check()
-            return (any(e == p.epoch and p.state != "ended" for p, e, _m in self._buffer)
+            b = self._batch
+            return ((b is not None and b.pos < len(b.msgs) and b.epoch == b.part.epoch
+                     and b.part.state != "ended")
                     or any(e == p.epoch and p.state != "ended" for p, e, _d in self._pending))
 
     def partitions(self) -> list[tuple[str, int]]:
@@ -739,11 +753,10 @@ class Consumer(ConsumerResume):
             if self._redelivery is not None:
                 self._redelivery.dropped()
             dropped: dict[int, int] = {}
+            b, self._batch = self._batch, None
+            if b is not None and b.epoch == b.part.epoch and b.part.state == "open":
+                dropped[b.part.handle] = len(b.msgs) - b.pos
             while True:  # count what is buffered, per handle, to give its permits back
-                for p, epoch, _msg in self._buffer:
-                    if epoch == p.epoch and p.state == "open":
-                        dropped[p.handle] = dropped.get(p.handle, 0) + 1
-                self._buffer.clear()
                 if not self._pending:
                     break
                 p, epoch, delivery = self._pending.popleft()
@@ -829,7 +842,7 @@ class Consumer(ConsumerResume):
                 for p in self._parts.values():
                     p.state = "ended"
                 self._pending.clear()
-                self._buffer.clear()
+                self._batch = None
         for p in list(self._parts.values()):
             p.mux.unregister(p.handle)
         self._receipts.fail(errors.AlreadyClosed("the consumer closed before the broker's ack "
