@@ -1,4 +1,6 @@
-"""Sync consumer of a durable subscription (Exclusive, Shared, Failover, Key_Shared).
+"""Sync consumer of a durable subscription (Exclusive, Shared, Failover, Key_Shared), and,
+with `durable=False`, of no subscription: the machinery of a `Reader` (reader.py), as in
+Pulsar, where a reader is a non-durable consumer.
 
     with client.subscribe("orders", "billing", consumer_type="shared") as consumer:
         for msg in consumer:                 # blocks for the next message; ends once closed
@@ -180,7 +182,6 @@ class Consumer(ConsumerResume):
             current=self._current, retry=self._renack,
             settle=lambda msg: self.acknowledge_async(msg, None)))  # (never waits)
         # every partition's Subscribe but its topic
-        self._durable = durable
         self._kind = "consumer" if durable else "reader"  # (what errors call it)
         self._subscribe = (consumer_pb2.Subscribe(
             subscription=subscription_name, type=type_pb, start=start,
