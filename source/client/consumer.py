@@ -39,19 +39,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Unpack
 
 from shadowtopic.client.ack_timeout import AckTimer, check_ack_timeout
 from shadowtopic.client.acks import AckReceipts, ReceiptCallback, wait_for_receipt
 from shadowtopic.client.admin import position_pb
 from shadowtopic.client.connection import Connection
-from shadowtopic.client.consumer_part import Batch, Command, Part
+from shadowtopic.client.consumer_part import Command, Part
 from shadowtopic.client.consumer_resume import ConsumerResume
 from shadowtopic.client.dead_letter import DeadLetters
+from shadowtopic.client.inbox import Inbox
 from shadowtopic.client.listener import Listeners
 from shadowtopic.client.message import Message
 from shadowtopic.client.options import check_options, parse_consumer_type
@@ -166,11 +167,7 @@ class Consumer(ConsumerResume):
         self._cond = threading.Condition()
         self._wakers: list[Callable[[], None]] = []  # `poll`'s, called at the next `_notify`
         self._seek_lock = threading.Lock()  # one seek / unsubscribe at a time
-        # (part, epoch, Delivery) not decoded yet
-        self._pending: deque[tuple[Part, int, Delivery]] = deque()
-        # the messages of the frame being returned, decoded (one frame at a time: no
-        # object per message beyond the Message)
-        self._batch: Batch | None = None
+        self._inbox = Inbox()  # received, not returned yet (inbox.py)
         self._flow_at = max(1, receiver_queue_size // 2)  # permits go up again past this
         self._error: errors.ShadowTopicError | None = None  # once set, receive raises it
         self._reconnector = reconnector
@@ -287,7 +284,7 @@ class Consumer(ConsumerResume):
                 return
             frame = item.frame
             if len(frame.entries) and p.state == "open":
-                self._pending.append((p, p.epoch, item))
+                self._inbox.add(p, item)
             if frame.HasField("event"):
                 self._on_event(p, frame.event)
             self._notify()
@@ -433,43 +430,22 @@ class Consumer(ConsumerResume):
 
     def _next(self) -> Message | None:
         """The next message to return, or None when nothing (current) is buffered."""
-        pending = self._pending
-        while True:
-            b = self._batch
-            if b is not None:
-                p = b.part
-                msgs, pos = b.msgs, b.pos
-                if pos >= len(msgs) or b.epoch != p.epoch or p.state == "ended":
-                    self._batch = None  # done, or received before a seek: dropped
-                    continue
-                msg = msgs[pos]
-                b.pos = pos + 1
-                p.consumed += 1
-                if p.consumed >= self._flow_at:
-                    self._flow(p, p.consumed)
-                    p.consumed = 0
-                if p.position is not None:  # a reader's: no acks, no redelivery
-                    p.position.last = msg.message_id
-                    return msg
-                if self._acked_already(p, msg):
-                    continue  # came again after a reconnect: acknowledged again instead
-                if self._redelivery is not None:
-                    self._redelivery.received(msg, b.epoch)
+        take = self._inbox.take
+        while (item := take()) is not None:
+            p, epoch, msg = item
+            p.consumed += 1
+            if p.consumed >= self._flow_at:
+                self._flow(p, p.consumed)
+                p.consumed = 0
+            if p.position is not None:  # a reader's: no acks, no redelivery
+                p.position.last = msg.message_id
                 return msg
-            if not pending:
-                return None
-            p, epoch, delivery = pending.popleft()
-            if epoch != p.epoch or p.state == "ended":
-                continue
-            msgs = delivery.messages(p.topic, p.index)
-            redeliveries = [r for r in delivery.frame.redeliveries if r.handle == p.handle]
-            if redeliveries:
-                msgs = list(msgs)
-                for r in redeliveries:
-                    if r.entry_index < len(msgs):
-                        msgs[r.entry_index] = replace(msgs[r.entry_index],
-                                                      redelivery_count=r.count)
-            self._batch = Batch(p, epoch, msgs)
+            if self._acked_already(p, msg):
+                continue  # came again after a reconnect: acknowledged again instead
+            if self._redelivery is not None:
+                self._redelivery.received(msg, epoch)
+            return msg
+        return None
 
     def _part_for(self, message: Message | MessageId | str) -> tuple[Part, MessageId]:
         if isinstance(message, Message):  # received: its id needs no checking
@@ -580,10 +556,7 @@ class Consumer(ConsumerResume):
         `has_message_available` asks this first). Raises as `receive` does."""
         with self._cond:
             self._check()
-            b = self._batch
-            return ((b is not None and b.pos < len(b.msgs) and b.epoch == b.part.epoch
-                     and b.part.state != "ended")
-                    or any(e == p.epoch and p.state != "ended" for p, e, _d in self._pending))
+            return self._inbox.has_current()
 
     def partitions(self) -> list[tuple[str, int]]:
         """(topic, partition index) of each partition read, in order. Raises as
@@ -753,16 +726,7 @@ class Consumer(ConsumerResume):
             self._check()
             if self._redelivery is not None:
                 self._redelivery.dropped()
-            dropped: dict[int, int] = {}
-            b, self._batch = self._batch, None
-            if b is not None and b.epoch == b.part.epoch and b.part.state == "open":
-                dropped[b.part.handle] = len(b.msgs) - b.pos
-            while True:  # count what is buffered, per handle, to give its permits back
-                if not self._pending:
-                    break
-                p, epoch, delivery = self._pending.popleft()
-                if epoch == p.epoch and p.state == "open":
-                    dropped[p.handle] = dropped.get(p.handle, 0) + len(delivery.frame.entries)
+            dropped = self._inbox.drop()  # what was buffered: its permits go back
             shared = self.consumer_type in ("shared", "key_shared")
             for p in self._parts.values():
                 if p.state == "open":
@@ -842,8 +806,7 @@ class Consumer(ConsumerResume):
             finally:
                 for p in self._parts.values():
                     p.state = "ended"
-                self._pending.clear()
-                self._batch = None
+                self._inbox.drop()
         for p in list(self._parts.values()):
             p.mux.unregister(p.handle)
         self._receipts.fail(errors.AlreadyClosed("the consumer closed before the broker's ack "

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from shadowtopic.client.message import Message
 from shadowtopic.client.read_position import ReadPosition
 from shadowtopic.client.stream import Multiplexer
 from shadowtopic.pb.v1 import consumer_pb2
@@ -54,15 +53,3 @@ class Part:
             return True
         return False
 
-
-class Batch:
-    """The decoded messages of one frame for one partition, returned one by one from
-    `pos` (the consumer's; dropped whole once `part` moved past `epoch`)."""
-
-    __slots__ = ("part", "epoch", "msgs", "pos")
-
-    def __init__(self, part: Part, epoch: int, msgs: list[Message]):
-        self.part = part
-        self.epoch = epoch
-        self.msgs = msgs
-        self.pos = 0
