@@ -49,6 +49,7 @@ from shadowtopic.client.producer import Producer, ProducerOptions, _Stream
 from shadowtopic.client.reader import Reader
 from shadowtopic.client.reconnect import Reconnector
 from shadowtopic.client.retry import Deadline
+from shadowtopic.client.retry_letter import RetryLetters
 from shadowtopic.client.stream import CLOSE_TIMEOUT_S, Multiplexer
 from shadowtopic.client.table_view import TableView
 from shadowtopic.core import errors
@@ -189,7 +190,7 @@ class Client:
                   on_active_change: Callable[[bool], None] | None = None,
                   read_compacted: bool = False, ack_timeout_ms: int = 0,
                   dead_letter_policy: DeadLetterPolicy | None = None,
-                  ack_receipt: bool = False) -> Consumer:
+                  ack_receipt: bool = False, retry_enable: bool = False) -> Consumer:
         """A consumer of the durable subscription `subscription_name` (created when missing,
         at `initial_position`: "latest" (default, as Pulsar), "earliest", a MessageId or
         "L:E", or a publish time in ms since the epoch). `consumer_type`: "exclusive",
@@ -213,6 +214,13 @@ class Client:
         operation timeout); `acknowledge_async(msg, callback)` is the form that does not
         wait (source/client/acks.py). Off: acks are fire-and-forget, grouped into ranges.
 
+        `retry_enable` (Pulsar's enableRetry; needs a `dead_letter_policy`): the consumer
+        also reads the policy's retry-letter topic (default `<topic>-<subscription>-RETRY`,
+        created when missing) under the same subscription, and
+        `consumer.reconsume_later(msg, delay_s)` has a message come again after a delay,
+        at most `max_redeliver_count` times, then go to the dead-letter topic
+        (source/client/retry_letter.py).
+
         Raises `InvalidArgument` for a bad argument before sending anything, and the broker's
         typed error when it refuses (`ConsumerBusy`: a second exclusive consumer or another
         type than the subscription's; `TooManyConsumers`, `TooManySubscriptions`, ...).
@@ -225,8 +233,19 @@ class Client:
                       negative_ack_redelivery_delay_ms, on_active_change)
         check_ack_timeout(ack_timeout_ms)
         policy = check_dead_letter_policy(dead_letter_policy)
+        if not isinstance(retry_enable, bool):
+            raise errors.InvalidArgument(f"retry_enable must be True or False, "
+                                         f"got {retry_enable!r}")
+        if retry_enable and policy is None:
+            raise errors.InvalidArgument("retry_enable needs a dead_letter_policy (its "
+                                         "max_redeliver_count bounds the retries)")
         topic = canonical(topic)
         dead_topic = policy.topic_for(topic, subscription_name) if policy else None
+        retry_topic = (policy.retry_topic_for(topic, subscription_name)
+                       if policy is not None and retry_enable else None)
+        if retry_topic is not None and retry_topic in (topic, dead_topic):
+            raise errors.InvalidArgument(f"the retry-letter topic {retry_topic} must differ "
+                                         f"from the topic and the dead-letter topic")
 
         def make(meta: TopicMetadata, conn: Connection, deadline: Deadline
                  ) -> ConsumerControl:
@@ -240,17 +259,59 @@ class Client:
                      on_active_change, wait=False, read_compacted=read_compacted,
                      reconnector=self._reconnector, controls=controls,
                      ack_timeout_ms=ack_timeout_ms, dead_letters=dead,
-                     ack_timer=self._ack_timer, ack_receipt=ack_receipt)
+                     ack_timer=self._ack_timer, ack_receipt=ack_receipt,
+                     retry_letters=letters)
             controls[0].await_subscribed(time.monotonic() + deadline.budget(conn.timeout))
             return controls[0]
-        control = self._open(topic, make)
+        letters = (None if retry_topic is None or policy is None or dead_topic is None
+                   else self._retry_letters(
+                       topic, retry_topic, dead_topic, policy, subscription_name,
+                       consumer_type, consumer_name, receiver_queue_size, priority,
+                       negative_ack_redelivery_delay_ms, ack_receipt))
+        try:
+            control = self._open(topic, make)
+        except BaseException:
+            if letters is not None:
+                letters.close()
+            raise
         self._children.append(control.consumer)
         self._controls.append(control)
         return control.consumer
 
+    def _retry_letters(self, topic: str, retry_topic: str, dead_topic: str,
+                       policy: DeadLetterPolicy, subscription_name: str, consumer_type: str,
+                       consumer_name: str, receiver_queue_size: int, priority: int,
+                       negative_ack_redelivery_delay_ms: int, ack_receipt: bool
+                       ) -> RetryLetters:
+        """A consumer of `topic`'s retry-letter topic (created when missing), subscribed
+        from the earliest letter, in its `RetryLetters` (source/client/retry_letter.py): the
+        consumer of `topic` closes it, it is not among this client's children."""
+        self.admin.get_topic(topic)  # (TopicNotFound before a retry topic is made for it)
+        try:
+            self.admin.create_topic(retry_topic)
+        except errors.TopicAlreadyExists:
+            pass
+        dead = DeadLetters(policy, dead_topic, topic, subscription_name,
+                           self._dead_letter_producer, keep_origin=True)
+
+        def make(meta: TopicMetadata, conn: Connection, deadline: Deadline
+                 ) -> ConsumerControl:
+            controls: list[ConsumerControl] = []
+            Consumer(conn, self._multiplexer(conn), retry_topic, meta.partitions,
+                     subscription_name, consumer_type, "earliest", consumer_name,
+                     receiver_queue_size, priority, negative_ack_redelivery_delay_ms,
+                     wait=False, reconnector=self._reconnector, controls=controls,
+                     dead_letters=dead, ack_timer=self._ack_timer, ack_receipt=ack_receipt)
+            controls[0].await_subscribed(time.monotonic() + deadline.budget(conn.timeout))
+            return controls[0]
+        control = self._open(retry_topic, make)
+        return RetryLetters(control.consumer, retry_topic, topic, dead,
+                            self._dead_letter_producer, self._ack_timer, receiver_queue_size)
+
     def _dead_letter_producer(self, topic: str) -> Producer:
-        """A producer of the dead-letter topic `topic`, created when missing (a consumer's
-        `DeadLetters` asks, and closes it: it is not among this client's children)."""
+        """A producer of the dead-letter (or retry-letter) topic `topic`, created when
+        missing (a consumer's `DeadLetters` or `RetryLetters` asks, and closes it: it is not
+        among this client's children)."""
         try:
             self.admin.create_topic(topic)
         except errors.TopicAlreadyExists:

@@ -27,12 +27,17 @@ as they arrive, so events act at once and in stream order:
 A partition whose stream breaks, or that the broker ends with a retriable error, subscribes
 again by itself (consumer_resume.py; the design and the at-least-once window: reconnect.py).
 
-Entries are decoded lazily, in `receive`. Permits: `receiver_queue_size` per partition at
-first, topped up once half of them were returned to the user.
+Frames wait in an `Inbox` (inbox.py), decoded one at a time, fields parsed on access
+(message.py); `receive` takes a message of the current frame without the lock.
+Permits: `receiver_queue_size` per partition at first, topped up once half of them were
+returned to the user (counted a frame at a time).
 
 With `ack_timeout_ms` or a `dead_letter_policy`, a `Redelivery` (redelivery.py) is told what
 the application received, acknowledged, nacked and what a seek dropped; the ack timeout and
 the dead-letter forwarding are its (ack_timeout.py, dead_letter.py), not this module's.
+With `retry_enable`, a `RetryLetters` (retry_letter.py) owns the retry-letter topic's
+consumer: due letters are returned before this consumer's own messages, a letter's acks and
+nacks go to it, and `reconsume_later` is its.
 """
 from __future__ import annotations
 
@@ -52,13 +57,14 @@ from shadowtopic.client.connection import Connection
 from shadowtopic.client.consumer_part import Command, Part
 from shadowtopic.client.consumer_resume import ConsumerResume
 from shadowtopic.client.dead_letter import DeadLetters
-from shadowtopic.client.inbox import Inbox
+from shadowtopic.client.inbox import Batch, Inbox
 from shadowtopic.client.listener import Listeners
 from shadowtopic.client.message import Message
 from shadowtopic.client.options import check_options, parse_consumer_type
 from shadowtopic.client.read_position import ReadPosition
 from shadowtopic.client.reconnect import Owner, Reconnector
 from shadowtopic.client.redelivery import Redelivery
+from shadowtopic.client.retry_letter import RetryLetters
 from shadowtopic.client.seek import SeekResult, seek_targets
 from shadowtopic.client.stream import CLOSE_TIMEOUT_S, Delivery, Multiplexer
 from shadowtopic.core import errors
@@ -131,7 +137,8 @@ class Consumer(ConsumerResume):
                  read_compacted: bool = False, reconnector: Reconnector | None = None,
                  controls: list[ConsumerControl] | None = None, ack_timeout_ms: int = 0,
                  dead_letters: DeadLetters | None = None, ack_timer: AckTimer | None = None,
-                 ack_receipt: bool = False, durable: bool = True, inclusive: bool = False):
+                 ack_receipt: bool = False, durable: bool = True, inclusive: bool = False,
+                 retry_letters: RetryLetters | None = None):
         """Use `Client.subscribe` (or `Client.subscribe_many`). Subscribes every partition
         and waits for the broker's answers; raises the first typed error (ConsumerBusy,
         TooManyConsumers, SubscriptionNotFound, ...) after leaving the partitions that did
@@ -143,7 +150,10 @@ class Consumer(ConsumerResume):
         `durable=False`: a reader (`reader.Reader` is its face), a consumer of no
         subscription: the broker keeps no cursor; each partition's `ReadPosition`
         (read_position.py) says where it is, and a reconnect resumes there. It starts at
-        `initial_position` ("earliest", "latest", an id: `inclusive` or not)."""
+        `initial_position` ("earliest", "latest", an id: `inclusive` or not).
+
+        `retry_letters`: the retry-letter topic's consumer and its held letters
+        (retry_letter.py; `subscribe(..., retry_enable=True)`), started once this one is."""
         self._type, type_pb = parse_consumer_type(consumer_type)
         start = position_pb(initial_position, "initial position")
         check_options(consumer_name, receiver_queue_size, priority,
@@ -178,6 +188,7 @@ class Consumer(ConsumerResume):
             ack_timeout_ms, dead_letters, ack_timer or AckTimer(), again=self._ask_again,
             current=self._current, retry=self._renack,
             settle=lambda msg: self.acknowledge_async(msg, None)))  # (never waits)
+        self._retry = retry_letters  # due letters come from it, their acks go to it
         # every partition's Subscribe but its topic
         self._kind = "consumer" if durable else "reader"  # (what errors call it)
         self._subscribe = (consumer_pb2.Subscribe(
@@ -219,6 +230,14 @@ class Consumer(ConsumerResume):
                                             self._finish_close))
         if wait:
             self._await_subscribed(time.monotonic() + conn.timeout)
+        if retry_letters is not None:
+            retry_letters.start(self._letter_due)
+
+    def _letter_due(self) -> None:
+        """A retry letter is due, or the retry topic's consumer ended (the timer thread):
+        wake whoever waits (retry_letter.py)."""
+        with self._cond:
+            self._notify()
 
     def _subscribe_pb(self, p: Part) -> consumer_pb2.Subscribe:
         sub = consumer_pb2.Subscribe()
@@ -429,23 +448,54 @@ class Consumer(ConsumerResume):
             raise self._error
 
     def _next(self) -> Message | None:
-        """The next message to return, or None when nothing (current) is buffered."""
-        take = self._inbox.take
-        while (item := take()) is not None:
-            p, epoch, msg = item
-            p.consumed += 1
-            if p.consumed >= self._flow_at:
-                self._flow(p, p.consumed)
-                p.consumed = 0
-            if p.position is not None:  # a reader's: no acks, no redelivery
-                p.position.last = msg.message_id
+        """The next message to return, or None when nothing (current) is buffered
+        (condition held)."""
+        if self._retry is not None and (letter := self._retry.take()) is not None:
+            return letter  # a retry letter that is due (retry_letter.py)
+        b = self._inbox.current
+        while True:
+            if b is not None and b.epoch == b.part.epoch and b.part.state != "ended":
+                for msg in b.it:
+                    b.last = msg
+                    if b.plain or self._keep(b, msg):
+                        return msg
+            b = self._inbox.next_batch()
+            if b is None:
+                return None
+            self._started(b)
+
+    def _take_fast(self) -> Message | None:
+        """A message of the frame being returned, taken without the lock (inbox.py), or
+        None (then the caller takes the lock). A receive that runs while another thread
+        seeks may return a message from before the seek."""
+        b = self._inbox.current
+        if (b is not None and b.plain and b.epoch == b.part.epoch and b.part.state != "ended"
+                and self._error is None and not self._sink.closed):
+            msg = next(b.it, None)
+            if msg is not None:
+                b.last = msg
                 return msg
-            if self._acked_already(p, msg):
-                continue  # came again after a reconnect: acknowledged again instead
-            if self._redelivery is not None:
-                self._redelivery.received(msg, epoch)
-            return msg
         return None
+
+    def _started(self, b: Batch) -> None:
+        """A frame's batch starts being returned: its messages count as consumed (permits
+        go up again past half the queue), and whether they need a check each."""
+        p = b.part
+        p.consumed += len(b.msgs)
+        if p.consumed >= self._flow_at:
+            self._flow(p, p.consumed)
+            p.consumed = 0
+        # after a reconnect a message may be acknowledged already; the ack timeout and the
+        # dead-letter policy are told what the application received
+        b.plain = not p.resumed and self._redelivery is None
+
+    def _keep(self, b: Batch, msg: Message) -> bool:
+        """A message of a batch that is not plain: whether it is returned."""
+        if self._acked_already(b.part, msg):
+            return False  # came again after a reconnect: acknowledged again instead
+        if self._redelivery is not None:
+            self._redelivery.received(msg, b.epoch)
+        return True
 
     def _part_for(self, message: Message | MessageId | str) -> tuple[Part, MessageId]:
         if isinstance(message, Message):  # received: its id needs no checking
@@ -519,10 +569,13 @@ class Consumer(ConsumerResume):
         (None: wait for ever), `AlreadyClosed` once the consumer (or its client) is closed,
         also while waiting in another thread, and the broker's typed error once it ended the
         consumer (topic deleted, ...)."""
+        msg = self._take_fast()
+        if msg is not None:
+            return msg
         with self._cond:
             if self._sink.closed or self._error is not None:
                 self._check()
-            msg = self._next()  # (the path of every buffered message: no clock read)
+            msg = self._next()  # (no clock read for a buffered message)
             if msg is not None:
                 return msg
             deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
@@ -544,6 +597,9 @@ class Consumer(ConsumerResume):
         called once (on the thread that changed something; it must not block) when a message
         may have come, or the consumer ended or closed: how the asyncio face waits
         (source/client/aio/). Raises as `receive` does."""
+        msg = self._take_fast()
+        if msg is not None:
+            return msg
         with self._cond:
             self._check()
             msg = self._next()
@@ -570,6 +626,7 @@ class Consumer(ConsumerResume):
         """A reader's (`durable=False`) position in each partition (read_position.py)."""
         with self._cond:
             self._check()
+            self._inbox.sync_position()
             return [(p.topic, p.position) for p in self._parts.values()
                     if p.position is not None]
 
@@ -611,6 +668,8 @@ class Consumer(ConsumerResume):
         meanwhile into ranges: acks.py). With `ack_receipt`, returns only once the broker
         applied it and wrote the subscription's cursor to storage; raises the broker's typed
         refusal, or `Timeout` after the client's operation timeout."""
+        if self._retry is not None and self._retry.owns(message, settle=True):
+            return self._retry.consumer.acknowledge(message)
         if self._ack_receipt:
             wait_for_receipt(lambda done: self.acknowledge_async(message, done),
                              self._conn.timeout, "acknowledge")
@@ -635,6 +694,8 @@ class Consumer(ConsumerResume):
         thread hears it (it must not block); without, the ack is queued and `callback(None)`
         called at once. Raises what fails before anything is sent (`AlreadyClosed`,
         `InvalidArgument`, the consumer's error)."""
+        if self._retry is not None and self._retry.owns(message, settle=True):
+            return self._retry.consumer.acknowledge_async(message, callback)
         with self._cond:
             self._check()
             p, mid = self._part_for(message)
@@ -650,7 +711,8 @@ class Consumer(ConsumerResume):
     def acknowledge_cumulative(self, message: Message | MessageId) -> None:
         """Acknowledge every message of the partition up to and including this one. Refused
         (`NotAllowed`, nothing sent) on Shared and Key_Shared subscriptions. With
-        `ack_receipt`, waits for the broker's receipt as `acknowledge` does."""
+        `ack_receipt`, waits for the broker's receipt as `acknowledge` does. Refused
+        (`NotAllowed`) for a retry letter (retry_letter.py)."""
         if self._ack_receipt:
             wait_for_receipt(lambda done: self.acknowledge_cumulative_async(message, done),
                              self._conn.timeout, "acknowledge_cumulative")
@@ -663,6 +725,9 @@ class Consumer(ConsumerResume):
         if self._type in ("shared", "key_shared"):
             raise errors.NotAllowed(f"cumulative acknowledgement is not allowed on a "
                                     f"{self._type} subscription")
+        if self._retry is not None and self._retry.owns(message):
+            raise errors.NotAllowed("cumulative acknowledgement of a retry letter is not "
+                                    "allowed (it would acknowledge the letters held for later)")
         with self._cond:
             self._check()
             p, mid = self._part_for(message)
@@ -681,6 +746,8 @@ class Consumer(ConsumerResume):
     def negative_acknowledge(self, message: Message | MessageId) -> None:
         """Ask for this message again after `negative_ack_redelivery_delay_ms`; under a
         dead-letter policy, past its count, send it to the dead-letter topic instead."""
+        if self._retry is not None and self._retry.owns(message, settle=True):
+            return self._retry.consumer.negative_acknowledge(message)
         with self._cond:
             self._check()
             p, mid = self._part_for(message)
@@ -693,6 +760,23 @@ class Consumer(ConsumerResume):
         if p.state == "reconnecting":
             return  # not acknowledged: it comes again after the reconnect anyway
         self._send(p, nack=consumer_pb2.Nack(ids=[mid.to_pb()], delay_ms=delay_ms))
+
+    def reconsume_later(self, message: Message, delay_s: float,
+                        properties: dict[str, str] | None = None) -> None:
+        """Have `message` come again in `delay_s` seconds (0 to 10 days) through the
+        retry-letter topic, with `properties` added (Pulsar's `reconsumeLater`; needs
+        `subscribe(..., retry_enable=True)`, else `NotAllowed`). Returns once its retry
+        letter is stored and `message` acknowledged; when it was given back
+        `max_redeliver_count` times already, it goes to the dead-letter topic instead. A
+        failed send nacks `message` and raises the typed error. Format and guarantees:
+        source/client/retry_letter.py."""
+        if self._retry is None:
+            raise errors.NotAllowed("reconsume_later needs a consumer subscribed with "
+                                    "retry_enable=True (and a dead_letter_policy)")
+        with self._cond:
+            self._check()
+        self._retry.reconsume_later(message, delay_s, properties, self.acknowledge,
+                                    self.negative_acknowledge)
 
     # ---- what the ack timeout and the dead-letter policy ask (redelivery.py) ----------------
 
@@ -721,7 +805,10 @@ class Consumer(ConsumerResume):
         """Have the broker redeliver every message this consumer holds unacknowledged, with
         no redelivery counted (the broker cannot tell which the application saw: nack the
         ones to count). What is buffered and not yet received is dropped (it is among them),
-        and its permits are given back, as Pulsar's client does."""
+        and its permits are given back, as Pulsar's client does. The retry letters held for
+        later are dropped too (they come again)."""
+        if self._retry is not None:
+            self._retry.redeliver()
         with self._cond:
             self._check()
             if self._redelivery is not None:
@@ -763,6 +850,8 @@ class Consumer(ConsumerResume):
             self._check_open([p for p in self._parts.values() if p.state != "ended"])
             parts = [p for p in self._parts.values() if p.state == "open"]
             self._command(parts, "unsubscribe", unsubscribe=consumer_pb2.Unsubscribe())
+        if self._retry is not None:  # the retry topic's subscription goes too
+            self._retry.unsubscribe()
         self.close()
 
     def close(self) -> None:
@@ -777,6 +866,8 @@ class Consumer(ConsumerResume):
         (the client closes thousands of consumers with one wait)."""
         if self._redelivery is not None:  # a dead-letter forward under way ends first
             self._redelivery.close()
+        if self._retry is not None:  # the retry topic's consumer and producer
+            self._retry.close()
         with self._cond:
             if self._closed:
                 return None

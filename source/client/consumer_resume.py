@@ -14,6 +14,7 @@ from typing import Unpack
 
 from shadowtopic.client.acks import AckReceipts, ReceiptCallback, one_range
 from shadowtopic.client.consumer_part import Command, Part
+from shadowtopic.client.inbox import Inbox
 from shadowtopic.client.listener import ItemSink, Listeners
 from shadowtopic.client.message import Message
 from shadowtopic.client.reconnect import ACK_MEMORY, Owner, Reconnector, reconnectable
@@ -37,6 +38,7 @@ class ConsumerResume:
     _listeners: Listeners | None
     _sink: ItemSink
     _queue_size: int
+    _inbox: Inbox  # (a reader's position is written back before it resumes)
     _closed: bool
 
     def _subscribe_pb(self, p: Part) -> consumer_pb2.Subscribe:
@@ -87,6 +89,7 @@ class ConsumerResume:
             if not parts:
                 return
             sink = self._listeners if self._listeners is not None else self._sink
+            self._inbox.sync_position()  # (a reader resumes after what it returned)
             moved: list[Part] = []
             try:
                 for p in parts:

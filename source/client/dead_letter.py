@@ -27,7 +27,12 @@ original's plus (names as Pulsar's where Pulsar has one)
     ORIGIN_MESSAGE_ID   its id there, "L:E", or "L:E:P" on partition P
     REAL_SUBSCRIPTION   the subscription that gave it up
     REDELIVERY_COUNT    its redelivery count when it was given up
-    DEAD_LETTER_REASON  "nack" or "ack_timeout"
+    DEAD_LETTER_REASON  "nack", "ack_timeout", or "reconsume_later" (a `reconsume_later`
+                        past the count: retry_letter.py)
+
+A retry letter (retry_letter.py) given up keeps the REAL_TOPIC and ORIGIN_MESSAGE_ID it
+carries (those of the message first consumed), and its RECONSUMETIMES, DELAY_TIME and
+DELIVER_AT_TIME, as any property.
 
 The dead-letter topic (`dead_letter_topic`, default `<topic>-<subscription>-DLQ` as Pulsar)
 is created through the admin API when missing (not partitioned) by the first forward; its
@@ -38,7 +43,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from shadowtopic.client.message import Message
@@ -54,32 +59,41 @@ ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
 REAL_SUBSCRIPTION = "REAL_SUBSCRIPTION"
 REDELIVERY_COUNT = "REDELIVERY_COUNT"
 REASON = "DEAD_LETTER_REASON"
-NACK, ACK_TIMEOUT = "nack", "ack_timeout"
+NACK, ACK_TIMEOUT, RECONSUME_LATER = "nack", "ack_timeout", "reconsume_later"
 
 
 @dataclass(frozen=True)
 class DeadLetterPolicy:
     """After `max_redeliver_count` redeliveries (>= 1), the next nack or ack timeout of a
-    message sends it to `dead_letter_topic` (default `<topic>-<subscription>-DLQ`).
-    `InvalidArgument` (`InvalidTopicName` for the topic) when made with a bad value."""
+    message sends it to `dead_letter_topic` (default `<topic>-<subscription>-DLQ`). With
+    `subscribe(..., retry_enable=True)`, `reconsume_later` sends messages through
+    `retry_letter_topic` (default `<topic>-<subscription>-RETRY`), at most
+    `max_redeliver_count` times each (retry_letter.py). `InvalidArgument`
+    (`InvalidTopicName` for a topic) when made with a bad value."""
 
     max_redeliver_count: int
     dead_letter_topic: str | None = None
+    retry_letter_topic: str | None = None
 
     def __post_init__(self) -> None:
         n = self.max_redeliver_count
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_REDELIVER_COUNT:
             raise errors.InvalidArgument(f"max_redeliver_count must be an integer in "
                                          f"1..{MAX_REDELIVER_COUNT}, got {n!r}")
-        if self.dead_letter_topic is not None:
-            if not isinstance(self.dead_letter_topic, str):
-                raise errors.InvalidArgument(f"dead_letter_topic must be a topic name, got "
-                                             f"{self.dead_letter_topic!r}")
-            canonical(self.dead_letter_topic)
+        for what, name in (("dead_letter_topic", self.dead_letter_topic),
+                           ("retry_letter_topic", self.retry_letter_topic)):
+            if name is not None:
+                if not isinstance(name, str):
+                    raise errors.InvalidArgument(f"{what} must be a topic name, got {name!r}")
+                canonical(name)
 
     def topic_for(self, topic: str, subscription: str) -> str:
         """The dead-letter topic of `subscription` on `topic` (canonical)."""
         return canonical(self.dead_letter_topic or f"{topic}-{subscription}-DLQ")
+
+    def retry_topic_for(self, topic: str, subscription: str) -> str:
+        """The retry-letter topic of `subscription` on `topic` (canonical)."""
+        return canonical(self.retry_letter_topic or f"{topic}-{subscription}-RETRY")
 
 
 def check_dead_letter_policy(policy: object) -> DeadLetterPolicy | None:
@@ -92,13 +106,23 @@ def check_dead_letter_policy(policy: object) -> DeadLetterPolicy | None:
     return policy
 
 
-def dead_letter_properties(msg: Message, topic: str, subscription: str, reason: str
+def dead_letter_properties(msg: Message, topic: str, subscription: str, reason: str,
+                           extra: dict[str, str] | None = None, keep_origin: bool = False
                            ) -> dict[str, str]:
     """The properties of `msg`'s dead-letter copy (see the module doc), consumed from
-    `topic` (a partitioned topic's parent name)."""
+    `topic` (a partitioned topic's parent name), with `extra` over the message's own.
+    `keep_origin` (`msg` is a retry letter): the REAL_TOPIC and ORIGIN_MESSAGE_ID it carries
+    stay."""
     out = dict(msg.properties)
-    out.update({REAL_TOPIC: topic, ORIGIN_MESSAGE_ID: str(msg.message_id),
-                REAL_SUBSCRIPTION: subscription,
+    if extra:
+        out.update(extra)
+    if not (keep_origin and REAL_TOPIC in msg.properties
+            and ORIGIN_MESSAGE_ID in msg.properties):
+        out.update({REAL_TOPIC: topic, ORIGIN_MESSAGE_ID: str(msg.message_id)})
+    else:
+        out.update({REAL_TOPIC: msg.properties[REAL_TOPIC],
+                    ORIGIN_MESSAGE_ID: msg.properties[ORIGIN_MESSAGE_ID]})
+    out.update({REAL_SUBSCRIPTION: subscription,
                 REDELIVERY_COUNT: str(msg.redelivery_count), REASON: reason})
     return out
 
@@ -111,10 +135,13 @@ class DeadLetters:
     (`due`), and its forward (`forward`), on a thread of its own."""
 
     def __init__(self, policy: DeadLetterPolicy, topic: str, origin_topic: str,
-                 subscription: str, open_producer: Callable[[str], Producer]):
+                 subscription: str, open_producer: Callable[[str], Producer],
+                 keep_origin: bool = False):
         """`topic`: the dead-letter topic (canonical); `open_producer(topic)`: a producer of
-        it, the topic created when missing (the client's)."""
+        it, the topic created when missing (the client's). `keep_origin`: the messages
+        forwarded are retry letters (retry_letter.py), whose origin is kept."""
         self.policy = policy
+        self.keep_origin = keep_origin
         self.topic = topic
         self.origin_topic = origin_topic
         self.subscription = subscription
@@ -145,14 +172,35 @@ class DeadLetters:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="dead-letter")
             self._executor.submit(self._forward, key, msg, reason, done, failed)
 
+    def send(self, msg: Message, reason: str, extra: dict[str, str] | None,
+             keep_origin: bool) -> None:
+        """Send `msg` to the dead-letter topic now, on the forwarding thread (its producer's
+        one user), and wait for the broker's receipt; raises the send's typed error, or
+        `AlreadyClosed` when closed first. Acknowledging it is the caller's (retry_letter.py:
+        `reconsume_later` past the count)."""
+        with self._lock:
+            if self._closed:
+                raise errors.AlreadyClosed("consumer is closed")
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="dead-letter")
+            future = self._executor.submit(self._send, msg, reason, extra, keep_origin)
+        try:
+            future.result()
+        except CancelledError:
+            raise errors.AlreadyClosed("consumer closed before the dead-letter send") from None
+
+    def _send(self, msg: Message, reason: str, extra: dict[str, str] | None = None,
+              keep_origin: bool = False) -> None:
+        self._producer_now().send(
+            msg.payload, key=msg.key, event_time=msg.event_time,
+            properties=dead_letter_properties(msg, self.origin_topic, self.subscription,
+                                              reason, extra, keep_origin))
+
     def _forward(self, key: tuple[int, int, int], msg: Message, reason: str, done: Done,
                  failed: Done) -> None:
         try:
             try:
-                self._producer_now().send(
-                    msg.payload, key=msg.key, event_time=msg.event_time,
-                    properties=dead_letter_properties(msg, self.origin_topic, self.subscription,
-                                                      reason))
+                self._send(msg, reason, keep_origin=self.keep_origin)
             except Exception as exc:  # noqa: BLE001 - any failure: the message comes again
                 log.warning("dead-letter send of %s from %s to %s failed: %s",
                             msg.message_id, self.origin_topic, self.topic, exc)

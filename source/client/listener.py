@@ -28,7 +28,6 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import Protocol
 
 from shadowtopic.client.acks import one_range
@@ -198,8 +197,8 @@ class Listeners:
             counted = list(delivery.messages(p.topic, p.index))
             for r in delivery.frame.redeliveries:
                 if r.handle == h and r.entry_index < len(counted):
-                    counted[r.entry_index] = replace(counted[r.entry_index],
-                                                     redelivery_count=r.count)
+                    counted[r.entry_index] = counted[r.entry_index].replace(
+                        redelivery_count=r.count)
             self._call(counted, Recipients([c], [h], mux))
 
     def _call(self, msgs: list[Message], recipients: Recipients) -> None:

@@ -90,10 +90,12 @@ class AsyncClient:
                         on_active_change: Callable[[bool], None] | None = None,
                         read_compacted: bool = False, ack_timeout_ms: int = 0,
                         dead_letter_policy: DeadLetterPolicy | None = None,
-                        ack_receipt: bool = False) -> AsyncConsumer:
+                        ack_receipt: bool = False, retry_enable: bool = False
+                        ) -> AsyncConsumer:
         """A consumer of a durable subscription; as `Client.subscribe`.
         `on_active_change(is_active)` is called on the loop; with `ack_receipt`,
-        `await consumer.acknowledge(msg)` returns once the broker applied it."""
+        `await consumer.acknowledge(msg)` returns once the broker applied it; with
+        `retry_enable`, `await consumer.reconsume_later(msg, delay_s)`."""
         if on_active_change is not None and not callable(on_active_change):
             raise errors.InvalidArgument("on_active_change must be callable")
         on_change = (None if on_active_change is None
@@ -101,7 +103,8 @@ class AsyncClient:
         core = await run_blocking(self._pool, lambda: self._core.subscribe(
             topic, subscription_name, consumer_type, initial_position, consumer_name,
             receiver_queue_size, priority, negative_ack_redelivery_delay_ms, on_change,
-            read_compacted, ack_timeout_ms, dead_letter_policy, ack_receipt), Consumer.close)
+            read_compacted, ack_timeout_ms, dead_letter_policy, ack_receipt, retry_enable),
+            Consumer.close)
         return AsyncConsumer(core, self._pool, self._timeout)
 
     async def subscribe_many(self, topic: str, subscription_names: list[str],

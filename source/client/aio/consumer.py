@@ -7,7 +7,8 @@ handles, permits, events, reconnects, ack timeout, dead letters), awaited.
             await c.acknowledge(msg)
 
 `receive` takes a buffered message on the loop without blocking; when none is there it
-waits for the core's wake-up (once per frame, bridge.py). `await acknowledge(msg)` queues the
+waits for the core's wake-up (once per frame, bridge.py; or when a retry letter held for
+later is due: retry_letter.py). `await acknowledge(msg)` queues the
 acknowledgement at once (grouped, as the sync consumer's). `seek`, `unsubscribe` and `close`
 wait for the broker on the client's threads.
 """
@@ -119,6 +120,14 @@ class AsyncConsumer:
         """Ask for this message again after the nack delay (or, under a dead-letter
         policy past its count, send it to the dead-letter topic)."""
         self._core.negative_acknowledge(message)
+
+    async def reconsume_later(self, message: Message, delay_s: float,
+                              properties: dict[str, str] | None = None) -> None:
+        """Have `message` come again in `delay_s` seconds through the retry-letter topic;
+        returns once its letter is stored and `message` acknowledged. As
+        `Consumer.reconsume_later` (source/client/retry_letter.py)."""
+        await run_blocking(self._pool, lambda: self._core.reconsume_later(
+            message, delay_s, properties))
 
     def redeliver_unacknowledged_messages(self) -> None:
         """As `Consumer.redeliver_unacknowledged_messages`."""

@@ -35,7 +35,7 @@ DIFFERENT = {
 WAITING = {"close", "create_producer", "create_reader", "subscribe", "subscribe_many",
            "table_view", "send", "flush", "receive", "batch_receive", "seek", "unsubscribe",
            "read_next", "has_message_available", "last_message_ids", "refresh", "acknowledge",
-           "acknowledge_cumulative"}
+           "acknowledge_cumulative", "reconsume_later"}
 
 
 def public(cls: type) -> dict[str, object]:

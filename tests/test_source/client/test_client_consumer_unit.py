@@ -179,7 +179,9 @@ def test_receive_ack_and_flow_top_up(fake, client):
     msgs = [c.receive(timeout=5) for _ in range(3)]
     assert [str(m.message_id) for m in msgs] == ["1:0", "1:1", "1:2"]
     assert msgs[0].value() == "m1:0" and msgs[0].topic == TOPIC
-    fake.wait_for("flow", lambda f: f.flow.permits == 2)  # half of 4 consumed: topped up
+    # a frame counts as consumed once the application starts on it (inbox.py): 3 of 4,
+    # past half the queue, so the permits are topped up by 3
+    fake.wait_for("flow", lambda f: f.flow.permits == 3)
     c.acknowledge(msgs[0])
     c.acknowledge(MessageId(1, 1))
     c.acknowledge_cumulative(msgs[2])
@@ -448,8 +450,12 @@ def test_redeliver_unacknowledged_drops_the_buffer_and_returns_its_permits(fake,
     # (Exclusive / Failover rewind and answer with seek_done, which re-flows)
     c = client.subscribe("t", "sub", "shared", receiver_queue_size=100)
     h = handle_of(c)
-    fake.entries(h, entry(1, 0), entry(1, 1), entry(1, 2))
+    fake.entries(h, entry(1, 0))
     assert c.receive(timeout=5).message_id.entry_id == 0
+    fake.entries(h, entry(1, 1), entry(1, 2))  # a frame the application never started on
+    deadline = time.monotonic() + 5
+    while not c.has_buffered() and time.monotonic() < deadline:
+        time.sleep(0.01)
     c.redeliver_unacknowledged_messages()
     fake.wait_for("redeliver")
     assert fake.wait_for("flow", lambda f: f.handle == h, count=2).flow.permits == 2

@@ -89,25 +89,38 @@ def test_a_received_message_is_decompressed_with_its_other_fields_as_sent(name):
 def test_a_received_message_that_does_not_decompress_raises_data_loss():
     m = common_pb2.Message(key=b"k", payload=b"not zstd", compression=compression.ZSTD,
                            uncompressed_size=100)
-    with pytest.raises(errors.DataLoss):
-        Message.from_entry("persistent://public/default/t", -1, entry(m))
+    msg = Message.from_entry("persistent://public/default/t", -1, entry(m))
+    with pytest.raises(errors.DataLoss):  # (when the payload is read: message.py)
+        _ = msg.payload
 
 
-def test_a_received_message_is_the_dataclass_its_fields_say():
-    """`from_entry` fills the instance in one step: it is still equal to the one the
-    dataclass builds, frozen, and `dataclasses.replace` works on it."""
-    import dataclasses
-
+def test_a_received_message_equals_the_one_its_fields_make_and_is_read_only():
+    """`from_entry` parses the stored message only when a field of it is read: the message
+    is still equal to the one the constructor builds, read-only, and `replace` copies it."""
     from shadowtopic.client.message import NO_PROPERTIES
     from shadowtopic.core.message_id import MessageId
 
     m = common_pb2.Message(key=b"k", payload=b"v", producer_name="p", sequence_id=3)
     got = Message.from_entry("persistent://public/default/t", 2, entry(m))
-    assert got == Message(message_id=MessageId(3, 4, 2), topic="persistent://public/default/t",
-                          payload=b"v", key=b"k", properties=NO_PROPERTIES, event_time=0,
-                          publish_time=5, producer_name="p", sequence_id=3)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    made = Message(message_id=MessageId(3, 4, 2), topic="persistent://public/default/t",
+                   payload=b"v", key=b"k", properties=NO_PROPERTIES, event_time=0,
+                   publish_time=5, producer_name="p", sequence_id=3)
+    assert got == made and repr(got) == repr(made)
+    with pytest.raises(AttributeError):
         got.payload = b"w"  # type: ignore[misc]
-    assert dataclasses.replace(got, redelivery_count=2).redelivery_count == 2
+    with pytest.raises(AttributeError):
+        got.message_id = MessageId(1, 1)  # type: ignore[misc]
+    again = got.replace(redelivery_count=2)
+    assert again.redelivery_count == 2 and again.payload == b"v" and got.redelivery_count == 0
+    with pytest.raises(TypeError):
+        got.replace(colour="red")
     keyless = Message.from_entry("t", -1, entry(common_pb2.Message(payload=b"x")))
     assert keyless.key is None and keyless.properties == {}
+
+
+def test_bytes_that_do_not_parse_raise_data_loss_when_a_field_is_read():
+    bad = common_pb2.EncodedEntry(ledger_id=1, entry_id=0, raw=b"\xff\xff\xff")
+    msg = Message.from_entry("t", -1, bad)
+    assert msg.message_id == (1, 0, -1)  # the envelope reads without parsing
+    with pytest.raises(errors.DataLoss):
+        _ = msg.payload

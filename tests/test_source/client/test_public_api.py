@@ -36,7 +36,8 @@ def test_client_methods_are_pinned():
                         "acknowledge_cumulative_async", "batch_receive", "close",
                         "consumer_type", "has_buffered", "is_active", "negative_acknowledge",
                         "partitions", "poll", "poll_batch", "read_positions", "receive",
-                        "redeliver_unacknowledged_messages", "seek", "unsubscribe"}
+                        "reconsume_later", "redeliver_unacknowledged_messages", "seek",
+                        "unsubscribe"}
     admin = {n for n, _ in inspect.getmembers(client.Admin) if not n.startswith("_")}
     assert {"create_subscription", "delete_subscription", "list_subscriptions", "reset_cursor",
             "skip", "clear_backlog", "peek_messages", "last_message_id", "create_shadow_topic",
@@ -68,14 +69,20 @@ def test_client_signatures_are_pinned():
         "self", "topic", "subscription_name", "consumer_type", "initial_position",
         "consumer_name", "receiver_queue_size", "priority", "negative_ack_redelivery_delay_ms",
         "on_active_change", "read_compacted", "ack_timeout_ms", "dead_letter_policy",
-        "ack_receipt"]
+        "ack_receipt", "retry_enable"]
     assert sig.parameters["read_compacted"].default is False
     assert sig.parameters["ack_receipt"].default is False
     assert sig.parameters["ack_timeout_ms"].default == 0
     assert sig.parameters["dead_letter_policy"].default is None
+    assert sig.parameters["retry_enable"].default is False
     policy = inspect.signature(client.DeadLetterPolicy)
-    assert list(policy.parameters) == ["max_redeliver_count", "dead_letter_topic"]
+    assert list(policy.parameters) == ["max_redeliver_count", "dead_letter_topic",
+                                       "retry_letter_topic"]
     assert policy.parameters["dead_letter_topic"].default is None
+    assert policy.parameters["retry_letter_topic"].default is None
+    reconsume = inspect.signature(client.Consumer.reconsume_later)
+    assert list(reconsume.parameters) == ["self", "message", "delay_s", "properties"]
+    assert reconsume.parameters["properties"].default is None
     reader = inspect.signature(client.Client.create_reader)
     assert list(reader.parameters) == ["self", "topic", "start", "inclusive",
                                        "receiver_queue_size", "read_compacted"]
