@@ -39,6 +39,7 @@ from shadowtopic.compaction.session import build_session
 from shadowtopic.ledger import object_store
 from shadowtopic.metadata import EtcdStore, MetadataUnavailable
 from shadowtopic.observability.http import OFF, HttpEndpoint, default_port
+from shadowtopic.security import tls
 
 log = logging.getLogger("shadowtopic.compaction.worker")
 
@@ -64,6 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "--port + 1000, or a free port when that one is taken; 0: any free "
                         "port; -1: off)")
     object_store.add_arguments(p)
+    tls.add_arguments(p)
     p.add_argument("--spark-log", default=None, metavar="PATH",
                    help="Spark's own log (log4j, its JVM's and Python workers' output; "
                         "default <data-dir>/logs/spark.log; '-': this worker's output)")
@@ -77,6 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if "=" not in item:
             p.error(f"--spark-conf {item!r}: expected KEY=VALUE")
     a.s3 = object_store.options_from(p, a)
+    a.tls = tls.options_from(p, a)
     return a
 
 
@@ -92,7 +95,11 @@ async def serve(a: argparse.Namespace) -> None:
     server = grpc.aio.server()
     servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
-    if server.add_insecure_port(f"{a.host}:{a.port}") == 0:
+    tls_options: tls.TlsOptions = a.tls
+    url = f"{a.host}:{a.port}"
+    bound = (server.add_secure_port(url, tls_options.server_credentials())
+             if tls_options.enabled else server.add_insecure_port(url))
+    if bound == 0:
         stop_spark(spark)
         raise OSError(f"cannot bind {a.host}:{a.port}")
     await servicer.set("", health_pb2.HealthCheckResponse.NOT_SERVING)

@@ -79,7 +79,8 @@ class ShadowFeature(BrokerFeature):
     def __init__(self) -> None:
         self._host: BrokerHost | None = None
         self._admin: ShadowAdmin | None = None
-        self.channels = Channels()  # to the brokers of this broker's sources' shadows
+        # to the brokers of this broker's sources' shadows (dialled as `bind` says)
+        self.channels = Channels()
         self.inbound = Inbound()  # what its shadows' stats say of their replication
         self._replicators: dict[Topic, TopicReplicators] = {}
         self._publisher: NeedsPublisher | None = None
@@ -88,6 +89,7 @@ class ShadowFeature(BrokerFeature):
     def bind(self, host: BrokerHost) -> None:
         self._host = host
         self._admin = ShadowAdmin(host.topics)
+        self.channels = Channels(host.config.tls.dial())
 
     @property
     def host(self) -> BrokerHost:
@@ -142,7 +144,8 @@ class ShadowFeature(BrokerFeature):
         topics = self.host.topics
         return await ShadowLedger.open(topic, TopicName.parse(info.source), topics.store,
                                        topics.storage, topics.executor,
-                                       entry_cache=topics.entry_cache)
+                                       entry_cache=topics.entry_cache,
+                                       dial=self.host.config.tls.dial())
 
     async def topic_ready(self, t: Topic, info: mpb.TopicInfo, stack: AsyncExitStack) -> None:
         if t.writer is not None:

@@ -63,6 +63,7 @@ from shadowtopic.metadata import keys
 from shadowtopic.metadata.base import MetadataStore, MetadataUnavailable
 from shadowtopic.metadata.follow import KeyFollower
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.security.tls import PLAINTEXT, Dial
 from shadowtopic.shadow.tail import FileTail, RemoteTail, TailReader, wal_entries
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ __all__ = ["ShadowLedger", "wal_entries"]
 class ShadowLedger:
     def __init__(self, topic: TopicName, source: TopicName, store: MetadataStore,
                  storage: Storage, executor: Executor, entry_cache: EntryCache | None = None,
-                 retry_delay: float = 0.5):
+                 retry_delay: float = 0.5, dial: Dial = PLAINTEXT):
         self.topic = topic      # the shadow
         self.source = source    # whose ledgers it reads
         self.store = store
@@ -104,7 +105,7 @@ class ShadowLedger:
                                        confirmed=self._confirmed, cache=entry_cache,
                                        unsealed=_Unsealed(self))
         self.file_tail = FileTail(self.reader, storage, executor)
-        self.remote_tail = RemoteTail(source, lambda: self.source_url)
+        self.remote_tail = RemoteTail(source, lambda: self.source_url, dial)
         self.entry_cache = self.reader.cache  # the read engine charges encodings here too
         self._listeners: list[ViewListener] = []
         self._closed: errors.ShadowTopicError | None = None

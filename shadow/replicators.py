@@ -21,6 +21,7 @@ from shadowtopic.metadata.base import MetadataStore
 from shadowtopic.metadata.follow import KeyFollower
 from shadowtopic.metadata.placement import RecentPicks
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+from shadowtopic.security.tls import PLAINTEXT, Dial
 from shadowtopic.shadow.replicator import ShadowReplicator
 
 log = logging.getLogger(__name__)
@@ -29,13 +30,14 @@ log = logging.getLogger(__name__)
 class Channels:
     """One channel per address, shared (closed with the broker)."""
 
-    def __init__(self) -> None:
+    def __init__(self, dial: Dial = PLAINTEXT) -> None:
+        self._dial = dial  # as the broker dials (source/security/tls.py)
         self._by_url: dict[str, grpc.aio.Channel] = {}
 
     def get(self, url: str) -> grpc.aio.Channel:
         ch = self._by_url.get(url)
         if ch is None:
-            ch = self._by_url[url] = grpc.aio.insecure_channel(url)
+            ch = self._by_url[url] = self._dial.aio_channel(url)
         return ch
 
     async def close(self) -> None:

@@ -49,6 +49,7 @@ from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.view import ReadEntry
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import storage_pb2
+from shadowtopic.security.tls import PLAINTEXT, Dial
 
 log = logging.getLogger(__name__)
 
@@ -163,9 +164,11 @@ class TailCache:
 class RemoteTail:
     """`Storage.ReadEntries` of the source's owner (its url from `url()`)."""
 
-    def __init__(self, source: TopicName, url: Callable[[], str | None]):
+    def __init__(self, source: TopicName, url: Callable[[], str | None],
+                 dial: Dial = PLAINTEXT):
         self.source = source
         self._url = url
+        self._dial = dial  # as the broker dials other brokers (source/security/tls.py)
         self._channel: grpc.aio.Channel | None = None
         self._channel_url = ""
         self._closing: set[asyncio.Task] = set()
@@ -183,7 +186,7 @@ class RemoteTail:
                 task = asyncio.get_running_loop().create_task(self._channel.close())
                 self._closing.add(task)
                 task.add_done_callback(self._closing.discard)
-            self._channel = grpc.aio.insecure_channel(
+            self._channel = self._dial.aio_channel(
                 url, options=[("grpc.max_receive_message_length", MAX_MESSAGE)])
             self._channel_url = url
         return self._channel.unary_stream(

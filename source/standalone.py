@@ -39,14 +39,16 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from shadowtopic import config_file, dirlock, logs
 from shadowtopic.metadata.etcd_server import EtcdServer
 from shadowtopic.process import FAILED, RUNNING, Supervisor, describe_exit, port_in_use, spawn
+from shadowtopic.security.tls import PLAINTEXT, Dial
 
 LOOPBACK = "127.0.0.1"
 
 
-def wait_serving(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+def wait_serving(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None,
+                 dial: Dial = PLAINTEXT) -> None:
     """Block until gRPC health at `url` says SERVING (raises TimeoutError / RuntimeError)."""
     deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(url) as ch:
+    with dial.channel(url) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:
@@ -61,9 +63,9 @@ def wait_serving(url: str, timeout: float = 30.0, proc: subprocess.Popen | None 
     raise TimeoutError(f"broker at {url} not SERVING after {timeout}s")
 
 
-def serving(url: str, timeout: float = 1.0) -> bool:
+def serving(url: str, timeout: float = 1.0, dial: Dial = PLAINTEXT) -> bool:
     """One gRPC health probe: does `url` say SERVING?"""
-    with grpc.insecure_channel(url) as ch:
+    with dial.channel(url) as ch:
         try:
             resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(),
                                                         timeout=timeout)
@@ -80,7 +82,7 @@ class BrokerProcess:
     def __init__(self, etcd: str, data_dir: str, port: int, host: str = "127.0.0.1",
                  log_path: str | None = None, extra_args: list[str] | None = None,
                  module: str = "shadowtopic.broker", env: dict[str, str] | None = None,
-                 prefix: list[str] | None = None):
+                 prefix: list[str] | None = None, dial: Dial = PLAINTEXT):
         self.module = module    # the shadow broker is "shadowtopic.shadow.broker"
         self.role = {"shadowtopic.shadow.broker": "shadow broker",
                      "shadowtopic.compaction.worker": "compaction worker"}.get(module, "broker")
@@ -95,6 +97,7 @@ class BrokerProcess:
         #: setpriv, a container runtime): the pid stays the broker's
         self.prefix = prefix or []
         self.proc: subprocess.Popen | None = None
+        self.dial = dial        # how its health is asked (TLS when it serves TLS)
 
     @property
     def url(self) -> str:
@@ -108,7 +111,7 @@ class BrokerProcess:
                           env=dict(os.environ, **self.env) if self.env else None)
         if wait:
             try:
-                wait_serving(self.url, timeout, self.proc)
+                wait_serving(self.url, timeout, self.proc, self.dial)
             except RuntimeError as exc:  # it exited: say why, from its log
                 raise RuntimeError(f"{self.role} {exc}; the end of {self.log_path}:\n"
                                    f"{self.log_tail(30)}") from None
@@ -124,7 +127,7 @@ class BrokerProcess:
         return None if self.proc is None else self.proc.poll()
 
     def ready(self) -> bool:
-        return serving(self.url)
+        return serving(self.url, dial=self.dial)
 
     def terminate(self, timeout: float = 30.0) -> int:
         """SIGTERM (graceful); SIGKILL if it does not exit within `timeout`."""

@@ -41,6 +41,7 @@ from pathlib import Path
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client
 from shadowtopic.metadata.etcd_server import EtcdServer
+from shadowtopic.security.tls import TlsOptions
 from shadowtopic.standalone import BrokerProcess
 
 SOURCE_BROKER = "shadowtopic.broker"
@@ -58,12 +59,14 @@ def start_etcd(data_dir: str | os.PathLike | None = None, timeout: float = 30.0)
 
 def start_broker(etcd: str, data_dir: str | os.PathLike, *, port: int | None = None,
                  args: list[str] | tuple[str, ...] = (), module: str = SOURCE_BROKER,
-                 timeout: float = 60.0) -> BrokerProcess:
+                 timeout: float = 60.0, tls: TlsOptions | None = None) -> BrokerProcess:
     """A broker process (the source broker; the shadow broker or the compaction worker with
     `module`) of etcd `etcd`, on a free loopback port unless given, SERVING when this
-    returns; `kill()` stops it."""
-    broker = BrokerProcess(etcd, str(data_dir), port or free_port(), extra_args=list(args),
-                           module=module)
+    returns; `kill()` stops it. With `tls`, it serves TLS with those files (and is asked
+    for its health with them)."""
+    tls = tls or TlsOptions()
+    broker = BrokerProcess(etcd, str(data_dir), port or free_port(),
+                           extra_args=[*tls.flags(), *args], module=module, dial=tls.dial())
     try:
         broker.start(timeout=timeout)
     except BaseException:
@@ -76,10 +79,13 @@ class Standalone:
     """etcd and the broker processes of one cluster of their own, on one data dir: the
     source broker (`broker`, `url`), the shadow broker (`shadow`) and the compaction worker
     (`worker`) when started. The shadow broker reads the source's storage root, as in
-    `shadowtopic standalone`."""
+    `shadowtopic standalone`. With `tls`, every process serves TLS with those files and
+    dials the others with them (one cluster certificate), and `client()` uses them too."""
 
     def __init__(self, data_dir: str | os.PathLike | None = None, *, shadow: bool = True,
-                 compaction: bool = False, broker_args: list[str] | tuple[str, ...] = ()):
+                 compaction: bool = False, broker_args: list[str] | tuple[str, ...] = (),
+                 tls: TlsOptions | None = None):
+        self.tls = tls or TlsOptions()
         self._owns_dir = data_dir is None
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="shadowtopic-test-"))
         self.cluster = f"test-{uuid.uuid4().hex[:8]}"
@@ -101,17 +107,19 @@ class Standalone:
         try:
             self.etcd = start_etcd(self.data_dir / "etcd", timeout=timeout)
             self.broker = start_broker(self.etcd.endpoint, self.data_dir / "broker",
-                                       args=self.broker_args, timeout=timeout)
+                                       args=self.broker_args, timeout=timeout, tls=self.tls)
             if self.with_shadow:
                 storage = self.data_dir / "broker" / "storage"
                 self.shadow = start_broker(self.etcd.endpoint, self.data_dir / "shadow",
                                            args=[*self.broker_args, "--storage-root",
                                                  str(storage)],
-                                           module=SHADOW_BROKER, timeout=timeout)
+                                           module=SHADOW_BROKER, timeout=timeout,
+                                           tls=self.tls)
             if self.with_compaction:
                 self.worker = start_broker(self.etcd.endpoint, self.data_dir / "worker",
                                            args=["--cluster", self.cluster],
-                                           module=COMPACTION_WORKER, timeout=max(timeout, 120))
+                                           module=COMPACTION_WORKER, timeout=max(timeout, 120),
+                                           tls=self.tls)
         except BaseException:
             self.stop()
             raise
@@ -119,7 +127,11 @@ class Standalone:
 
     def client(self, timeout: float = 20.0) -> Client:
         """A Client of the source broker (close it, or use it in a `with`)."""
-        return Client(self.url, timeout=timeout)
+        t = self.tls
+        if not t.enabled:
+            return Client(self.url, timeout=timeout)
+        return Client(self.url, timeout=timeout, tls_trust_certs_file=t.trust_certs_file,
+                      tls_cert_file=t.cert_file, tls_key_file=t.key_file)
 
     def stop(self) -> None:
         """Kill every process started (kill -9: nothing here needs a clean stop), stop etcd,
@@ -141,10 +153,10 @@ class Standalone:
 
 def standalone(data_dir: str | os.PathLike | None = None, *, shadow: bool = True,
                compaction: bool = False, broker_args: list[str] | tuple[str, ...] = (),
-               timeout: float = 60.0) -> Standalone:
+               timeout: float = 60.0, tls: TlsOptions | None = None) -> Standalone:
     """A started `Standalone` (use it in a `with`, or call `stop()`)."""
     return Standalone(data_dir, shadow=shadow, compaction=compaction,
-                      broker_args=broker_args).start(timeout=timeout)
+                      broker_args=broker_args, tls=tls).start(timeout=timeout)
 
 
 def fresh_topic(name: str = "t") -> str:

@@ -28,6 +28,7 @@ from shadowtopic.core.policies import Policies
 from shadowtopic.metadata.topic_info import role_of
 from shadowtopic.pb.v1 import admin_pb2 as apb
 from shadowtopic.pb.v1 import admin_pb2_grpc, common_pb2
+from shadowtopic.security.tls import PLAINTEXT, Dial
 
 PAGE_DEFAULT = PAGE_MAX = 1000  # topics per ListTopics page (a page stays far below 64 MiB)
 
@@ -82,11 +83,11 @@ def _feature_stream(what: str):
 
 class AdminService(admin_pb2_grpc.AdminServicer):
     def __init__(self, topics: TopicManager, session: BrokerSession,
-                 features: Iterable[BrokerFeature] = ()):
+                 features: Iterable[BrokerFeature] = (), dial: Dial = PLAINTEXT):
         self.topics = topics
         self.session = session
         self.features = list(features)
-        self.owners = stats.OwnerChannels()
+        self.owners = stats.OwnerChannels(dial)  # how it dials the other brokers
         self.topic_admin = TopicAdmin(topics, self.features)
         self.subscriptions = SubscriptionAdmin(topics, self._owner_answer)
         self.feature_rpcs = AdminRpcs(FEATURE_RPCS)

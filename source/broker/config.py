@@ -23,6 +23,7 @@ from shadowtopic.core.argtypes import size
 from shadowtopic.ledger import object_store
 from shadowtopic.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
 from shadowtopic.ledger.entry_cache import DEFAULT_BYTES
+from shadowtopic.security import tls
 
 
 @dataclass
@@ -58,6 +59,8 @@ class BrokerConfig:
     # a shadow broker serving clearly more shadows than another gives one up this often
     # (shadow/shedding.py); 0: never
     load_shedding_interval: float = 0.0
+    # TLS on its gRPC port and to other brokers (source/security/tls.py); off by default
+    tls: tls.TlsOptions = field(default_factory=tls.TlsOptions)
 
     @property
     def url(self) -> str:
@@ -107,6 +110,7 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
                         "DIR/wal/) until they are sealed into the storage root; default: the "
                         "storage root when it is a local path, else --data-dir")
     object_store.add_arguments(p)
+    tls.add_arguments(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=6650)
     p.add_argument("--cluster", default="standalone")
@@ -177,6 +181,7 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
     if a.load_shedding_interval < 0:
         p.error("--load-shedding-interval must be 0 (off) or more")
     s3 = object_store.options_from(p, a)
+    tls_options = tls.options_from(p, a)
     logs.setup_from(a)
     cfg = BrokerConfig(etcd=a.etcd, data_dir=a.data_dir, storage_root=a.storage_root,
                        wal_dir=a.wal_dir, s3=s3,
@@ -192,6 +197,7 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
                        metrics_per_subscription=a.metrics_per_subscription,
                        dedup_idle_seconds=a.dedup_idle_seconds,
                        load_shedding_interval=a.load_shedding_interval,
+                       tls=tls_options,
                        features=None if a.features is None else
                        tuple(n for n in a.features.split(",") if n))
     if a.broker_id:

@@ -146,7 +146,8 @@ class Broker:
         # a unary request that does not parse gets INVALID_ARGUMENT, not grpc's UNKNOWN
         self.server = grpc.aio.server(options=opts,
                                       interceptors=[self.rpc_metrics, RejectMalformed()])
-        self.admin = AdminService(self.topics, self.session, self.features)
+        self.admin = AdminService(self.topics, self.session, self.features,
+                                  dial=self.config.tls.dial())
         admin_pb2_grpc.add_AdminServicer_to_server(self.admin, self.server)
         # Produce takes request bytes (stored as they came) and Connect sends pre-encoded
         # frames: both are registered with identity (de)serializers on those sides.
@@ -169,7 +170,9 @@ class Broker:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
             [*self.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server)
-        bound = self.server.add_insecure_port(self.config.url)
+        bound = (self.server.add_secure_port(self.config.url,
+                                             self.config.tls.server_credentials())
+                 if self.config.tls.enabled else self.server.add_insecure_port(self.config.url))
         if bound == 0:
             raise OSError(f"cannot bind {self.config.url}")
         await self._set_health(False)

@@ -24,6 +24,7 @@ from shadowtopic.metadata.base import MetadataStore
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import admin_pb2 as apb
 from shadowtopic.pb.v1 import admin_pb2_grpc
+from shadowtopic.security.tls import PLAINTEXT, Dial
 
 SEALED = mpb.LedgerState.SEALED
 
@@ -141,13 +142,14 @@ def forwarded(context: grpc.aio.ServicerContext) -> bool:
 class OwnerChannels:
     """Admin stubs to other brokers, one channel per broker URL, reused."""
 
-    def __init__(self) -> None:
+    def __init__(self, dial: Dial = PLAINTEXT) -> None:
+        self._dial = dial
         self._channels: dict[str, grpc.aio.Channel] = {}
 
     def admin(self, url: str) -> admin_pb2_grpc.AdminStub:
         ch = self._channels.get(url)
         if ch is None:
-            ch = self._channels[url] = grpc.aio.insecure_channel(url)
+            ch = self._channels[url] = self._dial.aio_channel(url)
         return admin_pb2_grpc.AdminStub(ch)
 
     async def forward(self, url: str, method: str, request, timeout: float = 5.0):

@@ -34,6 +34,8 @@ import os
 from typing import TYPE_CHECKING
 
 from shadowtopic.cli.output import emit, fail
+from shadowtopic.client.connection import client_dial
+from shadowtopic.security.tls import PLAINTEXT, Dial
 
 if TYPE_CHECKING:
     from shadowtopic.pb.storage.v1.metadata_pb2 import BrokerInfo
@@ -107,14 +109,14 @@ def list_brokers(args) -> int:
     return 0
 
 
-def check(brokers: list[tuple[str, BrokerInfo]], timeout: float) -> list[dict]:
+def check(brokers: list[tuple[str, BrokerInfo]], timeout: float,
+          dial: Dial = PLAINTEXT) -> list[dict]:
     """Ask every broker about itself and each service, all at once; a row per broker."""
-    import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
     channels, asked = [], []
     try:
         for cluster, info in brokers:
-            ch = grpc.insecure_channel(info.url)
+            ch = dial.channel(info.url)
             channels.append(ch)
             stub = health_pb2_grpc.HealthStub(ch)
             calls = {name: stub.Check.future(health_pb2.HealthCheckRequest(service=service),
@@ -159,7 +161,9 @@ def _healthy(row: dict) -> bool:
 
 def health(args) -> int:
     endpoints = etcd_endpoints(args.etcd)
-    rows = check(registered(endpoints, args.cluster, args.timeout), args.timeout)
+    _, dial = client_dial(None, args.tls_trust_certs_file, args.tls_cert_file,
+                          args.tls_key_file)
+    rows = check(registered(endpoints, args.cluster, args.timeout), args.timeout, dial)
     if args.output == "json":
         emit(rows, "json")
     else:

@@ -53,8 +53,10 @@ def _policies(args: argparse.Namespace) -> Policies:
 
 
 def connect(args: argparse.Namespace) -> Client:
-    """The client of every command: `--url`, `--operation-timeout`."""
-    return Client(args.url, operation_timeout=args.operation_timeout)
+    """The client of every command: `--url`, `--operation-timeout`, the `--tls-` files."""
+    return Client(args.url, operation_timeout=args.operation_timeout,
+                  tls_trust_certs_file=args.tls_trust_certs_file,
+                  tls_cert_file=args.tls_cert_file, tls_key_file=args.tls_key_file)
 
 
 def standalone(args) -> int:

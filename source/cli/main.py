@@ -17,6 +17,7 @@
     shadowtopic read <topic> [--start earliest|latest|L:E] [-n N | --until-end] [--compacted]
     shadowtopic consume <topic> -s SUB [-t TYPE] [-p earliest|latest|L:E] [-n N] [--no-ack]
     shadowtopic brokers list|health [--etcd HOST:PORT[,HOST:PORT...]] [--cluster C]
+    shadowtopic tokens create-secret-key|create-key-pair|create|validate ...  (tokens_cmd.py)
     shadowtopic broker [BROKER FLAGS ...]      (shadowtopic broker --help)
     shadowtopic --version
 
@@ -29,6 +30,7 @@ exits 130 with no traceback, while the CLI starts too.
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -54,7 +56,14 @@ try:
 
     from shadowtopic import failpoints
     failpoints.hit("cli.loading")
-    from shadowtopic.cli import brokers, commands, config_cmd, messages, standalone_cmd
+    from shadowtopic.cli import (
+        brokers,
+        commands,
+        config_cmd,
+        messages,
+        standalone_cmd,
+        tokens_cmd,
+    )
     from shadowtopic.cli.output import fail
     from shadowtopic.core import errors
     from shadowtopic.core.argtypes import (
@@ -87,6 +96,20 @@ class Parser(argparse.ArgumentParser):
         fail(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
+#: the client's TLS files (each also from its environment variable: `TLS_ENV`)
+TLS_FLAGS = {
+    "--tls-trust-certs-file": "dial brokers with TLS, trusting these CA certificates "
+                              "($SHADOWTOPIC_TLS_TRUST_CERTS_FILE; a shadowtopic+ssl:// URL "
+                              "asks for TLS with the system's CAs)",
+    "--tls-cert-file": "this client's certificate, for mutual TLS "
+                       "($SHADOWTOPIC_TLS_CERT_FILE)",
+    "--tls-key-file": "the key of --tls-cert-file ($SHADOWTOPIC_TLS_KEY_FILE)",
+}
+TLS_ENV = {"tls_trust_certs_file": "SHADOWTOPIC_TLS_TRUST_CERTS_FILE",
+           "tls_cert_file": "SHADOWTOPIC_TLS_CERT_FILE",
+           "tls_key_file": "SHADOWTOPIC_TLS_KEY_FILE"}
+
+
 def _common(p: argparse.ArgumentParser, output: bool = True) -> None:
     """--url and -o, on the main parser and on a subcommand: SUPPRESS keeps a subcommand's
     unset option from overwriting the value given before the subcommand."""
@@ -96,6 +119,8 @@ def _common(p: argparse.ArgumentParser, output: bool = True) -> None:
                    metavar="SECONDS",
                    help="how long a call retries temporary errors (a broker restarting, "
                         f"unreachable) before it fails (default {OPERATION_TIMEOUT_S:g})")
+    for flag, text in TLS_FLAGS.items():
+        p.add_argument(flag, default=argparse.SUPPRESS, metavar="PEM", help=text)
     if output:
         p.add_argument("-o", "--output", choices=["table", "json"], default=argparse.SUPPRESS,
                        help="table (default) or json")
@@ -180,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=standalone_cmd.run)
 
     config_cmd.add_parser(sub)
+    tokens_cmd.add_parser(sub)
 
     # every argument after `broker` is the broker's own (`shadowtopic broker --help` lists
     # them): parse_args hands it what this parser does not know
@@ -420,7 +446,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         return standalone_cmd.parse(argv[1:], Parser)
     if argv[:1] == ["broker"]:  # the rest are the broker's own flags, --help too
         return argparse.Namespace(func=commands.broker, args=argv[1:], url=None,
-                                  output="table", operation_timeout=None)
+                                  output="table", operation_timeout=None,
+                                  tls_trust_certs_file=None, tls_cert_file=None,
+                                  tls_key_file=None)
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if args.func is commands.broker:  # `shadowtopic -o json broker --help`, say
@@ -428,6 +456,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     elif unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.url = getattr(args, "url", None)
+    for name, env in TLS_ENV.items():
+        setattr(args, name, getattr(args, name, None) or os.environ.get(env) or None)
     args.operation_timeout = getattr(args, "operation_timeout", OPERATION_TIMEOUT_S)
     args.output = getattr(args, "output", "table")
     return args

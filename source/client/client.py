@@ -40,7 +40,7 @@ from typing import TypeVar, Unpack
 
 from shadowtopic.client.ack_timeout import AckTimer, check_ack_timeout
 from shadowtopic.client.admin import Admin, TopicMetadata, position_pb
-from shadowtopic.client.connection import Connection
+from shadowtopic.client.connection import Connection, client_dial
 from shadowtopic.client.consumer import Consumer, ConsumerControl
 from shadowtopic.client.dead_letter import DeadLetterPolicy, DeadLetters, check_dead_letter_policy
 from shadowtopic.client.listener import Callback, FrameCallback, Listeners
@@ -75,12 +75,22 @@ def check_listener(listener: object) -> None:
 
 class Client:
     def __init__(self, url: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-                 operation_timeout: float | None = None):
+                 operation_timeout: float | None = None, *,
+                 tls_trust_certs_file: str | None = None, tls_cert_file: str | None = None,
+                 tls_key_file: str | None = None):
         """A client of the broker at `url` (default $SHADOWTOPIC_URL or localhost:6650).
         `timeout`: the longest one call may take. `operation_timeout` (default: `timeout`):
         how long opening a producer, consumer or reader, and an admin call, keep retrying
-        temporary errors before raising the last one (see the module doc)."""
-        self._conn = Connection(url, timeout, operation_timeout)
+        temporary errors before raising the last one (see the module doc).
+
+        TLS (docs/SECURITY.md): with a `shadowtopic+ssl://host:port` URL, or any `tls_`
+        file, every broker is dialled with TLS, never plaintext: `tls_trust_certs_file`,
+        the CA certificates trusted (default: the system's); `tls_cert_file` and
+        `tls_key_file`, this client's certificate (mutual TLS). The files are read again
+        for each new connection."""
+        self._dial_url, self._dial = client_dial(url, tls_trust_certs_file, tls_cert_file,
+                                                 tls_key_file)
+        self._conn = Connection(self._dial_url, timeout, operation_timeout, self._dial)
         self.url = self._conn.url
         self.admin = Admin(self._conn)
         self._timeout = timeout
@@ -124,7 +134,7 @@ class Client:
             conn = self._conns.get(url)
             if conn is None:
                 conn = self._conns[url] = Connection(url, self._timeout,
-                                                     self._operation_timeout)
+                                                     self._operation_timeout, self._dial)
             return conn
 
     def _reroute(self, topic: str, timeout: float) -> tuple[Connection, Multiplexer]:

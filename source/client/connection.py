@@ -19,6 +19,7 @@ from shadowtopic.client.options import operation_timeout as checked_timeout
 from shadowtopic.client.retry import Retry
 from shadowtopic.core import errors
 from shadowtopic.pb.v1 import admin_pb2_grpc, producer_pb2_grpc
+from shadowtopic.security.tls import PLAINTEXT, Dial
 
 DEFAULT_URL = "localhost:6650"
 MAX_MESSAGE = 64 << 20
@@ -37,22 +38,52 @@ class Unary(Protocol[Req, Resp]):
         ...
 
 
+#: URL schemes that ask for TLS (and the plaintext ones, also accepted)
+TLS_SCHEMES = ("shadowtopic+ssl://", "grpcs://")
+PLAIN_SCHEMES = ("shadowtopic://", "grpc://")
+
+
 def service_url(url: str | None) -> str:
+    """The broker address (`host:port`) of a service URL, its scheme dropped."""
+    return parse_service_url(url)[0]
+
+
+def parse_service_url(url: str | None) -> tuple[str, bool]:
+    """(address, whether its scheme asks for TLS) of a service URL (default
+    $SHADOWTOPIC_URL or localhost:6650)."""
     url = url or os.environ.get("SHADOWTOPIC_URL") or DEFAULT_URL
-    for scheme in ("grpc://", "shadowtopic://"):
+    for scheme in TLS_SCHEMES + PLAIN_SCHEMES:
         if url.startswith(scheme):
-            url = url[len(scheme):]
-    return url
+            return url[len(scheme):], scheme in TLS_SCHEMES
+    return url, False
+
+
+def client_dial(url: str | None, trust_certs_file: str | None, cert_file: str | None,
+                key_file: str | None) -> tuple[str, Dial]:
+    """The broker address and how to dial it: TLS when the URL's scheme asks for it
+    (`shadowtopic+ssl://`) or any TLS file is given; `InvalidArgument` for a certificate
+    without its key (or the reverse) or a file that cannot be read."""
+    address, tls = parse_service_url(url)
+    files = (trust_certs_file, cert_file, key_file)
+    tls = tls or any(f is not None for f in files)
+    for f in files:
+        if f is not None and not os.access(f, os.R_OK):
+            raise errors.InvalidArgument(f"cannot read the TLS file {f!r}")
+    try:
+        return address, Dial(tls, trust_certs_file, cert_file, key_file)
+    except ValueError as exc:
+        raise errors.InvalidArgument(str(exc)) from None
 
 
 class Connection:
     def __init__(self, url: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-                 operation_timeout: float | None = None):
+                 operation_timeout: float | None = None, dial: Dial = PLAINTEXT):
         self.url = service_url(url)
+        self.dial = dial  # plaintext or TLS (source/security/tls.py): never falls back
         self.timeout = timeout
         self.operation_timeout = checked_timeout(operation_timeout, timeout)
         self.retry = Retry(self.operation_timeout)
-        self.channel = grpc.insecure_channel(self.url, options=[
+        self.channel = dial.channel(self.url, options=[
             ("grpc.max_send_message_length", MAX_MESSAGE),
             ("grpc.max_receive_message_length", MAX_MESSAGE),
             ("grpc.enable_retries", 1),

@@ -46,12 +46,16 @@ def _close_all(consumers: list[Consumer]) -> None:
 
 class AsyncClient:
     def __init__(self, url: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-                 operation_timeout: float | None = None):
+                 operation_timeout: float | None = None, *,
+                 tls_trust_certs_file: str | None = None, tls_cert_file: str | None = None,
+                 tls_key_file: str | None = None):
         """As `Client`: a client of the broker at `url` (default $SHADOWTOPIC_URL or
         localhost:6650); `timeout` the longest one call may take; `operation_timeout`
-        (default `timeout`) how long opening and admin calls retry temporary errors.
-        Making one does no I/O: it may be made outside a running loop."""
-        self._core = Client(url, timeout, operation_timeout)
+        (default `timeout`) how long opening and admin calls retry temporary errors; TLS
+        as `Client`'s. Making one does no I/O: it may be made outside a running loop."""
+        self._core = Client(url, timeout, operation_timeout,
+                            tls_trust_certs_file=tls_trust_certs_file,
+                            tls_cert_file=tls_cert_file, tls_key_file=tls_key_file)
         self.url = self._core.url
         self._timeout = timeout
         self._pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="shadowtopic-aio")

@@ -1,0 +1,1 @@
+"""Security: TLS on gRPC ports (tls.py), certificates (certs.py), JWT tokens (tokens.py)."""
