@@ -89,7 +89,7 @@ class ShadowFeature(BrokerFeature):
     def bind(self, host: BrokerHost) -> None:
         self._host = host
         self._admin = ShadowAdmin(host.topics)
-        self.channels = Channels(host.config.tls.dial())
+        self.channels = Channels(host.config.dial())
 
     @property
     def host(self) -> BrokerHost:
@@ -145,7 +145,7 @@ class ShadowFeature(BrokerFeature):
         return await ShadowLedger.open(topic, TopicName.parse(info.source), topics.store,
                                        topics.storage, topics.executor,
                                        entry_cache=topics.entry_cache,
-                                       dial=self.host.config.tls.dial())
+                                       dial=self.host.config.dial())
 
     async def topic_ready(self, t: Topic, info: mpb.TopicInfo, stack: AsyncExitStack) -> None:
         if t.writer is not None:

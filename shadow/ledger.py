@@ -63,7 +63,7 @@ from shadowtopic.metadata import keys
 from shadowtopic.metadata.base import MetadataStore, MetadataUnavailable
 from shadowtopic.metadata.follow import KeyFollower
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
-from shadowtopic.security.tls import PLAINTEXT, Dial
+from shadowtopic.security.dial import PLAINTEXT, Dial
 from shadowtopic.shadow.tail import FileTail, RemoteTail, TailReader, wal_entries
 
 log = logging.getLogger(__name__)

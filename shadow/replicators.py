@@ -21,7 +21,7 @@ from shadowtopic.metadata.base import MetadataStore
 from shadowtopic.metadata.follow import KeyFollower
 from shadowtopic.metadata.placement import RecentPicks
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
-from shadowtopic.security.tls import PLAINTEXT, Dial
+from shadowtopic.security.dial import PLAINTEXT, Dial
 from shadowtopic.shadow.replicator import ShadowReplicator
 
 log = logging.getLogger(__name__)

@@ -49,7 +49,7 @@ from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.view import ReadEntry
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import storage_pb2
-from shadowtopic.security.tls import PLAINTEXT, Dial
+from shadowtopic.security.dial import PLAINTEXT, Dial
 
 log = logging.getLogger(__name__)
 

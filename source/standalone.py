@@ -39,7 +39,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from shadowtopic import config_file, dirlock, logs
 from shadowtopic.metadata.etcd_server import EtcdServer
 from shadowtopic.process import FAILED, RUNNING, Supervisor, describe_exit, port_in_use, spawn
-from shadowtopic.security.tls import PLAINTEXT, Dial
+from shadowtopic.security.dial import PLAINTEXT, Dial
 
 LOOPBACK = "127.0.0.1"
 

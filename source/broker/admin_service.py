@@ -28,7 +28,7 @@ from shadowtopic.core.policies import Policies
 from shadowtopic.metadata.topic_info import role_of
 from shadowtopic.pb.v1 import admin_pb2 as apb
 from shadowtopic.pb.v1 import admin_pb2_grpc, common_pb2
-from shadowtopic.security.tls import PLAINTEXT, Dial
+from shadowtopic.security.dial import PLAINTEXT, Dial
 
 PAGE_DEFAULT = PAGE_MAX = 1000  # topics per ListTopics page (a page stays far below 64 MiB)
 

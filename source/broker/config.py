@@ -15,7 +15,8 @@ import logging
 import os
 import sys
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from shadowtopic import config_file, dirlock, logs
 from shadowtopic.broker import memory
@@ -23,7 +24,8 @@ from shadowtopic.core.argtypes import size
 from shadowtopic.ledger import object_store
 from shadowtopic.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
 from shadowtopic.ledger.entry_cache import DEFAULT_BYTES
-from shadowtopic.security import tls
+from shadowtopic.security import authentication, tls
+from shadowtopic.security.dial import Dial, token_source
 
 
 @dataclass
@@ -61,10 +63,21 @@ class BrokerConfig:
     load_shedding_interval: float = 0.0
     # TLS on its gRPC port and to other brokers (source/security/tls.py); off by default
     tls: tls.TlsOptions = field(default_factory=tls.TlsOptions)
+    # who may call (source/security/authentication.py); off by default
+    auth: authentication.AuthOptions = field(default_factory=authentication.AuthOptions)
+    grpc_reflection: bool = False  # serve gRPC reflection (lists every service)
 
     @property
     def url(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def dial(self) -> Dial:
+        """How this broker dials other brokers: as it serves (TLS, its certificate), with
+        its client token when it has one."""
+        d = self.tls.dial()
+        if self.auth.client_token_file:
+            d = replace(d, token=token_source(Path(self.auth.client_token_file)))
+        return d
 
     def resolve_broker_id(self) -> str:
         """A broker's id survives restarts on the same data dir, so a restarted broker takes
@@ -111,6 +124,9 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
                         "storage root when it is a local path, else --data-dir")
     object_store.add_arguments(p)
     tls.add_arguments(p)
+    authentication.add_arguments(p)
+    p.add_argument("--grpc-reflection", action="store_true",
+                   help="serve gRPC reflection (it lists every service to whoever asks)")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=6650)
     p.add_argument("--cluster", default="standalone")
@@ -182,6 +198,7 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
         p.error("--load-shedding-interval must be 0 (off) or more")
     s3 = object_store.options_from(p, a)
     tls_options = tls.options_from(p, a)
+    auth_options = authentication.options_from(p, a, tls_options.require_client_cert)
     logs.setup_from(a)
     cfg = BrokerConfig(etcd=a.etcd, data_dir=a.data_dir, storage_root=a.storage_root,
                        wal_dir=a.wal_dir, s3=s3,
@@ -197,7 +214,8 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
                        metrics_per_subscription=a.metrics_per_subscription,
                        dedup_idle_seconds=a.dedup_idle_seconds,
                        load_shedding_interval=a.load_shedding_interval,
-                       tls=tls_options,
+                       tls=tls_options, auth=auth_options,
+                       grpc_reflection=a.grpc_reflection,
                        features=None if a.features is None else
                        tuple(n for n in a.features.split(",") if n))
     if a.broker_id:

@@ -39,6 +39,7 @@ from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 
 from shadowtopic.broker import feature
 from shadowtopic.broker.admin_service import AdminService
+from shadowtopic.broker.authenticate import Authenticate
 from shadowtopic.broker.config import BrokerConfig, lock_data_dir, parse_config
 from shadowtopic.broker.consumer_service import ConsumerService
 from shadowtopic.broker.feature import BrokerFeature
@@ -144,10 +145,12 @@ class Broker:
                 ("grpc.so_reuseport", 0),
                 *server_options(self.config.handshake_timeout, self.config.keepalive_interval)]
         # a unary request that does not parse gets INVALID_ARGUMENT, not grpc's UNKNOWN
-        self.server = grpc.aio.server(options=opts,
-                                      interceptors=[self.rpc_metrics, RejectMalformed()])
+        # authenticated before anything else (source/broker/authenticate.py)
+        self.server = grpc.aio.server(options=opts, interceptors=[
+            self.rpc_metrics, Authenticate(self.config.auth.authenticator()),
+            RejectMalformed()])
         self.admin = AdminService(self.topics, self.session, self.features,
-                                  dial=self.config.tls.dial())
+                                  dial=self.config.dial())
         admin_pb2_grpc.add_AdminServicer_to_server(self.admin, self.server)
         # Produce takes request bytes (stored as they came) and Connect sends pre-encoded
         # frames: both are registered with identity (de)serializers on those sides.
@@ -168,8 +171,10 @@ class Broker:
         for f in self.features:
             self.service_names += f.add_services(self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(
-            [*self.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server)
+        if self.config.grpc_reflection:
+            reflection.enable_server_reflection(
+                [*self.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME],
+                self.server)
         bound = (self.server.add_secure_port(self.config.url,
                                              self.config.tls.server_credentials())
                  if self.config.tls.enabled else self.server.add_insecure_port(self.config.url))

@@ -24,7 +24,7 @@ from shadowtopic.metadata.base import MetadataStore
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import admin_pb2 as apb
 from shadowtopic.pb.v1 import admin_pb2_grpc
-from shadowtopic.security.tls import PLAINTEXT, Dial
+from shadowtopic.security.dial import PLAINTEXT, Dial
 
 SEALED = mpb.LedgerState.SEALED
 

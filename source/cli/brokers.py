@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from shadowtopic.cli.output import emit, fail
 from shadowtopic.client.connection import client_dial
-from shadowtopic.security.tls import PLAINTEXT, Dial
+from shadowtopic.security.dial import PLAINTEXT, Dial
 
 if TYPE_CHECKING:
     from shadowtopic.pb.storage.v1.metadata_pb2 import BrokerInfo
@@ -162,7 +162,7 @@ def _healthy(row: dict) -> bool:
 def health(args) -> int:
     endpoints = etcd_endpoints(args.etcd)
     _, dial = client_dial(None, args.tls_trust_certs_file, args.tls_cert_file,
-                          args.tls_key_file)
+                          args.tls_key_file, args.auth_token)
     rows = check(registered(endpoints, args.cluster, args.timeout), args.timeout, dial)
     if args.output == "json":
         emit(rows, "json")

@@ -53,10 +53,12 @@ def _policies(args: argparse.Namespace) -> Policies:
 
 
 def connect(args: argparse.Namespace) -> Client:
-    """The client of every command: `--url`, `--operation-timeout`, the `--tls-` files."""
+    """The client of every command: `--url`, `--operation-timeout`, the `--tls-` files,
+    `--auth-token`."""
     return Client(args.url, operation_timeout=args.operation_timeout,
                   tls_trust_certs_file=args.tls_trust_certs_file,
-                  tls_cert_file=args.tls_cert_file, tls_key_file=args.tls_key_file)
+                  tls_cert_file=args.tls_cert_file, tls_key_file=args.tls_key_file,
+                  auth_token=args.auth_token)
 
 
 def standalone(args) -> int:

@@ -96,7 +96,7 @@ class Parser(argparse.ArgumentParser):
         fail(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
-#: the client's TLS files (each also from its environment variable: `TLS_ENV`)
+#: the client's TLS files and token (each also from its environment variable: `TLS_ENV`)
 TLS_FLAGS = {
     "--tls-trust-certs-file": "dial brokers with TLS, trusting these CA certificates "
                               "($SHADOWTOPIC_TLS_TRUST_CERTS_FILE; a shadowtopic+ssl:// URL "
@@ -104,10 +104,13 @@ TLS_FLAGS = {
     "--tls-cert-file": "this client's certificate, for mutual TLS "
                        "($SHADOWTOPIC_TLS_CERT_FILE)",
     "--tls-key-file": "the key of --tls-cert-file ($SHADOWTOPIC_TLS_KEY_FILE)",
+    "--auth-token": "the token every call presents ($SHADOWTOPIC_AUTH_TOKEN; "
+                    "file:///path reads it from a file)",
 }
 TLS_ENV = {"tls_trust_certs_file": "SHADOWTOPIC_TLS_TRUST_CERTS_FILE",
            "tls_cert_file": "SHADOWTOPIC_TLS_CERT_FILE",
-           "tls_key_file": "SHADOWTOPIC_TLS_KEY_FILE"}
+           "tls_key_file": "SHADOWTOPIC_TLS_KEY_FILE",
+           "auth_token": "SHADOWTOPIC_AUTH_TOKEN"}
 
 
 def _common(p: argparse.ArgumentParser, output: bool = True) -> None:
@@ -120,7 +123,8 @@ def _common(p: argparse.ArgumentParser, output: bool = True) -> None:
                    help="how long a call retries temporary errors (a broker restarting, "
                         f"unreachable) before it fails (default {OPERATION_TIMEOUT_S:g})")
     for flag, text in TLS_FLAGS.items():
-        p.add_argument(flag, default=argparse.SUPPRESS, metavar="PEM", help=text)
+        p.add_argument(flag, default=argparse.SUPPRESS,
+                       metavar="TOKEN" if flag == "--auth-token" else "PEM", help=text)
     if output:
         p.add_argument("-o", "--output", choices=["table", "json"], default=argparse.SUPPRESS,
                        help="table (default) or json")
@@ -448,7 +452,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         return argparse.Namespace(func=commands.broker, args=argv[1:], url=None,
                                   output="table", operation_timeout=None,
                                   tls_trust_certs_file=None, tls_cert_file=None,
-                                  tls_key_file=None)
+                                  tls_key_file=None, auth_token=None)
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if args.func is commands.broker:  # `shadowtopic -o json broker --help`, say

@@ -55,6 +55,7 @@ from shadowtopic.client.table_view import TableView
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import canonical, check_subscription
+from shadowtopic.security.dial import AuthToken
 
 T = TypeVar("T")
 
@@ -77,7 +78,7 @@ class Client:
     def __init__(self, url: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
                  operation_timeout: float | None = None, *,
                  tls_trust_certs_file: str | None = None, tls_cert_file: str | None = None,
-                 tls_key_file: str | None = None):
+                 tls_key_file: str | None = None, auth_token: AuthToken | None = None):
         """A client of the broker at `url` (default $SHADOWTOPIC_URL or localhost:6650).
         `timeout`: the longest one call may take. `operation_timeout` (default: `timeout`):
         how long opening a producer, consumer or reader, and an admin call, keep retrying
@@ -87,9 +88,15 @@ class Client:
         file, every broker is dialled with TLS, never plaintext: `tls_trust_certs_file`,
         the CA certificates trusted (default: the system's); `tls_cert_file` and
         `tls_key_file`, this client's certificate (mutual TLS). The files are read again
-        for each new connection."""
+        for each new connection.
+
+        `auth_token` (docs/SECURITY.md, "Authentication"): the token every call presents;
+        the token itself (a string), a file holding it (a `pathlib.Path`, or a
+        "file:///path" string: read again at each call, so a rewritten file is followed), or
+        a callable returning the current token (called at each call: how a token is
+        refreshed). A broker that refuses it answers `Unauthenticated`."""
         self._dial_url, self._dial = client_dial(url, tls_trust_certs_file, tls_cert_file,
-                                                 tls_key_file)
+                                                 tls_key_file, auth_token)
         self._conn = Connection(self._dial_url, timeout, operation_timeout, self._dial)
         self.url = self._conn.url
         self.admin = Admin(self._conn)

@@ -19,7 +19,7 @@ from shadowtopic.client.options import operation_timeout as checked_timeout
 from shadowtopic.client.retry import Retry
 from shadowtopic.core import errors
 from shadowtopic.pb.v1 import admin_pb2_grpc, producer_pb2_grpc
-from shadowtopic.security.tls import PLAINTEXT, Dial
+from shadowtopic.security.dial import PLAINTEXT, AuthToken, Dial, token_source
 
 DEFAULT_URL = "localhost:6650"
 MAX_MESSAGE = 64 << 20
@@ -59,10 +59,16 @@ def parse_service_url(url: str | None) -> tuple[str, bool]:
 
 
 def client_dial(url: str | None, trust_certs_file: str | None, cert_file: str | None,
-                key_file: str | None) -> tuple[str, Dial]:
+                key_file: str | None, auth_token: AuthToken | None = None
+                ) -> tuple[str, Dial]:
     """The broker address and how to dial it: TLS when the URL's scheme asks for it
-    (`shadowtopic+ssl://`) or any TLS file is given; `InvalidArgument` for a certificate
-    without its key (or the reverse) or a file that cannot be read."""
+    (`shadowtopic+ssl://`) or any TLS file is given, with `auth_token` on every call
+    (source/security/dial.py); `InvalidArgument` for a certificate without its key (or the
+    reverse), a file that cannot be read, or an `auth_token` of another type."""
+    try:
+        token = token_source(auth_token)
+    except ValueError as exc:
+        raise errors.InvalidArgument(str(exc)) from None
     address, tls = parse_service_url(url)
     files = (trust_certs_file, cert_file, key_file)
     tls = tls or any(f is not None for f in files)
@@ -70,7 +76,7 @@ def client_dial(url: str | None, trust_certs_file: str | None, cert_file: str | 
         if f is not None and not os.access(f, os.R_OK):
             raise errors.InvalidArgument(f"cannot read the TLS file {f!r}")
     try:
-        return address, Dial(tls, trust_certs_file, cert_file, key_file)
+        return address, Dial(tls, trust_certs_file, cert_file, key_file, token)
     except ValueError as exc:
         raise errors.InvalidArgument(str(exc)) from None
 

@@ -204,7 +204,8 @@ class Consumer(ConsumerResume):
         with self._cond:
             try:
                 for i, name in enumerate(names):
-                    handle = mux.register(sink if message_listener is None else message_listener)
+                    handle = mux.register(sink if message_listener is None else message_listener,
+                                           name)
                     index = i if partitions else TopicName.parse(name).partition_index
                     self._parts[handle] = part = Part(name, index, handle, mux)
                     if not durable:

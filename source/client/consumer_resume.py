@@ -93,7 +93,7 @@ class ConsumerResume:
             moved: list[Part] = []
             try:
                 for p in parts:
-                    handle = mux.register(sink)
+                    handle = mux.register(sink, p.topic)
                     old_mux, old = p.mux, p.handle
                     self._parts.pop(old, None)
                     old_mux.unregister(old)

@@ -35,11 +35,12 @@ NO_PROPERTIES: Mapping[str, str] = MappingProxyType({})
 FIELDS = ("message_id", "topic", "payload", "key", "properties", "event_time", "publish_time",
           "producer_name", "sequence_id", "redelivery_count")
 
-_Inner = tuple[bytes, "bytes | None", Mapping[str, str], int, str, int]
+#: (payload, key, properties or None for none, event_time, producer_name, sequence_id)
+_Inner = tuple[bytes, "bytes | None", "Mapping[str, str] | None", int, str, int]
 
 
 def _decode(raw: bytes) -> _Inner:
-    """(payload, key, properties, event_time, producer_name, sequence_id) of stored bytes."""
+    """The fields of a stored message (`_Inner`)."""
     try:
         m = _parse(raw)
     except DecodeError as exc:
@@ -48,7 +49,7 @@ def _decode(raw: bytes) -> _Inner:
     if m.compression:
         payload = decompress(m.compression, payload, m.uncompressed_size)
     return (payload, m.key if m.HasField("key") else None,
-            MappingProxyType(dict(m.properties)) if m.properties else NO_PROPERTIES,
+            MappingProxyType(dict(m.properties)) if m.properties else None,
             m.event_time, m.producer_name, m.sequence_id)
 
 
@@ -120,7 +121,7 @@ class Message:
 
     @property
     def properties(self) -> Mapping[str, str]:
-        return self._fields()[2]
+        return self._fields()[2] or NO_PROPERTIES
 
     @property
     def event_time(self) -> int:
@@ -154,7 +155,7 @@ class Message:
         """The fields' values, properties as a dict (equal to any mapping with the same
         items: a received message's are read-only views)."""
         payload, key, properties, event_time, producer_name, sequence_id = self._fields()
-        return (self._id, self._topic, payload, key, dict(properties), event_time,
+        return (self._id, self._topic, payload, key, dict(properties or {}), event_time,
                 self._publish_time, producer_name, sequence_id, self._redelivery_count)
 
     def __eq__(self, other: object) -> bool:

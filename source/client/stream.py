@@ -3,9 +3,8 @@
 A `Multiplexer` is one stream; each partition of a reader or consumer gets a handle on it,
 and its frames go to that handle's `Sink`. Commands go up batched (individual acks grouped
 into ranges: `acks.PendingAcks`); each frame that comes down is a `Delivery`, decoded once
-per topic partition however many handles it names. Nothing is remembered across frames: a
-cache of recent messages kept tens of thousands of objects alive, and the cyclic garbage
-collector walking them cost more (5 us a message) than decoding again.
+per topic partition however many handles it names; when several handles read a topic, an
+entry that comes again in another frame (another reader's) is shared too (`Recent`).
 
 Closing is deterministic: `Multiplexer.close` returns only once the stream's receive thread
 has ended and gRPC has finished the call (see there why that matters at interpreter exit).
@@ -15,7 +14,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 import grpc
@@ -24,7 +23,7 @@ from shadowtopic.client.acks import ACKS, PendingAcks, Request
 from shadowtopic.client.connection import Connection
 from shadowtopic.client.message import Message
 from shadowtopic.core import errors
-from shadowtopic.pb.v1 import consumer_pb2
+from shadowtopic.pb.v1 import common_pb2, consumer_pb2
 
 CONNECT = "/shadowtopic.v1.Consumer/Connect"
 MAX_COMMANDS = 10_000  # commands per ClientMessage
@@ -104,6 +103,9 @@ class Multiplexer:
         requests: queue.SimpleQueue[Request | None] = queue.SimpleQueue()
         self._requests = requests
         self._sinks: dict[int, Sink] = {}
+        self._topic_of: dict[int, str] = {}  # a handle -> the topic it reads (when told)
+        self._readers: dict[str, int] = {}   # a topic -> how many handles read it
+        self._recent = Recent()  # messages shared by several readers of a topic
         self._lock = threading.Lock()
         self._dead: Exception | None = None
         self._closed = False
@@ -139,13 +141,23 @@ class Multiplexer:
     def dead(self) -> bool:
         return self._dead is not None
 
-    def register(self, sink: Sink) -> int:
+    def register(self, sink: Sink, topic: str | None = None) -> int:
+        """A new handle whose frames go to `sink`; `topic`: the topic (partition) it reads,
+        counted so that several readers of it share its messages (`recent_for`)."""
         with self._lock:
             if self._dead is not None:
                 raise self._dead
             handle = next(_HANDLES)
             self._sinks[handle] = sink
+            if topic is not None:
+                self._topic_of[handle] = topic
+                self._readers[topic] = self._readers.get(topic, 0) + 1
             return handle
+
+    def recent_for(self, topic: str) -> Recent | None:
+        """The stream's recent messages when several handles read `topic`, else None: the
+        cache costs a lone reader more than it saves (`Recent`)."""
+        return self._recent if self._readers.get(topic, 0) > 1 else None
 
     def redirect(self, handle: int, sink: Sink) -> None:
         """Hand `handle`'s frames to `sink` from now on (a reader's partition that
@@ -158,6 +170,13 @@ class Multiplexer:
     def unregister(self, handle: int) -> None:
         with self._lock:
             self._sinks.pop(handle, None)
+            topic = self._topic_of.pop(handle, None)
+            if topic is not None:
+                left = self._readers[topic] - 1
+                if left:
+                    self._readers[topic] = left
+                else:
+                    del self._readers[topic]
 
     def send(self, cmd: consumer_pb2.ClientCommand) -> None:
         if self._dead is not None:
@@ -175,13 +194,14 @@ class Multiplexer:
 
     def _receive(self) -> None:
         err: Exception = errors.ConnectError("consumer stream ended")
+        recent_for = self.recent_for
         responses = self._responses
         try:
             if responses is None:
                 return  # (closed before this thread ran)
             for message in responses:
                 for frame in message.frames:
-                    delivery = Delivery(frame)  # shared by the handles it names
+                    delivery = Delivery(frame, recent_for)  # shared by the handles it names
                     handles = frame.handles
                     if len(handles) == 1:
                         sink = self._sinks.get(handles[0])
@@ -231,22 +251,54 @@ class Multiplexer:
         self._responses = None
 
 
+class Recent:
+    """Recently received messages by (topic, ledger, entry), for topics that several handles
+    of one stream read: readers at different positions (each served its own frames) share
+    one `Message` per entry, parsed once. Bounded: forgets everything past `limit`. Only
+    for such topics: the tens of thousands of objects it keeps alive cost the cyclic garbage
+    collector ~5 us a message, which a lone reader pays for nothing."""
+
+    def __init__(self, limit: int = 50_000):
+        self._limit = limit
+        self._by_id: dict[tuple[str, int, int], Message] = {}
+
+    def messages(self, topic: str, partition: int,
+                 entries: Iterable[common_pb2.EncodedEntry]) -> list[Message]:
+        cache = self._by_id
+        if len(cache) > self._limit:
+            cache.clear()
+        out = []
+        for e in entries:
+            key = (topic, e.ledger_id, e.entry_id)
+            msg = cache.get(key)
+            if msg is None or e.redelivery_count:
+                msg = Message.from_entry(topic, partition, e)
+                if not e.redelivery_count:
+                    cache[key] = msg
+            out.append(msg)
+        return out
+
+
 class Delivery:
     """One frame as its handles receive it: the entries become `Message`s once per topic
     partition, and every reader of that partition the frame names shares them (they are
     immutable), so a frame for 100 readers is decoded once, not 100 times."""
 
-    __slots__ = ("frame", "_messages")
+    __slots__ = ("frame", "_recent_for", "_messages")
 
-    def __init__(self, frame: consumer_pb2.ServerFrame):
+    def __init__(self, frame: consumer_pb2.ServerFrame,
+                 recent_for: Callable[[str], Recent | None] | None = None):
         self.frame = frame
+        self._recent_for = recent_for  # the stream's (Multiplexer.recent_for)
         self._messages: dict[tuple[str, int], list[Message]] = {}
 
     def messages(self, topic: str, partition: int) -> list[Message]:
         key = (topic, partition)
         msgs = self._messages.get(key)
         if msgs is None:
-            msgs = self._messages[key] = [Message.from_entry(topic, partition, e)
-                                          for e in self.frame.entries]
+            recent = self._recent_for(topic) if self._recent_for is not None else None
+            msgs = self._messages[key] = (
+                recent.messages(topic, partition, self.frame.entries) if recent is not None
+                else [Message.from_entry(topic, partition, e) for e in self.frame.entries])
         return msgs
 

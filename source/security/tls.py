@@ -27,6 +27,8 @@ from typing import Any
 
 import grpc
 
+from shadowtopic.security.dial import PLAINTEXT, Dial
+
 log = logging.getLogger(__name__)
 
 
@@ -43,46 +45,6 @@ def _stamp(paths: list[str]) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class Dial:
-    """How a client dials a broker: plaintext (`tls=False`), or TLS trusting the CAs of
-    `trust_certs_file` (None: the system's roots), presenting `cert_file` / `key_file` when
-    given (mutual TLS; its common name is the role, docs/SECURITY.md)."""
-
-    tls: bool = False
-    trust_certs_file: str | None = None
-    cert_file: str | None = None
-    key_file: str | None = None
-
-    def __post_init__(self) -> None:
-        if (self.cert_file is None) != (self.key_file is None):
-            raise ValueError("a client certificate needs both its cert file and its key file")
-        if not self.tls and (self.trust_certs_file or self.cert_file):
-            raise ValueError("TLS files given without tls=True")
-
-    def credentials(self) -> grpc.ChannelCredentials:
-        """The channel credentials, read from the files now."""
-        return grpc.ssl_channel_credentials(
-            root_certificates=_read(self.trust_certs_file) if self.trust_certs_file else None,
-            private_key=_read(self.key_file) if self.key_file else None,
-            certificate_chain=_read(self.cert_file) if self.cert_file else None)
-
-    def channel(self, url: str, options: list[tuple[str, Any]] | None = None
-                ) -> grpc.Channel:
-        """A sync channel to `url`."""
-        if not self.tls:
-            return grpc.insecure_channel(url, options=options)
-        return grpc.secure_channel(url, self.credentials(), options=options)
-
-    def aio_channel(self, url: str, options: list[tuple[str, Any]] | None = None
-                    ) -> grpc.aio.Channel:
-        """An asyncio channel to `url`."""
-        if not self.tls:
-            return grpc.aio.insecure_channel(url, options=options)
-        return grpc.aio.secure_channel(url, self.credentials(), options=options)
-
-
-PLAINTEXT = Dial()
 
 
 @dataclass(frozen=True)

@@ -396,7 +396,8 @@ def fuzz(tmp_path_factory):
     root = tmp_path_factory.mktemp("fuzz")
     etcd = EtcdServer(root / "etcd")
     etcd.start(timeout=30)
-    broker = BrokerProcess(etcd.endpoint, str(root / "data"), free_port())
+    broker = BrokerProcess(etcd.endpoint, str(root / "data"), free_port(),
+                           extra_args=["--grpc-reflection"])  # (off by default)
     channel = None
     try:
         broker.start(timeout=60)

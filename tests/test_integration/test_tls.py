@@ -39,16 +39,17 @@ def pki(tmp_path_factory):
 @pytest.fixture(scope="module")
 def cluster(pki, etcd_server, tmp_path_factory):
     """A source and a shadow broker serving mutual TLS only, each dialling the other with
-    the cluster certificate."""
+    the cluster certificate; callers are authenticated by their certificate (`--auth-tls`:
+    the role is its common name)."""
     tls = TlsOptions(pki["broker"], pki["broker_key"], pki["ca"], require_client_cert=True)
     name = f"tls-{time.monotonic_ns()}"
     d = tmp_path_factory.mktemp("tls-cluster")
     source = start_broker(etcd_server.endpoint, d / "source", tls=tls,
-                          args=["--cluster", name, "--metrics-port", "-1"])
+                          args=["--cluster", name, "--metrics-port", "-1", "--auth-tls"])
     shadow = None
     try:
         shadow = start_broker(etcd_server.endpoint, d / "shadow", tls=tls, module=SHADOW_BROKER,
-                              args=["--cluster", name, "--metrics-port", "-1",
+                              args=["--cluster", name, "--metrics-port", "-1", "--auth-tls",
                                     "--storage-root", str(d / "source" / "storage")])
         yield source, shadow
     finally:
@@ -81,6 +82,9 @@ def test_a_client_with_a_trusted_certificate_produces_and_reads_through_a_shadow
         # TLS: only the owner knows what it delivered
         stats = c.admin.stats(topic + "-shadow")
         assert stats["ownerBroker"] == _shadow.url and stats["msgOutCounter"] == 20
+    # the role is the certificate's common name: the client's, and the brokers' own
+    assert "Admin/CreateTopic by role 'alice' (tls)" in source.log_tail(400)
+    assert "by role 'broker' (tls)" in _shadow.log_tail(400)  # the forwarded stats call
 
 
 def test_a_plaintext_client_is_refused_and_the_broker_goes_on(pki, cluster):

@@ -37,6 +37,7 @@ from shadowtopic.client.reader import Reader
 from shadowtopic.client.table_view import TableView
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
+from shadowtopic.security.dial import AuthToken
 
 
 def _close_all(consumers: list[Consumer]) -> None:
@@ -48,14 +49,17 @@ class AsyncClient:
     def __init__(self, url: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
                  operation_timeout: float | None = None, *,
                  tls_trust_certs_file: str | None = None, tls_cert_file: str | None = None,
-                 tls_key_file: str | None = None):
+                 tls_key_file: str | None = None, auth_token: AuthToken | None = None):
         """As `Client`: a client of the broker at `url` (default $SHADOWTOPIC_URL or
         localhost:6650); `timeout` the longest one call may take; `operation_timeout`
         (default `timeout`) how long opening and admin calls retry temporary errors; TLS
-        as `Client`'s. Making one does no I/O: it may be made outside a running loop."""
+        and `auth_token` as `Client`'s (a callable token is called on the client's threads,
+        not the loop: it must not need the loop). Making one does no I/O: it may be made
+        outside a running loop."""
         self._core = Client(url, timeout, operation_timeout,
                             tls_trust_certs_file=tls_trust_certs_file,
-                            tls_cert_file=tls_cert_file, tls_key_file=tls_key_file)
+                            tls_cert_file=tls_cert_file, tls_key_file=tls_key_file,
+                            auth_token=auth_token)
         self.url = self._core.url
         self._timeout = timeout
         self._pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="shadowtopic-aio")
