@@ -79,8 +79,8 @@ class ShadowFeature(BrokerFeature):
     def __init__(self) -> None:
         self._host: BrokerHost | None = None
         self._admin: ShadowAdmin | None = None
-        # to the brokers of this broker's sources' shadows (dialled as `bind` says)
-        self.channels = Channels()
+        # to the brokers of this broker's sources' shadows, dialled as the broker's config says
+        self.channels = Channels(lambda: self.host.config.dial())
         self.inbound = Inbound()  # what its shadows' stats say of their replication
         self._replicators: dict[Topic, TopicReplicators] = {}
         self._publisher: NeedsPublisher | None = None
@@ -89,7 +89,6 @@ class ShadowFeature(BrokerFeature):
     def bind(self, host: BrokerHost) -> None:
         self._host = host
         self._admin = ShadowAdmin(host.topics)
-        self.channels = Channels(host.config.dial())
 
     @property
     def host(self) -> BrokerHost:

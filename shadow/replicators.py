@@ -30,14 +30,14 @@ log = logging.getLogger(__name__)
 class Channels:
     """One channel per address, shared (closed with the broker)."""
 
-    def __init__(self, dial: Dial = PLAINTEXT) -> None:
-        self._dial = dial  # as the broker dials (source/security/tls.py)
+    def __init__(self, dial: Callable[[], Dial] = lambda: PLAINTEXT) -> None:
+        self._dial = dial  # how the broker dials (source/security/dial.py), asked when needed
         self._by_url: dict[str, grpc.aio.Channel] = {}
 
     def get(self, url: str) -> grpc.aio.Channel:
         ch = self._by_url.get(url)
         if ch is None:
-            ch = self._by_url[url] = self._dial.aio_channel(url)
+            ch = self._by_url[url] = self._dial().aio_channel(url)
         return ch
 
     async def close(self) -> None:

@@ -25,6 +25,7 @@ terminate or kill -9 it) is what tests and benchmarks use too.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -39,7 +40,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from shadowtopic import config_file, dirlock, logs
 from shadowtopic.metadata.etcd_server import EtcdServer
 from shadowtopic.process import FAILED, RUNNING, Supervisor, describe_exit, port_in_use, spawn
+from shadowtopic.security.authentication import AuthOptions
 from shadowtopic.security.dial import PLAINTEXT, Dial
+from shadowtopic.security.tls import TlsOptions
 
 LOOPBACK = "127.0.0.1"
 
@@ -174,11 +177,13 @@ def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
         compaction_port: int | None = None, worker_args: list[str] | None = None,
         config: str | None = None, log_format: str | None = None,
         log_level: str | None = None, spark_log_level: str | None = None,
-        compaction: bool = True) -> int:
+        compaction: bool = True, secure: bool = False) -> int:
     """Run until stopped; 0 after SIGTERM / SIGINT, 1 (after one `error:` line) when it
     cannot start or a part fails. `config`, `log_format` and `log_level` go to every role
     (None: not passed, each role's own config decides). `compaction=False` starts no
-    compaction worker (no Java needed; compaction requests wait for a worker)."""
+    compaction worker (no Java needed; compaction requests wait for a worker). `secure`:
+    TLS and token authentication with files it makes under <data-dir>/security
+    (`Secured`)."""
     logs.setup(log_format or "console", log_level or "INFO")
     common = _passed_on(config, log_format, log_level)
     bad = check_config(common)
@@ -197,7 +202,7 @@ def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
     with lock:
         return _run(lock, data_dir, wipe, port, etcd_port, host, etcd_peer_port,
                     broker_args or [], shadow_port, compaction_port, worker_args or [],
-                    common, spark_log_level, compaction)
+                    common, spark_log_level, compaction, secure)
 
 
 def check_config(common: list[str], timeout: float = 60.0) -> str | None:
@@ -252,7 +257,8 @@ def _wipe(data_dir: str, keep: str) -> None:
 def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port: int,
          host: str, etcd_peer_port: int | None, broker_args: list[str],
          shadow_port: int | None, compaction_port: int | None, worker_args: list[str],
-         common: list[str], spark_log_level: str | None, compaction: bool) -> int:
+         common: list[str], spark_log_level: str | None, compaction: bool,
+         secure: bool) -> int:
     peer_port = etcd_peer_port or etcd_port + 1
     shadow_port = shadow_port or port + 1
     compaction_port = compaction_port or port + 2
@@ -273,18 +279,23 @@ def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port:
         _wipe(data_dir, lock.path)
     log_dir = os.path.join(data_dir, "logs")
     os.makedirs(log_dir, exist_ok=True)
+    sec = Secured.under(os.path.join(data_dir, "security"), host) if secure else None
+    tls_args = sec.tls.flags() if sec is not None else []
+    auth_args = sec.auth.flags() if sec is not None else []
+    dial = sec.tls.dial() if sec is not None else PLAINTEXT
     etcd = EtcdServer(os.path.join(data_dir, "etcd"), client_port=etcd_port,
                       peer_port=peer_port, log_path=os.path.join(log_dir, "etcd.log"))
     broker = BrokerProcess(etcd.endpoint, data_dir, port, host=host,
                            log_path=os.path.join(log_dir, "broker.log"),
-                           extra_args=[*common, *broker_args])
+                           extra_args=[*common, *tls_args, *auth_args, *broker_args],
+                           dial=dial)
     # the shadow broker: a data dir of its own, the source broker's storage root (it reads
     # the source's ledgers there and writes none)
     shadow = BrokerProcess(etcd.endpoint, os.path.join(data_dir, "shadow-broker"), shadow_port,
                            host=host, log_path=os.path.join(log_dir, "shadow-broker.log"),
-                           extra_args=[*common, *broker_args, "--storage-root",
-                                       os.path.join(data_dir, "storage")],
-                           module="shadowtopic.shadow.broker")
+                           extra_args=[*common, *tls_args, *auth_args, *broker_args,
+                                       "--storage-root", os.path.join(data_dir, "storage")],
+                           module="shadowtopic.shadow.broker", dial=dial)
     # the compaction worker: one warm SparkSession; its port serves gRPC health only
     # Spark's own logging goes to logs/spark.log (WARN unless --spark-log-level)
     spark = ["--spark-log", os.path.join(log_dir, "spark.log")]
@@ -293,8 +304,8 @@ def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port:
     worker = BrokerProcess(etcd.endpoint, os.path.join(data_dir, "compaction-worker"),
                            compaction_port, host=LOOPBACK,
                            log_path=os.path.join(log_dir, "compaction-worker.log"),
-                           extra_args=[*common, *spark, *worker_args],
-                           module="shadowtopic.compaction.worker")
+                           extra_args=[*common, *tls_args, *spark, *worker_args],
+                           module="shadowtopic.compaction.worker", dial=dial)
     roles = [Supervisor(broker), Supervisor(shadow)]
     if compaction:
         roles.append(Supervisor(worker, start_timeout=120))
@@ -337,8 +348,10 @@ def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port:
                 announced = True
                 worker_line = (f"worker health on {worker.url} (Spark)" if compaction else
                                "off (--no-compaction: compaction requests wait for a worker)")
+                url = f"shadowtopic+ssl://{broker.url}" if sec is not None else broker.url
                 print(f"shadowtopic standalone is ready (health SERVING)\n"
-                      f"  service URL : {broker.url}   (export SHADOWTOPIC_URL={broker.url})\n"
+                      f"  service URL : {url}   (export SHADOWTOPIC_URL={url})\n"
+                      + (sec.banner() if sec is not None else "") +
                       f"  shadow broker: {shadow.url}  (shadow topics; any URL serves them)\n"
                       f"  compaction  : {worker_line}\n"
                       f"  etcd        : http://{etcd.endpoint}\n"
@@ -357,6 +370,61 @@ def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port:
         for role in reversed(roles):
             role.stop()
         etcd.close()
+
+
+class Secured:
+    """What `standalone --secure` runs with, made once under a directory and kept there (a
+    restart reuses them: tokens stay valid): a CA (`ca.crt`), the brokers' certificate for
+    the host and loopback (`broker.crt`, `broker.key`), a token secret key (`secret.key`),
+    the admin's token (`admin.token`, role `admin`) and the brokers' own (`broker.token`).
+    Every file is mode 0600. etcd is not locked down by it (docs/SECURITY.md)."""
+
+    def __init__(self, directory: str):
+        self.dir = directory
+        j = functools.partial(os.path.join, directory)
+        self.ca, self.cert, self.key = j("ca.crt"), j("broker.crt"), j("broker.key")
+        self.secret, self.admin_token, self.broker_token = (j("secret.key"), j("admin.token"),
+                                                            j("broker.token"))
+        self.tls = TlsOptions(self.cert, self.key, self.ca) if os.path.exists(self.cert) \
+            else TlsOptions()
+        self.auth = AuthOptions(token_secret_key=self.secret,
+                                client_token_file=self.broker_token)
+
+    @classmethod
+    def under(cls, directory: str, host: str) -> Secured:
+        """The files under `directory`, made when missing."""
+        from shadowtopic.security import certs, tokens  # (cryptography, PyJWT: only here)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        made = cls(directory)
+        if not os.path.exists(made.ca):
+            ca = certs.make_ca("shadowtopic standalone CA")
+            hosts = sorted({host, "127.0.0.1", "localhost"})
+            certs.write(certs.issue(ca, "broker", hosts), directory, "broker")
+            certs.write(ca, directory, "ca")  # (last: its presence says the set is whole)
+        if not os.path.exists(made.secret):
+            secret = tokens.create_secret_key()
+            for path, data in ((made.admin_token, tokens.create_token("admin", secret)),
+                               (made.broker_token, tokens.create_token("broker", secret))):
+                _write_private(path, data.encode())
+            _write_private(made.secret, secret)
+        return cls(directory)
+
+    def banner(self) -> str:
+        return (f"  TLS + tokens: CA {self.ca}\n"
+                f"                admin token {self.admin_token}\n"
+                f"    export SHADOWTOPIC_TLS_TRUST_CERTS_FILE={self.ca}\n"
+                f"    export SHADOWTOPIC_AUTH_TOKEN=file://{self.admin_token}\n")
+
+
+def _write_private(path: str, data: bytes) -> None:
+    """`data` at `path`, mode 0600, whole or not at all."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def _ready_line(child: BrokerProcess) -> str:

@@ -29,6 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "requests wait until a worker of the cluster runs)")
     p.add_argument("--spark-master", default=None,
                    help="the compaction worker's Spark master (default local[*])")
+    p.add_argument("--secure", action="store_true",
+                   help="TLS on every port and token authentication, with a CA, certificates "
+                        "and an admin token it makes under <data-dir>/security (kept across "
+                        "restarts; printed at start)")
     p.add_argument("--etcd-port", type=int, default=2379)
     p.add_argument("--etcd-peer-port", type=int, default=None,
                    help="etcd's peer port (default --etcd-port + 1)")
@@ -67,4 +71,5 @@ def run(args: argparse.Namespace) -> int:
                   broker_args=[] if args.entry_cache_bytes is None
                   else ["--entry-cache-bytes", str(args.entry_cache_bytes)],
                   config=args.config, log_format=args.log_format, log_level=args.log_level,
-                  spark_log_level=args.spark_log_level, compaction=not args.no_compaction)
+                  spark_log_level=args.spark_log_level, compaction=not args.no_compaction,
+                  secure=args.secure)

@@ -76,10 +76,11 @@ class Standalone:
     """`shadowtopic standalone` as a subprocess on free loopback ports and its own data dir;
     output in files. `close()` kills it and anything it or its children left behind."""
 
-    def __init__(self, tmp_path, compaction: bool = True):
+    def __init__(self, tmp_path, compaction: bool = True, args: tuple[str, ...] = ()):
         """`compaction=False`: `--no-compaction` (no worker, no JVM: a test of supervision
-        that does not compact starts in seconds)."""
+        that does not compact starts in seconds); `args`: more flags (`--secure`)."""
         self.compaction = compaction
+        self.args = list(args)
         (self.port, self.etcd_port, self.peer_port, self.shadow_port,
          self.compaction_port) = free_ports(5)
         self.data_dir = str(tmp_path / "data")
@@ -95,7 +96,7 @@ class Standalone:
                  "--etcd-port", str(self.etcd_port), "--etcd-peer-port", str(self.peer_port),
                  "--shadow-port", str(self.shadow_port),
                  "--compaction-port", str(self.compaction_port),
-                 *([] if self.compaction else ["--no-compaction"])],
+                 *([] if self.compaction else ["--no-compaction"]), *self.args],
                 stdout=out, stderr=err, stdin=subprocess.DEVNULL)
         return self
 

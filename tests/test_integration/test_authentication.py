@@ -84,6 +84,7 @@ def bad_tokens(keys: dict) -> dict[str, str | None]:
 @pytest.mark.parametrize("case", ["none given", "expired", "signed with another key",
                                   "alg none", "garbage", "truncated"])
 def test_every_client_facing_service_refuses_a_missing_or_bad_token(keys, cluster, case):
+    """A4 (docs/BEHAVIOURS.md)."""
     source, _ = cluster
     bad = bad_tokens(keys)[case]
     topic = fresh_topic()
@@ -102,7 +103,7 @@ def test_every_client_facing_service_refuses_a_missing_or_bad_token(keys, cluste
 
 @pytest.mark.parametrize("case", ["none given", "signed with another key"])
 def test_broker_to_broker_services_refuse_a_missing_or_bad_token(keys, cluster, case):
-    """Storage reads (on the source) and replication (on the shadow broker), called as a
+    """A4: storage reads (on the source) and replication (on the shadow broker), called as a
     rogue process would, with raw stubs."""
     source, shadow = cluster
     bad = bad_tokens(keys)[case]
@@ -129,6 +130,7 @@ def test_broker_to_broker_services_refuse_a_missing_or_bad_token(keys, cluster, 
 
 
 def test_valid_tokens_produce_and_read_through_a_shadow_fed_broker_to_broker(keys, cluster):
+    """A6: brokers dial each other with their token; the audit log names roles."""
     source, shadow = cluster
     topic = fresh_topic("orders")
     calls = []
@@ -171,6 +173,7 @@ def test_the_asyncio_client_and_a_token_file(keys, cluster, tmp_path):
 
 
 def test_a_consumer_stream_ends_with_unauthenticated_when_its_token_expires(keys, cluster):
+    """A5."""
     source, _ = cluster
     topic = fresh_topic()
     with Client(source.url, timeout=20, auth_token=token(keys)) as admin:

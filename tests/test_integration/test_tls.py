@@ -65,6 +65,7 @@ def tls_client(url: str, pki: dict, **kw) -> Client:
 
 def test_a_client_with_a_trusted_certificate_produces_and_reads_through_a_shadow(pki,
                                                                                 cluster):
+    """A2, A6 (docs/BEHAVIOURS.md)."""
     source, _shadow = cluster
     topic = fresh_topic("orders")
     with tls_client(source.url, pki, tls_cert_file=pki["alice"],
@@ -88,6 +89,7 @@ def test_a_client_with_a_trusted_certificate_produces_and_reads_through_a_shadow
 
 
 def test_a_plaintext_client_is_refused_and_the_broker_goes_on(pki, cluster):
+    """A1."""
     source, _ = cluster
     with Client(source.url, timeout=2, operation_timeout=2) as plain:
         with pytest.raises(errors.ServiceUnavailable):
@@ -99,6 +101,7 @@ def test_a_plaintext_client_is_refused_and_the_broker_goes_on(pki, cluster):
 
 @pytest.mark.parametrize("who", ["no certificate", "another CA's certificate"])
 def test_mutual_tls_refuses_a_client_without_a_trusted_certificate(pki, cluster, who):
+    """A2."""
     source, _ = cluster
     kw = {} if who == "no certificate" else {"tls_cert_file": pki["mallory"],
                                              "tls_key_file": pki["mallory_key"]}
@@ -108,7 +111,7 @@ def test_mutual_tls_refuses_a_client_without_a_trusted_certificate(pki, cluster,
 
 
 def test_a_tls_client_never_falls_back_to_plaintext(pki, broker):
-    """`broker` serves plaintext: a client told to use TLS fails instead of going on."""
+    """A1: `broker` serves plaintext: a client told to use TLS fails instead of going on."""
     for url, kw in ((f"shadowtopic+ssl://{broker.url}", {}),
                     (broker.url, {"tls_trust_certs_file": pki["ca"]})):
         with Client(url, timeout=2, operation_timeout=2, **kw) as c:
@@ -125,6 +128,7 @@ def test_client_tls_options_are_checked_before_anything_is_sent(pki, tmp_path):
 
 def test_a_rotated_server_certificate_is_served_to_new_connections_without_a_restart(
         pki, etcd_server, tmp_path):
+    """A3."""
     live = tmp_path / "live"
     live.mkdir()
     cert, key = str(live / "broker.crt"), str(live / "broker.key")

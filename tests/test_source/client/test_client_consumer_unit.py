@@ -570,7 +570,8 @@ def test_a_non_retriable_refusal_is_not_retried(fake, client):
 
 def test_a_retriable_refusal_surfaces_after_the_operation_timeout(fake):
     fake.answers["subscribe"] = refuse_first(10 ** 6)
-    with Client(fake.url, timeout=5, operation_timeout=0.5) as client:
+    # (long enough for a second attempt on a loaded machine: one attempt took over 0.5 s)
+    with Client(fake.url, timeout=5, operation_timeout=2) as client:
         with pytest.raises(errors.TopicNotOwned) as info:
             client.subscribe("t", "sub")
         assert info.value.reason == "TopicNotOwned" and info.value.retriable
