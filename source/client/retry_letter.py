@@ -149,12 +149,14 @@ def retry_properties(msg: Message, origin_topic: str, times: int, delay_ms: int,
 
 def due_at(msg: Message, now: float, wall_s: float) -> float:
     """When (on the clock that said `now`) the letter `msg` is due, the wall clock saying
-    `wall_s`: now when it carries no DELIVER_AT_TIME, or one that is not a time."""
+    `wall_s` at the same moment: now when it carries no DELIVER_AT_TIME, or one that is not
+    a time. A millisecond late rather than early (the two clocks are read one after the
+    other)."""
     try:
         at_ms = int(msg.properties.get(DELIVER_AT_TIME, ""))
     except ValueError:
         return now
-    return now + max(0.0, at_ms / 1000 - wall_s)
+    return now + max(0.0, at_ms / 1000 - wall_s + 0.001)
 
 
 def _key(mid: MessageId) -> Key:
@@ -381,7 +383,9 @@ class RetryLetters:
                 return None
             room = self._hold_limit - len(self._held) - len(self._ready)
         polled, full, error = self._drain(room)
-        wall = self._wall()
+        # both clocks read now, side by side: `now` was read before the drain, and a due
+        # time mapped from a later wall reading would come early by the drain's time
+        wall, mono = self._wall(), self._clock()
         with self._lock:
             if self._closed:
                 return None
@@ -391,7 +395,7 @@ class RetryLetters:
             for msg in polled:
                 key = _key(msg.message_id)
                 if key not in self._ready_keys:  # (one that came again while due: once)
-                    self._held.add(msg, due_at(msg, now, wall))
+                    self._held.add(msg, due_at(msg, mono, wall))
             due = self._held.pop_due(now)
             for msg in due:
                 self._ready.append(msg)

@@ -123,7 +123,7 @@ def test_a_dead_letter_of_a_letter_keeps_its_origin():
 
 
 def test_due_times_come_from_the_letter_on_the_receivers_clock():
-    assert due_at(letter(0, 12_500), now=100.0, wall_s=10.0) == 102.5
+    assert due_at(letter(0, 12_500), now=100.0, wall_s=10.0) == pytest.approx(102.501)
     assert due_at(letter(0, 9_000), now=100.0, wall_s=10.0) == 100.0     # past: now
     assert due_at(letter(0, None), now=100.0, wall_s=10.0) == 100.0      # none: now
     assert due_at(message(0, props={"DELIVER_AT_TIME": "soon"}), 100.0, 10.0) == 100.0
@@ -255,12 +255,14 @@ def test_letters_are_held_until_due_then_returned_and_the_consumer_woken():
     letters = s.letters
     assert letters.tick(0.0) is None and letters.take() is None
     assert len(s.consumer.wakers) == 1                    # a waker left with the retry consumer
-    # due at wall 1002 and 1001: on the monotonic clock, 2.0 and 1.0 from now (0.0)
+    # due at wall 1002 and 1001: on the monotonic clock, 2.0 and 1.0 from now (0.0), plus
+    # the millisecond that keeps a letter late rather than early (due_at)
     s.consumer.deliver(letter(1, 1_002_000), letter(2, 1_001_000))
     assert s.timer.wakes == 1                             # the waker woke the timer
-    assert letters.tick(0.0) == 1.0
+    assert letters.tick(0.0) == pytest.approx(1.001)
+    assert letters.tick(1.0) == pytest.approx(1.001)      # not yet: a millisecond early
     assert letters.take() is None and s.notified == 0
-    assert letters.tick(1.0) == 2.0 and s.notified == 1
+    assert letters.tick(1.001) == pytest.approx(2.001) and s.notified == 1
     assert letters.take().message_id.entry_id == 2
     assert letters.take() is None
     assert letters.tick(2.5) is None and s.notified == 2
