@@ -74,6 +74,7 @@ docs: install
 bench: install
 	@test -d $(SHARED)/peers || { echo "make bench: $(SHARED)/peers not found (it sits beside a developer's clone); set SHARED=/path/to/shared"; exit 2; }
 	$(VPY) bench/run.py --shared $(SHARED)
+	$(VPY) bench/security_cost.py > bench/out/security-cost.json  # TLS + tokens vs plaintext
 
 # The chaos run (docs/CHAOS.md): kills and pauses etcd, the brokers and the compaction worker
 # under load, N cycles, then checks nothing acknowledged was lost. Not part of `make test`.
