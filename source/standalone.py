@@ -42,6 +42,7 @@ from shadowtopic.metadata.etcd_server import EtcdServer
 from shadowtopic.process import FAILED, RUNNING, Supervisor, describe_exit, port_in_use, spawn
 from shadowtopic.security.authentication import AuthOptions
 from shadowtopic.security.dial import PLAINTEXT, Dial
+from shadowtopic.security.files import write_private
 from shadowtopic.security.tls import TlsOptions
 
 LOOPBACK = "127.0.0.1"
@@ -405,8 +406,8 @@ class Secured:
             secret = tokens.create_secret_key()
             for path, data in ((made.admin_token, tokens.create_token("admin", secret)),
                                (made.broker_token, tokens.create_token("broker", secret))):
-                _write_private(path, data.encode())
-            _write_private(made.secret, secret)
+                write_private(path, data.encode())
+            write_private(made.secret, secret)
         return cls(directory)
 
     def banner(self) -> str:
@@ -414,17 +415,6 @@ class Secured:
                 f"                admin token {self.admin_token}\n"
                 f"    export SHADOWTOPIC_TLS_TRUST_CERTS_FILE={self.ca}\n"
                 f"    export SHADOWTOPIC_AUTH_TOKEN=file://{self.admin_token}\n")
-
-
-def _write_private(path: str, data: bytes) -> None:
-    """`data` at `path`, mode 0600, whole or not at all."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _ready_line(child: BrokerProcess) -> str:

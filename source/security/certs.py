@@ -19,6 +19,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from shadowtopic.security.files import write_private
+
 DAYS = 365
 
 
@@ -94,13 +96,7 @@ def write(pem: Pem, directory: str, name: str) -> tuple[str, str]:
     os.makedirs(directory, exist_ok=True)
     paths = (os.path.join(directory, f"{name}.crt"), os.path.join(directory, f"{name}.key"))
     for path, data in zip(paths, (pem.cert, pem.key), strict=True):
-        tmp = path + ".tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_private(path, data)
     return paths
 
 
