@@ -12,26 +12,14 @@ import stat
 import subprocess
 import sys
 
+from support.cli_results import ok, one_line_error
+
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 
 
 def run(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([EXE, "tokens", *args], capture_output=True, text=True, timeout=60,
                           input=input, stdin=None if input is not None else subprocess.DEVNULL)
-
-
-def ok(res: subprocess.CompletedProcess) -> str:
-    assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout}\n{res.stderr}"
-    return res.stdout
-
-
-def one_line_error(res: subprocess.CompletedProcess, reason: str) -> str:
-    assert res.returncode == 1, f"exit {res.returncode}\n{res.stdout}\n{res.stderr}"
-    lines = res.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
-    assert "Traceback" not in res.stderr + res.stdout
-    assert reason in lines[0], (reason, lines[0])
-    return lines[0]
 
 
 def test_secret_key_create_validate_round_trip_through_files(tmp_path):

@@ -12,6 +12,7 @@ import stat
 import subprocess
 
 import pytest
+from support.cli_results import ok, one_line_error
 
 from shadowtopic.cli.main import main
 
@@ -27,19 +28,6 @@ def cli(capsys, monkeypatch):
         out = capsys.readouterr()
         return subprocess.CompletedProcess(args, info.value.code, out.out, out.err)
     return run
-
-
-def ok(res: subprocess.CompletedProcess) -> str:
-    assert res.returncode == 0, f"exit {res.returncode}\n{res.stdout}\n{res.stderr}"
-    return res.stdout
-
-
-def one_line_error(res: subprocess.CompletedProcess, reason: str) -> str:
-    assert res.returncode == 1, f"exit {res.returncode}\n{res.stdout}\n{res.stderr}"
-    lines = res.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
-    assert reason in lines[0], (reason, lines[0])
-    return lines[0]
 
 
 def test_secret_keys_raw_or_base64_never_overwritten(cli, tmp_path):
