@@ -10,6 +10,7 @@ from types import MappingProxyType
 
 import pytest
 from support.fake_broker import acked, entry
+from support.fake_producer import FakeProducer
 from support.waiting import wait_for
 
 from shadowtopic import DeadLetterPolicy as TopLevelPolicy
@@ -24,22 +25,6 @@ def message(entry: int, count: int = 0, partition: int = -1) -> Message:
     return Message(message_id=MessageId(5, entry, partition), topic="persistent://a/b/t",
                    payload=f"p{entry}".encode(), key=b"k", event_time=77,
                    properties=MappingProxyType({"x": "1"}), redelivery_count=count)
-
-
-class FakeProducer:
-    def __init__(self, fail: bool = False):
-        self.fail = fail
-        self.sent: list[tuple] = []
-        self.closed = False
-
-    def send(self, payload, key=None, properties=None, event_time=0, timeout=None):
-        if self.fail:
-            raise errors.Timeout("no receipt")
-        self.sent.append((payload, key, dict(properties or {}), event_time))
-        return MessageId(9, len(self.sent) - 1)
-
-    def close(self):
-        self.closed = True
 
 
 class Recorder:

@@ -12,6 +12,7 @@ from types import MappingProxyType
 
 import pytest
 from support.fake_broker import acked, entry
+from support.fake_producer import FakeProducer
 from support.waiting import wait_for
 
 from shadowtopic.client import DeadLetterPolicy, Message, MessageId
@@ -203,24 +204,6 @@ class FakeTimer:
 
     def wake(self):
         self.wakes += 1
-
-
-class FakeProducer:
-    def __init__(self, log: list, fail: bool = False):
-        self.log = log
-        self.fail = fail
-        self.sent: list[tuple] = []
-        self.closed = False
-
-    def send(self, payload, key=None, properties=None, event_time=0, timeout=None):
-        if self.fail:
-            raise errors.Timeout("no receipt")
-        self.sent.append((payload, key, dict(properties or {}), event_time))
-        self.log.append(("sent", dict(properties or {}).get("ORIGIN_MESSAGE_ID")))
-        return MessageId(9, len(self.sent) - 1)
-
-    def close(self):
-        self.closed = True
 
 
 class Setup:
