@@ -14,8 +14,10 @@ A (the median of the paired ratios).
   subscriptions at "earliest" in `--fanout-procs` (2) client processes read every message
   (`batch_receive`, payload touched, the last of each batch acknowledged cumulatively);
   rate = delivered / (first receive -> last ack).
-B's clients dial `shadowtopic+ssl://` with the test CA and present a token (HS256); its
-brokers verify every call's token (cached per token: a stream is authenticated once).
+B's clients dial `shadowtopic+ssl://` with the test CA and present a token (HS256) of role
+`bench`; its broker verifies every call's token (cached per token: a stream is
+authenticated once) and authorizes it (`--authorization`: `bench` holds produce and consume
+on public/default by a namespace grant, checked per topic as a stream names it).
 Prints one JSON document, and a Markdown table on stderr. Bounded by its arguments.
 """
 from __future__ import annotations
@@ -31,9 +33,10 @@ import time
 import uuid
 
 
-def _client(target: dict):
+def _client(target: dict, role: str = "client"):
+    """A client of `target` as the bench role ("client") or the admin ("admin")."""
     from shadowtopic.client import Client
-    return Client(target["url"], timeout=60, **target["client"])
+    return Client(target["url"], timeout=60, **target[role])
 
 
 def _produce(target: dict, topic: str, count: int, payload: int, start_at: float, out) -> None:
@@ -145,7 +148,8 @@ def main(argv: list[str] | None = None) -> dict:
         f.write(tokens.create_token("broker", secret))
     tls = TlsOptions(cert, key, ca_file)
     auth = AuthOptions(token_secret_key=os.path.join(d, "secret.key"),
-                       client_token_file=os.path.join(d, "broker.token"))
+                       client_token_file=os.path.join(d, "broker.token"), authorization=True,
+                       superuser_roles=("broker", "admin"), proxy_roles=("broker",))
     etcd = start_etcd(os.path.join(d, "etcd"))
     brokers = []
     try:
@@ -156,13 +160,18 @@ def main(argv: list[str] | None = None) -> dict:
                               args=[*auth.flags(), "--cluster", "secure",
                                     "--metrics-port", "-1"])
         brokers.append(secure)
-        targets = {"plain": {"url": plain.url, "client": {}},
+        targets = {"plain": {"url": plain.url, "client": {}, "admin": {}},
                    "secure": {"url": f"shadowtopic+ssl://{secure.url}",
                               "client": {"tls_trust_certs_file": ca_file,
-                                         "auth_token": tokens.create_token("bench", secret)}}}
+                                         "auth_token": tokens.create_token("bench", secret)},
+                              "admin": {"tls_trust_certs_file": ca_file,
+                                        "auth_token": tokens.create_token("admin", secret)}}}
+        with _client(targets["secure"], "admin") as c:
+            c.admin.grant_permission("public/default", "bench", ["produce", "consume"])
+        time.sleep(1.0)  # the broker hears of the grant through its watch
         fill = {}
         for name, target in targets.items():
-            with _client(target) as c:
+            with _client(target, "admin") as c:
                 fill[name] = f"persistent://public/default/fanout-{uuid.uuid4().hex[:6]}"
                 c.admin.create_topic(fill[name])
                 with c.create_producer(fill[name]) as prod:
@@ -175,7 +184,7 @@ def main(argv: list[str] | None = None) -> dict:
             row: dict = {}
             for name, target in targets.items():  # A (plaintext) then B (TLS + tokens)
                 topic = f"persistent://public/default/produce-{uuid.uuid4().hex[:6]}"
-                with _client(target) as c:
+                with _client(target, "admin") as c:
                     c.admin.create_topic(topic)
                 row[name] = {"produce": produce_round(target, topic, a),
                              "fanout": fanout_round(target, fill[name], a)}

@@ -4,6 +4,10 @@
                                 [--spark-conf key=value ...] [--grace SECONDS]
                                 [--config FILE] [--log-format json] [--spark-log PATH]
 
+It reaches etcd as `--etcd-user` (the `compaction` user of docs/SECURITY.md, "etcd"), with
+TLS to etcd when given `--etcd-ca-file` (source/metadata/etcd_options.py); etcd refusing that
+user or its password stops it at start with one `error:` line (exit 1).
+
 Its flags are the keys of the config file's [worker] section (source/config_file.py); its
 log lines are set up by source/logs.py, and Spark's own logging goes to `--spark-log`
 (default <data-dir>/logs/spark.log) at `--spark-log-level` (WARN) (compaction/session.py).
@@ -26,6 +30,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -37,7 +42,8 @@ from shadowtopic.compaction.jobs import Worker, spark_gateway
 from shadowtopic.compaction.metrics import CompactionMetrics, WorkerReadiness
 from shadowtopic.compaction.session import build_session
 from shadowtopic.ledger import object_store
-from shadowtopic.metadata import EtcdStore, MetadataUnavailable
+from shadowtopic.metadata import EtcdStore, MetadataUnavailable, etcd_options
+from shadowtopic.metadata.base import MetadataUnauthenticated
 from shadowtopic.observability.http import OFF, HttpEndpoint, default_port
 from shadowtopic.security import tls
 
@@ -48,6 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="shadowtopic compaction-worker",
                                 description="run the compaction worker (one warm SparkSession)")
     p.add_argument("--etcd", default=os.environ.get("SHADOWTOPIC_ETCD", "127.0.0.1:2379"))
+    etcd_options.add_arguments(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=6660, help="gRPC health port")
     p.add_argument("--data-dir", default="./data", help="Spark's local scratch space")
@@ -80,6 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--spark-conf {item!r}: expected KEY=VALUE")
     a.s3 = object_store.options_from(p, a)
     a.tls = tls.options_from(p, a)
+    a.etcd_options = etcd_options.options_from(p, a)
     return a
 
 
@@ -117,7 +125,7 @@ async def serve(a: argparse.Namespace) -> None:
         await http.start()
         log.info("metrics on %s (health: /healthz, /readyz)", http.url)
     await asyncio.to_thread(spark_job.warm_up, spark)
-    store = EtcdStore(a.etcd)
+    store = EtcdStore(a.etcd, options=a.etcd_options)
     worker = Worker(store, spark, a.cluster, a.worker_id or f"{socket.gethostname()}:{a.port}",
                     grace=a.grace, lease_ttl=a.lease_ttl, relist=a.relist, metrics=metrics,
                     s3=a.s3, scratch_dir=a.data_dir)
@@ -127,6 +135,9 @@ async def serve(a: argparse.Namespace) -> None:
             break
         except MetadataUnavailable:
             await asyncio.sleep(0.5)
+        except MetadataUnauthenticated:  # main prints it: Spark goes first
+            stop_spark(spark)
+            raise
     await servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     readiness.worker = worker
     log.info("compaction worker %s ready (spark %s, etcd %s, health %s:%d)", worker.worker_id,
@@ -205,7 +216,11 @@ def stop_spark(spark) -> None:
 def main(argv: list[str] | None = None) -> None:
     a = parse_args(argv)
     logs.setup_from(a)
-    asyncio.run(serve(a))
+    try:
+        asyncio.run(serve(a))
+    except MetadataUnauthenticated as exc:  # a wrong etcd user or password
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ from shadowtopic.broker.topic_admin import loaded_for_delete
 from shadowtopic.core import errors
 from shadowtopic.core.names import TopicName
 from shadowtopic.core.policies import validate_properties
-from shadowtopic.metadata import keys
+from shadowtopic.metadata import keys, tenants
 from shadowtopic.metadata.base import Compare, Delete, MetadataStore, Put
 from shadowtopic.metadata.topic_info import decode_info
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
@@ -165,7 +165,7 @@ def delete_plan(shadow: TopicName, partitions: int, shadow_rev: int, source: Top
         for i in range(partitions)]
     last = Txn([same, Compare(keys.shadows(source), "mod_revision", "==", list_rev)],
                [Delete(keys.topic_prefix(shadow), prefix=True),
-                Delete(keys.replicator(source, shadow)),
+                Delete(keys.replicator(source, shadow)), Delete(keys.topic_grants(shadow)),
                 shadow_list_op(source, [s for s in shadows if s != str(shadow)])])
     return _pack(parts, last, same, limit)
 
@@ -188,15 +188,18 @@ async def shadow_topics(store: MetadataStore, topic: TopicName,
 class ShadowAdmin:
     """The shadow RPCs (the admin service and `topics delete` of a shadow delegate here)."""
 
-    def __init__(self, topics: Topics):
+    def __init__(self, topics: Topics, auto_namespaces: bool = True):
         self.topics = topics
         self.store = topics.store
         self.txn_ops = TXN_OPS
+        #: create the shadow's namespace with it (no authorization), else it must exist
+        self.auto_namespaces = auto_namespaces
 
     async def create(self, shadow: TopicName, source: TopicName,
                      properties: dict[str, str]) -> mpb.TopicInfo:
         check_names(shadow, source)
         validate_properties(properties)
+        await tenants.prepare_namespace(self.store, shadow.namespace_name, self.auto_namespaces)
         refused = False
         for attempt in range(ATTEMPTS):
             await _backoff(attempt)

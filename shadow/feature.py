@@ -88,7 +88,7 @@ class ShadowFeature(BrokerFeature):
 
     def bind(self, host: BrokerHost) -> None:
         self._host = host
-        self._admin = ShadowAdmin(host.topics)
+        self._admin = ShadowAdmin(host.topics, not host.config.auth.authorization)
 
     @property
     def host(self) -> BrokerHost:
@@ -242,7 +242,8 @@ class ShadowFeature(BrokerFeature):
         if not self.serving:
             return []
         replication_pb2_grpc.add_ReplicationServicer_to_server(
-            ReplicationService(self.host.topics, self.host.config.cluster, self.inbound),
+            ReplicationService(self.host.topics, self.host.config.cluster, self.inbound,
+                               self.host.authz),
             server)
         return ["shadowtopic.v1.Replication"]
 

@@ -32,11 +32,13 @@ from __future__ import annotations
 import logging
 import time
 
+from shadowtopic.broker.authorize import OPEN, Authorizer
 from shadowtopic.broker.feature import Topics
 from shadowtopic.core import errors
 from shadowtopic.core.errors import error_status, typed
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
+from shadowtopic.core.permissions import Action
 from shadowtopic.ledger.view import ReadEntry
 from shadowtopic.metadata import keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
@@ -87,9 +89,11 @@ class Inbound:
 
 
 class ReplicationService(replication_pb2_grpc.ReplicationServicer):
-    def __init__(self, topics: Topics, cluster: str, inbound: Inbound | None = None):
+    def __init__(self, topics: Topics, cluster: str, inbound: Inbound | None = None,
+                 authz: Authorizer = OPEN):
         self.topics = topics
         self.cluster = cluster
+        self.authz = authz  # each batch's shadow needs `replicate` (a revoke ends the stream)
         self.inbound = inbound or Inbound()
         self.tail_cache = TailCache()  # replicated bytes, for shadows reading remotely
         self.carriers = Carriers()     # which shadow of each source brings them
@@ -136,6 +140,7 @@ class ReplicationService(replication_pb2_grpc.ReplicationServicer):
         whether this stream is to carry the source's bytes (the ack's `want_raw`)."""
         shadow = TopicName.parse(batch.shadow)
         source = TopicName.parse(batch.source)
+        self.authz.require(Action.REPLICATE, shadow)
         known, url = epochs.get(batch.source, (None, ""))
         if known is None or batch.source_epoch > known:
             known, url = epochs[batch.source] = await self._source_owner(source)

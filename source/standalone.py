@@ -7,6 +7,8 @@ SERVING on gRPC health.
     <data-dir>/storage    ledgers (the storage root) and WALs
     <data-dir>/logs       etcd.log, broker.log, shadow-broker.log, compaction-worker.log,
                           spark.log (Spark's own logging, WARN and above)
+    <data-dir>/security   with --secure: certificates, token keys and tokens, etcd passwords
+                          (`Secured`; docs/SECURITY.md)
 
 A data dir another standalone holds is refused at once, with one line naming its holder,
 before anything is written into it. The children die with the standalone, even under kill -9
@@ -38,6 +40,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from shadowtopic import config_file, dirlock, logs
+from shadowtopic.metadata.etcd_auth import BROKER, COMPACTION, ROLES, EtcdAuth, generate_password
+from shadowtopic.metadata.etcd_options import EtcdOptions
 from shadowtopic.metadata.etcd_server import EtcdServer
 from shadowtopic.process import FAILED, RUNNING, Supervisor, describe_exit, port_in_use, spawn
 from shadowtopic.security.authentication import AuthOptions
@@ -183,8 +187,8 @@ def run(data_dir: str = "./data", wipe: bool = False, port: int = 6650,
     cannot start or a part fails. `config`, `log_format` and `log_level` go to every role
     (None: not passed, each role's own config decides). `compaction=False` starts no
     compaction worker (no Java needed; compaction requests wait for a worker). `secure`:
-    TLS and token authentication with files it makes under <data-dir>/security
-    (`Secured`)."""
+    TLS, token authentication and etcd's auth, with files it makes under
+    <data-dir>/security (`Secured`)."""
     logs.setup(log_format or "console", log_level or "INFO")
     common = _passed_on(config, log_format, log_level)
     bad = check_config(common)
@@ -284,17 +288,23 @@ def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port:
     tls_args = sec.tls.flags() if sec is not None else []
     auth_args = sec.auth.flags() if sec is not None else []
     dial = sec.tls.dial() if sec is not None else PLAINTEXT
+    # with --secure etcd's auth is on: brokers as etcd user broker, the worker as compaction
     etcd = EtcdServer(os.path.join(data_dir, "etcd"), client_port=etcd_port,
-                      peer_port=peer_port, log_path=os.path.join(log_dir, "etcd.log"))
+                      peer_port=peer_port, log_path=os.path.join(log_dir, "etcd.log"),
+                      auth=sec.etcd_auth() if sec is not None else None)
+    etcd_broker = sec.etcd_options(BROKER).flags() if sec is not None else []
+    etcd_worker = sec.etcd_options(COMPACTION).flags() if sec is not None else []
     broker = BrokerProcess(etcd.endpoint, data_dir, port, host=host,
                            log_path=os.path.join(log_dir, "broker.log"),
-                           extra_args=[*common, *tls_args, *auth_args, *broker_args],
+                           extra_args=[*common, *tls_args, *auth_args, *etcd_broker,
+                                       *broker_args],
                            dial=dial)
     # the shadow broker: a data dir of its own, the source broker's storage root (it reads
     # the source's ledgers there and writes none)
     shadow = BrokerProcess(etcd.endpoint, os.path.join(data_dir, "shadow-broker"), shadow_port,
                            host=host, log_path=os.path.join(log_dir, "shadow-broker.log"),
-                           extra_args=[*common, *tls_args, *auth_args, *broker_args,
+                           extra_args=[*common, *tls_args, *auth_args, *etcd_broker,
+                                       *broker_args,
                                        "--storage-root", os.path.join(data_dir, "storage")],
                            module="shadowtopic.shadow.broker", dial=dial)
     # the compaction worker: one warm SparkSession; its port serves gRPC health only
@@ -305,7 +315,8 @@ def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port:
     worker = BrokerProcess(etcd.endpoint, os.path.join(data_dir, "compaction-worker"),
                            compaction_port, host=LOOPBACK,
                            log_path=os.path.join(log_dir, "compaction-worker.log"),
-                           extra_args=[*common, *tls_args, *spark, *worker_args],
+                           extra_args=[*common, *tls_args, *etcd_worker, *spark,
+                                       *worker_args],
                            module="shadowtopic.compaction.worker", dial=dial)
     roles = [Supervisor(broker), Supervisor(shadow)]
     if compaction:
@@ -321,7 +332,9 @@ def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port:
     try:
         print(f"starting etcd ({etcd.binary}) ...", flush=True)
         etcd.start(timeout=60)
-        print(f"etcd ready: http://{etcd.endpoint}", flush=True)
+        print(f"etcd ready: http://{etcd.endpoint}"
+              + (" (auth on: users root, broker, compaction)" if sec is not None else ""),
+              flush=True)
         print("starting the source and shadow brokers"
               + (" and the compaction worker ..." if compaction else
                  " (no compaction worker: --no-compaction) ..."), flush=True)
@@ -377,8 +390,14 @@ class Secured:
     """What `standalone --secure` runs with, made once under a directory and kept there (a
     restart reuses them: tokens stay valid): a CA (`ca.crt`), the brokers' certificate for
     the host and loopback (`broker.crt`, `broker.key`), a token secret key (`secret.key`),
-    the admin's token (`admin.token`, role `admin`) and the brokers' own (`broker.token`).
-    Every file is mode 0600. etcd is not locked down by it (docs/SECURITY.md)."""
+    the admin's token (`admin.token`, role `admin`, a superuser: the brokers authorize every
+    call) and the brokers' own (`broker.token`),
+    and etcd's passwords (`etcd-root.password`, `etcd-broker.password`,
+    `etcd-compaction.password`: random, one line each) for its users root, broker (the
+    brokers) and compaction (the worker), whose roles grant the keys of cluster
+    `standalone` (source/metadata/etcd_auth.py). Every file is mode 0600. etcd takes them
+    at each start: the first sets its users and roles up and turns its auth on, a restart
+    finds them in place and changes nothing."""
 
     def __init__(self, directory: str):
         self.dir = directory
@@ -386,10 +405,15 @@ class Secured:
         self.ca, self.cert, self.key = j("ca.crt"), j("broker.crt"), j("broker.key")
         self.secret, self.admin_token, self.broker_token = (j("secret.key"), j("admin.token"),
                                                             j("broker.token"))
+        #: etcd user -> the file of its password
+        self.etcd_passwords = {user: j(f"etcd-{user}.password") for user in ("root", *ROLES)}
         self.tls = TlsOptions(self.cert, self.key, self.ca) if os.path.exists(self.cert) \
             else TlsOptions()
+        # authorization on: `admin` and the brokers' own role are superusers, the brokers'
+        # role forwards calls for their callers (docs/SECURITY.md, "Authorization")
         self.auth = AuthOptions(token_secret_key=self.secret,
-                                client_token_file=self.broker_token)
+                                client_token_file=self.broker_token, authorization=True,
+                                superuser_roles=("admin", "broker"), proxy_roles=("broker",))
 
     @classmethod
     def under(cls, directory: str, host: str) -> Secured:
@@ -408,11 +432,26 @@ class Secured:
                                (made.broker_token, tokens.create_token("broker", secret))):
                 write_private(path, data.encode())
             write_private(made.secret, secret)
+        for path in made.etcd_passwords.values():
+            if not os.path.exists(path):
+                write_private(path, (generate_password() + "\n").encode())
         return cls(directory)
+
+    def etcd_options(self, user: str) -> EtcdOptions:
+        """How a role's process reaches etcd: as `user`, its password from its file."""
+        return EtcdOptions(user=user, password_file=self.etcd_passwords[user])
+
+    def etcd_auth(self) -> EtcdAuth:
+        """etcd's users and roles, their passwords read from the files."""
+        def password(user: str) -> str:
+            return self.etcd_options(user).read_password()
+        return EtcdAuth(password("root"), {role: password(role) for role in ROLES},
+                        ("standalone",))
 
     def banner(self) -> str:
         return (f"  TLS + tokens: CA {self.ca}\n"
                 f"                admin token {self.admin_token}\n"
+                f"  etcd auth   : root's password {self.etcd_passwords['root']}\n"
                 f"    export SHADOWTOPIC_TLS_TRUST_CERTS_FILE={self.ca}\n"
                 f"    export SHADOWTOPIC_AUTH_TOKEN=file://{self.admin_token}\n")
 

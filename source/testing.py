@@ -40,6 +40,7 @@ from pathlib import Path
 
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client
+from shadowtopic.metadata.etcd_options import EtcdOptions
 from shadowtopic.metadata.etcd_server import EtcdServer
 from shadowtopic.security.tls import TlsOptions
 from shadowtopic.standalone import BrokerProcess
@@ -59,14 +60,19 @@ def start_etcd(data_dir: str | os.PathLike | None = None, timeout: float = 30.0)
 
 def start_broker(etcd: str, data_dir: str | os.PathLike, *, port: int | None = None,
                  args: list[str] | tuple[str, ...] = (), module: str = SOURCE_BROKER,
-                 timeout: float = 60.0, tls: TlsOptions | None = None) -> BrokerProcess:
+                 timeout: float = 60.0, tls: TlsOptions | None = None,
+                 etcd_options: EtcdOptions | None = None) -> BrokerProcess:
     """A broker process (the source broker; the shadow broker or the compaction worker with
     `module`) of etcd `etcd`, on a free loopback port unless given, SERVING when this
     returns; `kill()` stops it. With `tls`, it serves TLS with those files (and is asked
-    for its health with them)."""
+    for its health with them). With `etcd_options`, it reaches etcd as that user, over TLS
+    when they say so (`EtcdServer.client_options(user)`; a password given as a value goes
+    in its environment, never on its command line)."""
     tls = tls or TlsOptions()
+    etcd_options = etcd_options or EtcdOptions()
     broker = BrokerProcess(etcd, str(data_dir), port or free_port(),
-                           extra_args=[*tls.flags(), *args], module=module, dial=tls.dial())
+                           extra_args=[*tls.flags(), *etcd_options.flags(), *args],
+                           module=module, dial=tls.dial(), env=etcd_options.env() or None)
     try:
         broker.start(timeout=timeout)
     except BaseException:

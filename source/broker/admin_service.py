@@ -5,8 +5,8 @@ Topic metadata is in topic_admin.py, durable subscriptions in subscription_admin
 RPCs of a feature (`FEATURE_RPCS`: shadow topics, shadow/feature.py; compaction,
 compaction/feature.py) are answered by the handlers that feature added to this service's
 `AdminRpcs` (source/broker/feature.py); on a broker assembled without that feature they
-answer UNIMPLEMENTED, naming it. Permissions are part of the
-contract (proto/shadowtopic/pb/v1/admin.proto) and answer UNIMPLEMENTED until their issue lands.
+answer UNIMPLEMENTED, naming it. Tenants, namespaces and grants are access_admin.py's;
+who may make each call is checked before the handler runs (source/broker/access_rules.py).
 """
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from google.protobuf.message import Message
 
 from shadowtopic.broker import stats
+from shadowtopic.broker.access_admin import AccessAdmin
 from shadowtopic.broker.feature import AdminRpcs, BrokerFeature
 from shadowtopic.broker.ownership import BrokerSession
 from shadowtopic.broker.rpc import abort_stream, unary
@@ -51,14 +52,6 @@ def _page(names: list, page: common_pb2.PageRequest, key) -> tuple[list, str]:
     return chunk, token
 
 
-def _not_yet(what: str):
-    @unary
-    async def handler(self, request, context):
-        raise errors.Unimplemented(f"{what} is not implemented yet")
-    handler.__name__ = what
-    return handler
-
-
 def _feature_rpc(what: str):
     """A unary Admin RPC a feature serves: answered by the handler it added."""
     @unary
@@ -83,12 +76,14 @@ def _feature_stream(what: str):
 
 class AdminService(admin_pb2_grpc.AdminServicer):
     def __init__(self, topics: TopicManager, session: BrokerSession,
-                 features: Iterable[BrokerFeature] = (), dial: Dial = PLAINTEXT):
+                 features: Iterable[BrokerFeature] = (), dial: Dial = PLAINTEXT,
+                 auto_namespaces: bool = True):
         self.topics = topics
         self.session = session
         self.features = list(features)
         self.owners = stats.OwnerChannels(dial)  # how it dials the other brokers
-        self.topic_admin = TopicAdmin(topics, self.features)
+        self.topic_admin = TopicAdmin(topics, self.features, auto_namespaces)
+        self.access = AccessAdmin(topics.store)
         self.subscriptions = SubscriptionAdmin(topics, self._owner_answer)
         self.feature_rpcs = AdminRpcs(FEATURE_RPCS)
         for f in self.features:
@@ -366,9 +361,47 @@ class AdminService(admin_pb2_grpc.AdminServicer):
     GetCompactionStatus = _feature_rpc("GetCompactionStatus")
     WatchCompaction = _feature_stream("WatchCompaction")
 
-    # ---- later issues ----------------------------------------------------------------------
+    # ---- permissions, tenants, namespaces (access_admin.py) --------------------------------
 
-    GrantPermission = _not_yet("GrantPermission")
-    RevokePermission = _not_yet("RevokePermission")
-    GetPermissions = _not_yet("GetPermissions")
+    @unary
+    async def GrantPermission(self, request, context):
+        await self.access.grant(request)
+        return apb.Empty()
+
+    @unary
+    async def RevokePermission(self, request, context):
+        await self.access.revoke(request)
+        return apb.Empty()
+
+    @unary
+    async def GetPermissions(self, request, context):
+        return await self.access.permissions(request)
+
+    @unary
+    async def CreateTenant(self, request, context):
+        await self.access.create_tenant(request)
+        return apb.Empty()
+
+    @unary
+    async def DeleteTenant(self, request, context):
+        await self.access.delete_tenant(request)
+        return apb.Empty()
+
+    @unary
+    async def ListTenants(self, request, context):
+        return await self.access.list_tenants()
+
+    @unary
+    async def CreateNamespace(self, request, context):
+        await self.access.create_namespace(request)
+        return apb.Empty()
+
+    @unary
+    async def DeleteNamespace(self, request, context):
+        await self.access.delete_namespace(request)
+        return apb.Empty()
+
+    @unary
+    async def ListNamespaces(self, request, context):
+        return await self.access.list_namespaces(request)
 

@@ -5,6 +5,8 @@ shadowtopic.shadow.broker`) take the same flags; `--features` names the features
 process is assembled with (source/broker/feature.py). Every flag is also a key of the
 config file's section ([broker] or [shadow]) and an environment variable
 (source/config_file.py); `--log-format` and `--log-level` set up logging (source/logs.py).
+`--etcd-user`, `--etcd-password-file`, `--etcd-ca-file`, `--etcd-cert-file` and
+`--etcd-key-file` say how it reaches etcd (etcd's auth, TLS: source/metadata/etcd_options.py).
 A broker process holds its data dir (`<data-dir>/broker.lock`, source/dirlock.py): a second
 broker on it is refused at once.
 """
@@ -24,6 +26,8 @@ from shadowtopic.core.argtypes import size
 from shadowtopic.ledger import object_store
 from shadowtopic.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
 from shadowtopic.ledger.entry_cache import DEFAULT_BYTES
+from shadowtopic.metadata import etcd_options
+from shadowtopic.metadata.etcd_options import EtcdOptions
 from shadowtopic.security import authentication, tls
 from shadowtopic.security.dial import Dial, token_source
 
@@ -31,6 +35,8 @@ from shadowtopic.security.dial import Dial, token_source
 @dataclass
 class BrokerConfig:
     etcd: str = "127.0.0.1:2379"
+    # etcd's user and TLS to etcd (source/metadata/etcd_options.py); anonymous by default
+    etcd_options: EtcdOptions = field(default_factory=EtcdOptions)
     data_dir: str = "./data"
     storage_root: str | None = None      # pyarrow URI; default <data_dir>/storage
     # open ledgers' WALs: <wal_dir>/wal/...; None: the root when local, else <data_dir>
@@ -114,6 +120,7 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
     sets up logging."""
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--etcd", default=os.environ.get("SHADOWTOPIC_ETCD", "127.0.0.1:2379"))
+    etcd_options.add_arguments(p)
     p.add_argument("--data-dir", default="./data")
     p.add_argument("--storage-root", default=None, metavar="URI",
                    help="where ledgers and cursors live: a path, or an object store such as "
@@ -197,10 +204,12 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
     if a.load_shedding_interval < 0:
         p.error("--load-shedding-interval must be 0 (off) or more")
     s3 = object_store.options_from(p, a)
+    etcd_access = etcd_options.options_from(p, a)
     tls_options = tls.options_from(p, a)
     auth_options = authentication.options_from(p, a, tls_options.require_client_cert)
     logs.setup_from(a)
-    cfg = BrokerConfig(etcd=a.etcd, data_dir=a.data_dir, storage_root=a.storage_root,
+    cfg = BrokerConfig(etcd=a.etcd, etcd_options=etcd_access, data_dir=a.data_dir,
+                       storage_root=a.storage_root,
                        wal_dir=a.wal_dir, s3=s3,
                        host=a.host, port=a.port, cluster=a.cluster, lease_ttl=a.lease_ttl,
                        cursor_flush_interval=a.cursor_flush_interval,

@@ -46,6 +46,7 @@ from typing import TypeAlias
 import grpc
 
 from shadowtopic import wire
+from shadowtopic.broker.authorize import OPEN, Authorizer
 from shadowtopic.broker.memory import IN_FLIGHT_FACTOR, STREAM_BYTES, ClientMemory, reader
 from shadowtopic.broker.rpc import abort_stream
 from shadowtopic.broker.topics import TopicManager
@@ -53,6 +54,7 @@ from shadowtopic.core import errors
 from shadowtopic.core.errors import error_status, typed
 from shadowtopic.core.message_id import MAX_ACK_RANGE, MessageId
 from shadowtopic.core.names import TopicName, check_subscription
+from shadowtopic.core.permissions import Action
 from shadowtopic.ledger.view import LedgerView
 from shadowtopic.pb.v1 import common_pb2, consumer_pb2, consumer_pb2_grpc
 from shadowtopic.read.engine import ReadEngine, Reader
@@ -348,9 +350,11 @@ class StreamOutbox:
 
 
 class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
-    def __init__(self, topics: TopicManager, memory: ClientMemory | None = None):
+    def __init__(self, topics: TopicManager, memory: ClientMemory | None = None,
+                 authz: Authorizer = OPEN):
         self.topics = topics
         self.memory = memory if memory is not None else ClientMemory()
+        self.authz = authz
         self.engine = ReadEngine(topics.view, topics.counters_for, topics.compacted_view,
                                  topics.encodings)
         self._streams: set[StreamOutbox] = set()
@@ -552,6 +556,7 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
             handles[handle] = _RESERVED
             sub = cmd.subscribe
             topic = TopicName.parse(sub.topic)
+            self.authz.require(Action.CONSUME, topic)  # readers too (a revoke ends the stream)
             if sub.subscription:
                 await self._subscribe(cmd, topic, outbox, handles, peer)
                 return

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from shadowtopic.broker.authorize import Authorizer
 from shadowtopic.broker.config import BrokerConfig
 from shadowtopic.broker.ownership import BrokerSession
 from shadowtopic.broker.topic import Ownership, Topic
@@ -150,6 +151,9 @@ class BrokerHost(Protocol):
 
     @property
     def topics(self) -> Topics: ...
+
+    @property
+    def authz(self) -> Authorizer: ...
 
 
 class BrokerFeature:

@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable
 
 from shadowtopic import failpoints, wire
 from shadowtopic.broker import quota
+from shadowtopic.broker.authorize import OPEN, Authorizer
 from shadowtopic.broker.memory import PRODUCE_FACTOR, STREAM_BYTES, ClientMemory, reader
 from shadowtopic.broker.rates import Publisher
 from shadowtopic.broker.topic import Topic, effective
@@ -43,6 +44,7 @@ from shadowtopic.broker.topics import TopicManager
 from shadowtopic.core import errors
 from shadowtopic.core.errors import error_status
 from shadowtopic.core.names import TopicName
+from shadowtopic.core.permissions import Action
 from shadowtopic.core.policies import MAX_BATCH_MESSAGES
 from shadowtopic.pb.storage.v1 import views_pb2
 from shadowtopic.pb.v1 import producer_pb2, producer_pb2_grpc
@@ -73,9 +75,11 @@ def _parse(data: bytes) -> views_pb2.RawProduceRequest | None:
 
 
 class ProducerService(producer_pb2_grpc.ProducerServicer):
-    def __init__(self, topics: TopicManager, memory: ClientMemory | None = None):
+    def __init__(self, topics: TopicManager, memory: ClientMemory | None = None,
+                 authz: Authorizer = OPEN):
         self.topics = topics
         self.memory = memory if memory is not None else ClientMemory()
+        self.authz = authz
         self._names: dict[str, TopicName] = {}
         self._readers: set[asyncio.Task] = set()
 
@@ -106,6 +110,7 @@ class ProducerService(producer_pb2_grpc.ProducerServicer):
             raise errors.InvalidArgument(f"a produce request carries at most "
                                          f"{MAX_BATCH_MESSAGES} messages, got {len(req.messages)}")
         name = self._name(req.topic)
+        self.authz.require(Action.PRODUCE, name)  # (a stream remembers it)
         topic = await self.topics.writable(name)  # loaded: two dict lookups
         pub = attached.get(topic)
         if pub is None:

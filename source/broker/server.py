@@ -40,6 +40,7 @@ from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 from shadowtopic.broker import feature
 from shadowtopic.broker.admin_service import AdminService
 from shadowtopic.broker.authenticate import Authenticate
+from shadowtopic.broker.authorize import Authorizer
 from shadowtopic.broker.config import BrokerConfig, lock_data_dir, parse_config
 from shadowtopic.broker.consumer_service import ConsumerService
 from shadowtopic.broker.feature import BrokerFeature
@@ -52,8 +53,10 @@ from shadowtopic.broker.rpc import RejectMalformed
 from shadowtopic.broker.storage_service import add_storage_service
 from shadowtopic.broker.topics import TopicManager
 from shadowtopic.core import errors
+from shadowtopic.core.names import TopicName
 from shadowtopic.ledger import disk, object_store
 from shadowtopic.ledger.storage import Storage
+from shadowtopic.metadata import tenants
 from shadowtopic.metadata.etcd import EtcdStore
 from shadowtopic.observability.http import OFF, HttpEndpoint, default_port
 from shadowtopic.observability.rpc_metrics import RpcMetrics
@@ -74,7 +77,7 @@ class Broker:
         self.config = config
         _resolve_broker_id(config)
         self.features = list(features or ())
-        self.store = EtcdStore(config.etcd)
+        self.store = EtcdStore(config.etcd, options=config.etcd_options)
         root = config.storage_root or os.path.join(os.path.abspath(config.data_dir), "storage")
         wal_dir = config.wal_dir
         if wal_dir is None and "://" in root and not root.startswith("file://"):
@@ -94,6 +97,9 @@ class Broker:
                                    dedup_idle_seconds=config.dedup_idle_seconds,
                                    features=self.features)
         self.maintenance = Maintenance(self.topics, self.features, config.retention_interval)
+        # who may do what (source/broker/authorize.py), followed from etcd when it is on
+        self.authz = Authorizer(self.store, frozenset(config.auth.superuser_roles),
+                                config.auth.authorization, self._source_of)
         self.memory = ClientMemory(config.client_memory_bytes, config.client_stall_seconds)
         for f in self.features:
             f.bind(self)
@@ -146,16 +152,18 @@ class Broker:
                 *server_options(self.config.handshake_timeout, self.config.keepalive_interval)]
         # a unary request that does not parse gets INVALID_ARGUMENT, not grpc's UNKNOWN
         # authenticated before anything else (source/broker/authenticate.py)
+        auth = self.config.auth
         self.server = grpc.aio.server(options=opts, interceptors=[
-            self.rpc_metrics, Authenticate(self.config.auth.authenticator()),
+            self.rpc_metrics,
+            Authenticate(auth.authenticator(), self.authz, frozenset(auth.proxy_roles)),
             RejectMalformed()])
         self.admin = AdminService(self.topics, self.session, self.features,
-                                  dial=self.config.dial())
+                                  dial=self.config.dial(), auto_namespaces=not auth.authorization)
         admin_pb2_grpc.add_AdminServicer_to_server(self.admin, self.server)
         # Produce takes request bytes (stored as they came) and Connect sends pre-encoded
         # frames: both are registered with identity (de)serializers on those sides.
-        self.producer = producer = ProducerService(self.topics, self.memory)
-        self.consumer = ConsumerService(self.topics, self.memory)
+        self.producer = producer = ProducerService(self.topics, self.memory, self.authz)
+        self.consumer = ConsumerService(self.topics, self.memory, self.authz)
         self.server.add_generic_rpc_handlers((
             grpc.method_handlers_generic_handler("shadowtopic.v1.Producer", {
                 "Produce": grpc.stream_stream_rpc_method_handler(
@@ -188,6 +196,8 @@ class Broker:
         await self.server.start()
         self.memory.start()
         await self.session.start()
+        self.authz.start()  # follows the grants (when authorization is on)
+        await self._create_defaults()
         self.topics.start()  # follows the namespaces' policies
         self.maintenance.start()
         for f in self.features:
@@ -199,6 +209,21 @@ class Broker:
                  self.config.url, self.config.etcd, self.storage.uri)
         if self.http is not None:
             log.info("metrics on %s (health: /healthz, /readyz)", self.http.url)
+
+    async def _source_of(self, shadow: TopicName) -> TopicName | None:
+        """The source of `shadow` (None: no such topic, or not a shadow)."""
+        try:
+            info = await self.topics.info(shadow)
+        except errors.TopicNotFound:
+            return None
+        return TopicName.parse(info.source) if info.source else None
+
+    async def _create_defaults(self) -> None:
+        """`public/default`, once per cluster (source/metadata/tenants.py)."""
+        try:
+            await tenants.create_defaults(self.store)
+        except errors.MetadataUnavailable as exc:  # the next broker to start does it
+            log.warning("cannot create public/default now: %s", exc)
 
     def _disk_error(self) -> str:
         """Why the data disk takes no writes (its last error)."""
@@ -262,6 +287,7 @@ class Broker:
             await stopping
         await self.memory.close()
         await self.maintenance.close()
+        await self.authz.close()
         await self.topics.close()
         for f in self.features:
             await f.close()
@@ -274,6 +300,7 @@ class Broker:
 
 async def serve(config: BrokerConfig, features: list[BrokerFeature]) -> None:
     broker = Broker(config, features)
+    await check_etcd_access(broker.store)
     await broker.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -282,6 +309,15 @@ async def serve(config: BrokerConfig, features: list[BrokerFeature]) -> None:
     await stop.wait()
     log.info("shutting down")
     await broker.stop()
+
+
+async def check_etcd_access(store: EtcdStore) -> None:
+    """etcd refusing the broker's etcd user or password stops the start (`run` prints one
+    `error:` line); etcd not answering yet does not (the lease is retried until it does)."""
+    try:
+        await store.check_access()
+    except errors.MetadataUnavailable as exc:
+        log.warning("etcd does not answer yet (%s); retrying", exc)
 
 
 def _resolve_broker_id(config: BrokerConfig) -> None:
@@ -323,7 +359,7 @@ def run(cfg: BrokerConfig) -> None:
             prof.dump_stats(cfg.profile)
         else:
             asyncio.run(serve(cfg, features))
-    except object_store.RootUnavailable as exc:
+    except (object_store.RootUnavailable, errors.MetadataUnauthenticated) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from shadowtopic.broker.authorize import forwarded_for
 from shadowtopic.broker.topic import Topic
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
@@ -153,13 +154,14 @@ class OwnerChannels:
         return admin_pb2_grpc.AdminStub(ch)
 
     async def forward(self, url: str, method: str, request, timeout: float = 5.0):
-        """Admin `method` answered by the broker at `url` (marked as forwarded); None when
+        """Admin `method` answered by the broker at `url` (marked as forwarded, with the
+        caller's role: source/broker/authenticate.py, original principal); None when
         that broker cannot be reached or does not answer in `timeout` (a dead or paused
         owner whose lease has not run out yet: the caller answers from etcd). Other errors
         come back typed."""
         try:
             return await getattr(self.admin(url), method)(
-                request, timeout=timeout, metadata=((FORWARDED, "1"),))
+                request, timeout=timeout, metadata=((FORWARDED, "1"), *forwarded_for()))
         except grpc.RpcError as exc:
             err = errors.from_rpc_error(exc)
             if isinstance(err, (errors.ServiceUnavailable, errors.Timeout)):

@@ -28,7 +28,7 @@ from shadowtopic.core import errors
 from shadowtopic.core.names import TopicName
 from shadowtopic.core.policies import Policies, validate_partitions, validate_properties
 from shadowtopic.ledger.storage import Storage
-from shadowtopic.metadata import keys, namespace_policies
+from shadowtopic.metadata import keys, namespace_policies, tenants
 from shadowtopic.metadata.base import Compare, Delete, Put
 from shadowtopic.metadata.policies_record import from_record, to_record
 from shadowtopic.metadata.topic_info import SOURCE
@@ -68,10 +68,14 @@ def loaded_for_delete(topics: Topics, topic: TopicName, partitions: int,
 
 
 class TopicAdmin:
-    def __init__(self, topics: TopicManager, features: list[BrokerFeature]):
+    def __init__(self, topics: TopicManager, features: list[BrokerFeature],
+                 auto_namespaces: bool = True):
         self.topics = topics
         self.store = topics.store
         self.features = features
+        #: create a topic's namespace with it (a broker without authorization), else the
+        #: namespace must exist (source/metadata/tenants.py)
+        self.auto_namespaces = auto_namespaces
 
     async def create(self, topic: TopicName, partitions: int, policies: Policies,
                      properties: dict[str, str]) -> mpb.TopicInfo:
@@ -83,8 +87,10 @@ class TopicAdmin:
         info = mpb.TopicInfo(name=str(topic), kind=SOURCE, properties=properties,
                              policies=to_record(policies), partitions=partitions,
                              partition_index=-1, created_ms=now)
+        await tenants.prepare_namespace(self.store, topic.namespace_name, self.auto_namespaces)
         names = [topic] + [topic.partition(i) for i in range(partitions)]
         compares = [Compare(keys.topic_info(t), "version", "==", 0) for t in names]
+        compares.append(Compare(keys.namespace_info(topic.namespace_name), "version", ">", 0))
         ops = [Put(keys.topic_info(topic), info.SerializeToString())]
         if partitions == 0:
             ops.append(Put(keys.ledgers(topic), mpb.LedgerList().SerializeToString()))
@@ -96,6 +102,7 @@ class TopicAdmin:
                     Put(keys.ledgers(part), mpb.LedgerList().SerializeToString())]
         res = await self.store.txn(compares, ops)
         if not res.succeeded:
+            await tenants.require_namespace(self.store, topic.namespace_name)  # deleted since?
             raise errors.TopicAlreadyExists(f"topic {topic} already exists")
         return info
 
@@ -121,7 +128,8 @@ class TopicAdmin:
         # metadata first: a loaded ledger's next list write then fails and fences it, and
         # nothing can load the topic again; then close, then files. The first delete holds
         # only while the guards' reads stand (a shadow created meanwhile stops it).
-        res = await self.store.txn(guards, [Delete(keys.topic_prefix(topic), prefix=True)])
+        res = await self.store.txn(guards, [Delete(keys.topic_prefix(topic), prefix=True),
+                                            Delete(keys.topic_grants(topic))])
         if not res.succeeded:
             for name in names:  # their consumers were closed above: load afresh when asked
                 await self.topics.unload(name)

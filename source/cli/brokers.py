@@ -6,8 +6,10 @@ load (topics loaded and their subscriptions, rewritten by the broker when they c
 most every 5 s: source/broker/ownership.py). `-o json`: a list of objects with `broker_id`,
 `cluster`, `url`, `roles`, `started_ms`, `metrics_url`, `topics`, `subscriptions` and
 `load_ms` (when the load was measured, 0: not yet). Exit 0 with an empty list when no
-broker is registered; one `error:` line, exit 1, when etcd does not answer or `--etcd` is
-not HOST:PORT[,HOST:PORT...] (the members of one etcd cluster).
+broker is registered; one `error:` line, exit 1, when etcd does not answer or refuses the
+etcd user (`--etcd-user`, `--etcd-password-file`; TLS to etcd: `--etcd-ca-file`:
+cli/etcd_auth_cmd.py), or `--etcd` is not HOST:PORT[,HOST:PORT...] (the members of one
+etcd cluster).
 
 Brokers register under `keys.broker(cluster, id)` (a `BrokerInfo`: id, url, roles, start
 time, load) while their etcd lease lives, so a broker that died a moment ago is still
@@ -38,6 +40,7 @@ from shadowtopic.client.connection import client_dial
 from shadowtopic.security.dial import PLAINTEXT, Dial
 
 if TYPE_CHECKING:
+    from shadowtopic.metadata.etcd_options import EtcdOptions
     from shadowtopic.pb.storage.v1.metadata_pb2 import BrokerInfo
 
 #: the services asked about, by the short name printed
@@ -61,17 +64,17 @@ def etcd_endpoints(flag: str | None) -> str:
     return endpoints
 
 
-def registered(endpoints: str, cluster: str | None, timeout: float
-               ) -> list[tuple[str, BrokerInfo]]:
+def registered(endpoints: str, cluster: str | None, timeout: float,
+               options: EtcdOptions | None = None) -> list[tuple[str, BrokerInfo]]:
     """(cluster, BrokerInfo) of every registered broker (of `cluster` only, if given),
-    sorted by cluster and id."""
+    sorted by cluster and id; `options`: the etcd user and TLS to etcd."""
     from shadowtopic.metadata import keys
     from shadowtopic.metadata.base import MetadataError
     from shadowtopic.metadata.etcd import EtcdStore
     from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
     async def read():
-        store = EtcdStore(endpoints, timeout=timeout)
+        store = EtcdStore(endpoints, timeout=timeout, options=options)
         try:
             prefix = keys.brokers_prefix(cluster) if cluster else f"{keys.ROOT}/clusters/"
             return (await store.get_prefix(prefix)).items
@@ -92,7 +95,8 @@ def registered(endpoints: str, cluster: str | None, timeout: float
 
 
 def list_brokers(args) -> int:
-    found = registered(etcd_endpoints(args.etcd), args.cluster, args.timeout)
+    found = registered(etcd_endpoints(args.etcd), args.cluster, args.timeout,
+                       _etcd_access(args))
     if args.output == "json":
         emit([{"broker_id": info.broker_id, "cluster": cluster, "url": info.url,
                "roles": list(info.roles), "started_ms": info.started_ms,
@@ -155,6 +159,11 @@ def _row(cluster: str, info: BrokerInfo, calls: dict) -> dict:
     return row
 
 
+def _etcd_access(args) -> EtcdOptions:
+    from shadowtopic.cli.etcd_auth_cmd import etcd_access  # (it imports this module)
+    return etcd_access(args)
+
+
 def _healthy(row: dict) -> bool:
     return row["status"] == SERVING and all(s == SERVING for s in row["services"].values())
 
@@ -163,7 +172,8 @@ def health(args) -> int:
     endpoints = etcd_endpoints(args.etcd)
     _, dial = client_dial(None, args.tls_trust_certs_file, args.tls_cert_file,
                           args.tls_key_file, args.auth_token)
-    rows = check(registered(endpoints, args.cluster, args.timeout), args.timeout, dial)
+    rows = check(registered(endpoints, args.cluster, args.timeout, _etcd_access(args)),
+                 args.timeout, dial)
     if args.output == "json":
         emit(rows, "json")
     else:

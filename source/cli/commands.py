@@ -89,12 +89,12 @@ def topics_create(args) -> int:
 def topics_delete(args) -> int:
     with connect(args) as c:
         c.admin.delete_topic(args.topic, args.force)
-    _done({"topic": canonical(args.topic), "deleted": True}, args.output,
+    done({"topic": canonical(args.topic), "deleted": True}, args.output,
           f"deleted {args.topic}")
     return 0
 
 
-def _done(result: dict, fmt: str, text: str) -> None:
+def done(result: dict, fmt: str, text: str) -> None:
     """What a command that changes something did: `result` as JSON, or one line of text."""
     if fmt == "json":
         emit(result, "json")
@@ -132,7 +132,7 @@ def topics_get_shadow_source(args) -> int:
 def topics_delete_shadow_topic(args) -> int:
     with connect(args) as c:
         c.admin.delete_shadow_topic(args.topic)
-    _done({"topic": canonical(args.topic), "deleted": True}, args.output,
+    done({"topic": canonical(args.topic), "deleted": True}, args.output,
           f"deleted shadow topic {args.topic}")
     return 0
 
@@ -297,7 +297,7 @@ def topics_subscriptions(args) -> int:
 def topics_create_subscription(args) -> int:
     with connect(args) as c:
         c.admin.create_subscription(args.topic, args.subscription, args.position)
-    _done({"topic": canonical(args.topic), "subscription": args.subscription,
+    done({"topic": canonical(args.topic), "subscription": args.subscription,
            "position": args.position, "created": True}, args.output,
           f"created subscription {args.subscription} on {args.topic}")
     return 0

@@ -12,12 +12,17 @@
                        clear-backlog|peek-messages <topic> -s SUB ...
     shadowtopic namespaces get-policies <tenant/ns> | set-policies <tenant/ns> [flags]
                        [--remove POLICY ...]
+    shadowtopic tenants create|list|delete ...; namespaces create|list|delete ...;
+    shadowtopic namespaces|topics grant-permission|revoke-permission|permissions ...
+                       (access_cmd.py)
     shadowtopic produce <topic> -m MSG [-k KEY] [-n N] [-p k=v ...]
     shadowtopic produce <topic> -f FILE|- [-k KEY | --key-separator SEP] [-p k=v ...]
     shadowtopic read <topic> [--start earliest|latest|L:E] [-n N | --until-end] [--compacted]
     shadowtopic consume <topic> -s SUB [-t TYPE] [-p earliest|latest|L:E] [-n N] [--no-ack]
     shadowtopic brokers list|health [--etcd HOST:PORT[,HOST:PORT...]] [--cluster C]
     shadowtopic tokens create-secret-key|create-key-pair|create|validate ...  (tokens_cmd.py)
+    shadowtopic etcd-auth setup --root-password-file F --broker-password-file F ...
+                       (etcd_auth_cmd.py)
     shadowtopic broker [BROKER FLAGS ...]      (shadowtopic broker --help)
     shadowtopic --version
 
@@ -57,9 +62,11 @@ try:
     from shadowtopic import failpoints
     failpoints.hit("cli.loading")
     from shadowtopic.cli import (
+        access_cmd,
         brokers,
         commands,
         config_cmd,
+        etcd_auth_cmd,
         messages,
         standalone_cmd,
         tokens_cmd,
@@ -210,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     config_cmd.add_parser(sub)
     tokens_cmd.add_parser(sub)
+    etcd_auth_cmd.add_parser(sub)
 
     # every argument after `broker` is the broker's own (`shadowtopic broker --help` lists
     # them): parse_args hands it what this parser does not know
@@ -233,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--timeout", type=seconds, default=3.0,
                        help="seconds to wait for etcd (health: and for each broker's answer; "
                             "default 3)")
+        etcd_auth_cmd.add_etcd_flags(p)
         p.add_argument("-o", "--output", choices=["table", "json"], default=argparse.SUPPRESS,
                        help="table (default) or json")
         p.set_defaults(func=func)
@@ -319,8 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func=commands.topics_set_policies)
 
-    namespaces = sub.add_parser("namespaces", help="namespace policies: the defaults of "
-                                "its topics").add_subparsers(dest="action", required=True)
+    access_cmd.add_topic_actions(topics, _common)
+    access_cmd.add_tenants(sub, _common)
+    namespaces = sub.add_parser("namespaces", help="namespaces, their policies (the defaults "
+                                "of their topics) and grants").add_subparsers(
+                                    dest="action", required=True)
+    access_cmd.add_namespace_actions(namespaces, _common)
     p = namespaces.add_parser("get-policies", help="the policies set on a namespace (only "
                               "those: topics get-policies shows a topic's effective ones)")
     p.add_argument("namespace", help="tenant/namespace")

@@ -30,9 +30,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spark-master", default=None,
                    help="the compaction worker's Spark master (default local[*])")
     p.add_argument("--secure", action="store_true",
-                   help="TLS on every port and token authentication, with a CA, certificates "
-                        "and an admin token it makes under <data-dir>/security (kept across "
-                        "restarts; printed at start)")
+                   help="TLS on every port, token authentication and authorization (the "
+                        "admin token is a superuser's) and etcd's auth, with a CA, "
+                        "certificates, tokens and etcd passwords it makes under "
+                        "<data-dir>/security (kept across restarts; printed at start)")
     p.add_argument("--etcd-port", type=int, default=2379)
     p.add_argument("--etcd-peer-port", type=int, default=None,
                    help="etcd's peer port (default --etcd-port + 1)")

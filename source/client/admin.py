@@ -24,7 +24,14 @@ from shadowtopic.client.message import Message
 from shadowtopic.client.retry import Deadline, not_applied, retriable
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
-from shadowtopic.core.names import TopicName, canonical, check_subscription, parse_namespace
+from shadowtopic.core.names import (
+    TopicName,
+    canonical,
+    check_subscription,
+    check_tenant,
+    parse_namespace,
+)
+from shadowtopic.core.permissions import check_role, parse_actions, parse_target
 from shadowtopic.core.policies import Policies, validate_partitions, validate_properties
 from shadowtopic.pb.v1 import admin_pb2 as apb
 from shadowtopic.pb.v1 import common_pb2
@@ -180,6 +187,12 @@ def _numbers(desc: Descriptor, data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def _target(text: str) -> str:
+    """A grant's target as sent: "tenant/namespace", or a topic's full name."""
+    t = parse_target(text)
+    return t if isinstance(t, str) else str(t)
+
+
 class _JobStream(Protocol):
     """WatchCompaction's call: the jobs as they come (gRPC's streaming call object)."""
 
@@ -229,6 +242,12 @@ class _AdminStub(Protocol):
     GrantPermission: Unary[apb.PermissionRequest, apb.Empty]
     RevokePermission: Unary[apb.PermissionRequest, apb.Empty]
     GetPermissions: Unary[apb.TopicRequest, apb.PermissionsResponse]
+    CreateTenant: Unary[apb.TenantRequest, apb.Empty]
+    DeleteTenant: Unary[apb.TenantRequest, apb.Empty]
+    ListTenants: Unary[apb.ListTenantsRequest, apb.ListTenantsResponse]
+    CreateNamespace: Unary[apb.NamespaceRequest, apb.Empty]
+    DeleteNamespace: Unary[apb.NamespaceRequest, apb.Empty]
+    ListNamespaces: Unary[apb.ListNamespacesRequest, apb.ListNamespacesResponse]
 
 
 class Admin:
@@ -304,6 +323,57 @@ class Admin:
             self._stub.SetNamespacePolicies, apb.SetNamespacePoliciesRequest(
                 namespace=parse_namespace(namespace),
                 policies=(policies or Policies()).to_pb(), remove=remove)).policies)
+
+    # ---- tenants, namespaces, permissions (docs/SECURITY.md, "Authorization") -------------
+
+    def create_tenant(self, tenant: str, admin_roles: Iterable[str] = ()) -> None:
+        """A tenant whose namespaces and topics `admin_roles` administer (a superuser's
+        call; `TenantAlreadyExists`)."""
+        self._call(self._stub.CreateTenant, apb.TenantRequest(
+            tenant=check_tenant(tenant), admin_roles=[check_role(r) for r in admin_roles]),
+            idempotent=False)
+
+    def delete_tenant(self, tenant: str) -> None:
+        """`NotEmpty` while it has namespaces."""
+        self._call(self._stub.DeleteTenant, apb.TenantRequest(tenant=check_tenant(tenant)),
+                   idempotent=False)
+
+    def list_tenants(self) -> dict[str, list[str]]:
+        """Every tenant, with its admin roles."""
+        resp = self._call(self._stub.ListTenants, apb.ListTenantsRequest())
+        return {t.tenant: list(t.admin_roles) for t in resp.tenants}
+
+    def create_namespace(self, namespace: str) -> None:
+        """`tenant/namespace` (its tenant must exist; `NamespaceAlreadyExists`)."""
+        self._call(self._stub.CreateNamespace, apb.NamespaceRequest(
+            namespace=parse_namespace(namespace)), idempotent=False)
+
+    def delete_namespace(self, namespace: str) -> None:
+        """With its policies and grants; `NotEmpty` while it has topics."""
+        self._call(self._stub.DeleteNamespace, apb.NamespaceRequest(
+            namespace=parse_namespace(namespace)), idempotent=False)
+
+    def list_namespaces(self, tenant: str) -> list[str]:
+        return list(self._call(self._stub.ListNamespaces, apb.ListNamespacesRequest(
+            tenant=check_tenant(tenant))).namespaces)
+
+    def grant_permission(self, target: str, role: str, actions: Iterable[str]) -> None:
+        """Set `role`'s actions on `target` (a topic, or "tenant/namespace") to `actions`:
+        produce, consume, shadow, replicate. InvalidArgument before sending for an unknown
+        action."""
+        names = sorted(str(a) for a in parse_actions(actions))
+        self._call(self._stub.GrantPermission, apb.PermissionRequest(
+            topic=_target(target), role=check_role(role), actions=names))
+
+    def revoke_permission(self, target: str, role: str) -> None:
+        """Take every action of `role` on `target` (open streams that relied on it end)."""
+        self._call(self._stub.RevokePermission, apb.PermissionRequest(
+            topic=_target(target), role=check_role(role)))
+
+    def get_permissions(self, target: str) -> dict[str, list[str]]:
+        """The roles granted on `target` itself, with their actions."""
+        resp = self._call(self._stub.GetPermissions, apb.TopicRequest(topic=_target(target)))
+        return {role: list(a.actions) for role, a in sorted(resp.roles.items())}
 
     def stats(self, topic: str) -> dict[str, Any]:
         return to_dict(self._call(self._stub.GetTopicStats,

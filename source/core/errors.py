@@ -66,6 +66,12 @@ SubscriptionNotFound = _error("SubscriptionNotFound", S.NOT_FOUND)
 LedgerNotFound = _error("LedgerNotFound", S.NOT_FOUND)
 CompactionNotFound = _error("CompactionNotFound", S.NOT_FOUND)
 TopicAlreadyExists = _error("TopicAlreadyExists", S.ALREADY_EXISTS)
+TenantNotFound = _error("TenantNotFound", S.NOT_FOUND)
+NamespaceNotFound = _error("NamespaceNotFound", S.NOT_FOUND)
+TenantAlreadyExists = _error("TenantAlreadyExists", S.ALREADY_EXISTS)
+NamespaceAlreadyExists = _error("NamespaceAlreadyExists", S.ALREADY_EXISTS)
+#: a tenant that still has namespaces, a namespace that still has topics: not deleted
+NotEmpty = _error("NotEmpty", S.FAILED_PRECONDITION)
 SubscriptionAlreadyExists = _error("SubscriptionAlreadyExists", S.ALREADY_EXISTS)
 NotAllowed = _error("NotAllowed", S.FAILED_PRECONDITION)
 HasShadowTopics = _error("HasShadowTopics", S.FAILED_PRECONDITION)
@@ -99,6 +105,13 @@ class MetadataUnavailable(ServiceUnavailable, MetadataError):
 
 
 LeaseNotFound = _error("LeaseNotFound", S.UNAVAILABLE, retriable=True, base=MetadataError)
+#: etcd refused this process's credentials (a wrong etcd user or password, or none where etcd
+#: requires one: source/metadata/etcd.py); the message names the user
+MetadataUnauthenticated = _error("MetadataUnauthenticated", S.UNAUTHENTICATED, base=MetadataError)
+#: etcd refused a read or a write that the etcd user's roles do not grant (docs/SECURITY.md,
+#: "etcd")
+MetadataPermissionDenied = _error("MetadataPermissionDenied", S.PERMISSION_DENIED,
+                                  base=MetadataError)
 
 
 class RevisionCompacted(MetadataError):

@@ -137,6 +137,11 @@ def parse_namespace(text: str) -> str:
            f"{_check('namespace', parts[1], MAX_NAMESPACE)}"
 
 
+def check_tenant(name: str) -> str:
+    """A tenant name, validated."""
+    return _check("tenant", name if isinstance(name, str) else "", MAX_TENANT)
+
+
 def check_subscription(name: str) -> str:
     """A subscription name, validated (it becomes an etcd key and a cursor file name)."""
     if not isinstance(name, str):

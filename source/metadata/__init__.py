@@ -6,7 +6,9 @@ from .base import (
                    KeyValue,
                    LeaseNotFound,
                    MetadataError,
+                   MetadataPermissionDenied,
                    MetadataStore,
+                   MetadataUnauthenticated,
                    MetadataUnavailable,
                    Put,
                    RevisionCompacted,
@@ -15,11 +17,13 @@ from .base import (
                    WatchEvent,
 )
 from .etcd import EtcdStore
+from .etcd_options import EtcdOptions
 from .etcd_server import EtcdServer, find_etcd_binary
 from .memory import MemoryStore
 
 __all__ = [
-    "Compare", "Delete", "EtcdServer", "EtcdStore", "KeyValue", "LeaseNotFound",
-    "MemoryStore", "MetadataError", "MetadataStore", "MetadataUnavailable", "Put",
+    "Compare", "Delete", "EtcdOptions", "EtcdServer", "EtcdStore", "KeyValue", "LeaseNotFound",
+    "MemoryStore", "MetadataError", "MetadataPermissionDenied", "MetadataStore",
+    "MetadataUnauthenticated", "MetadataUnavailable", "Put",
     "RevisionCompacted", "Snapshot", "TxnResult", "WatchEvent", "find_etcd_binary",
 ]

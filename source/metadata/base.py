@@ -32,16 +32,21 @@ from typing import Literal
 
 # The store's errors are of the one hierarchy (source/core/errors.py): `MetadataError`, and
 # under it `MetadataUnavailable` (etcd down, timeout: retriable), `LeaseNotFound` (expired or
-# revoked) and `RevisionCompacted`. A caller lets them through; the error table gives each
-# its gRPC status. They are named here too, where the store's users look for them.
+# revoked), `RevisionCompacted`, and `MetadataUnauthenticated` / `MetadataPermissionDenied`
+# (etcd refused the store's credentials, or a key its etcd roles do not grant). A caller lets
+# them through; the error table gives each its gRPC status. They are named here too, where
+# the store's users look for them.
 from shadowtopic.core.errors import (
     LeaseNotFound,
     MetadataError,
+    MetadataPermissionDenied,
+    MetadataUnauthenticated,
     MetadataUnavailable,
     RevisionCompacted,
 )
 
-__all__ = ["Compare", "Delete", "KeyValue", "LeaseNotFound", "MetadataError", "MetadataStore",
+__all__ = ["Compare", "Delete", "KeyValue", "LeaseNotFound", "MetadataError",
+           "MetadataPermissionDenied", "MetadataStore", "MetadataUnauthenticated",
            "MetadataUnavailable", "Put", "RevisionCompacted", "Snapshot", "TxnResult",
            "WatchEvent"]
 

@@ -15,6 +15,25 @@ safe for writes too) or, for reads, plain puts and lease keep-alives (the same s
 applied twice; never a transaction, whose compares would then fail), on any UNAVAILABLE
 (a killed member's open connection fails with "Stream removed"): a client whose member was
 killed goes on without a failed call (tests/test_integration/test_etcd_cluster.py).
+
+**etcd's auth** (`EtcdOptions`: source/metadata/etcd_options.py; docs/SECURITY.md, "etcd").
+With a user, the store authenticates (etcd's `Authenticate`) before its first call and
+sends the token etcd gave it with every call and with each watch stream it opens. etcd's
+default (simple) tokens live in its memory: an etcd restart, the token's TTL or a new
+password ends them (JWT tokens carry the auth store's revision: a change of users or roles
+ends those), and etcd then refuses the call ("invalid auth token", "revision of auth store
+is old"). The store then authenticates again, once for all the calls that saw the same
+token, and sends the call again: the refused call changed nothing, a write included. A
+watch stream whose creation etcd cancels for its token is opened again with the new one
+(it delivered nothing yet, so from the same revision). etcd3's
+own user and password arguments are not used: it authenticates once, in its constructor
+(where an etcd away fails the store's creation), and it sends the token as per-call
+credentials, which gRPC refuses on a plaintext channel. A user whose etcd has auth off works
+anonymously until auth is turned on. What etcd refuses is typed: a wrong password, no user
+where one is required, or a token refused again after a new one `MetadataUnauthenticated`
+("etcd refused user broker: ..."); a key the user's roles do not grant
+`MetadataPermissionDenied`. With `ca_file` the store dials etcd with TLS only (and its own
+certificate with `cert_file`, `key_file`).
 """
 from __future__ import annotations
 
@@ -23,6 +42,7 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import etcd3
@@ -33,6 +53,7 @@ from etcd3 import transactions as etcd_txn
 from etcd3 import utils as etcd_utils
 
 from shadowtopic import failpoints
+from shadowtopic.core.errors import ShadowTopicError
 
 from .base import (
     Compare,
@@ -40,7 +61,9 @@ from .base import (
     KeyValue,
     LeaseNotFound,
     MetadataError,
+    MetadataPermissionDenied,
     MetadataStore,
+    MetadataUnauthenticated,
     MetadataUnavailable,
     Put,
     RevisionCompacted,
@@ -48,13 +71,22 @@ from .base import (
     TxnResult,
     WatchEvent,
 )
+from .etcd_options import EtcdOptions
 
 T = TypeVar("T")
 #: an object of the etcd3 module (its protobuf messages, stubs, calls): it has no type stubs
 EtcdObject = Any
-#: what a watch's reader thread hands the loop: events, the error that ended it, or None at
-#: the end of a closed store's watch
-_WatchItem = list[WatchEvent] | BaseException | None
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """etcd refused a watch stream's token or its user before it delivered anything."""
+    reason: str
+
+
+#: what a watch's reader thread hands the loop: events, the error that ended it, etcd's
+#: refusal of its credentials, or None at the end of a closed store's watch
+_WatchItem = list[WatchEvent] | BaseException | _Refused | None
 
 # Reconnect quickly after etcd comes back (gRPC's default backoff grows to 2 minutes) and
 # notice a hung (not closed) connection on long-lived watch streams. etcd refuses pings
@@ -76,6 +108,9 @@ _UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCE
                       grpc.StatusCode.INTERNAL, grpc.StatusCode.RESOURCE_EXHAUSTED}
 _COMPARE_TARGETS = {"version": etcd_txn.Version, "create_revision": etcd_txn.Create,
                     "mod_revision": etcd_txn.Mod, "value": etcd_txn.Value}
+#: what etcd says of a token it no longer takes, or of a call without one: authenticate again
+_TOKEN_REFUSED = ("invalid auth token", "user name is empty", "auth store is old",
+                  "auth token is expired", "auth token expired")
 
 
 def _parse_endpoints(endpoints: str) -> list[tuple[str, int]]:
@@ -90,14 +125,87 @@ def _parse_endpoints(endpoints: str) -> list[tuple[str, int]]:
     return out
 
 
-def make_client(endpoints: str, timeout: float) -> etcd3.MultiEndpointEtcd3Client:
+class EtcdClient(etcd3.MultiEndpointEtcd3Client):  # type: ignore[misc]  # etcd3: untyped
+    """etcd3's client with the token of etcd's auth set from outside (`use_token`): every
+    etcd3 call sends `metadata`; its per-call credentials stay unset (gRPC refuses them on a
+    plaintext channel)."""
+
+    def use_token(self, token: str | None) -> None:
+        """Send `token` with every call from now on (None: none)."""
+        self.metadata = (("token", token),) if token else None
+        self.call_credentials = None
+
+
+def make_client(endpoints: str, timeout: float, options: EtcdOptions | None = None
+                ) -> EtcdClient:
     """An etcd3 client that does not blacklist its endpoint after one failure (etcd3's
-    default `time_retry=300` makes a single-endpoint client raise ValueError for 5 min)."""
+    default `time_retry=300` makes a single-endpoint client raise ValueError for 5 min),
+    dialling with TLS when `options` has a CA file. It does not authenticate: see
+    `authenticate`."""
+    options = options or EtcdOptions()
     parsed = _parse_endpoints(endpoints)
     multi = len(parsed) > 1
-    eps = [etcd3.Endpoint(host, port, secure=False, time_retry=1.0 if multi else 0.0,
-                          opts=_GRPC_OPTIONS) for host, port in parsed]
-    return etcd3.MultiEndpointEtcd3Client(endpoints=eps, timeout=timeout, failover=multi)
+    creds = options.channel_credentials()
+    eps = [etcd3.Endpoint(host, port, secure=creds is not None, creds=creds,
+                          time_retry=1.0 if multi else 0.0, opts=_GRPC_OPTIONS)
+           for host, port in parsed]
+    return EtcdClient(endpoints=eps, timeout=timeout, failover=multi)
+
+
+def authenticate(client: EtcdClient, user: str, password: str, timeout: float) -> str | None:
+    """etcd's token for `user` (None when etcd's auth is off). `MetadataUnauthenticated`
+    when etcd refuses the user or the password; an unreachable endpoint is marked failed
+    (the next call goes to another member) and raised as etcd3 raises it."""
+    try:
+        resp = client.authstub.Authenticate(
+            etcdrpc.AuthenticateRequest(name=user, password=password), timeout)
+    except grpc.RpcError as exc:
+        details = exc.details() or ""
+        if "authentication is not enabled" in details:
+            return None
+        if exc.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.UNAUTHENTICATED,
+                          grpc.StatusCode.PERMISSION_DENIED):
+            raise MetadataUnauthenticated(f"etcd refused user {user}: {details}") from None
+        # etcd3's failover bookkeeping has no public form; it always raises
+        client._manage_grpc_errors(exc)  # noqa: SLF001
+        raise
+    return str(resp.token)
+
+
+class _Login:
+    """A store's etcd session as its user: authenticated before the first call, again when
+    etcd refuses the token (module doc). `generation` counts the authentications: a call
+    that saw generation g and was refused asks for `renew(g)`, and of the calls refused
+    together only the first authenticates."""
+
+    def __init__(self, client: EtcdClient, options: EtcdOptions, timeout: float):
+        assert options.user is not None
+        self.user = options.user
+        self._client = client
+        self._options = options
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self.generation = 0
+
+    def current(self) -> int:
+        """The generation of the token in use, authenticating first when there is none."""
+        if self.generation == 0:
+            self.renew(0)
+        return self.generation
+
+    def renew(self, seen: int) -> None:
+        """Authenticate again, unless another call did since generation `seen`."""
+        with self._lock:
+            if self.generation != seen:
+                return
+            try:
+                password = self._options.read_password()
+            except (OSError, ValueError) as exc:
+                raise MetadataUnauthenticated(
+                    f"etcd user {self.user}: cannot read its password: {exc}") from None
+            self._client.use_token(authenticate(self._client, self.user, password,
+                                                self._timeout))
+            self.generation += 1
 
 
 def _range_end(prefix: str) -> tuple[bytes, bytes]:
@@ -112,13 +220,40 @@ def _kv(kv: EtcdObject) -> KeyValue:
                     kv.version, kv.lease)
 
 
-def _map_error(exc: BaseException) -> BaseException:
-    """Translate etcd3/grpc exceptions into the MetadataError hierarchy."""
+def _refusal(details: str, user: str | None) -> ShadowTopicError:
+    """The typed error of etcd's refusal `details` (of a call, or of a watch's creation)."""
+    who = f"user {user}" if user else "this client (no etcd user: --etcd-user)"
+    if "permission denied" in details:
+        return MetadataPermissionDenied(f"etcd refused {who}: {details}")
+    return MetadataUnauthenticated(f"etcd refused {who}: {details}")
+
+
+def _refused(details: str) -> bool:
+    """etcd's answer `details` refuses the caller's credentials or its roles' grants."""
+    return "permission denied" in details or any(t in details for t in _TOKEN_REFUSED)
+
+
+def _token_refused(exc: BaseException) -> bool:
+    """`exc` is etcd refusing the call's token (or its lack of one): authenticate again."""
+    rpc = exc if isinstance(exc, grpc.RpcError) else exc.__context__
+    if not isinstance(rpc, grpc.RpcError) or not hasattr(rpc, "code"):
+        return False
+    details = rpc.details() or ""
+    return (rpc.code() == grpc.StatusCode.UNAUTHENTICATED
+            or any(t in details for t in _TOKEN_REFUSED))
+
+
+def map_error(exc: BaseException, user: str | None = None) -> BaseException:
+    """Translate etcd3/grpc exceptions into the MetadataError hierarchy (`user`: the etcd
+    user the store authenticates as, named in a refusal)."""
     if isinstance(exc, MetadataError):
         return exc
     rpc = exc if isinstance(exc, grpc.RpcError) else exc.__context__
     if isinstance(rpc, grpc.RpcError) and hasattr(rpc, "code"):
         code, details = rpc.code(), (rpc.details() or "")
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED) or (
+                code == grpc.StatusCode.INVALID_ARGUMENT and _refused(details)):
+            return _refusal(details, user)
         if code == grpc.StatusCode.NOT_FOUND and "lease" in details:
             return LeaseNotFound(details)
         if code in _UNAVAILABLE_CODES:
@@ -182,12 +317,38 @@ def _op(op: Put | Delete) -> EtcdObject:
     raise TypeError(f"not a txn op: {op!r}")
 
 
+class _WatchStream:
+    """One gRPC Watch stream of a `watch_prefix`: its call, the requests it sends (the
+    create request, then None to end), and `done`, set once its events are not wanted."""
+
+    def __init__(self, create: EtcdObject):
+        self.requests: queue.Queue[EtcdObject | None] = queue.Queue()
+        self.requests.put(create)
+        self.done = threading.Event()
+        self.call: EtcdObject = None
+
+    def request_iter(self) -> Iterator[EtcdObject]:
+        while (rq := self.requests.get()) is not None:
+            yield rq
+
+    def close(self) -> None:
+        self.done.set()
+        self.requests.put(None)
+        if self.call is not None:
+            self.call.cancel()
+
+
 class EtcdStore(MetadataStore):
+    """The store over etcd (module doc); `options`: its etcd user and TLS."""
+
     def __init__(self, endpoints: str = "127.0.0.1:2379", timeout: float = 5.0,
-                 max_workers: int = 16):
+                 max_workers: int = 16, options: EtcdOptions | None = None):
         self.endpoints = endpoints
         self.timeout = timeout
-        self._client = make_client(endpoints, timeout)
+        self.options = options or EtcdOptions()
+        self._client = make_client(endpoints, timeout, self.options)
+        self._login = (_Login(self._client, self.options, timeout)
+                       if self.options.user is not None else None)
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="etcd")
         self._closed = False
         self._watch_calls: set[tuple[EtcdObject, queue.Queue[EtcdObject | None]]] = set()
@@ -219,20 +380,45 @@ class EtcdStore(MetadataStore):
             raise AssertionError("unreachable")
         return run
 
+    def _authenticated(self, fn: Callable[..., T]) -> Callable[..., T]:
+        """`fn`, after the store's login, and once more after a new login when etcd refused
+        its token (module doc)."""
+        login = self._login
+        if login is None:
+            return fn
+
+        def run(*args: object) -> T:
+            seen = login.current()
+            try:
+                return fn(*args)
+            except Exception as exc:
+                if not _token_refused(exc):
+                    raise
+            login.renew(seen)
+            return fn(*args)
+        return run
+
     async def _call(self, fn: Callable[..., T], *args: object) -> T:
         if self._closed:
             raise MetadataUnavailable("store closed")
         loop = asyncio.get_running_loop()
-        run = self._failing_over(fn, getattr(fn, "idempotent", False))
+        run = self._failing_over(self._authenticated(fn), getattr(fn, "idempotent", False))
         try:
             return await loop.run_in_executor(self._pool, run, *args)
         except Exception as exc:
             if self._closed:
                 raise MetadataUnavailable("store closed") from exc
-            mapped = _map_error(exc)
+            mapped = map_error(exc, self.options.user)
             if mapped is exc:
                 raise
             raise mapped from exc
+
+    async def check_access(self) -> None:
+        """Authenticate now when the store has a user: `MetadataUnauthenticated` at once for
+        a wrong user or password (a process checks it at start), `MetadataUnavailable` while
+        etcd does not answer. Without a user, nothing."""
+        if self._login is not None:
+            await self._call(_idempotent(lambda: None))
 
     # ---- KV ---------------------------------------------------------------------------------
 
@@ -276,7 +462,8 @@ class EtcdStore(MetadataStore):
             if prefix:
                 k, end = _range_end(key)
                 req = etcdrpc.DeleteRangeRequest(key=k, range_end=end)
-                resp = self._raw(lambda: self._client.kvstub.DeleteRange(req, self.timeout))
+                resp = self._raw(lambda: self._client.kvstub.DeleteRange(
+                    req, self.timeout, metadata=self._client.metadata))
                 return int(resp.deleted)
             return int(self._client.delete(key, return_response=True).deleted)
         return await self._call(run)
@@ -290,7 +477,8 @@ class EtcdStore(MetadataStore):
             # etcd3's only way to turn ops into RequestOps is private
             success=self._client._ops_to_requests([_op(o) for o in success]),  # noqa: SLF001
             failure=self._client._ops_to_requests([_op(o) for o in failure]))  # noqa: SLF001
-        resp = await self._call(self._raw, lambda: self._client.kvstub.Txn(request, self.timeout))
+        resp = await self._call(self._raw, lambda: self._client.kvstub.Txn(
+            request, self.timeout, metadata=self._client.metadata))
         return TxnResult(resp.succeeded, resp.header.revision)
 
     # ---- leases -----------------------------------------------------------------------------
@@ -325,42 +513,72 @@ class EtcdStore(MetadataStore):
             raise MetadataUnavailable("store closed")
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[_WatchItem] = asyncio.Queue()
-        requests: queue.Queue[EtcdObject | None] = queue.Queue()
         key, end = _range_end(prefix)
-        requests.put(etcdrpc.WatchRequest(create_request=etcdrpc.WatchCreateRequest(
-            key=key, range_end=end, start_revision=max(start_revision, 0))))
-        done = threading.Event()
+        create = etcdrpc.WatchRequest(create_request=etcdrpc.WatchCreateRequest(
+            key=key, range_end=end, start_revision=max(start_revision, 0)))
+        login = self._login
+        seen = 0
+        if login is not None:  # the stream carries the token: log in first
+            seen = await self._call(_idempotent(login.current))
+        stream = self._open_watch(prefix, create, loop, events)
+        renewed = False
+        try:
+            while True:
+                item = await events.get()
+                if item is None:
+                    return
+                if isinstance(item, _Refused):
+                    if login is None or renewed:
+                        raise _refusal(item.reason, self.options.user)
+                    # the token etcd refused: a new one, and the stream again (it delivered
+                    # nothing yet, so from the same revision)
+                    renewed = True
+                    self._close_watch(stream)
+                    await self._call(_idempotent(lambda: login.renew(seen)))
+                    stream = self._open_watch(prefix, create, loop, events)
+                    continue
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            self._close_watch(stream)
+
+    def _open_watch(self, prefix: str, create: EtcdObject, loop: asyncio.AbstractEventLoop,
+                    events: asyncio.Queue[_WatchItem]) -> _WatchStream:
+        """A Watch stream for `create` on the client's channel, with the token in use, and
+        its reader thread, which hands what it reads to `events` on `loop`."""
+        stream = _WatchStream(create)
+        try:
+            stream.call = etcdrpc.WatchStub(self._client.channel).Watch(
+                stream.request_iter(), metadata=self._client.metadata)
+        except Exception as exc:
+            raise map_error(exc, self.options.user) from exc
+        with self._lock:
+            self._watch_calls.add((stream.call, stream.requests))
 
         def deliver(item: _WatchItem) -> None:
-            if done.is_set():
+            if stream.done.is_set():
                 return
             try:
                 loop.call_soon_threadsafe(events.put_nowait, item)
             except RuntimeError:  # loop closed
-                done.set()
-
-        def request_iter() -> Iterator[EtcdObject]:
-            while (rq := requests.get()) is not None:
-                yield rq
-
-        try:
-            call = etcdrpc.WatchStub(self._client.channel).Watch(request_iter())
-        except Exception as exc:
-            raise _map_error(exc) from exc
-        with self._lock:
-            self._watch_calls.add((call, requests))
+                stream.done.set()
 
         def reader() -> None:
+            delivered = False
             try:
-                for resp in call:
+                for resp in stream.call:
                     if resp.compact_revision:
                         deliver(RevisionCompacted(compact_revision=resp.compact_revision))
                         return
                     if resp.canceled:
-                        deliver(MetadataUnavailable(f"etcd watch canceled: {resp.cancel_reason}"))
+                        reason = resp.cancel_reason or ""
+                        deliver(_Refused(reason) if _refused(reason) and not delivered else
+                                MetadataUnavailable(f"etcd watch canceled: {reason}"))
                         return
                     if resp.events:
                         failpoints.hit("metadata.watch.events")
+                        delivered = True
                         deliver([WatchEvent("delete" if ev.type == ev.DELETE else "put",
                                             ev.kv.key.decode(), ev.kv.value, ev.kv.mod_revision)
                                  for ev in resp.events])
@@ -368,6 +586,8 @@ class EtcdStore(MetadataStore):
             except grpc.RpcError as exc:
                 if self._closed and exc.code() == grpc.StatusCode.CANCELLED:
                     deliver(None)  # store closed: end the iteration
+                elif _token_refused(exc) and not delivered:
+                    deliver(_Refused(exc.details() or exc.code().name))
                 else:
                     deliver(MetadataUnavailable(
                         f"etcd watch broken: {exc.code().name} {exc.details()}"))
@@ -375,20 +595,13 @@ class EtcdStore(MetadataStore):
                 deliver(MetadataUnavailable(f"etcd watch failed: {exc!r}"))
 
         threading.Thread(target=reader, name=f"etcd-watch {prefix}", daemon=True).start()
-        try:
-            while True:
-                item = await events.get()
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            done.set()
-            requests.put(None)
-            call.cancel()
-            with self._lock:
-                self._watch_calls.discard((call, requests))
+        return stream
+
+    def _close_watch(self, stream: _WatchStream) -> None:
+        """End `stream`: its reader delivers nothing more."""
+        stream.close()
+        with self._lock:
+            self._watch_calls.discard((stream.call, stream.requests))
 
     async def close(self) -> None:
         if self._closed:

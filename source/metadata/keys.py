@@ -29,6 +29,14 @@ unless noted.
                                                       ascii worker id, under that worker's lease
     /shadowtopic/migrations/<name>                    ascii: a migration of the schema that
                                                       ran (source/metadata/migrate.py)
+    /shadowtopic/tenants/<tenant>                     TenantInfo: the tenant exists, its admin
+                                                      roles (source/metadata/tenants.py)
+    /shadowtopic/namespaces/<tenant>/<namespace>/info NamespaceInfo: the namespace exists
+    /shadowtopic/permissions/namespaces/<tenant>/<namespace>
+    /shadowtopic/permissions/topics/<topic-path>      Grants: the actions granted per role
+                                                      on a namespace, on a topic (every
+                                                      broker follows the prefix:
+                                                      source/metadata/grants.py)
     /shadowtopic/namespaces/<tenant>/<namespace>/policies
                                                       Policies: only the fields
                                                       set on the namespace, the defaults of its
@@ -72,6 +80,67 @@ def namespace_from_policies_key(key: str) -> str | None:
         return None
     parts = key[len(NAMESPACES_PREFIX):-len("/policies")].split("/")
     return "/".join(parts) if len(parts) == 2 and all(parts) else None
+
+
+#: every tenant is a key under it
+TENANTS_PREFIX = f"{ROOT}/tenants/"
+#: every grant (namespace and topic level) is under it (each broker follows it)
+PERMISSIONS_PREFIX = f"{ROOT}/permissions/"
+_NS_GRANTS = PERMISSIONS_PREFIX + "namespaces/"
+_TOPIC_GRANTS = PERMISSIONS_PREFIX + "topics/"
+
+
+def tenant(name: str) -> str:
+    return TENANTS_PREFIX + name
+
+
+def namespace_prefix(namespace: str) -> str:
+    """Every key of `namespace` ("tenant/namespace") under NAMESPACES_PREFIX."""
+    return f"{NAMESPACES_PREFIX}{namespace}/"
+
+
+def namespace_info(namespace: str) -> str:
+    """The namespace exists ("tenant/namespace", already validated)."""
+    return f"{NAMESPACES_PREFIX}{namespace}/info"
+
+
+def namespace_from_info_key(key: str) -> str | None:
+    """Inverse of `namespace_info` (None: not such a key)."""
+    if not key.startswith(NAMESPACES_PREFIX) or not key.endswith("/info"):
+        return None
+    parts = key[len(NAMESPACES_PREFIX):-len("/info")].split("/")
+    return "/".join(parts) if len(parts) == 2 and all(parts) else None
+
+
+def namespace_grants(namespace: str) -> str:
+    return _NS_GRANTS + namespace
+
+
+def topic_grants(topic: TopicName) -> str:
+    """Grants on a topic (a partitioned topic's are its parent's: the caller names that)."""
+    return _TOPIC_GRANTS + topic.path
+
+
+def grants_of_namespace_prefix(namespace: str) -> str:
+    """The topic-level grants of every topic of `namespace`."""
+    return f"{_TOPIC_GRANTS}persistent/{namespace}/"
+
+
+def grants_of_tenant_prefixes(tenant_name: str) -> tuple[str, str]:
+    """Every namespace-level and topic-level grant of a tenant's namespaces."""
+    return f"{_NS_GRANTS}{tenant_name}/", f"{_TOPIC_GRANTS}persistent/{tenant_name}/"
+
+
+def grants_target(key: str) -> str | TopicName | None:
+    """Inverse of `namespace_grants` ("tenant/namespace") and `topic_grants` (a TopicName);
+    None: not such a key."""
+    if key.startswith(_NS_GRANTS):
+        parts = key[len(_NS_GRANTS):].split("/")
+        return "/".join(parts) if len(parts) == 2 and all(parts) else None
+    if key.startswith(_TOPIC_GRANTS + "persistent/"):
+        parts = key[len(_TOPIC_GRANTS + "persistent/"):].split("/")
+        return TopicName(*parts) if len(parts) == 3 and all(parts) else None
+    return None
 
 
 def _t(topic: TopicName) -> str:

@@ -129,11 +129,20 @@ class AuthOptions:
     #: the token this broker presents when it dials another broker (a file, read at each
     #: new connection); without one it presents its certificate (mutual TLS)
     client_token_file: str | None = None
+    #: authorization (source/broker/authorize.py): on, every call needs a role allowed to
+    #: make it; superusers may do everything; proxy roles may act for another role
+    authorization: bool = False
+    superuser_roles: tuple[str, ...] = ()
+    proxy_roles: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.token_secret_key and self.token_public_key:
             raise ValueError("give --auth-token-secret-key or --auth-token-public-key, "
                              "not both")
+        if self.authorization and not (self.token_secret_key or self.token_public_key
+                                       or self.tls):
+            raise ValueError("--authorization needs an authentication provider "
+                             "(--auth-token-secret-key, --auth-token-public-key or --auth-tls)")
 
     def authenticator(self) -> Authenticator:
         """The broker's authenticator (`InvalidArgument` for a key file that does not
@@ -154,7 +163,12 @@ class AuthOptions:
                             ("--auth-client-token-file", self.client_token_file)):
             if value:
                 out += [flag, value]
-        return out + (["--auth-tls"] if self.tls else [])
+        for flag, roles in (("--superuser-roles", self.superuser_roles),
+                            ("--proxy-roles", self.proxy_roles)):
+            if roles:
+                out += [flag, ",".join(roles)]
+        return out + (["--auth-tls"] if self.tls else []) + \
+            (["--authorization"] if self.authorization else [])
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -172,6 +186,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(its common name is the role; needs --tls-require-client-cert)")
     p.add_argument("--auth-client-token-file", default=None, metavar="FILE",
                    help="the token this broker presents when it dials another broker")
+    p.add_argument("--authorization", action="store_true",
+                   help="authorize every call: roles need grants (needs an authentication "
+                        "provider; docs/SECURITY.md, Authorization)")
+    p.add_argument("--superuser-roles", default="", metavar="ROLE,ROLE",
+                   help="roles that may do everything (list every broker's role here)")
+    p.add_argument("--proxy-roles", default="", metavar="ROLE,ROLE",
+                   help="roles that may forward calls for another role (brokers' roles)")
 
 
 def options_from(p: argparse.ArgumentParser, a: argparse.Namespace,
@@ -183,9 +204,14 @@ def options_from(p: argparse.ArgumentParser, a: argparse.Namespace,
     try:
         opts = AuthOptions(a.auth_token_secret_key or None, a.auth_token_public_key or None,
                            a.auth_token_audience or None, bool(a.auth_tls),
-                           a.auth_client_token_file or None)
+                           a.auth_client_token_file or None, bool(a.authorization),
+                           _roles(a.superuser_roles), _roles(a.proxy_roles))
         opts.authenticator()  # (a key file that does not load: refused now, not per call)
     except (ValueError, errors.ShadowTopicError) as exc:
         p.error(str(exc))
         raise  # not reached
     return opts
+
+
+def _roles(text: str) -> tuple[str, ...]:
+    return tuple(r.strip() for r in (text or "").split(",") if r.strip())

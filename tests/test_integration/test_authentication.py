@@ -20,7 +20,14 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from shadowtopic.client import AsyncClient, Client
 from shadowtopic.core import errors
-from shadowtopic.pb.v1 import replication_pb2, replication_pb2_grpc, storage_pb2, storage_pb2_grpc
+from shadowtopic.pb.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    replication_pb2,
+    replication_pb2_grpc,
+    storage_pb2,
+    storage_pb2_grpc,
+)
 from shadowtopic.security import tokens
 from shadowtopic.security.authentication import AuthOptions
 from shadowtopic.testing import SHADOW_BROKER, fresh_topic, start_broker
@@ -217,3 +224,79 @@ def test_reflection_is_off_unless_asked_for(broker):
             next(stub.ServerReflectionInfo(
                 iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5))
         assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def fuzzed_tokens(keys: dict, count: int) -> list[str]:
+    """`count` tokens that must never authenticate: cut, re-signed with a wrong algorithm or
+    key type, `none`, bit-flipped, huge, or noise (a fixed seed: the run can be repeated)."""
+    import hashlib
+    import hmac
+    import random
+    rng = random.Random(31)
+    good = token(keys)
+    rsa_private, _ = tokens.create_key_pair("RS256")
+    ec_private, ec_public = tokens.create_key_pair("ES256")
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    def signed(header: dict, claims: dict, key: bytes) -> str:
+        head = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(claims).encode())}"
+        return f"{head}.{b64(hmac.new(key, head.encode(), hashlib.sha256).digest())}"
+    fixed = [
+        unsigned("alice"), unsigned("admin"),
+        tokens.create_token("alice", rsa_private, "RS256"),        # a key pair's, not ours
+        tokens.create_token("alice", ec_private, "ES256"),
+        signed({"alg": "HS256", "typ": "JWT"}, {"sub": "alice"}, ec_public),  # key confusion
+        signed({"alg": "HS512", "typ": "JWT"}, {"sub": "alice"}, keys["secret"]),
+        signed({"alg": "HS256"}, {"sub": 42}, keys["secret"] + b"x"),
+        "a" * 6000, f"{good}.{good}", good.replace(".", ""), "..", ".", "",
+        b64(b"\0" * 64), good + "=" * 20,
+    ]
+    out = list(fixed)
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.="
+    while len(out) < count:
+        kind = rng.randrange(4)
+        if kind == 0:                                   # cut anywhere
+            out.append(good[:rng.randrange(len(good))])
+        elif kind == 1:                                 # one character changed
+            i = rng.randrange(len(good))
+            c = rng.choice([x for x in alphabet if x != good[i]])
+            out.append(good[:i] + c + good[i + 1:])
+        elif kind == 2:                                 # noise of any length
+            out.append("".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 400))))
+        else:                                           # pieces of two tokens spliced
+            other = token(keys, role=f"r{rng.randrange(1000)}", key=keys["other"])
+            a, b = good.split("."), other.split(".")
+            picks = [rng.randrange(2) for _ in a]
+            picks[rng.randrange(len(a))] = 1  # at least one piece of the other
+            out.append(".".join(pair[i] for pair, i in zip(zip(a, b), picks)))
+    return [t for t in out if t != good]
+
+
+def test_a_fuzz_of_tokens_never_gets_through_and_never_crashes_the_broker(keys, cluster):
+    """A4: 300 malformed, mis-signed or oversized tokens against Admin, Producer and Consumer:
+    every one refused (UNAUTHENTICATED, or gRPC's own refusal of oversized metadata), nothing
+    created, and the broker serves a valid token afterwards."""
+    source, _ = cluster
+    topic = fresh_topic()
+    refused: dict[str, int] = {}
+    with grpc.insecure_channel(source.url) as ch:
+        admin = admin_pb2_grpc.AdminStub(ch)
+        fuzz = fuzzed_tokens(keys, 300)
+        for bad in fuzz:
+            try:
+                admin.CreateTopic(admin_pb2.CreateTopicRequest(topic=topic), timeout=5,
+                                  metadata=(("authorization", f"Bearer {bad}"),))
+            except grpc.RpcError as exc:
+                refused[exc.code().name] = refused.get(exc.code().name, 0) + 1
+                continue
+            pytest.fail(f"token {bad[:80]!r} was accepted")
+    assert set(refused) <= {"UNAUTHENTICATED", "RESOURCE_EXHAUSTED", "INTERNAL"}, refused
+    assert sum(refused.values()) == len(fuzz) and refused["UNAUTHENTICATED"] >= len(fuzz) - 5
+    with Client(source.url, timeout=20, auth_token=token(keys)) as ok:
+        with pytest.raises(errors.TopicNotFound):
+            ok.admin.get_topic(topic)
+        ok.admin.create_topic(topic)
+        with ok.create_producer(topic) as p:
+            assert p.send(b"after the fuzz")

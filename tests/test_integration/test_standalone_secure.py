@@ -1,7 +1,8 @@
-"""`shadowtopic standalone --secure` (docs/SECURITY.md): TLS on every port and token
-authentication with files it makes under <data-dir>/security; its banner says where the
-admin token is; a client with them works (a shadow fed broker to broker included), one
-without TLS or without a token is refused."""
+"""`shadowtopic standalone --secure` (docs/SECURITY.md): TLS on every port, token
+authentication and authorization with files it makes under <data-dir>/security; its banner
+says where the admin token is; a client with them works (a shadow fed broker to broker
+included), one without TLS or without a token is refused, another role without grants is
+denied."""
 from __future__ import annotations
 
 import os
@@ -13,6 +14,7 @@ from support.standalone_process import Standalone
 
 from shadowtopic.client import Client
 from shadowtopic.core import errors
+from shadowtopic.security import tokens
 
 
 @pytest.fixture
@@ -47,3 +49,9 @@ def test_a_secure_standalone_serves_tls_and_tokens_only(secure):
     with Client(secure.url, timeout=5, operation_timeout=2, tls_trust_certs_file=ca) as anon:
         with pytest.raises(errors.Unauthenticated):
             anon.admin.list_topics("public/default")
+    # authorization is on: a valid token of another role needs grants
+    app = tokens.create_token("app", (sec / "secret.key").read_bytes())
+    with Client(f"shadowtopic+ssl://{secure.url}", timeout=5, operation_timeout=2,
+                tls_trust_certs_file=ca, auth_token=app) as c:
+        with pytest.raises(errors.PermissionDenied, match="'app'"):
+            c.admin.create_topic("persistent://public/default/not-yours")

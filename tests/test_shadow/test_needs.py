@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from shadowtopic.broker.config import BrokerConfig
 from shadowtopic.cli.commands import _policies
 from shadowtopic.cli.main import build_parser
 from shadowtopic.core import errors
@@ -210,7 +211,8 @@ def test_the_publisher_task_runs_while_something_is_tracked():
 
 def _manager(store) -> ShadowFeature:
     feature = ShadowFeature()  # _shadow_needs uses the store only
-    feature.bind(SimpleNamespace(store=store, topics=SimpleNamespace(store=store)))
+    feature.bind(SimpleNamespace(store=store, topics=SimpleNamespace(store=store),
+                                 config=BrokerConfig()))
     return feature
 
 

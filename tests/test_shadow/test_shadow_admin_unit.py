@@ -108,7 +108,8 @@ def test_delete_plans_remove_the_shadow_from_the_list():
         (keys.replicator(SRC.partition(0), SHD.partition(0)), False),
         (keys.topic_prefix(SHD.partition(1)), True),
         (keys.replicator(SRC.partition(1), SHD.partition(1)), False),
-        (keys.topic_prefix(SHD), True), (keys.replicator(SRC, SHD), False)]
+        (keys.topic_prefix(SHD), True), (keys.replicator(SRC, SHD), False),
+        (keys.topic_grants(SHD), False)]  # its grants go with it
     [put] = [op for op in txn.ops if isinstance(op, Put)]
     assert mpb.ShadowList.FromString(put.value).shadows == ["persistent://t/ns/b"]
     [txn] = delete_plan(SHD, 0, 5, SRC, 6, [str(SHD)])

@@ -166,3 +166,39 @@ class AsyncAdmin:
                               ) -> list[CompactionStatus]:
         """Every record of the newest job until it ends (`Admin.watch_compaction`'s, collected)."""
         return await self._run(_collect, self._core.watch_compaction, topic, timeout)
+
+    async def create_tenant(self, tenant: str, admin_roles: Iterable[str] = ()) -> None:
+        """As `Admin.create_tenant`."""
+        await self._run(self._core.create_tenant, tenant, list(admin_roles))
+
+    async def delete_tenant(self, tenant: str) -> None:
+        """As `Admin.delete_tenant`."""
+        await self._run(self._core.delete_tenant, tenant)
+
+    async def list_tenants(self) -> dict[str, list[str]]:
+        """As `Admin.list_tenants`."""
+        return await self._run(self._core.list_tenants)
+
+    async def create_namespace(self, namespace: str) -> None:
+        """As `Admin.create_namespace`."""
+        await self._run(self._core.create_namespace, namespace)
+
+    async def delete_namespace(self, namespace: str) -> None:
+        """As `Admin.delete_namespace`."""
+        await self._run(self._core.delete_namespace, namespace)
+
+    async def list_namespaces(self, tenant: str) -> list[str]:
+        """As `Admin.list_namespaces`."""
+        return await self._run(self._core.list_namespaces, tenant)
+
+    async def grant_permission(self, target: str, role: str, actions: Iterable[str]) -> None:
+        """As `Admin.grant_permission`."""
+        await self._run(self._core.grant_permission, target, role, list(actions))
+
+    async def revoke_permission(self, target: str, role: str) -> None:
+        """As `Admin.revoke_permission`."""
+        await self._run(self._core.revoke_permission, target, role)
+
+    async def get_permissions(self, target: str) -> dict[str, list[str]]:
+        """As `Admin.get_permissions`."""
+        return await self._run(self._core.get_permissions, target)

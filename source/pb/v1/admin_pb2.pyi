@@ -642,3 +642,41 @@ class RoleActions(_message.Message):
     ACTIONS_FIELD_NUMBER: _ClassVar[int]
     actions: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, actions: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TenantRequest(_message.Message):
+    __slots__ = ("tenant", "admin_roles")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_ROLES_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    admin_roles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenant: _Optional[str] = ..., admin_roles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TenantInfo(_message.Message):
+    __slots__ = ("tenant", "admin_roles")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_ROLES_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    admin_roles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenant: _Optional[str] = ..., admin_roles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListTenantsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTenantsResponse(_message.Message):
+    __slots__ = ("tenants",)
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    tenants: _containers.RepeatedCompositeFieldContainer[TenantInfo]
+    def __init__(self, tenants: _Optional[_Iterable[_Union[TenantInfo, _Mapping]]] = ...) -> None: ...
+
+class ListNamespacesRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class ListNamespacesResponse(_message.Message):
+    __slots__ = ("namespaces",)
+    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
+    namespaces: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, namespaces: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -190,6 +190,36 @@ class AdminStub:
                 request_serializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
                 response_deserializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.PermissionsResponse.FromString,
                 _registered_method=True)
+        self.CreateTenant = channel.unary_unary(
+                '/shadowtopic.v1.Admin/CreateTenant',
+                request_serializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+                response_deserializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.Empty.FromString,
+                _registered_method=True)
+        self.DeleteTenant = channel.unary_unary(
+                '/shadowtopic.v1.Admin/DeleteTenant',
+                request_serializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+                response_deserializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.Empty.FromString,
+                _registered_method=True)
+        self.ListTenants = channel.unary_unary(
+                '/shadowtopic.v1.Admin/ListTenants',
+                request_serializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.ListTenantsRequest.SerializeToString,
+                response_deserializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.ListTenantsResponse.FromString,
+                _registered_method=True)
+        self.CreateNamespace = channel.unary_unary(
+                '/shadowtopic.v1.Admin/CreateNamespace',
+                request_serializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.NamespaceRequest.SerializeToString,
+                response_deserializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.Empty.FromString,
+                _registered_method=True)
+        self.DeleteNamespace = channel.unary_unary(
+                '/shadowtopic.v1.Admin/DeleteNamespace',
+                request_serializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.NamespaceRequest.SerializeToString,
+                response_deserializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.Empty.FromString,
+                _registered_method=True)
+        self.ListNamespaces = channel.unary_unary(
+                '/shadowtopic.v1.Admin/ListNamespaces',
+                request_serializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.ListNamespacesRequest.SerializeToString,
+                response_deserializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.ListNamespacesResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -369,7 +399,7 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GrantPermission(self, request, context):
-        """permissions
+        """permissions: `topic` names a topic or a namespace ("tenant/namespace")
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -382,6 +412,43 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetPermissions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateTenant(self, request, context):
+        """tenants and namespaces: a topic's namespace must exist (public/default does from the start)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteTenant(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTenants(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateNamespace(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteNamespace(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListNamespaces(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -544,6 +611,36 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.GetPermissions,
                     request_deserializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.TopicRequest.FromString,
                     response_serializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.PermissionsResponse.SerializeToString,
+            ),
+            'CreateTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateTenant,
+                    request_deserializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.TenantRequest.FromString,
+                    response_serializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.Empty.SerializeToString,
+            ),
+            'DeleteTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteTenant,
+                    request_deserializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.TenantRequest.FromString,
+                    response_serializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.Empty.SerializeToString,
+            ),
+            'ListTenants': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTenants,
+                    request_deserializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.ListTenantsRequest.FromString,
+                    response_serializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.ListTenantsResponse.SerializeToString,
+            ),
+            'CreateNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateNamespace,
+                    request_deserializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.NamespaceRequest.FromString,
+                    response_serializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.Empty.SerializeToString,
+            ),
+            'DeleteNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteNamespace,
+                    request_deserializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.NamespaceRequest.FromString,
+                    response_serializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.Empty.SerializeToString,
+            ),
+            'ListNamespaces': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListNamespaces,
+                    request_deserializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.ListNamespacesRequest.FromString,
+                    response_serializer=shadowtopic_dot_pb_dot_v1_dot_admin__pb2.ListNamespacesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1383,6 +1480,168 @@ class Admin:
             '/shadowtopic.v1.Admin/GetPermissions',
             shadowtopic_dot_pb_dot_v1_dot_admin__pb2.TopicRequest.SerializeToString,
             shadowtopic_dot_pb_dot_v1_dot_admin__pb2.PermissionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shadowtopic.v1.Admin/CreateTenant',
+            shadowtopic_dot_pb_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+            shadowtopic_dot_pb_dot_v1_dot_admin__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shadowtopic.v1.Admin/DeleteTenant',
+            shadowtopic_dot_pb_dot_v1_dot_admin__pb2.TenantRequest.SerializeToString,
+            shadowtopic_dot_pb_dot_v1_dot_admin__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTenants(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shadowtopic.v1.Admin/ListTenants',
+            shadowtopic_dot_pb_dot_v1_dot_admin__pb2.ListTenantsRequest.SerializeToString,
+            shadowtopic_dot_pb_dot_v1_dot_admin__pb2.ListTenantsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shadowtopic.v1.Admin/CreateNamespace',
+            shadowtopic_dot_pb_dot_v1_dot_admin__pb2.NamespaceRequest.SerializeToString,
+            shadowtopic_dot_pb_dot_v1_dot_admin__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shadowtopic.v1.Admin/DeleteNamespace',
+            shadowtopic_dot_pb_dot_v1_dot_admin__pb2.NamespaceRequest.SerializeToString,
+            shadowtopic_dot_pb_dot_v1_dot_admin__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListNamespaces(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shadowtopic.v1.Admin/ListNamespaces',
+            shadowtopic_dot_pb_dot_v1_dot_admin__pb2.ListNamespacesRequest.SerializeToString,
+            shadowtopic_dot_pb_dot_v1_dot_admin__pb2.ListNamespacesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,6 +11,7 @@ import pytest
 
 from shadowtopic.broker import feature
 from shadowtopic.broker.admin_service import AdminService
+from shadowtopic.broker.config import BrokerConfig
 from shadowtopic.broker.feature import BrokerFeature
 from shadowtopic.broker.ownership import BrokerSession
 from shadowtopic.broker.topic_admin import TopicAdmin
@@ -153,7 +154,7 @@ def test_a_feature_installs_its_admin_rpcs(tmp_path, arun):
             for f in (shadow, compaction):
                 f.bind(type("Host", (), {"topics": topics, "store": topics.store,
                                          "storage": topics.storage, "session": session,
-                                         "config": None})())
+                                         "config": BrokerConfig()})())
             admin = AdminService(topics, session, [shadow, compaction])
             response = await admin.GetShadowTopics(apb.TopicRequest(topic=str(TOPIC)),
                                                    AbortingContext())

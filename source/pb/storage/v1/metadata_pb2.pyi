@@ -377,3 +377,34 @@ class SubscriptionMeta(_message.Message):
     initial_position: _common_pb2.MessageIdData
     read_compacted: bool
     def __init__(self, name: _Optional[str] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., created_ms: _Optional[int] = ..., initial_position: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., read_compacted: _Optional[bool] = ...) -> None: ...
+
+class TenantInfo(_message.Message):
+    __slots__ = ("admin_roles",)
+    ADMIN_ROLES_FIELD_NUMBER: _ClassVar[int]
+    admin_roles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, admin_roles: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class NamespaceInfo(_message.Message):
+    __slots__ = ("created_ms",)
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    created_ms: int
+    def __init__(self, created_ms: _Optional[int] = ...) -> None: ...
+
+class Grants(_message.Message):
+    __slots__ = ("roles",)
+    class RolesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: GrantedActions
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[GrantedActions, _Mapping]] = ...) -> None: ...
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    roles: _containers.MessageMap[str, GrantedActions]
+    def __init__(self, roles: _Optional[_Mapping[str, GrantedActions]] = ...) -> None: ...
+
+class GrantedActions(_message.Message):
+    __slots__ = ("actions",)
+    ACTIONS_FIELD_NUMBER: _ClassVar[int]
+    actions: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, actions: _Optional[_Iterable[str]] = ...) -> None: ...
