@@ -19,8 +19,9 @@ pandas (which pyarrow would then import lazily into every broker, ~90 MiB each).
   whose latest message is not dropped, sorted.
 - `write_survivors` (phase two) reads every column, keeps the rows whose position is in the
   broadcast sorted set of live positions (and keyless rows when `retain_null_key`), and
-  writes them to `<out_dir>/part-<task>.parquet` in row groups of about `GROUP_BYTES` of
-  raw: a task's files are contiguous in id order and each is in id order, so every part is
+  writes them in format 2 (rows of a format-1 input converted: source/ledger/columns.py) to
+  `<out_dir>/part-<task>.parquet` in row groups of about `GROUP_BYTES` of messages: a
+  task's files are contiguous in id order and each is in id order, so every part is
   sorted and the parts follow the task order. On a local root the part is written under a
   hidden temp name, fsynced and renamed; on an object store it is one object put when the
   stream closes (deleted again if the task fails). A retried or killed attempt never leaves
@@ -38,10 +39,10 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from shadowtopic.ledger.columns import KEY_COLUMNS, SCHEMA, upgrade
 from shadowtopic.ledger.object_store import open_root
-from shadowtopic.ledger.sealed import GROUP_BYTES, GROUP_ROWS, SCHEMA, WRITER_OPTIONS
+from shadowtopic.ledger.sealed import GROUP_BYTES, GROUP_ROWS, WRITER_OPTIONS
 
-KEY_COLUMNS = ["ledger_id", "entry_id", "key", "is_tombstone", "publish_time"]
 PARTIAL = pa.schema([("key", pa.binary()), ("m", pa.int64())])
 Group = tuple[int, str, list[str]]   # (task, root, files)
 CHUNK_ROWS = 1 << 20        # rows read at a time (whole row groups)
@@ -121,6 +122,11 @@ def live_positions(latest: pa.Table) -> np.ndarray:
     return np.sort(m[(m & 1) == 0] >> 1)
 
 
+def _bytes(t: pa.Table) -> int:
+    """The bytes of the messages in `t` (format 2)."""
+    return t["head"].nbytes + t["payload"].nbytes + t["tail"].nbytes
+
+
 class _PartWriter:
     """One part file written in row groups of about GROUP_BYTES of raw, under a temp name
     until `close` renames it (after an fsync, on a local root)."""
@@ -138,7 +144,7 @@ class _PartWriter:
 
     def write(self, t: pa.Table) -> None:
         self.held.append(t)
-        self.held_bytes += t["raw"].nbytes
+        self.held_bytes += _bytes(t)
         self.rows += t.num_rows
         if self.held_bytes >= 4 * GROUP_BYTES:
             self._flush()
@@ -147,7 +153,7 @@ class _PartWriter:
         if not self.held:
             return
         t = pa.concat_tables(self.held)
-        per_row = max(1, t["raw"].nbytes // max(1, t.num_rows))
+        per_row = max(1, _bytes(t) // max(1, t.num_rows))
         self.writer.write_table(t, row_group_size=max(1, min(GROUP_ROWS, GROUP_BYTES // per_row)))
         self.held, self.held_bytes = [], 0
 
@@ -192,7 +198,6 @@ def write_survivors(live, retain_null_key: bool, out_dir: str):
                     for t in _chunks(fs, f"{base}/{rel}", None):
                         if not t.num_rows:
                             continue
-                        t = t.select(SCHEMA.names).cast(SCHEMA)  # Spark-written: same columns
                         pos = _positions(t)
                         span = pc.min_max(pos).as_py()  # the live positions in this range
                         lo = np.searchsorted(positions, span["min"], side="left")
@@ -200,7 +205,8 @@ def write_survivors(live, retain_null_key: bool, out_dir: str):
                         keep = pc.is_in(pos, value_set=pa.array(positions[lo:hi]))
                         if retain_null_key:
                             keep = pc.or_(keep, pc.is_null(t["key"]))
-                        kept = t.filter(keep)
+                        # format 2 whatever the input's (a format-1 file's rows converted)
+                        kept = upgrade(t.filter(keep)).select(SCHEMA.names).cast(SCHEMA)
                         tombstones += pc.sum(pc.and_(pc.is_valid(kept["key"]),
                                                      kept["is_tombstone"])).as_py() or 0
                         if kept.num_rows:

@@ -10,14 +10,14 @@ each deleted key when it is a recent delete (a tombstone published at or after t
 tombstone cutoff, the manifest's `tombstone_cutoff_ms`: its request time minus the topic's
 `delete_retention_seconds`, compaction/plan.py; older tombstones are not written), and the
 keyless messages when the topic's `retain_null_key` is on. Rows keep their original ids
-and `raw` bytes: a kept tombstone reads as the empty-payload message it was produced as, so
+and bytes: a kept tombstone reads as the empty-payload message it was produced as, so
 a compacted reader sees it as a reader of the raw ledgers does (K18). The manifest counts
 them in `entries` and `tombstones`; `keys` counts the live keys only. Files have the
-columns of a sealed ledger (`sealed.SCHEMA`: ledger_id, entry_id, key, is_tombstone,
-publish_time, raw), rows sorted by (ledger_id, entry_id) within a file, files in id order
-with ranges that do not overlap; row groups may have any size (a reader locates rows from the
-id columns, not from a fixed group size). A compaction that kept nothing writes no Parquet
-file, only its manifest.
+columns of a sealed ledger (source/ledger/columns.py: format 2, written by every compaction;
+compacted ledgers written in format 1 read the same), rows sorted by (ledger_id, entry_id)
+within a file, files in id order with ranges that do not overlap; row groups may have any
+size (a reader locates rows from the id columns, not from a fixed group size). A compaction
+that kept nothing writes no Parquet file, only its manifest.
 
 The manifest is written last (temp name, fsync, rename), after every data file is durable;
 the topic's `CompactionPointer` in etcd (keys.compaction) names it and carries a copy, and
@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 from shadowtopic.core.errors import ChecksumError, DataLoss
 from shadowtopic.ledger import wal as walmod
+from shadowtopic.ledger.columns import RAW_COLUMNS, raws, version
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import common_pb2
@@ -142,6 +143,7 @@ class _File:
         self.positions = position(ids.column(0).to_numpy().astype(np.int64),
                                   ids.column(1).to_numpy().astype(np.int64))
         self.publish = ids.column(2).to_numpy().astype(np.int64)
+        self.format = version(self.pf.schema_arrow)
         meta = self.pf.metadata
         self.group_starts = np.cumsum([0] + [meta.row_group(i).num_rows
                                              for i in range(meta.num_row_groups)])
@@ -153,7 +155,10 @@ class _File:
             table = self.groups.get(index)
             if table is None:
                 try:
-                    table = self.pf.read_row_group(index, columns=["publish_time", "raw"])
+                    table = self.pf.read_row_group(
+                        index, columns=["publish_time", *RAW_COLUMNS[self.format]])
+                    table = pa.table({"publish_time": table.column("publish_time"),
+                                      "raw": raws(table)})
                 except Exception as exc:  # noqa: BLE001
                     raise ChecksumError(f"corrupt row group {index} in {self.path}: "
                                         f"{exc}") from None

@@ -6,7 +6,8 @@ a tombstone (empty payload) is deleted: the tombstone is written when it was pub
 after the job's tombstone cutoff (compaction/plan.py: the request time minus the topic's
 `delete_retention_seconds`; a cutoff of None keeps none), else nothing of the key is; keyless
 rows pass through in place when `retain_null_key`, else they are dropped. Survivors keep
-their ids, their order and every column byte for byte.
+their ids, their order and their bytes as sent (`raw`: rebuilt from the columns of either
+format, source/ledger/columns.py); the output is written in format 2.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from shadowtopic.compaction.ledger import describe_file
 from shadowtopic.compaction.manifest import finish_manifest, new_manifest
 from shadowtopic.compaction.plan import Plan, keeps_tombstone
 from shadowtopic.core import errors
-from shadowtopic.ledger import sealed
+from shadowtopic.ledger import columns
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
@@ -59,9 +60,9 @@ def kept_tombstones(rows: Iterable[Row]) -> int:
 def read_rows(storage: Storage, rel_paths: list[str]) -> list[Row]:
     out: list[Row] = []
     for rel in rel_paths:
-        t = pq.read_table(storage.full(rel), columns=list(sealed.SCHEMA.names),
-                          filesystem=storage.fs)
-        cols = [t.column(name).to_pylist() for name in sealed.SCHEMA.names]
+        t = pq.read_table(storage.full(rel), filesystem=storage.fs)
+        cols = [t.column(name).to_pylist() for name in columns.KEY_COLUMNS]
+        cols.append(columns.raws(t).to_pylist())
         out.extend(Row(*values) for values in zip(*cols, strict=True))
     return out
 
@@ -75,9 +76,10 @@ def run(plan: Plan, storage: Storage, out_dir_rel: str) -> mpb.CompactedManifest
     manifest = new_manifest(plan)
     if survivors:
         rel = f"{out_dir_rel}/part-00000.parquet"
-        table = pa.table([pa.array(list(c), t) for c, t in
-                          zip(zip(*survivors, strict=True), sealed.SCHEMA.types, strict=True)],
-                         schema=sealed.SCHEMA)
+        table = columns.upgrade(pa.table(
+            [pa.array(list(c), t) for c, t in
+             zip(zip(*survivors, strict=True), columns.SCHEMA_V1.types, strict=True)],
+            schema=columns.SCHEMA_V1))
         pq.write_table(table, storage.full(rel), filesystem=storage.fs, compression="zstd")
         described = describe_file(storage, rel)
         if described is None:  # it was written with the survivors: it has rows

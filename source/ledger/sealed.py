@@ -1,26 +1,26 @@
 """Sealed ledgers: one immutable Parquet file per ledger, and reads from it by entry id.
 
-Columns: `ledger_id` int64 (the same in every row: a directory of sealed ledgers reads as
-one dataset in Spark, DuckDB or pyarrow with the full MessageId visible), `entry_id` int64
-(signed: Spark reads an unsigned 64-bit column as a decimal), `key` binary (null for
-keyless), `is_tombstone` bool, `publish_time` int64 (ms since epoch), `raw` binary (the
-serialized Message exactly as the producer sent it). Compacted ledgers
-(compaction/ledger.py) have the same columns. A row group closes at
-`GROUP_BYTES` of raw or `GROUP_ROWS` entries, whichever comes first (8,000 entries of 130
-bytes; a few of 1 MiB): a read by id touches one row group of about a MiB, found from the
-footer's row counts, and a scan (Spark, pyarrow, DuckDB) pays the per-group cost once per
-MiB, not once per 1,024 entries. Files sealed with 1,024-entry groups read the same way.
-Spark reads only the columns it needs. Integrity: Parquet page checksums, plus the crc32c
-of the whole file recorded in the ledger list (streamed through when a broker first opens
-the file; a mismatch is `ChecksumError`); row groups are then read from the file on
-demand, so an open reader holds a file handle, not the file.
+The columns are source/ledger/columns.py's (format 2: the payload, properties, event time,
+producer and sequence id as columns SQL reads, beside the ids, key, tombstone flag and
+publish time; files sealed in format 1 read the same). Compacted ledgers (compaction/) have
+the same columns. A row group closes at `GROUP_BYTES` of raw or `GROUP_ROWS` entries,
+whichever comes first (8,000 entries of 130 bytes; a few of 1 MiB): a read by id touches
+one row group of about a MiB, found from the footer's row counts, and a scan (Spark,
+pyarrow, DuckDB) pays the per-group cost once per MiB, not once per 1,024 entries. Files
+sealed with 1,024-entry groups read the same way. Spark reads only the columns it needs.
+Integrity: Parquet page checksums, plus the crc32c of the whole file recorded in the ledger
+list (streamed through when a broker first opens the file; a mismatch is `ChecksumError`);
+row groups are then read from the file on demand, so an open reader holds a file handle,
+not the file. A reader rebuilds each entry's bytes as sent (`columns.raws`: one
+concatenation per row, vectorized) once per row group it reads.
 
 Writing streams, one row group at a time: a ledger that stopped taking appends is sealed
 from its WAL (`seal_wal`, frames read one at a time through `wal.MappedWal`), never from a
-copy of the whole ledger. A raw of `ZERO_COPY_BYTES` or more becomes an Arrow array of its
-own over the bytes it already is (a view of the mapped WAL), so a row group of large
-entries costs no copy; `raw` is PLAIN-encoded (no dictionary), so the writer emits a page
-every ~1 MiB and the WAL pages it has read are dropped from memory at each write. The
+copy of the whole ledger. The columns are cut from each entry's bytes as it goes
+(`columns.Rows`: read off the wire; a payload of `columns.ZERO_COPY_BYTES` or more becomes an
+Arrow array over the bytes it already is, a view of the mapped WAL, so a row group of large
+entries costs no copy); `payload` is PLAIN-encoded (no dictionary), so the writer emits a
+page every ~1 MiB and the WAL pages it has read are dropped from memory at each write. The
 crc32c is computed as the file is written; the file is fsynced and its footer checked
 (rows, row groups) before the caller marks the ledger SEALED. Arrow's unused memory is
 handed back after each seal.
@@ -31,7 +31,6 @@ import bisect
 import ctypes
 import itertools
 import os
-import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -45,58 +44,22 @@ import pyarrow.parquet as pq
 
 from shadowtopic.core.errors import ChecksumError, DataLoss
 from shadowtopic.ledger import wal as walmod
+from shadowtopic.ledger.columns import RAW_COLUMNS, SCHEMA, Rows, raws, version
 from shadowtopic.ledger.wal import Buffer, Entries
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
-from shadowtopic.pb.storage.v1 import views_pb2
 
 GROUP_BYTES = 1 << 20    # raw bytes that close a row group
 GROUP_ROWS = 16384       # entries that close a row group of small entries
-SCHEMA = pa.schema([
-    ("ledger_id", pa.int64()),
-    ("entry_id", pa.int64()),
-    ("key", pa.binary()),
-    ("is_tombstone", pa.bool_()),
-    ("publish_time", pa.int64()),
-    ("raw", pa.binary()),
-])
-ZERO_COPY_BYTES = 4 << 10
 WRITER_OPTIONS = dict(compression="zstd", write_page_checksum=True,
-                      write_statistics=["entry_id", "publish_time"],
-                      use_dictionary=["ledger_id", "key", "publish_time"])
-_OFFSETS = struct.Struct("<ii")
-_Parse = Callable[[Buffer], views_pb2.MessageKeyView]
+                      write_statistics=["entry_id", "publish_time", "event_time"],
+                      use_dictionary=["ledger_id", "key", "publish_time", "producer_name",
+                                      "compression"])
 
 
 class _Writable(Protocol):
     """Where a Parquet file is written: a local file or an object store's output stream."""
 
     def write(self, data: bytes, /) -> object: ...
-
-
-def key_columns(raws: Sequence[Buffer], keys: list[bytes | None] | None = None,
-                tombs: list[bool] | None = None) -> tuple[list[bytes | None], list[bool]]:
-    """(key or None, is_tombstone) of each raw Message, appended to `keys` and `tombs`.
-    Derived here, when a ledger seals, not on the produce path. A raw that is not a Message
-    counts as keyless data."""
-    keys = [] if keys is None else keys
-    tombs = [] if tombs is None else tombs
-    # protobuf parses any buffer (a mapped WAL's views, no copy); its stubs say bytes
-    parse: _Parse = views_pb2.MessageKeyView.FromString  # type: ignore[assignment]
-    views: list[views_pb2.MessageKeyView | None]
-    try:  # the common case, all Messages: comprehensions, no per-entry try
-        views = [parse(raw) for raw in raws]
-    except Exception:  # noqa: BLE001 - some opaque bytes: one at a time
-        views = [_parse_or_none(parse, raw) for raw in raws]
-    keys.extend([None if m is None or not m.HasField("key") else m.key for m in views])
-    tombs.extend([m is not None and not m.payload for m in views])
-    return keys, tombs
-
-
-def _parse_or_none(parse: _Parse, raw: Buffer) -> views_pb2.MessageKeyView | None:
-    try:
-        return parse(raw)
-    except Exception:  # noqa: BLE001 - opaque bytes: keyless data
-        return None
 
 
 @dataclass
@@ -117,11 +80,8 @@ class _RowGroup:
         self.base = base
         self.rows = 0
         self.bytes = 0
-        self.keys: list[bytes | None] = []
-        self.tombs: list[bool] = []
         self.pubs: list[int] = []
-        self.chunks: list[pa.Array] = []
-        self.small: list[Buffer] = []  # raws still to be copied into one array
+        self.columns = Rows()
 
     @property
     def full(self) -> bool:
@@ -135,37 +95,18 @@ class _RowGroup:
         return min(min(upto, len(sizes)) - i, GROUP_ROWS - self.rows)
 
     def extend(self, publish_ms: int, raws: Sequence[Buffer], size: int) -> None:
-        key_columns(raws, self.keys, self.tombs)
+        self.columns.extend(raws)
         self.pubs.extend([publish_ms] * len(raws))
         self.rows += len(raws)
         self.bytes += size
-        if max(map(len, raws)) < ZERO_COPY_BYTES:
-            self.small.extend(raws)
-            return
-        for raw in raws:
-            if len(raw) < ZERO_COPY_BYTES:
-                self.small.append(raw)
-                continue
-            self._flush_small()
-            self.chunks.append(pa.Array.from_buffers(  # this raw's bytes, not a copy
-                pa.binary(), 1, [None, pa.py_buffer(_OFFSETS.pack(0, len(raw))),
-                                 pa.py_buffer(raw)]))
-
-    def _flush_small(self) -> None:
-        if self.small:
-            self.chunks.append(pa.array(self.small, pa.binary()))
-            self.small = []
 
     def table(self) -> pa.Table:
-        self._flush_small()
         return pa.table({
             "ledger_id": pa.repeat(pa.scalar(self.ledger_id, pa.int64()), self.rows),
             "entry_id": pa.array(range(self.base, self.base + self.rows), pa.int64()),
-            "key": pa.array(self.keys, pa.binary()),
-            "is_tombstone": pa.array(self.tombs, pa.bool_()),
             "publish_time": pa.array(self.pubs, pa.int64()),
-            "raw": pa.chunked_array(self.chunks, pa.binary()),
-        }, schema=SCHEMA)
+            **self.columns.arrays(),
+        }).select(SCHEMA.names).cast(SCHEMA)
 
 
 class _Sink:
@@ -390,6 +331,8 @@ class SealedLedger:
         except Exception as exc:  # noqa: BLE001 - a corrupt footer raises assorted errors
             raise ChecksumError(f"corrupt sealed ledger {path}: {exc}") from None
         self.path = path
+        self.format = version(self._file.schema_arrow)
+        self._columns = ["publish_time", *RAW_COLUMNS[self.format]]
         meta = self._file.metadata
         self.num_entries = meta.num_rows
         #: the first entry of each row group
@@ -411,9 +354,10 @@ class SealedLedger:
                 return table
         try:
             with self._read_lock:
-                table = self._file.read_row_group(index, columns=["publish_time", "raw"])
+                table = self._file.read_row_group(index, columns=self._columns)
         except Exception as exc:  # noqa: BLE001
             raise ChecksumError(f"corrupt row group {index} in {self.path}: {exc}") from None
+        table = pa.table({"publish_time": table.column("publish_time"), "raw": raws(table)})
         with self._lock:
             self._groups[index] = table
             while len(self._groups) > 8:

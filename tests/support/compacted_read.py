@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 from shadowtopic.compaction.ledger import describe_file, write_manifest
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
-from shadowtopic.ledger import sealed
+from shadowtopic.ledger import columns
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.metadata import keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
@@ -30,8 +30,9 @@ def publish_compaction(etcd, storage_root: str, topic: str, job: str,
     rows = []
     for info in lst.ledgers:
         if info.state == mpb.LedgerState.SEALED:
-            t = pq.read_table(st.full(info.path), columns=cols)
-            rows += list(zip(*(t.column(c).to_pylist() for c in cols), strict=True))
+            t = pq.read_table(st.full(info.path))
+            rows += list(zip(*(t.column(c).to_pylist() for c in cols[:-1]),
+                             columns.raws(t).to_pylist(), strict=True))
     rows.sort(key=lambda r: (r[0], r[1]))
     latest = {r[2]: (r[0], r[1]) for r in rows if r[2] is not None}
     keep = [r for r in rows if r[2] is None or (latest[r[2]] == (r[0], r[1]) and not r[3])]
@@ -42,8 +43,8 @@ def publish_compaction(etcd, storage_root: str, topic: str, job: str,
     if keep:
         rel = f"{dir_rel}/part-00000.parquet"
         st.fs.create_dir(st.full(dir_rel), recursive=True)
-        table = pa.table({c: [r[i] for r in keep] for i, c in enumerate(cols)},
-                         schema=sealed.SCHEMA)
+        table = columns.upgrade(pa.table({c: [r[i] for r in keep] for i, c in enumerate(cols)},
+                                         schema=columns.SCHEMA_V1))
         pq.write_table(table, st.full(rel), row_group_size=2, write_page_checksum=True)
         manifest.files.append(describe_file(st, rel))
     ptr = mpb.CompactionPointer(manifest_path=write_manifest(st, dir_rel, manifest),

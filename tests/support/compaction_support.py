@@ -12,6 +12,7 @@ from shadowtopic import failpoints
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import errors
 from shadowtopic.core.names import TopicName
+from shadowtopic.ledger import columns
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.metadata import keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
@@ -65,8 +66,9 @@ def compacted_rows(source: BrokerProcess, ptr: mpb.CompactionPointer) -> list[tu
     st = Storage(os.path.join(source.data_dir, "storage"))
     rows = []
     for f in ptr.manifest.files:
-        t = pq.read_table(st.full(f.path), columns=["ledger_id", "entry_id", "key", "raw"])
-        rows += list(zip(*(t.column(i).to_pylist() for i in range(4)), strict=True))
+        t = pq.read_table(st.full(f.path))
+        rows += list(zip(*(t.column(c).to_pylist() for c in ("ledger_id", "entry_id", "key")),
+                         columns.raws(t).to_pylist(), strict=True))
     return rows
 
 

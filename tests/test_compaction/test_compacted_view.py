@@ -1,6 +1,7 @@
 """`CompactedLedger` (compaction/ledger.py) and `CompactedView`
 (compaction/view.py) over the in-memory ledger twin (`MemoryView`), with compacted
-ledgers written here per the format (sealed.SCHEMA rows sorted by id, any row-group size, one or
+ledgers written here per the format (format-1 rows: columns.SCHEMA_V1, sorted by id, any
+row-group size, one or
 more files, `describe_file` + `write_manifest`) from an in-test PIP-14 reference (`pip14`): the
 latest value of each key at or before the horizon, tombstones dropped, keyless messages kept in
 place or dropped. Nothing here uses compaction/ (its job is tested in tests/test_compaction)."""
@@ -23,7 +24,7 @@ from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
 from shadowtopic.core.policies import Policies
 from shadowtopic.cursors.store import Fence, MemoryCursorStore
-from shadowtopic.ledger import sealed
+from shadowtopic.ledger import columns
 from shadowtopic.ledger.memory_view import MemoryView
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.metadata import keys
@@ -119,7 +120,7 @@ def write_compacted(storage: Storage, job: str, rows: list[Row], horizon: tuple[
             "is_tombstone": pa.array([not r.payload for r in part], pa.bool_()),
             "publish_time": pa.array([r.publish_ms for r in part], pa.int64()),
             "raw": pa.array([r.raw for r in part], pa.binary()),
-        }, schema=sealed.SCHEMA)
+        }, schema=columns.SCHEMA_V1)  # format 1: it reads as format 2 does
         rel = f"{dir_rel}/part-{i:05d}.parquet"
         storage.fs.create_dir(storage.full(dir_rel), recursive=True)
         pq.write_table(table, storage.full(rel), row_group_size=group_rows,

@@ -13,6 +13,7 @@ from support.etcd_support import on_etcd
 
 from shadowtopic.client import compression, errors
 from shadowtopic.core.names import TopicName
+from shadowtopic.ledger import columns
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.metadata import keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
@@ -62,8 +63,8 @@ def test_compressed_messages_read_back_as_produced_and_are_stored_as_sent(
     sealed = [info for info in ledgers.ledgers if info.state == mpb.LedgerState.SEALED]
     assert sealed
     st = Storage(os.path.join(broker.data_dir, "storage"))
-    raws = [raw for info in sealed
-            for raw in pq.read_table(st.full(info.path), columns=["raw"])["raw"].to_pylist()]
+    tables = [pq.read_table(st.full(info.path)) for info in sealed]
+    raws = [raw for t in tables for raw in columns.raws(t).to_pylist()]
     stored = [common_pb2.Message.FromString(raw) for raw in raws]
     kind = compression.codec(codec)
     none = common_pb2.COMPRESSION_NONE

@@ -19,7 +19,7 @@ import pytest
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
-from shadowtopic.ledger import sealed, wal
+from shadowtopic.ledger import columns, sealed, wal
 from shadowtopic.ledger.entry_cache import EntryCache
 from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
 from shadowtopic.ledger.sealed import GROUP_BYTES, GROUP_ROWS, SealedLedger, seal_wal, write_sealed
@@ -81,7 +81,9 @@ def _mixed_batches(rng: random.Random) -> list[tuple[list[bytes], bytes | None]]
 
 
 def _columns(path: str) -> dict:
-    return pq.read_table(path).to_pydict()
+    """The file's columns, and `raw`: each entry's bytes as they were sent."""
+    table = pq.read_table(path)
+    return {**table.to_pydict(), "raw": columns.raws(table).to_pylist()}
 
 
 def expected_groups(sizes: list[int]) -> list[int]:
@@ -120,7 +122,10 @@ def test_a_seal_from_the_wal_writes_the_file_an_in_memory_seal_writes(tmp_path):
     assert streamed == in_memory
     assert streamed["raw"] == sent and streamed["publish_time"] == pubs
     assert streamed["entry_id"] == list(range(len(sent)))
-    expect_keys = list(zip(*sealed.key_columns(sent)))
+    rows = columns.Rows()
+    rows.extend(sent)
+    made = rows.arrays()
+    expect_keys = list(zip(made["key"].to_pylist(), made["is_tombstone"].to_pylist()))
     assert list(zip(streamed["key"], streamed["is_tombstone"])) == expect_keys
     assert (None, False) in expect_keys and (b"gone", True) in expect_keys
 
@@ -128,7 +133,8 @@ def test_a_seal_from_the_wal_writes_the_file_an_in_memory_seal_writes(tmp_path):
     groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
     assert groups == expected_groups(list(map(len, sent)))
     assert GROUP_ROWS in groups and min(groups[:-1]) < GROUP_ROWS  # closed by count and by size
-    assert meta.schema.to_arrow_schema().equals(sealed.SCHEMA)
+    assert meta.schema.to_arrow_schema().equals(columns.SCHEMA)
+    assert columns.version(pq.read_schema(st.full("l/7.parquet"))) == columns.FORMAT
     assert res.file_bytes == os.path.getsize(st.full("l/7.parquet"))
     assert res.crc32c == sealed._file_crc(st.fs, st.full("l/7.parquet"))
     reader = SealedLedger(st.fs, st.full("l/7.parquet"), res.crc32c)  # checksums hold
