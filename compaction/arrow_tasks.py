@@ -19,7 +19,7 @@ pandas (which pyarrow would then import lazily into every broker, ~90 MiB each).
   whose latest message is not dropped, sorted.
 - `write_survivors` (phase two) reads every column, keeps the rows whose position is in the
   broadcast sorted set of live positions (and keyless rows when `retain_null_key`), and
-  writes them in format 2 (rows of a format-1 input converted: source/ledger/columns.py) to
+  writes them in format 2 (rows of a format-1 input converted: source/columns.py) to
   `<out_dir>/part-<task>.parquet` in row groups of about `GROUP_BYTES` of messages: a
   task's files are contiguous in id order and each is in id order, so every part is
   sorted and the parts follow the task order. On a local root the part is written under a
@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from shadowtopic.ledger.columns import KEY_COLUMNS, SCHEMA, upgrade
+from shadowtopic.columns import KEY_COLUMNS, SCHEMA, upgrade
 from shadowtopic.ledger.object_store import open_root
 from shadowtopic.ledger.sealed import GROUP_BYTES, GROUP_ROWS, WRITER_OPTIONS
 

@@ -8,7 +8,8 @@ compacted view or the new one, never a mix (K16); a job whose pointer moved mean
 fails and leaves the pointer alone.
 
 The compacted ledger a pointer replaced is deleted only afterwards, after `grace` seconds
-(readers that opened it finish their reads), by `collect`: under
+(readers that opened it finish their reads), by `collect` (with the worker's Iceberg tables
+on, after every snapshot that refers to its files expired: compaction/tables.py): under
 `<root>/compacted/<topic-dir>/` it deletes every job directory that is neither named by the
 current pointer nor being written, once it is older than the grace period. Output of a
 job killed half-way (a worker or Spark crash) is collected the same way (or replaced when
@@ -62,11 +63,12 @@ async def finish(store: MetadataStore, topic: TopicName, req_key: str, request: 
                      Delete(req_key)])
 
 
-def collect(storage: Storage, topic: TopicName, keep: set[str], grace: float) -> list[str]:
-    """Delete the topic's compacted-ledger directories not in `keep` (storage-relative
-    paths) that are older than `grace` seconds; returns what was deleted."""
+def collectable(storage: Storage, topic: TopicName, keep: set[str], grace: float
+                ) -> list[str]:
+    """The topic's compacted-ledger directories not in `keep` (storage-relative paths)
+    that are older than `grace` seconds: what `collect` deletes."""
     root = Storage.topic_compacted_dir(topic)
-    deleted = []
+    out = []
     now = time.time()
     for rel in storage.list_subdirs(root):
         if rel in keep:
@@ -75,6 +77,19 @@ def collect(storage: Storage, topic: TopicName, keep: set[str], grace: float) ->
         if info.type != pafs.FileType.Directory:
             continue
         if info.mtime is not None and now - info.mtime.timestamp() < grace:
+            continue
+        out.append(rel)
+    return out
+
+
+def collect(storage: Storage, topic: TopicName, keep: set[str], grace: float,
+            rels: list[str] | None = None) -> list[str]:
+    """Delete the topic's compacted-ledger directories not in `keep` (storage-relative
+    paths) that are older than `grace` seconds (`rels`: those, as `collectable` found
+    them); returns what was deleted."""
+    deleted = []
+    for rel in collectable(storage, topic, keep, grace) if rels is None else rels:
+        if rel in keep:
             continue
         storage.delete_dir(rel)
         deleted.append(rel)

@@ -18,7 +18,9 @@ compaction/admin.py) and runs one job at a time:
 - the Spark job (compaction/spark_job.py) writes `<root>/compacted/<topic-dir>/<job_id>/`;
   Spark's progress and the driver's peak memory go into the job record as it runs;
 - commit (compaction/commit.py): one transaction publishes the pointer, marks the job DONE
-  and deletes the request; the replaced compacted ledger is collected after `grace` seconds.
+  and deletes the request; the replaced compacted ledger is collected after `grace` seconds
+  (with the Iceberg tables on, once no snapshot refers to it: compaction/tables.py, which
+  follows the published pointer into the topic's table by itself).
 
 A job that fails is recorded FAILED with its error (an `ErrorStatus`) and its request is
 deleted; a worker killed mid-job leaves the request and its claim's lease expires: the job
@@ -53,6 +55,8 @@ from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 if TYPE_CHECKING:
     from py4j.java_gateway import JavaGateway
+
+    from shadowtopic.compaction.tables import TableKeeper
 
 #: runs of a job when Spark loses a Python worker or an executor under it (F15)
 JOB_ATTEMPTS = 3
@@ -99,6 +103,7 @@ def lost_worker(exc: BaseException) -> bool:
 
 log = logging.getLogger("shadowtopic.compaction.worker")  # one logger name for the process
 KEEP_JOBS = 10          # job records kept per topic
+COLLECT_ATTEMPTS = 10   # collections of a replaced compacted ledger tried (Iceberg away)
 PROGRESS_EVERY = 0.5    # seconds between job-record updates while Spark runs
 
 
@@ -138,8 +143,11 @@ class Worker:
                  grace: float = 60.0, lease_ttl: int = 10, relist: float = 5.0,
                  spark_alive: Callable[[], bool] = jvm_alive,
                  metrics: CompactionMetrics | None = None,
-                 s3: object_store.S3Options | None = None, scratch_dir: str = "."):
+                 s3: object_store.S3Options | None = None, scratch_dir: str = ".",
+                 tables: TableKeeper | None = None):
         self.store = store
+        #: the topics' Iceberg tables (compaction/tables.py); None: off
+        self.tables = tables
         #: how this worker opens an object-store root (source/ledger/object_store.py); a
         #: Storage needs a local WAL dir with such a root, the worker writes no WAL there
         self.s3 = s3
@@ -184,12 +192,16 @@ class Worker:
         self._tasks = [loop.create_task(self._keep_lease()),
                        loop.create_task(self._requests.start_retrying()),
                        loop.create_task(self._relist()), loop.create_task(self._run_jobs())]
+        if self.tables is not None:
+            await self.tables.start()
 
     async def close(self) -> None:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._requests.close()
+        if self.tables is not None:
+            await self.tables.close()
         try:
             await self.store.revoke_lease(self.lease)
         except Exception:  # noqa: BLE001 - it expires anyway
@@ -421,15 +433,26 @@ class Worker:
 
     async def _collect_later(self, topic: TopicName, storage: Storage) -> None:
         """After the grace period: every compacted ledger of `topic` that neither the
-        pointer nor a queued or running job names is collected."""
+        pointer nor a queued or running job names is collected. When the Iceberg tables
+        cannot drop their references to it first, it is tried again after another grace
+        period (`COLLECT_ATTEMPTS` in all; then the next job collects it)."""
         await asyncio.sleep(self.grace)
-        try:
-            await self.collect(topic, storage)
-        except Exception as exc:  # noqa: BLE001 - the next job collects it
-            log.info("%s: collection skipped: %s", topic, exc)
+        for attempt in range(1, COLLECT_ATTEMPTS + 1):
+            try:
+                await self.collect(topic, storage)
+                return
+            except Exception as exc:  # noqa: BLE001 - the next job collects it
+                log.info("%s: collection skipped (%d of %d): %s", topic, attempt,
+                         COLLECT_ATTEMPTS, exc)
+            if self.tables is None:
+                return
+            await asyncio.sleep(max(self.grace, 5.0))
 
     async def collect(self, topic: TopicName, storage: Storage, grace: float = 0.0
                       ) -> list[str]:
+        """Delete the topic's compacted ledgers no pointer or job names (commit.collect),
+        after the Iceberg tables expired every snapshot that refers to them (raises, and
+        deletes nothing, when they could not)."""
         keep = set()
         ptr = await self.store.get(keys.compaction(topic))
         if ptr is not None:
@@ -438,8 +461,13 @@ class Worker:
         if req is not None:
             job_id = mpb.CompactionRequest.FromString(req.value).job_id
             keep.add(Storage.compacted_rel(topic, job_id))
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, commit.collect, storage, topic, keep, grace)
+        loop = asyncio.get_running_loop()
+        rels = await loop.run_in_executor(self._executor, commit.collectable, storage, topic,
+                                          keep, grace)
+        if rels and self.tables is not None:
+            await self.tables.before_collect(topic, rels)
+        return await loop.run_in_executor(self._executor, commit.collect, storage, topic, keep,
+                                          grace, rels)
 
     def _progress(self, topic: TopicName, job: mpb.CompactionJob,
                   phase: mpb.CompactionJobPhase, done: int, total: int) -> None:
@@ -467,7 +495,10 @@ class Worker:
                                 req_bytes, job)
         self.metrics.failed(topic, time.monotonic() - self._job_started)
         if req.storage_root:  # its output, and what earlier crashes left
-            await self.collect(topic, self.storage(req.storage_root))
+            try:
+                await self.collect(topic, self.storage(req.storage_root))
+            except Exception as exc:  # noqa: BLE001 - the next job collects it
+                log.info("%s: collection skipped: %s", topic, exc)
 
     async def _prune(self, topic: TopicName) -> None:
         snap = await self.store.get_prefix(keys.compaction_jobs_prefix(topic))

@@ -13,7 +13,7 @@ keyless messages when the topic's `retain_null_key` is on. Rows keep their origi
 and bytes: a kept tombstone reads as the empty-payload message it was produced as, so
 a compacted reader sees it as a reader of the raw ledgers does (K18). The manifest counts
 them in `entries` and `tombstones`; `keys` counts the live keys only. Files have the
-columns of a sealed ledger (source/ledger/columns.py: format 2, written by every compaction;
+columns of a sealed ledger (source/columns.py: format 2, written by every compaction;
 compacted ledgers written in format 1 read the same), rows sorted by (ledger_id, entry_id)
 within a file, files in id order with ranges that do not overlap; row groups may have any
 size (a reader locates rows from the id columns, not from a fixed group size). A compaction
@@ -35,9 +35,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shadowtopic.columns import RAW_COLUMNS, raws, read_rows, version
 from shadowtopic.core.errors import ChecksumError, DataLoss
 from shadowtopic.ledger import wal as walmod
-from shadowtopic.ledger.columns import RAW_COLUMNS, raws, version
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import common_pb2
@@ -239,6 +239,19 @@ class CompactedLedger:
                 if size >= max_bytes:
                     break
         return out
+
+    def read_columns(self, index: int, max_entries: int) -> pa.Table:
+        """Rows from `index` (at most `max_entries`, within one file) as Arrow columns
+        (source/columns.py `read_rows`): what an Arrow read sends, no object per row."""
+        fi = int(np.searchsorted(self._starts, index, "right")) - 1
+        f = self._files[fi]
+        row = index - int(self._starts[fi])
+        count = min(max_entries, int(f.group_starts[-1]) - row)
+        try:
+            with f.lock:
+                return read_rows(f.pf, f.format, row, count, [int(x) for x in f.group_starts[:-1]])
+        except Exception as exc:  # noqa: BLE001
+            raise ChecksumError(f"corrupt compacted ledger file {f.path}: {exc}") from None
 
     def close(self) -> None:
         for f in self._files:

@@ -7,7 +7,7 @@ after the job's tombstone cutoff (compaction/plan.py: the request time minus the
 `delete_retention_seconds`; a cutoff of None keeps none), else nothing of the key is; keyless
 rows pass through in place when `retain_null_key`, else they are dropped. Survivors keep
 their ids, their order and their bytes as sent (`raw`: rebuilt from the columns of either
-format, source/ledger/columns.py); the output is written in format 2.
+format, source/columns.py); the output is written in format 2.
 """
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shadowtopic import columns
 from shadowtopic.compaction.ledger import describe_file
 from shadowtopic.compaction.manifest import finish_manifest, new_manifest
 from shadowtopic.compaction.plan import Plan, keeps_tombstone
 from shadowtopic.core import errors
-from shadowtopic.ledger import columns
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 

@@ -41,6 +41,8 @@ import asyncio
 import logging
 from concurrent.futures import Executor
 
+import pyarrow as pa
+
 from shadowtopic import failpoints
 from shadowtopic.compaction.ledger import CompactedLedger
 from shadowtopic.core import errors
@@ -281,6 +283,22 @@ class CompactedView:
         if ledger is not None and horizon is not None and self._in_prefix(found, horizon):
             return self._raw_after(horizon)  # after every survivor: past the horizon
         return found  # (a broken prefix: there, where reads fail loudly)
+
+    async def read_columns(self, start: MessageId, max_entries: int) -> pa.Table | None:
+        """The compacted rows from `start` (within one file), or the raw ledgers' columns past
+        the horizon; None at the end of the compacted prefix (`read` crosses to the tail)."""
+        ledger, horizon, broken = self.ledger, self.horizon, self.broken
+        if horizon is None or not self._in_prefix(start, horizon):
+            return await self.raw.read_columns(start, max_entries)
+        if broken is not None:
+            raise broken
+        if ledger is None:  # a horizon comes with its ledger or the error opening it
+            raise errors.Internal(f"{self.name}: a compaction horizon without its ledger")
+        index = ledger.find(start.ledger_id, start.entry_id)
+        if index >= len(ledger):
+            return None
+        return await asyncio.get_running_loop().run_in_executor(
+            self.executor, ledger.read_columns, index, max_entries)
 
     async def read(self, start: MessageId, max_entries: int, max_bytes: int
                    ) -> list[ReadEntry]:

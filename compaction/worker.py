@@ -3,6 +3,8 @@
     python -m shadowtopic.compaction.worker --etcd HOST:PORT --port N [--spark-master local[*]]
                                 [--spark-conf key=value ...] [--grace SECONDS]
                                 [--config FILE] [--log-format json] [--spark-log PATH]
+                                [--storage-root URI [--iceberg-catalog-uri URL]
+                                 [--iceberg-catalog-property KEY=VALUE ...]]
 
 It reaches etcd as `--etcd-user` (the `compaction` user of docs/SECURITY.md, "etcd"), with
 TLS to etcd when given `--etcd-ca-file` (source/metadata/etcd_options.py); etcd refusing that
@@ -21,6 +23,12 @@ supervisor to start a new one (the standalone does); a job it was running is not
 left to its request, which the next worker reruns (F15). HTTP on --metrics-port (default
 --port + 1000; source/observability/http.py): `/metrics` (the job series of
 compaction/metrics.py), `/healthz`, and `/readyz` (ready while SERVING and etcd answers).
+
+Given `--storage-root` (the brokers' storage root; the standalone gives it), it also keeps
+every source topic's Iceberg tables, the compacted state and the log, in the catalog of
+`--iceberg-catalog-uri` (default: SQLite, `<data-dir>/iceberg-catalog.db`; `off`: no
+tables), following etcd (compaction/tables.py, docs/TABLES.md). Without it there are no
+tables: the worker cannot know where the brokers' ledgers are.
 """
 from __future__ import annotations
 
@@ -46,6 +54,9 @@ from shadowtopic.metadata import EtcdStore, MetadataUnavailable, etcd_options
 from shadowtopic.metadata.base import MetadataUnauthenticated
 from shadowtopic.observability.http import OFF, HttpEndpoint, default_port
 from shadowtopic.security import tls
+from shadowtopic.tables import CATALOG_FILE, sqlite_uri
+from shadowtopic.tables import add_arguments as add_catalog_arguments
+from shadowtopic.tables import options_from as catalog_options_from
 
 log = logging.getLogger("shadowtopic.compaction.worker")
 
@@ -71,6 +82,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="HTTP port of /metrics, /healthz and /readyz on --host (default: "
                         "--port + 1000, or a free port when that one is taken; 0: any free "
                         "port; -1: off)")
+    p.add_argument("--storage-root", default=None, metavar="URI",
+                   help="the brokers' storage root: keep the Iceberg tables of the topics "
+                        "whose ledgers are there (it is their warehouse); default: no tables")
+    add_catalog_arguments(p, f"sqlite:///<data-dir>/{CATALOG_FILE}; 'off': no tables")
     object_store.add_arguments(p)
     tls.add_arguments(p)
     p.add_argument("--spark-log", default=None, metavar="PATH",
@@ -88,6 +103,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.s3 = object_store.options_from(p, a)
     a.tls = tls.options_from(p, a)
     a.etcd_options = etcd_options.options_from(p, a)
+    a.catalog = catalog_options_from(
+        p, a, sqlite_uri(os.path.join(a.data_dir, CATALOG_FILE)),
+        warehouse=a.storage_root if a.storage_root is None or "://" in a.storage_root
+        else os.path.abspath(a.storage_root))
     return a
 
 
@@ -128,7 +147,7 @@ async def serve(a: argparse.Namespace) -> None:
     store = EtcdStore(a.etcd, options=a.etcd_options)
     worker = Worker(store, spark, a.cluster, a.worker_id or f"{socket.gethostname()}:{a.port}",
                     grace=a.grace, lease_ttl=a.lease_ttl, relist=a.relist, metrics=metrics,
-                    s3=a.s3, scratch_dir=a.data_dir)
+                    s3=a.s3, scratch_dir=a.data_dir, tables=table_keeper(a, store))
     while True:
         try:
             await worker.start()
@@ -164,6 +183,20 @@ async def serve(a: argparse.Namespace) -> None:
         log.info("stopping Spark: %s", exc)
     if worker.lost.is_set():
         raise SystemExit(1)  # for the supervisor to start a worker with a new JVM
+
+
+def table_keeper(a: argparse.Namespace, store: EtcdStore):
+    """The Iceberg tables' keeper (compaction/tables.py), or None when they are off: no
+    `--storage-root`, or `--iceberg-catalog-uri off`. pyiceberg is imported only then."""
+    if a.storage_root is None or not a.catalog.enabled:
+        log.info("Iceberg tables off (%s)", "--iceberg-catalog-uri off" if a.storage_root
+                 else "no --storage-root")
+        return None
+    from shadowtopic.compaction.tables import TableKeeper
+    from shadowtopic.ledger.storage import Storage
+    local = "://" not in a.storage_root or a.storage_root.startswith("file://")
+    storage = Storage(a.storage_root, None if local else os.path.abspath(a.data_dir), a.s3)
+    return TableKeeper(store, a.catalog, storage, a.storage_root, a.grace, a.s3)
 
 
 async def follow_spark(worker: Worker, interval: float = 1.0) -> None:

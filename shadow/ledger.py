@@ -49,6 +49,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import TypeVar
 
+import pyarrow as pa
 from google.protobuf.message import DecodeError
 
 from shadowtopic.core import errors
@@ -417,6 +418,9 @@ class ShadowLedger:
 
     async def read(self, start: MessageId, max_entries: int, max_bytes: int) -> list[ReadEntry]:
         return await self._retrying(lambda: self.reader.read(start, max_entries, max_bytes))
+
+    async def read_columns(self, start: MessageId, max_entries: int) -> pa.Table | None:
+        return await self._retrying(lambda: self.reader.read_columns(start, max_entries))
 
     async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
         """`call`; when a file it needs is gone (the source sealed or deleted the ledger

@@ -4,7 +4,10 @@ SERVING on gRPC health.
 
     <data-dir>/LOCK       held by the running standalone (source/dirlock.py)
     <data-dir>/etcd       etcd's data
-    <data-dir>/storage    ledgers (the storage root) and WALs
+    <data-dir>/storage    ledgers (the storage root) and WALs; under iceberg/ the metadata of
+                          the topics' Iceberg tables (docs/TABLES.md)
+    <data-dir>/compaction-worker/iceberg-catalog.db
+                          the Iceberg catalog (SQLite) the worker keeps those tables in
     <data-dir>/logs       etcd.log, broker.log, shadow-broker.log, compaction-worker.log,
                           spark.log (Spark's own logging, WARN and above)
     <data-dir>/security   with --secure: certificates, token keys and tokens, etcd passwords
@@ -307,7 +310,9 @@ def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port:
                                        *broker_args,
                                        "--storage-root", os.path.join(data_dir, "storage")],
                            module="shadowtopic.shadow.broker", dial=dial)
-    # the compaction worker: one warm SparkSession; its port serves gRPC health only
+    # the compaction worker: one warm SparkSession; its port serves gRPC health only. Given
+    # the brokers' storage root it keeps the topics' Iceberg tables (docs/TABLES.md), in
+    # compaction-worker/iceberg-catalog.db unless --iceberg-catalog-uri says otherwise
     # Spark's own logging goes to logs/spark.log (WARN unless --spark-log-level)
     spark = ["--spark-log", os.path.join(log_dir, "spark.log")]
     if spark_log_level:
@@ -316,6 +321,7 @@ def _run(lock: dirlock.DirLock, data_dir: str, wipe: bool, port: int, etcd_port:
                            compaction_port, host=LOOPBACK,
                            log_path=os.path.join(log_dir, "compaction-worker.log"),
                            extra_args=[*common, *tls_args, *etcd_worker, *spark,
+                                       "--storage-root", os.path.join(data_dir, "storage"),
                                        *worker_args],
                            module="shadowtopic.compaction.worker", dial=dial)
     roles = [Supervisor(broker), Supervisor(shadow)]

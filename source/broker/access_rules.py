@@ -88,6 +88,7 @@ RULES: dict[str, Rule] = {
     "/shadowtopic.v1.Consumer/Connect": Rule("in_stream"),
     "/shadowtopic.v1.Replication/Replicate": Rule("in_stream"),
     "/shadowtopic.v1.Storage/ReadEntries": Rule("replicate"),
+    "/shadowtopic.v1.Tables/ReadArrow": CONSUME,
 }
 
 

@@ -9,8 +9,9 @@ source/broker/authorize.py).
   reflection when it is on (`--grpc-reflection`).
 - **Original principal** (Pulsar's): a call a broker forwards for a user (stats,
   subscription admin) carries that user's role in the metadata `x-shadowtopic-original-role`.
-  The role of the call is then that user's, and only when the caller's own role is one of
-  `--proxy-roles`; from any other role such a call is refused (PERMISSION_DENIED).
+  With authorization on, the role of the call is then that user's, and only when the
+  caller's own role is one of `--proxy-roles`; from any other role such a call is refused
+  (PERMISSION_DENIED). Without authorization the header changes nothing.
 - A unary call (and a call streaming out from one request) is authorized from its request
   before the handler runs: a denied call ends with PERMISSION_DENIED and changes nothing.
 - The handler runs with its `Call` (the principal; for a stream, a way to end it) in
@@ -82,8 +83,9 @@ class Authenticate(grpc.aio.ServerInterceptor):
             """The call, authenticated and (from its request) authorized, or aborted."""
             metadata = context.invocation_metadata()
             try:
-                principal = acting(authenticator.authenticate(metadata, context.auth_context()),
-                                   metadata, proxies)
+                principal = authenticator.authenticate(metadata, context.auth_context())
+                if authz.enabled:  # (without authorization whom a call acts for matters not)
+                    principal = acting(principal, metadata, proxies)
             except errors.ShadowTopicError as exc:
                 audit.warning("refused %s from %s: %s", method, context.peer(), exc.message)
                 await abort_stream(context, exc)

@@ -51,6 +51,7 @@ from shadowtopic.broker.ownership import BrokerSession, topics_load
 from shadowtopic.broker.producer_service import ProducerService
 from shadowtopic.broker.rpc import RejectMalformed
 from shadowtopic.broker.storage_service import add_storage_service
+from shadowtopic.broker.tables_service import add_tables_service
 from shadowtopic.broker.topics import TopicManager
 from shadowtopic.core import errors
 from shadowtopic.core.names import TopicName
@@ -176,6 +177,8 @@ class Broker:
                     response_serializer=None)}),))
         # Storage.ReadEntries: a ledger's entries for brokers that cannot open its WAL
         self.service_names += add_storage_service(self.server, self.topics, self.memory)
+        # Tables.ReadArrow: a topic's messages as Arrow record batches
+        self.service_names += add_tables_service(self.server, self.topics, self.memory)
         for f in self.features:
             self.service_names += f.add_services(self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

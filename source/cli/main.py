@@ -18,6 +18,7 @@
     shadowtopic produce <topic> -m MSG [-k KEY] [-n N] [-p k=v ...]
     shadowtopic produce <topic> -f FILE|- [-k KEY | --key-separator SEP] [-p k=v ...]
     shadowtopic read <topic> [--start earliest|latest|L:E] [-n N | --until-end] [--compacted]
+                       [--parquet FILE]
     shadowtopic consume <topic> -s SUB [-t TYPE] [-p earliest|latest|L:E] [-n N] [--no-ack]
     shadowtopic brokers list|health [--etcd HOST:PORT[,HOST:PORT...]] [--cluster C]
     shadowtopic tokens create-secret-key|create-key-pair|create|validate ...  (tokens_cmd.py)
@@ -69,6 +70,7 @@ try:
         etcd_auth_cmd,
         messages,
         standalone_cmd,
+        tables_cmd,
         tokens_cmd,
     )
     from shadowtopic.cli.output import fail
@@ -217,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     config_cmd.add_parser(sub)
     tokens_cmd.add_parser(sub)
+    tables_cmd.add_parser(sub)
     etcd_auth_cmd.add_parser(sub)
 
     # every argument after `broker` is the broker's own (`shadowtopic broker --help` lists
@@ -434,6 +437,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read the compacted view (latest value per key up to the horizon)")
     p.add_argument("--timeout", type=seconds, default=30.0,
                    help="seconds to wait for the next message")
+    p.add_argument("--parquet", metavar="FILE", default=None,
+                   help="write what is read to FILE as Parquet (the columns of docs/FORMAT.md "
+                        "and partition) instead of printing it")
     _common(p)
     p.set_defaults(func=messages.read)
 

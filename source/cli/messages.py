@@ -228,6 +228,8 @@ def read(args) -> int:
     limit = args.num_messages
     if limit is None:
         limit = 0 if args.until_end else 1
+    if args.parquet:
+        return _read_parquet(args, limit)
     count = 0
     with connect(args) as c:
         with c.create_reader(args.topic, start=args.start, inclusive=args.inclusive,
@@ -246,6 +248,41 @@ def read(args) -> int:
     sys.stdout.flush()
     if args.output == "table":
         print(f"# {count} messages", file=sys.stderr)
+    return 0
+
+
+def _read_parquet(args, limit: int) -> int:
+    """`read --parquet FILE`: what the reader reads, written as Parquet (the columns of
+    `Reader.read_batch`: docs/FORMAT.md), batch by batch; the count on stderr."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        fail("read --parquet needs pyarrow: pip install 'shadowtopic[arrow]'")
+    count = 0
+    writer = None
+    with connect(args) as c:
+        with c.create_reader(args.topic, start=args.start, inclusive=args.inclusive,
+                             read_compacted=args.compacted) as r:
+            try:
+                while limit == 0 or count < limit:
+                    if args.until_end and not r.has_message_available():
+                        break
+                    want = 10_000 if limit == 0 else min(10_000, limit - count)
+                    batch = r.read_batch(want, timeout=args.timeout)
+                    if not batch.num_rows:
+                        if args.until_end:
+                            break
+                        raise errors.Timeout(f"no message within {args.timeout:g}s ({count} "
+                                             f"messages written)")
+                    if writer is None:
+                        writer = pq.ParquetWriter(args.parquet, batch.schema,
+                                                  compression="zstd")
+                    writer.write_batch(batch)
+                    count += batch.num_rows
+            finally:
+                if writer is not None:
+                    writer.close()
+    print(f"# {count} messages written to {args.parquet}", file=sys.stderr)
     return 0
 
 

@@ -35,8 +35,8 @@ from __future__ import annotations
 import inspect
 import threading
 import time
-from collections.abc import Callable
-from typing import TypeVar, Unpack
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar, Unpack
 
 from shadowtopic.client.ack_timeout import AckTimer, check_ack_timeout
 from shadowtopic.client.admin import Admin, TopicMetadata, position_pb
@@ -56,6 +56,9 @@ from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import canonical, check_subscription
 from shadowtopic.security.dial import AuthToken
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 T = TypeVar("T")
 
@@ -179,6 +182,24 @@ class Client:
             read_compacted=read_compacted, reconnector=self._reconnector))
         self._children.append(r)
         return r
+
+    def read_table(self, topic: str, compacted: bool = False, start: MessageId | str | None = None,
+                   end: MessageId | str | None = None, columns: Sequence[str] = (),
+                   timeout: float | None = None) -> pa.Table:
+        """The messages of `topic` as one pyarrow table (source/client/arrow_reads.py: the
+        ledger files' columns and `partition`; only `columns` when given), from `start`
+        (inclusive; default the earliest) up to `end` (exclusive; default: every message
+        there when called). With `compacted`, the compacted view (the latest message per
+        key, deletes included while kept, then every message after the horizon). Works on a
+        shadow as on its source. Needs pyarrow (`shadowtopic[arrow]`)."""
+        from shadowtopic.client.arrow_reads import read_table
+        name = canonical(topic)
+        first = None if start is None else MessageId.parse(start) if isinstance(start, str) \
+            else start
+        last = None if end is None else MessageId.parse(end) if isinstance(end, str) else end
+        budget = self._operation_timeout if timeout is None else timeout
+        return self._open(name, lambda meta, conn, deadline: read_table(
+            conn.channel, name, meta.partitions, compacted, first, last, columns, budget))
 
     def table_view(self, topic: str, timeout: float | None = None) -> TableView:
         """The latest message of every key of `topic` (all its partitions), kept current by a

@@ -27,7 +27,8 @@ retriable error once reconnecting failed for longer than the client's operation 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from shadowtopic.client.admin import Admin
 from shadowtopic.client.connection import Connection
@@ -38,6 +39,9 @@ from shadowtopic.client.seek import SeekResult
 from shadowtopic.client.stream import Multiplexer
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["Reader", "SeekResult"]
 
@@ -75,6 +79,15 @@ class Reader:
         """The next message; raises `Timeout` when none arrives within `timeout` seconds,
         `AlreadyClosed` once the reader (or its client) is closed, also while waiting."""
         return self._core.receive(timeout)
+
+    def read_batch(self, max_messages: int = 1000, timeout: float | None = 0.1,
+                   columns: Sequence[str] = ()) -> pa.RecordBatch:
+        """Up to `max_messages` messages as one pyarrow record batch (source/client/
+        arrow_reads.py: the ledger files' columns and `partition`; payloads decompressed):
+        waits at most `timeout` seconds for the first (an empty batch when none came), then
+        takes what is already there. Every message comes once, as with `read_next`."""
+        from shadowtopic.client.arrow_reads import record_batch
+        return record_batch(self._core.batch_receive(max_messages, timeout), columns)
 
     def poll(self, wake: Callable[[], None] | None = None) -> Message | None:
         """The next message if one is here, else None without waiting; then `wake()` is

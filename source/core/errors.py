@@ -66,6 +66,8 @@ SubscriptionNotFound = _error("SubscriptionNotFound", S.NOT_FOUND)
 LedgerNotFound = _error("LedgerNotFound", S.NOT_FOUND)
 CompactionNotFound = _error("CompactionNotFound", S.NOT_FOUND)
 TopicAlreadyExists = _error("TopicAlreadyExists", S.ALREADY_EXISTS)
+#: no Iceberg table of that name in the catalog (source/tables.py)
+TableNotFound = _error("TableNotFound", S.NOT_FOUND)
 TenantNotFound = _error("TenantNotFound", S.NOT_FOUND)
 NamespaceNotFound = _error("NamespaceNotFound", S.NOT_FOUND)
 TenantAlreadyExists = _error("TenantAlreadyExists", S.ALREADY_EXISTS)
@@ -124,6 +126,9 @@ class RevisionCompacted(MetadataError):
 
 
 ConnectError = _error("ConnectError", S.UNAVAILABLE, retriable=True, base=ServiceUnavailable)
+#: the Iceberg catalog (source/tables.py) cannot be opened or answers with an error
+CatalogUnavailable = _error("CatalogUnavailable", S.UNAVAILABLE, retriable=True,
+                            base=ServiceUnavailable)
 Timeout = _error("Timeout", S.DEADLINE_EXCEEDED, retriable=True)
 ChecksumError = _error("ChecksumError", S.DATA_LOSS)
 DataLoss = _error("DataLoss", S.DATA_LOSS)

@@ -32,6 +32,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Protocol
 
+import pyarrow as pa
+
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.ledger import wal as walmod
@@ -208,6 +210,18 @@ class LedgerListReader:
             if len(out) >= max_entries or size >= max_bytes:
                 break
         return out
+
+    async def read_columns(self, start: MessageId, max_entries: int) -> pa.Table | None:
+        """The entries of a sealed ledger from `start` (at most `max_entries`, within that
+        ledger) as Arrow columns read from its file; None when `start` is not in a sealed
+        ledger (the caller reads entries with `read`)."""
+        sealed = self._live(start.ledger_id)
+        if sealed is None or sealed.state != SEALED or start.entry_id >= sealed.entries or \
+                self._tail(start.ledger_id) is not None:
+            return None
+        reader = await self._open_sealed(sealed)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, reader.read_columns, start.entry_id, max_entries)
 
     async def _read_unsealed(self, info: mpb.LedgerInfo, mem: TailEntries | None,
                              first: int, want: int, max_bytes: int

@@ -37,6 +37,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
+import pyarrow as pa
+
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import EARLIEST, MessageId
 from shadowtopic.core.names import TopicName
@@ -275,6 +277,9 @@ class ManagedLedger:
 
     async def read(self, start: MessageId, max_entries: int, max_bytes: int) -> list[ReadEntry]:
         return await self.reader.read(start, max_entries, max_bytes)
+
+    async def read_columns(self, start: MessageId, max_entries: int) -> pa.Table | None:
+        return await self.reader.read_columns(start, max_entries)
 
     def _notify(self) -> None:
         """New entries are readable (called by the writer once per group commit)."""

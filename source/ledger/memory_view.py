@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import time
 
+import pyarrow as pa
+
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
@@ -102,6 +104,9 @@ class MemoryView:
                 if p >= publish_ms:
                     return MessageId(lid, i)
         return self.next_position()
+
+    async def read_columns(self, start: MessageId, max_entries: int) -> pa.Table | None:
+        return None  # entries held in memory: read with `read`
 
     async def read(self, start: MessageId, max_entries: int, max_bytes: int) -> list[ReadEntry]:
         out: list[ReadEntry] = []

@@ -1,6 +1,6 @@
 """Sealed ledgers: one immutable Parquet file per ledger, and reads from it by entry id.
 
-The columns are source/ledger/columns.py's (format 2: the payload, properties, event time,
+The columns are source/columns.py's (format 2: the payload, properties, event time,
 producer and sequence id as columns SQL reads, beside the ids, key, tombstone flag and
 publish time; files sealed in format 1 read the same). Compacted ledgers (compaction/) have
 the same columns. A row group closes at `GROUP_BYTES` of raw or `GROUP_ROWS` entries,
@@ -42,9 +42,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from shadowtopic.columns import RAW_COLUMNS, SCHEMA, Rows, raws, read_rows, version
 from shadowtopic.core.errors import ChecksumError, DataLoss
 from shadowtopic.ledger import wal as walmod
-from shadowtopic.ledger.columns import RAW_COLUMNS, SCHEMA, Rows, raws, version
 from shadowtopic.ledger.wal import Buffer, Entries
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
@@ -363,6 +363,16 @@ class SealedLedger:
             while len(self._groups) > 8:
                 self._groups.popitem(last=False)
         return table
+
+    def read_columns(self, from_entry: int, count: int) -> pa.Table:
+        """Entries `from_entry ..` (at most `count`, within the file) as Arrow columns
+        (source/columns.py `read_rows`): what an Arrow read sends, no object per entry."""
+        count = min(count, self.num_entries - from_entry)
+        try:
+            with self._read_lock:
+                return read_rows(self._file, self.format, from_entry, count, self._starts)
+        except Exception as exc:  # noqa: BLE001
+            raise ChecksumError(f"corrupt sealed ledger {self.path}: {exc}") from None
 
     def publish_times(self) -> list[int]:
         """Every entry's publish time, in entry order (for seeks by time)."""

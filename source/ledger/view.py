@@ -17,13 +17,16 @@ view closed (this broker closed or lost the topic; a reader follows the reload).
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from shadowtopic.core.errors import ShadowTopicError
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
 from shadowtopic.ledger.entry_cache import EntryCache
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class ReadEntry(NamedTuple):
@@ -94,6 +97,12 @@ class LedgerView(Protocol):
 
     async def position_at_time(self, publish_ms: int) -> MessageId:
         """The first entry published at or after `publish_ms` (next_position() if none)."""
+
+    async def read_columns(self, start: MessageId, max_entries: int) -> pa.Table | None:
+        """Entries from `start` (at most `max_entries`) as Arrow columns (source/columns.py,
+        READ_SCHEMA without `partition`) when they are stored as columns (a sealed or a
+        compacted ledger: read from its file, no object per entry); None when they are not
+        (the open ledger): read them with `read`."""
 
     async def read(self, start: MessageId, max_entries: int, max_bytes: int) -> list[ReadEntry]:
         """Entries with id >= start, in order (empty when none are available yet)."""

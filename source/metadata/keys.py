@@ -269,6 +269,18 @@ def topic_from_info_key(key: str) -> TopicName | None:
     return TopicName(*parts) if len(parts) == 3 else None
 
 
+def topic_key_of(key: str) -> tuple[TopicName, str] | None:
+    """A topic's one-value key (`info`, `ledgers`, `compaction`, ...) as (topic, its last
+    segment); None for any other key (longer keys under a topic, keys of other kinds)."""
+    prefix = f"{ROOT}/topics/persistent/"
+    if not key.startswith(prefix):
+        return None
+    parts = key[len(prefix):].split("/")
+    if len(parts) != 4 or not all(parts):
+        return None
+    return TopicName(*parts[:3]), parts[3]
+
+
 def cursors(topic: TopicName) -> str:
     """`/shadowtopic/topics/<topic-path>/cursors`: the topic's CursorPointer (the durable
     cursor files it names are described in proto/shadowtopic/pb/storage/v1/cursors.proto)."""

@@ -8,10 +8,10 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shadowtopic import columns
 from shadowtopic.compaction.ledger import describe_file, write_manifest
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
-from shadowtopic.ledger import columns
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.metadata import keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb

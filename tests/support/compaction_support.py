@@ -8,11 +8,10 @@ import time
 
 import pyarrow.parquet as pq
 
-from shadowtopic import failpoints
+from shadowtopic import columns, failpoints
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import errors
 from shadowtopic.core.names import TopicName
-from shadowtopic.ledger import columns
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.metadata import keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 from support.fakes import Count, Outbox
 
+from shadowtopic import columns
 from shadowtopic.compaction.ledger import CompactedLedger, describe_file, write_manifest
 from shadowtopic.compaction.view import CompactedView
 from shadowtopic.core import errors
@@ -24,7 +25,6 @@ from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
 from shadowtopic.core.policies import Policies
 from shadowtopic.cursors.store import Fence, MemoryCursorStore
-from shadowtopic.ledger import columns
 from shadowtopic.ledger.memory_view import MemoryView
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.metadata import keys

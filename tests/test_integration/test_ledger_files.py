@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from support.etcd_support import on_etcd
 
+from shadowtopic import columns
 from shadowtopic.core.names import TopicName
-from shadowtopic.ledger import columns
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.metadata import keys
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb

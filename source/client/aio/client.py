@@ -17,9 +17,9 @@ an `await client.subscribe(...)` closes whatever the open made meanwhile.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Unpack
+from typing import TYPE_CHECKING, Unpack
 
 from shadowtopic.client.aio.admin import AsyncAdmin
 from shadowtopic.client.aio.bridge import POOL_THREADS, run_blocking, to_loop
@@ -37,6 +37,9 @@ from shadowtopic.client.reader import Reader
 from shadowtopic.client.table_view import TableView
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 from shadowtopic.security.dial import AuthToken
 
 
@@ -82,6 +85,13 @@ class AsyncClient:
             self._pool, lambda: self._core.create_reader(
                 topic, start, inclusive, receiver_queue_size, read_compacted), Reader.close)
         return AsyncReader(core, self._pool, self._timeout)
+
+    async def read_table(self, topic: str, compacted: bool = False,
+                         start: MessageId | str | None = None, end: MessageId | str | None = None,
+                         columns: Sequence[str] = (), timeout: float | None = None) -> pa.Table:
+        """The messages of `topic` as one pyarrow table; as `Client.read_table`."""
+        return await run_blocking(self._pool, lambda: self._core.read_table(
+            topic, compacted, start, end, columns, timeout))
 
     async def table_view(self, topic: str, timeout: float | None = None) -> AsyncTableView:
         """The latest message of every key of `topic`, kept current; returns once loaded up

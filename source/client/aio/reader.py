@@ -12,14 +12,18 @@ time, as the sync reader by one thread.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import Executor
+from typing import TYPE_CHECKING
 
 from shadowtopic.client.aio.bridge import Signal, run_blocking
 from shadowtopic.client.message import Message
 from shadowtopic.client.reader import Reader
 from shadowtopic.client.seek import SeekResult
 from shadowtopic.core.message_id import MessageId
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class AsyncReader:
@@ -37,6 +41,12 @@ class AsyncReader:
         """The next message; `Timeout` when none arrives within `timeout` seconds (None:
         no limit), `AlreadyClosed` once the reader (or its client) is closed."""
         return await self._signal.next(self._core.poll, timeout)
+
+    async def read_batch(self, max_messages: int = 1000, timeout: float | None = 0.1,
+                         columns: Sequence[str] = ()) -> pa.RecordBatch:
+        """Up to `max_messages` messages as one record batch; as `Reader.read_batch`."""
+        return await run_blocking(
+            self._pool, lambda: self._core.read_batch(max_messages, timeout, columns))
 
     async def seek(self, position: MessageId | str | int) -> SeekResult:
         """Move the reader; as `Reader.seek`."""

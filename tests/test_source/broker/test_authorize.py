@@ -21,6 +21,7 @@ from shadowtopic.pb.v1 import (
     producer_pb2,
     replication_pb2,
     storage_pb2,
+    tables_pb2,
 )
 from shadowtopic.security.authentication import Principal
 
@@ -88,7 +89,7 @@ def test_a_stream_that_loses_its_permission_is_ended():
 
 
 SERVICES = {"Admin": admin_pb2, "Producer": producer_pb2, "Consumer": consumer_pb2,
-            "Replication": replication_pb2, "Storage": storage_pb2}
+            "Replication": replication_pb2, "Storage": storage_pb2, "Tables": tables_pb2}
 
 
 def test_every_rpc_of_the_contract_has_a_rule_naming_fields_of_its_request():

@@ -35,7 +35,7 @@ DIFFERENT = {
 WAITING = {"close", "create_producer", "create_reader", "subscribe", "subscribe_many",
            "table_view", "send", "flush", "receive", "batch_receive", "seek", "unsubscribe",
            "read_next", "has_message_available", "last_message_ids", "refresh", "acknowledge",
-           "acknowledge_cumulative", "reconsume_later"}
+           "acknowledge_cumulative", "reconsume_later", "read_table", "read_batch"}
 
 
 def public(cls: type) -> dict[str, object]:

@@ -20,13 +20,14 @@ def test_public_names_are_pinned():
 def test_client_methods_are_pinned():
     public = {n for n, _ in inspect.getmembers(client.Client) if not n.startswith("_")}
     assert public == {"close", "create_producer", "create_reader", "subscribe", "subscribe_many",
-                      "table_view"}
+                      "table_view", "read_table"}
     producer = {n for n, _ in inspect.getmembers(client.Producer) if not n.startswith("_")}
     assert producer == {"close", "flush", "flush_nowait", "full", "queue_message",
                         "receipt_wait_s", "send", "send_async", "settle_batches_with", "stats",
                         "wait_for_room"}
     reader = {n for n, _ in inspect.getmembers(client.Reader) if not n.startswith("_")}
-    assert reader == {"close", "has_message_available", "last_message_ids", "poll", "read_next",
+    assert reader == {"close", "has_message_available", "last_message_ids", "poll", "read_batch",
+                      "read_next",
                       "seek"}
     table = {n for n, _ in inspect.getmembers(client.TableView) if not n.startswith("_")}
     assert table == {"close", "for_each", "for_each_and_listen", "get", "items", "keys",

@@ -1,4 +1,4 @@
-"""The columns of a ledger file (source/ledger/columns.py): every kind of stored entry is cut
+"""The columns of a ledger file (source/columns.py): every kind of stored entry is cut
 into columns and rebuilt byte for byte; the parsed columns hold what the producer set;
 format-1 tables upgrade to format 2; a sealed file's payload and properties read from
 DuckDB as they were produced."""
@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shadowtopic.ledger import columns
+from shadowtopic import columns
 from shadowtopic.ledger.sealed import SealedLedger, write_runs
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.pb.v1 import common_pb2

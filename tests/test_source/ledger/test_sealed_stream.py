@@ -16,10 +16,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
+from shadowtopic import columns
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
-from shadowtopic.ledger import columns, sealed, wal
+from shadowtopic.ledger import sealed, wal
 from shadowtopic.ledger.entry_cache import EntryCache
 from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
 from shadowtopic.ledger.sealed import GROUP_BYTES, GROUP_ROWS, SealedLedger, seal_wal, write_sealed

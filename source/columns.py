@@ -1,5 +1,6 @@
 """The columns of a ledger file: one row per entry, in sealed ledgers (source/ledger/sealed.py)
-and compacted ones (compaction/), in a form SQL engines read (docs/FORMAT.md).
+and compacted ones (compaction/), in a form SQL engines read (docs/FORMAT.md); the same
+columns are what Arrow reads hand out (the Tables service, the client's `read_table`).
 
 Format 2 (the footer's key-value metadata says `shadowtopic_format = 2`):
 
@@ -27,14 +28,18 @@ mix and writes format 2 (`upgrade`).
 """
 from __future__ import annotations
 
+import bisect
 import struct
 from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from shadowtopic.ledger.wal import Buffer
 from shadowtopic.pb.v1 import common_pb2
+from shadowtopic.wire import WireError, read_varint, varint
+
+Buffer = bytes | memoryview
 
 FORMAT_KEY = b"shadowtopic_format"
 FORMAT = 2
@@ -75,42 +80,24 @@ def version(schema: pa.Schema) -> int:
     return 1 if "raw" in schema.names else FORMAT
 
 
-def _varint(data: Buffer, at: int) -> tuple[int, int]:
-    """The varint at `at` in `data`: (value, the index after it); (-1, at) when there is none."""
-    value = shift = 0
-    for i in range(at, min(at + 10, len(data))):
-        b = data[i]
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return value, i + 1
-        shift += 7
-    return -1, at
-
-
-def _encode_varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _split(raw: Buffer) -> tuple[slice | None, int, int] | None:
     """(the key's bytes or None, payload start, payload end) of a Message serialized in
     field order (every client's: the key field, then the payload field), or None when `raw`
     does not start that way. Read off the wire: the payload is not copied."""
     at, key, n = 0, None, len(raw)
-    if n and raw[0] == _KEY_TAG:
-        size, at = _varint(raw, 1)
-        if size < 0 or at + size > n:
-            return None
-        key, at = slice(at, at + size), at + size
-    if at < n and raw[at] == _PAYLOAD_TAG:
-        size, start = _varint(raw, at + 1)
-        if size < 0 or start + size > n:
-            return None
-        return key, start, start + size
+    try:
+        if n and raw[0] == _KEY_TAG:
+            size, at = read_varint(raw, 1, n)
+            if at + size > n:
+                return None
+            key, at = slice(at, at + size), at + size
+        if at < n and raw[at] == _PAYLOAD_TAG:
+            size, start = read_varint(raw, at + 1, n)
+            if start + size > n:
+                return None
+            return key, start, start + size
+    except WireError:
+        return None
     return key, at, at  # no payload field (an empty payload)
 
 
@@ -164,7 +151,7 @@ class Rows:
         if m is not None and not m.payload:
             at = len(raw)  # nothing to cut out: all head
         elif m is not None:
-            hdr = bytes((_PAYLOAD_TAG,)) + _encode_varint(len(m.payload))
+            hdr = bytes((_PAYLOAD_TAG,)) + varint(len(m.payload))
             found = bytes(raw).find(hdr + m.payload)
             at = found + len(hdr) if found >= 0 else -1
         if m is None or at < 0:
@@ -249,3 +236,79 @@ def upgrade(table: pa.Table) -> pa.Table:
                      "is_tombstone": table.column("is_tombstone"),
                      "publish_time": table.column("publish_time"),
                      **{n: arrays[n] for n in SCHEMA.names[5:]}}, schema=SCHEMA)
+
+
+#: what Arrow reads hand out (the Tables service, `Client.read_table`, `Reader.read_batch`):
+#: the parsed columns and `partition` (-1: a non-partitioned topic), not `head` and `tail`
+READ_SCHEMA = pa.schema([*(f for f in SCHEMA if f.name not in ("head", "tail")),
+                         ("partition", pa.int32())])
+
+
+def read_columns(names: Sequence[str]) -> list[str]:
+    """The columns an Arrow read asked for, in its order (all of them for none);
+    `ValueError` naming an unknown one."""
+    unknown = [n for n in names if n not in READ_SCHEMA.names]
+    if unknown:
+        raise ValueError(f"no column {unknown[0]!r}: the columns are "
+                         f"{', '.join(READ_SCHEMA.names)}")
+    return list(names) or list(READ_SCHEMA.names)
+
+
+def entries_table(ledger_ids: Sequence[int], entry_ids: Sequence[int],
+                  publish_times: Sequence[int], raw: Sequence[Buffer], partition: int,
+                  names: Sequence[str] = ()) -> pa.Table:
+    """Entries as an Arrow read hands them out (READ_SCHEMA, only `names` when given)."""
+    rows = Rows()
+    rows.extend(raw)
+    arrays = rows.arrays()
+    table = pa.table({
+        "ledger_id": pa.array(ledger_ids, pa.int64()),
+        "entry_id": pa.array(entry_ids, pa.int64()),
+        "publish_time": pa.array(publish_times, pa.int64()),
+        **{n: arrays[n] for n in READ_SCHEMA.names if n in arrays},
+        "partition": pa.array([partition] * len(raw), pa.int32()),
+    }).select(READ_SCHEMA.names).cast(READ_SCHEMA)
+    return table.select(read_columns(names))
+
+
+def ipc(table: pa.Table) -> bytes:
+    """`table` as one Arrow IPC stream (its schema, then its batches)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(data).read_all()
+
+
+READ_GROUPS = 8  # row groups an Arrow read of a file takes at a time
+#: the stored columns an Arrow read takes from a file of each format
+_STORED = {1: [*KEY_COLUMNS, "raw"],
+           2: [n for n in READ_SCHEMA.names if n != "partition"]}
+
+
+def read_rows(pf: pq.ParquetFile, fmt: int, first: int, count: int,
+              starts: Sequence[int]) -> pa.Table:
+    """Rows `first .. first+count-1` of a ledger file (`starts`: each row group's first
+    row), or fewer (at most READ_GROUPS row groups are read), as READ_SCHEMA without
+    `partition`: only the row groups holding them are read, and a format-1 file's rows are
+    converted (`upgrade`)."""
+    lo = bisect.bisect_right(starts, first) - 1
+    hi = min(bisect.bisect_right(starts, first + count - 1) - 1, lo + READ_GROUPS - 1)
+    if hi + 1 < len(starts):  # at most READ_GROUPS row groups (about a MiB each) at a time
+        count = min(count, starts[hi + 1] - first)
+    table = pf.read_row_groups(list(range(lo, hi + 1)), columns=_STORED[fmt],
+                               use_threads=False)
+    table = table.slice(first - starts[lo], count)
+    if fmt == 1:
+        table = upgrade(table)
+    return table.select(_STORED[2])
+
+
+def with_partition(table: pa.Table, partition: int, names: Sequence[str]) -> pa.Table:
+    """`table` (READ_SCHEMA without partition) with its `partition` column, only `names`."""
+    table = table.append_column("partition", pa.repeat(pa.scalar(partition, pa.int32()),
+                                                       table.num_rows))
+    return table.cast(READ_SCHEMA).select(read_columns(names))
