@@ -79,6 +79,7 @@ bench: install
 	@test -d $(SHARED)/peers || { echo "make bench: $(SHARED)/peers not found (it sits beside a developer's clone); set SHARED=/path/to/shared"; exit 2; }
 	$(VPY) bench/run.py --shared $(SHARED)
 	$(VPY) bench/security_cost.py > bench/out/security-cost.json  # TLS + tokens vs plaintext
+	$(VPY) bench/tables_read.py > bench/out/tables-read.json  # read_table vs DuckDB; format 2 storage
 
 # The chaos run (docs/CHAOS.md): kills and pauses etcd, the brokers and the compaction worker
 # under load, N cycles, then checks nothing acknowledged was lost. Not part of `make test`.

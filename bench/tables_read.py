@@ -119,7 +119,7 @@ def reads(a) -> dict:
                 table = c.read_table(topic, compacted=True)
                 t_a = time.perf_counter() - t0
                 t0 = time.perf_counter()
-                direct = duckdb.sql(f"select * from read_parquet({files!r})").arrow()
+                direct = duckdb.sql(f"select * from read_parquet({files!r})").to_arrow_table()
                 t_b = time.perf_counter() - t0
                 assert table.num_rows == direct.num_rows == a.keys, (table.num_rows,
                                                                      direct.num_rows)
