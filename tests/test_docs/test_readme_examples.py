@@ -14,6 +14,7 @@ import shlex
 import subprocess
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -62,8 +63,11 @@ def source_url(etcd_server, tmp_path_factory):
                       extra_args=[*shared, "--spark-master", "local[2]"]),
     ]
     try:
-        for role, timeout in zip(roles, (60, 60, 300)):
-            role.start(timeout=timeout)
+        with ThreadPoolExecutor(len(roles)) as pool:  # the brokers start while Spark's JVM does
+            starts = [pool.submit(role.start, timeout=timeout)
+                      for role, timeout in zip(roles, (60, 60, 300))]
+        for start in starts:
+            start.result()
         yield roles[0].url
     finally:
         for role in roles:

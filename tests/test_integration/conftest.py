@@ -100,43 +100,71 @@ def two_brokers(etcd_server, tmp_path):
             broker.kill()
 
 
-@pytest.fixture
-def start_pair(etcd_server, tmp_path):
-    """start_pair(*extra_broker_args) -> (source broker, shadow broker): both on one shared
-    storage root, short leases, and a cluster of their own (brokers of earlier tests, killed
-    with their leases not yet expired, are still registered in the session's etcd and must
-    not be picked for a shadow). Killed at teardown."""
-    started = []
+class Pairs:
+    """`start(*extra_broker_args)` -> (source broker, shadow broker) under `root`: both on
+    one shared storage root, short leases, and a cluster of their own (brokers of earlier
+    tests, killed with their leases not yet expired, are still registered in the session's
+    etcd and must not be picked for a shadow). `close()` kills them."""
 
-    def start(*extra: str):
-        shared = str(tmp_path / "shared-storage")
+    def __init__(self, etcd, root) -> None:
+        self.etcd, self.root = etcd, root
+        self.started: list = []
+
+    def start(self, *extra: str):
+        shared = str(self.root / "shared-storage")
         args = ["--lease-ttl", "3", "--storage-root", shared,
                 "--cluster", f"c-{uuid.uuid4().hex[:8]}", *extra]
-        src = start_broker(etcd_server.endpoint, tmp_path / "src", args=args)
-        started.append(src)
-        sh = start_broker(etcd_server.endpoint, tmp_path / "sh", args=args,
+        src = start_broker(self.etcd.endpoint, self.root / "src", args=args)
+        self.started.append(src)
+        sh = start_broker(self.etcd.endpoint, self.root / "sh", args=args,
                           module=SHADOW_BROKER)
-        started.append(sh)
+        self.started.append(sh)
         return src, sh
 
-    try:
-        yield start
-    finally:
-        for b in started:
+    def close(self) -> None:
+        for b in self.started:
             if b.proc is not None and b.proc.poll() is None:
                 os.kill(b.proc.pid, signal.SIGCONT)  # a test may have paused it
             b.kill()
 
 
+@pytest.fixture
+def start_pair(etcd_server, tmp_path):
+    """start_pair(*extra_broker_args) -> (source broker, shadow broker) of this test (see
+    `Pairs`), killed at teardown."""
+    pairs = Pairs(etcd_server, tmp_path)
+    try:
+        yield pairs.start
+    finally:
+        pairs.close()
+
+
 @pytest.fixture(scope="module")
+def start_module_pair(etcd_server, tmp_path_factory):
+    """`start_pair` for a module-scoped fixture: a pair that the module's tests share (two
+    broker starts each saved), for tests that neither stop, pause nor restart its brokers
+    nor look at its storage as a whole (each test's topics are its own). Killed after the
+    module's last test."""
+    pairs = Pairs(etcd_server, tmp_path_factory.mktemp("pair"))
+    try:
+        yield pairs.start
+    finally:
+        pairs.close()
+
+
+@pytest.fixture(scope="session")
 def cluster():
-    """A cluster name of the test module's own (the compaction tests' worker serves it)."""
+    """A cluster name of this test process's own (the compaction tests' worker serves it;
+    their brokers are of it, their topics their own)."""
     return f"c-{uuid.uuid4().hex[:8]}"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def worker(etcd_server, tmp_path_factory, cluster):
-    """The test module's compaction worker, for `cluster`."""
+    """The compaction worker of `cluster`: one per test process, started by the first test
+    that needs it and shared by every module after (a start is mostly Spark's JVM, 20 s
+    and more on a loaded machine). A test that needs a worker it may kill or hold with
+    failpoints starts one of its own (test_compaction_failpoints.py)."""
     w = start_worker(etcd_server, str(tmp_path_factory.mktemp("worker")), cluster)
     try:
         yield w
@@ -146,8 +174,8 @@ def worker(etcd_server, tmp_path_factory, cluster):
 
 @pytest.fixture
 def compacting_source(etcd_server, tmp_path, cluster, worker):
-    """A source broker of the module worker's `cluster`, of this test alone (the test may
-    restart it); killed afterwards."""
+    """A source broker of the worker's `cluster`, of this test alone (the test may restart
+    it); killed afterwards."""
     b = start_broker(etcd_server.endpoint, tmp_path / "broker",
                      args=[*BROKER_ARGS, "--cluster", cluster])
     try:

@@ -1,6 +1,6 @@
 """Compaction end to end: a user asks a real broker to compact (client and CLI), a real
-compaction worker process (one warm SparkSession for the module) runs the Spark job, and the
-result is checked in etcd (pointer, job record) and in the compacted ledger it names.
+compaction worker process (one warm SparkSession: conftest's `worker`) runs the Spark job,
+and the result is checked in etcd (pointer, job record) and in the compacted ledger it names.
 Reads of the compacted view by consumers are in test_compacted_read.py; workers crashed or
 held by failpoints in test_compaction_failpoints.py."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """K18 end to end: deletes reach compacted readers and read_compacted durable subscriptions
 that cross a compaction (real etcd, real broker processes, a real compaction worker with
-one warm SparkSession for the module, the client as a user drives it).
+one warm SparkSession: conftest's `worker`, the client as a user drives it).
 
 A compaction keeps a key's delete (its tombstone: the empty-payload message) in the
 compacted ledger for the topic's `delete_retention_seconds` (default one day), so a reader

@@ -1,7 +1,13 @@
 """Compaction with failpoints in the worker (source/failpoints.py): kill -9 while Spark has
-the job or between the output and the pointer's move (K16), and each phase held so a
-watcher on a terminal sees them all (K14). Each test has a broker and workers of its own,
-so this file runs beside test_compaction.py in `make test`."""
+the job or between the output and the pointer's move (K16), each phase held so a watcher on
+a terminal sees them all (K14), and Spark's JVM killed under a held job (F15). The K16
+tests have a broker and workers of their own; the K14 and F15 tests share this module's
+`Paused` cluster (a broker and a worker that holds each phase), so this file runs beside
+test_compaction.py in `make test`.
+
+A worker's start is mostly Spark's JVM (20 s and more on a loaded machine): a test starts
+its first worker in a thread (`starting`) while its broker starts and the messages go in,
+and waits for it before the first job."""
 from __future__ import annotations
 
 import os
@@ -9,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 from support.compaction_support import (
@@ -38,6 +45,39 @@ def _cluster_broker(etcd, tmp_path) -> tuple[str, str, BrokerProcess]:
     return cluster, topic, b
 
 
+def starting(etcd, data_dir: str, cluster: str,
+             points: dict[str, str] | None = None) -> Future[BrokerProcess]:
+    """`start_worker` in a thread of its own: `.result()` is the worker, SERVING (or the
+    error of its start)."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="start-worker")
+    try:
+        return pool.submit(start_worker, etcd, data_dir, cluster, points)
+    finally:
+        pool.shutdown(wait=False)
+
+
+def produce_pipelined(client, topic: str, items: list[tuple[str, str]]) -> list:
+    """`produce` to an existing topic without waiting for each receipt before the next
+    send: the producer batches them, and each message is still an entry, with an id, of its
+    own. Their ids, in order (all acknowledged when this returns)."""
+    ids: list = [None] * len(items)
+    failed: list[BaseException] = []
+
+    def receipt(i: int):
+        def done(mid, exc) -> None:
+            if exc is not None:
+                failed.append(exc)
+            ids[i] = mid
+        return done
+
+    with client.create_producer(topic) as p:
+        for i, (k, v) in enumerate(items):
+            p.send_async(v, key=k, callback=receipt(i))
+        p.flush()
+    assert not failed and None not in ids, failed[:1]
+    return ids
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("crash", ["spark-running", "before-publish"])
 def test_killed_worker_leaves_the_old_view_and_a_rerun_finishes(etcd_server, tmp_path, crash):
@@ -52,14 +92,15 @@ def test_killed_worker_leaves_the_old_view_and_a_rerun_finishes(etcd_server, tmp
     # written, before the pointer moves
     points = ({"compaction.before_publish": "1*off->kill"} if crash == "before-publish"
               else {"compaction.phase_start": "2*off->sleep(30)"})
+    w0 = starting(etcd_server, str(tmp_path / "w0"), cluster, points)
     try:
         b.start(timeout=60)
-        workers.append(start_worker(etcd_server, str(tmp_path / "w0"), cluster, points))
         with Client(b.url, timeout=30) as c:
             ids = produce(c, topic, [(f"k{i % 10}", f"v{i}") for i in range(200)])
-            j1 = c.admin.compact(topic)
+            j1 = c.admin.compact(topic)  # its horizon: the 200 (the request waits for w0)
+            ids += produce_pipelined(c, topic, [(f"k{i % 13}", f"w{i}") for i in range(3000)])
+            workers.append(w0.result())
             assert wait_done(c, topic, j1).phase == "done"
-            ids += produce(c, topic, [(f"k{i % 13}", f"w{i}") for i in range(3000)])
             j2 = c.admin.compact(topic)
             deadline = time.monotonic() + 120
             if crash == "spark-running":
@@ -91,38 +132,80 @@ def test_killed_worker_leaves_the_old_view_and_a_rerun_finishes(etcd_server, tmp
                 assert time.monotonic() < deadline, f"not collected: {st.list_subdirs(tdir)}"
                 time.sleep(0.2)
     finally:
+        try:
+            workers.append(w0.result())  # (a start still under way ends first)
+        except Exception:  # noqa: BLE001 - it never started: the test has failed already
+            pass
         for w in workers:
             w.kill()
         b.kill()
 
 
-@pytest.fixture
-def paused(etcd_server, tmp_path):
-    """A broker and a worker of a cluster of their own, the worker holding each job 3 s at
-    the start of each phase (so a watcher sees every phase, however fast the job)."""
-    cluster, _topic, b = _cluster_broker(etcd_server, tmp_path)
-    w = start_worker(etcd_server, str(tmp_path / "worker"), cluster,
-                     {"compaction.phase_start": "sleep(3)"})
+class Paused:
+    """A cluster of this module's own: its broker and a worker that holds each job 3 s at
+    the start of each phase (so a watcher sees every phase, however fast the job, and a test
+    has time to kill the worker's JVM under a job). The worker is started again for the next
+    test when one killed it (F15 does)."""
+
+    POINTS = {"compaction.phase_start": "sleep(3)"}
+
+    def __init__(self, etcd, tmp_path) -> None:
+        self.etcd, self.tmp_path = etcd, tmp_path
+        self.cluster, _topic, self.broker = _cluster_broker(etcd, tmp_path)
+        self.worker: BrokerProcess | None = None
+        self.started = 0
+
+    def start(self) -> Paused:
+        w = starting(self.etcd, str(self.tmp_path / "worker0"), self.cluster, self.POINTS)
+        self.started = 1
+        try:
+            self.broker.start(timeout=60)
+        finally:
+            self.worker = w.result()
+        return self
+
+    def serving(self) -> Paused:
+        """With a live worker (a new one when a test killed the last)."""
+        if self.worker is None or self.worker.proc.poll() is not None:
+            self.worker = start_worker(self.etcd, str(self.tmp_path / f"worker{self.started}"),
+                                       self.cluster, self.POINTS)
+            self.started += 1
+        return self
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.kill()
+        self.broker.kill()
+
+
+@pytest.fixture(scope="module")
+def paused_cluster(etcd_server, tmp_path_factory):
+    p = Paused(etcd_server, tmp_path_factory.mktemp("paused"))
     try:
-        b.start(timeout=60)
-        yield b
+        yield p.start()
     finally:
-        w.kill()
-        b.kill()
+        p.close()
+
+
+@pytest.fixture
+def paused(paused_cluster) -> Paused:
+    """This module's `Paused` cluster, its worker SERVING."""
+    return paused_cluster.serving()
 
 
 def test_cli_wait_on_a_terminal_shows_progress(paused, topic):
     """K14 on a terminal: `compaction-status -w` draws its progress (phase bars, elapsed and
     remaining time) and ends with the result line."""
     import pty
-    with Client(paused.url, timeout=30) as client:
+    url = paused.broker.url
+    with Client(url, timeout=30) as client:
         produce(client, topic, [(f"k{i % 5}", f"v{i}") for i in range(200)])
         job = client.admin.compact(topic)
     exe = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
     master, slave = pty.openpty()
     proc = subprocess.Popen([exe, "topics", "compaction-status", topic, "-w"], stdout=slave,
                             stderr=slave, stdin=subprocess.DEVNULL,
-                            env=dict(os.environ, SHADOWTOPIC_URL=paused.url, COLUMNS="120"))
+                            env=dict(os.environ, SHADOWTOPIC_URL=url, COLUMNS="120"))
     os.close(slave)
     out = b""
     deadline = time.monotonic() + 120
@@ -174,17 +257,15 @@ def _jvm_of(pid: int) -> int:
 
 @pytest.mark.slow
 def test_f15_a_worker_whose_spark_jvm_dies_exits_and_its_job_runs_on_the_next(etcd_server,
-                                                                             tmp_path):
+                                                                             tmp_path, paused,
+                                                                             topic):
     """F15: Spark's JVM killed (kill -9 by pid) while a job runs: the worker does not go on
     failing jobs while saying SERVING; it exits (status 1, for its supervisor) within
     seconds, the job is not recorded FAILED, and the next worker runs it to the end."""
-    cluster, topic, b = _cluster_broker(etcd_server, tmp_path)
-    workers = []
+    # the module's paused worker: each phase of a job holds 3 s, so the JVM dies while the
+    # worker has the job; the next worker is a plain one of the same cluster
+    b, workers = paused.broker, [paused.worker]
     try:
-        b.start(timeout=60)
-        # each phase of a job holds 3 s: the JVM dies while the worker has the job
-        workers.append(start_worker(etcd_server, str(tmp_path / "w0"), cluster,
-                                    {"compaction.phase_start": "sleep(3)"}))
         with Client(b.url, timeout=30) as c:
             produce(c, topic, [(f"k{i % 10}", f"v{i}") for i in range(100)])
             job = c.admin.compact(topic)
@@ -197,9 +278,8 @@ def test_f15_a_worker_whose_spark_jvm_dies_exits_and_its_job_runs_on_the_next(et
             with open(workers[0].log_path) as f:
                 assert "Spark's JVM exited" in f.read()
             assert job_phase(etcd_server, topic, job) != apb.FAILED
-            workers.append(start_worker(etcd_server, str(tmp_path / "w1"), cluster))
+            workers.append(start_worker(etcd_server, str(tmp_path / "w1"), paused.cluster))
             assert wait_done(c, topic, job).phase == "done"
     finally:
-        for w in workers:
+        for w in workers:  # the module's broker stays; its worker starts again when needed
             w.kill()
-        b.kill()

@@ -14,13 +14,32 @@ import threading
 import time
 
 import pytest
-from support.policy_broker import backlog, payload, sub_stats
+from support.policy_broker import ARGS, backlog, payload, sub_stats
 from support.waiting import wait_for
 
 from shadowtopic.client import Client, Policies, errors
 from shadowtopic.core.policies import BacklogQuotaAction
+from shadowtopic.testing import start_broker
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
+
+
+@pytest.fixture(scope="module")
+def quick_broker(etcd_server, tmp_path_factory):
+    """conftest's `quick_broker` (maintenance twice a second), one for the module: every
+    policy here is a topic's own, and each test's topic is its own."""
+    b = start_broker(etcd_server.endpoint, tmp_path_factory.mktemp("quick"), args=ARGS)
+    try:
+        yield b
+    finally:
+        b.kill()
+
+
+@pytest.fixture(scope="module")
+def quick_pair(start_module_pair):
+    """A source broker (maintenance twice a second) and a shadow broker, one pair for the
+    module (see conftest's `start_pair`)."""
+    return start_module_pair("--retention-interval", "0.5")
 
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess:
@@ -175,8 +194,8 @@ def test_idle_subscription_expires_one_with_a_consumer_stays(quick_broker, topic
 
 # ---- shadows -------------------------------------------------------------------------------
 
-def test_ttl_and_expiry_apply_to_a_shadows_own_subscriptions(start_pair, topic):
-    src, _ = start_pair("--retention-interval", "0.5")
+def test_ttl_and_expiry_apply_to_a_shadows_own_subscriptions(quick_pair, topic):
+    src, _ = quick_pair
     shadow = f"{topic}-shadow"
     with Client(src.url, timeout=20) as c:
         c.admin.create_topic(topic)
@@ -201,11 +220,11 @@ def test_ttl_and_expiry_apply_to_a_shadows_own_subscriptions(start_pair, topic):
             assert "kept" in c.admin.list_subscriptions(shadow)
 
 
-def test_quota_eviction_applies_to_a_shadows_own_subscriptions(start_pair, topic):
+def test_quota_eviction_applies_to_a_shadows_own_subscriptions(quick_pair, topic):
     """A shadow's backlog quota with `consumer_backlog_eviction` skips its own slowest
     subscription to within the quota; the source's subscriptions and producers are not the
     shadow's business (the producer actions have nothing to act on in a shadow)."""
-    src, _ = start_pair("--retention-interval", "0.5")
+    src, _ = quick_pair
     shadow = f"{topic}-shadow"
     with Client(src.url, timeout=20) as c:
         c.admin.create_topic(topic)

@@ -21,17 +21,23 @@ EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 
 # ---- fixtures -------------------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def pair(start_module_pair):
+    """(source broker, shadow broker), see conftest's `start_pair`: one pair for the
+    module's tests that stop neither broker (the one that kills its shadow broker has
+    `own_pair`)."""
+    return start_module_pair()
+
+
 @pytest.fixture
-def pair(start_pair):
-    """(source broker, shadow broker): see conftest's `start_pair`."""
+def own_pair(start_pair):
+    """A (source broker, shadow broker) of this test alone."""
     return start_pair()
 
 
-@pytest.fixture
-def cli(pair):
+def cli_of(src):
     """cli(*args, url=...) -> CompletedProcess: the CLI with SHADOWTOPIC_URL = the source
-    broker's URL; `url=X` runs it with `--url X` and no SHADOWTOPIC_URL instead."""
-    src, _ = pair
+    broker `src`'s URL; `url=X` runs it with `--url X` and no SHADOWTOPIC_URL instead."""
 
     def run(*args: str, url: str | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess:
@@ -44,6 +50,12 @@ def cli(pair):
                               env=env, stdin=subprocess.DEVNULL)
 
     return run
+
+
+@pytest.fixture
+def cli(pair):
+    """`cli_of` the module's pair."""
+    return cli_of(pair[0])
 
 
 # ---- helpers --------------------------------------------------------------------------------
@@ -229,11 +241,12 @@ def test_a_partitioned_sources_shadow_reads_every_partition_with_its_ids(cli, to
     ok(cli("topics", "delete", topic))
 
 
-def test_stats_internal_of_a_shadow_lists_the_sources_ledger_ids(pair, cli, topic):
+def test_stats_internal_of_a_shadow_lists_the_sources_ledger_ids(own_pair, topic):
     """"A shadow's internal stats list the source's ledger ids, so users can see the data is
     shared": while the shadow broker serves it, and while nobody serves it (as an unserved
     source's stats-internal answers from etcd's ledger list)."""
-    _, sh = pair
+    src, sh = own_pair
+    cli = cli_of(src)
     shadow = f"{topic}-shadow"
     ok(cli("topics", "create", topic))
     for n in ("10", "10", "5"):                           # ledgers of 10, 10 and 5 entries

@@ -29,10 +29,11 @@ N = 35            # messages: 3 sealed ledgers of 10 and an open one of 5
 SMALL = dict(ledger_max_entries=10, retention_time_seconds=0)  # every sealed ledger is "old"
 
 
-@pytest.fixture
-def pair(start_pair):
-    """(source broker, shadow broker): see conftest's `start_pair`."""
-    return start_pair("--retention-interval", "0.5")
+@pytest.fixture(scope="module")
+def pair(start_module_pair):
+    """(source broker, shadow broker), see conftest's `start_pair`: one pair for the
+    module's tests (each on topics of its own; none stops a broker)."""
+    return start_module_pair("--retention-interval", "0.5")
 
 
 def etcd(etcd_server, prefix: str) -> dict[str, bytes]:

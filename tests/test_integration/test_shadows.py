@@ -19,8 +19,15 @@ from shadowtopic.pb.v1 import common_pb2, replication_pb2
 
 @pytest.fixture
 def pair(start_pair):
-    """(source broker, shadow broker): see conftest's `start_pair`."""
+    """(source broker, shadow broker) of this test alone: see conftest's `start_pair`."""
     return start_pair()
+
+
+@pytest.fixture(scope="module")
+def shared_pair(start_module_pair):
+    """(source broker, shadow broker) shared by this module's tests that stop neither and
+    look at no storage as a whole."""
+    return start_module_pair()
 
 
 def files(root: str) -> dict[str, int]:
@@ -69,8 +76,8 @@ def test_r1_r3_a_shadow_delivers_the_sources_messages_with_the_same_ids(pair, to
         assert not [f for f in files(root) if "shadow" in f and not f.startswith("cursors/")]
 
 
-def test_r2_two_shadows_and_the_source_each_get_every_message(pair, topic):
-    src, _ = pair
+def test_r2_two_shadows_and_the_source_each_get_every_message(shared_pair, topic):
+    src, _ = shared_pair
     with Client(src.url) as c:
         c.admin.create_topic(topic)
         for s in ("a", "b"):
@@ -208,8 +215,8 @@ def test_r7_a_backlog_past_the_policy_resets_and_the_shadow_still_reads_it(pair,
             assert [m.message_id.entry_id for m in got] == [x.entry_id for x in ids]
 
 
-def test_r9_the_last_message_of_a_quiet_topic_shows_on_the_shadow(pair, topic):
-    src, _ = pair
+def test_r9_the_last_message_of_a_quiet_topic_shows_on_the_shadow(shared_pair, topic):
+    src, _ = shared_pair
     with Client(src.url) as c:
         c.admin.create_topic(topic)
         c.admin.create_shadow_topic(f"{topic}-shadow", topic)
@@ -250,8 +257,9 @@ def _shadow_with_messages(c, topic: str, shadow: str, n: int = 5):
     return cons, ids, int(c.admin.lookup(topic)["epoch"])
 
 
-def test_r5_resent_and_stale_batches_change_nothing_and_a_deposed_owner_is_refused(pair, topic):
-    src, sh = pair
+def test_r5_resent_and_stale_batches_change_nothing_and_a_deposed_owner_is_refused(
+        shared_pair, topic):
+    src, sh = shared_pair
     shadow = f"{topic}-shadow"
     with Client(src.url) as c:
         cons, ids, epoch = _shadow_with_messages(c, topic, shadow)
@@ -274,11 +282,11 @@ def test_r5_resent_and_stale_batches_change_nothing_and_a_deposed_owner_is_refus
         cons.close()
 
 
-def test_r5_replication_is_accepted_only_at_the_owners_epoch_and_for_listed_ledgers(pair,
-                                                                                    topic):
+def test_r5_replication_is_accepted_only_at_the_owners_epoch_and_for_listed_ledgers(
+        shared_pair, topic):
     """A batch claiming an epoch no owner had is refused; ids in a ledger the source never
     listed are not applied: the shadow's readers and last id stay the source's."""
-    src, sh = pair
+    src, sh = shared_pair
     shadow = f"{topic}-shadow"
     with Client(src.url) as c:
         cons, ids, epoch = _shadow_with_messages(c, topic, shadow)
@@ -306,8 +314,8 @@ def test_r5_replication_is_accepted_only_at_the_owners_epoch_and_for_listed_ledg
         cons.close()
 
 
-def test_c8_source_truncation_moves_shadow_cursors_past_deleted_ledgers(pair, topic):
-    src, _ = pair
+def test_c8_source_truncation_moves_shadow_cursors_past_deleted_ledgers(shared_pair, topic):
+    src, _ = shared_pair
     shadow = f"{topic}-shadow"
     with Client(src.url) as c:
         c.admin.create_topic(topic, policies=Policies(ledger_max_entries=10))

@@ -1,9 +1,11 @@
-"""`shadowtopic standalone`'s processes: its children die with it (even under kill -9), it
-refuses taken ports, restarts a broker that exits and gives up after repeated failures, and
-stops gracefully on SIGTERM. Plus the Supervisor's back-off on a fake role and clock."""
+"""`shadowtopic standalone`'s processes: each role prints its metrics URL as it becomes
+ready, its children die with it (even under kill -9), it refuses taken ports, restarts a
+broker that exits and gives up after repeated failures, and stops gracefully on SIGTERM.
+Plus the Supervisor's back-off on a fake role and clock."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import sys
@@ -12,6 +14,7 @@ import time
 import uuid
 
 import pytest
+from support.metrics_support import scrape, value
 from support.standalone_process import Standalone, alive, listening
 from support.waiting import wait_for
 
@@ -32,12 +35,49 @@ def standalone(request, tmp_path):
         s.close()
 
 
+@pytest.fixture(scope="module")
+def full_standalones(tmp_path_factory):
+    """get() -> a READY `shadowtopic standalone` with every role (the compaction worker and
+    its Spark JVM too, the longest start here): one for the module's tests that only look
+    at it, and a new one after a test killed it (the kill -9 test does)."""
+    started: list[Standalone] = []
+
+    def get() -> Standalone:
+        if not started or started[-1].proc.poll() is not None:
+            started.append(Standalone(tmp_path_factory.mktemp("full"), compaction=True))
+            started[-1].start().wait_ready(timeout=180)
+        return started[-1]
+
+    try:
+        yield get
+    finally:
+        for s in started:
+            s.close()
+
+
+@pytest.fixture
+def full_standalone(full_standalones) -> Standalone:
+    return full_standalones()
+
+
 # ---- the standalone ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("standalone", [True], indirect=True)
-def test_sigkill_of_standalone_leaves_no_child(standalone):
+def test_standalone_prints_each_roles_metrics_url(full_standalone):
+    s = full_standalone
+    urls = dict(re.findall(r"^(.*) ready: .*, metrics (http://\S+/metrics)$", s.stdout, re.M))
+    assert set(urls) == {"source broker", "shadow broker", "compaction worker"}, s.stdout
+    assert len(set(urls.values())) == 3, s.stdout
+    for url in urls.values():  # each answers with its role's series
+        assert value(scrape(url), "process_resident_memory_bytes") > 0
+    assert value(scrape(urls["compaction worker"]), "shadowtopic_compaction_running",
+                 cluster="standalone") == 0
+    assert value(scrape(urls["source broker"]), "shadowtopic_broker_ready",
+                 cluster="standalone") == 1
+
+
+def test_sigkill_of_standalone_leaves_no_child(full_standalone):
     """Every role (the worker's Spark JVM too) dies with a standalone killed with -9."""
-    standalone.start().wait_ready(timeout=180)
+    standalone = full_standalone
     kids = standalone.children()
     assert any("etcd" in cmd for cmd in kids.values()), kids
     assert any("-m shadowtopic.broker " in cmd for cmd in kids.values()), kids
