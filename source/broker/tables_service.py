@@ -100,24 +100,35 @@ class TablesService(tables_pb2_grpc.TablesServicer):
         end = MessageId.from_pb(request.end) if request.HasField("end") \
             else view.next_position()
         partition = topic.partition_index
-        while True:
-            pos = view.valid_position(pos)
-            if pos >= end or pos >= view.next_position():
-                return
-            stored = await view.read_columns(pos, rows)
-            if stored is not None and stored.num_rows:  # a sealed or compacted ledger's file
-                data, last = await asyncio.to_thread(_columns, stored, end, partition, names)
-                if data is None:
+        ahead: asyncio.Task[pa.Table | None] | None = None  # the next file's rows, read ahead
+        try:
+            while True:
+                pos = view.valid_position(pos)
+                if pos >= end or pos >= view.next_position():
                     return
-                yield data
-                pos = MessageId(last[0], last[1] + 1)
-                continue
-            entries = [e for e in await view.read(pos, rows, BATCH_BYTES)
-                       if MessageId(e.ledger_id, e.entry_id) < end]
-            if not entries:
-                return
-            yield await asyncio.to_thread(_batch, entries, partition, names)
-            pos = MessageId(entries[-1].ledger_id, entries[-1].entry_id + 1)
+                if ahead is None:
+                    ahead = asyncio.ensure_future(view.read_columns(pos, rows))
+                stored = await ahead
+                ahead = None
+                if stored is not None and stored.num_rows:  # a sealed or compacted file
+                    data, last = await asyncio.to_thread(_columns, stored, end, partition, names)
+                    if data is None:
+                        return
+                    pos = MessageId(last[0], last[1] + 1)
+                    # the next rows are read (an object store's file fetched) while these go
+                    ahead = asyncio.ensure_future(view.read_columns(view.valid_position(pos),
+                                                                    rows))
+                    yield data
+                    continue
+                entries = [e for e in await view.read(pos, rows, BATCH_BYTES)
+                           if MessageId(e.ledger_id, e.entry_id) < end]
+                if not entries:
+                    return
+                yield await asyncio.to_thread(_batch, entries, partition, names)
+                pos = MessageId(entries[-1].ledger_id, entries[-1].entry_id + 1)
+        finally:
+            if ahead is not None:
+                ahead.cancel()
 
 
 def add_tables_service(server, topics: TopicManager, memory: ClientMemory) -> list[str]:

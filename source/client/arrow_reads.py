@@ -8,8 +8,9 @@ sequence_id, compression, partition).
   batches come; `Timeout` when none came for the timeout. A partitioned topic is
   read partition after partition (rows of partition 0 first). Payloads are as stored: a
   compressed one stays compressed (`compression` says how).
-- `record_batch`: the messages a reader received, as one record batch (`Reader.read_batch`):
-  what it follows live is already decoded, so payloads here are decompressed.
+- `record_batch`: the messages a reader received, as one record batch (`Reader.read_batch`
+  once caught up: what it follows live is already decoded, so payloads are decompressed;
+  behind the tail it reads columns, source/client/catch_up.py).
 
 pyarrow is the `arrow` extra (`pip install shadowtopic[arrow]`), imported only here and only
 when an Arrow read runs: without it these raise `NotAllowed` naming the extra.
@@ -119,14 +120,22 @@ class _Idle:
             self._timer.cancel()
 
 
-def record_batch(messages: list[Message], columns: Sequence[str] = ()) -> pa.RecordBatch:
-    """`messages` (received: payloads decompressed) as one record batch."""
+def column_names(columns: Sequence[str]) -> list[str]:
+    """The columns asked for, in the schema's order (all when none), checked: a name that
+    is not a column raises `InvalidArgument`; no pyarrow raises `NotAllowed`."""
     cols = _columns()
-    import pyarrow as pa
     try:
-        names = cols.read_columns(list(columns))
+        names: list[str] = cols.read_columns(list(columns))
     except ValueError as exc:
         raise errors.InvalidArgument(str(exc)) from None
+    return names
+
+
+def record_batch(messages: list[Message], names: list[str]) -> pa.RecordBatch:
+    """`messages` (received: payloads decompressed) as one record batch of the columns
+    `names` (`column_names`)."""
+    cols = _columns()
+    import pyarrow as pa
     ids = [m.message_id for m in messages]
     data = {
         "ledger_id": [i.ledger_id for i in ids], "entry_id": [i.entry_id for i in ids],

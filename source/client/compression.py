@@ -83,3 +83,27 @@ def decompress(kind: int, data: bytes, size: int) -> bytes:
         raise errors.DataLoss(f"a compressed payload decompressed to {len(out)} bytes, "
                               f"not the {size} its message names")
     return out
+
+
+STORED = {"lz4": LZ4, "zstd": ZSTD}  # the `compression` column's names (source/columns.py)
+LZ4_MAX_RATIO = 255  # an LZ4 block grows at most this much when decompressed
+
+
+def decompress_stored(name: str, data: bytes) -> bytes:
+    """The payload as produced, from a ledger file's compressed `payload` column (`name`:
+    its `compression` column). The file has no `uncompressed_size` column: LZ4 decompresses
+    into at most what a block of this size can hold, zstd's frame names its size; neither
+    past `MAX_MESSAGE_SIZE`."""
+    kind = STORED.get(name)
+    if kind is None:
+        raise errors.DataLoss(f"a payload compressed with unknown codec {name!r}")
+    bound = min(MAX_MESSAGE_SIZE, max(64, len(data) * LZ4_MAX_RATIO))
+    out: bytes
+    try:
+        if kind == LZ4:
+            out = lz4.block.decompress(data, uncompressed_size=bound)
+        else:
+            out = _ZSTD.decompress(data, max_output_size=MAX_MESSAGE_SIZE)
+    except (lz4.block.LZ4BlockError, zstandard.ZstdError) as exc:
+        raise errors.DataLoss(f"a compressed payload does not decompress: {exc}") from None
+    return out

@@ -52,6 +52,16 @@ class ReadPosition:
         # nothing came, no position: "earliest", or "latest" of a partition that was empty
         return common_pb2.StartPosition(earliest=True), False
 
+    def next_id(self) -> MessageId | None:
+        """The first id this reader may read next (None: the partition's first): after the
+        last returned, or the start as told."""
+        if self.last is not None:
+            return MessageId(self.last.ledger_id, self.last.entry_id + 1)
+        if self.threshold is not None:
+            return self.threshold if self.inclusive else \
+                MessageId(self.threshold.ledger_id, self.threshold.entry_id + 1)
+        return None
+
     def unread(self, newest: MessageId) -> bool:
         """Whether `newest` (the partition's last message) is past what was read."""
         newest = MessageId(newest.ledger_id, newest.entry_id)

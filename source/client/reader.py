@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from shadowtopic.client.admin import Admin
+from shadowtopic.client.catch_up import CatchUp
 from shadowtopic.client.connection import Connection
 from shadowtopic.client.consumer import Consumer, ConsumerControl
 from shadowtopic.client.message import Message
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["Reader", "SeekResult"]
+
+_NOT_YET = object()  # a reader's catch-up: not started
 
 
 def _start(start: str | MessageId) -> str | MessageId:
@@ -74,25 +77,66 @@ class Reader:
                               read_compacted=read_compacted, reconnector=reconnector,
                               controls=controls, durable=False, inclusive=inclusive)
         controls[0].await_subscribed(time.monotonic() + subscribe_timeout)
+        # read_batch's column reads behind the tail (catch_up.py): _NOT_YET until the first
+        # read_batch, None once the stream is read (after a read_next, or caught up)
+        self._catch_up: CatchUp | object | None = _NOT_YET
 
     def read_next(self, timeout: float | None = None) -> Message:
         """The next message; raises `Timeout` when none arrives within `timeout` seconds,
         `AlreadyClosed` once the reader (or its client) is closed, also while waiting."""
+        if self._catch_up is not None:
+            self._end_catch_up()
         return self._core.receive(timeout)
 
     def read_batch(self, max_messages: int = 1000, timeout: float | None = 0.1,
                    columns: Sequence[str] = ()) -> pa.RecordBatch:
         """Up to `max_messages` messages as one pyarrow record batch (source/client/
-        arrow_reads.py: the ledger files' columns and `partition`; payloads decompressed):
-        waits at most `timeout` seconds for the first (an empty batch when none came), then
-        takes what is already there. Every message comes once, as with `read_next`."""
-        from shadowtopic.client.arrow_reads import record_batch
-        return record_batch(self._core.batch_receive(max_messages, timeout), columns)
+        arrow_reads.py: the ledger files' columns and `partition`; payloads as produced,
+        decompressed): waits at most `timeout` seconds for the first (an empty batch when
+        none came), then takes what is already there. Every message comes once, as with
+        `read_next`. Behind the tail (from the start of a reader, or after a seek) the
+        batches are read as columns, with no object per message (source/client/
+        catch_up.py); once caught up, the messages the stream delivers live."""
+        if not isinstance(max_messages, int) or isinstance(max_messages, bool) or \
+                max_messages < 1:
+            raise errors.InvalidArgument(f"max_messages must be an integer >= 1, "
+                                         f"got {max_messages!r}")
+        from shadowtopic.client.arrow_reads import column_names, record_batch
+        names = column_names(columns)
+        if self._catch_up is _NOT_YET:
+            self._catch_up = self._start_catch_up()
+        if isinstance(self._catch_up, CatchUp):
+            batch = self._catch_up.next(max_messages, timeout, names)
+            if batch is not None:
+                return batch
+            self._end_catch_up()
+        return record_batch(self._core.batch_receive(max_messages, timeout), names)
+
+    def _start_catch_up(self) -> CatchUp:
+        """A catch-up from where this reader is in each partition (read_position.py)."""
+        index = dict(self._core.partitions())
+        parts = []
+        for topic, pos in self._core.read_positions():
+            parts.append((topic, index[topic], pos.next_id()))
+        return CatchUp(self._conn.channel, self.read_compacted,
+                       sorted(parts, key=lambda p: p[1]))
+
+    def _end_catch_up(self) -> None:
+        """Move each stream to where the catch-up left its partition (the messages it
+        buffered meanwhile are dropped and come again from there), and read the stream from
+        now on."""
+        catch_up, self._catch_up = self._catch_up, None
+        if isinstance(catch_up, CatchUp):
+            catch_up.close()
+            for index, position in catch_up.seeks():
+                self._core.seek(MessageId(position.ledger_id, position.entry_id, index))
 
     def poll(self, wake: Callable[[], None] | None = None) -> Message | None:
         """The next message if one is here, else None without waiting; then `wake()` is
         called once (it must not block) when something came: how the asyncio face waits
         (source/client/aio/). Raises as `read_next` does."""
+        if self._catch_up is not None:
+            self._end_catch_up()
         return self._core.poll(wake)
 
     def seek(self, position: MessageId | str | int) -> SeekResult:
@@ -102,14 +146,21 @@ class Reader:
         partition moves that partition, anything else every partition. Returns where the
         reader landed and whether the position was clamped to the first or last message
         (several partitions: the lowest landing id, clamped if any was), as
-        `Consumer.seek`. Messages received before are dropped."""
+        `Consumer.seek`. Messages received before are dropped; `read_batch` reads as
+        columns again from there until caught up."""
+        if isinstance(self._catch_up, CatchUp):
+            self._catch_up.close()
+        self._catch_up = _NOT_YET
         return self._core.seek(position)
 
     def has_message_available(self) -> bool:
         """Whether a message is buffered or the broker has one past what was read."""
+        admin = Admin(self._conn)
+        if isinstance(self._catch_up, CatchUp):  # (read_batch reads columns: no buffer)
+            return self._catch_up.has_more(
+                lambda topic: admin.last_message_id(topic, self.read_compacted))
         if self._core.has_buffered():
             return True
-        admin = Admin(self._conn)
         for topic, position in self._core.read_positions():
             last = admin.last_message_id(topic, self.read_compacted)
             if last is not None and position.unread(last):
@@ -132,6 +183,9 @@ class Reader:
     def close(self) -> None:
         """Close the reader's handles; a `read_next` waiting in another thread raises
         `AlreadyClosed` at once. Closing twice is a no-op."""
+        if isinstance(self._catch_up, CatchUp):
+            self._catch_up.close()
+        self._catch_up = None
         self._core.close()
 
     def __iter__(self) -> Iterator[Message]:

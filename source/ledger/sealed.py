@@ -11,8 +11,9 @@ sealed with 1,024-entry groups read the same way. Spark reads only the columns i
 Integrity: Parquet page checksums, plus the crc32c of the whole file recorded in the ledger
 list (streamed through when a broker first opens the file; a mismatch is `ChecksumError`);
 row groups are then read from the file on demand, so an open reader holds a file handle,
-not the file. A reader rebuilds each entry's bytes as sent (`columns.raws`: one
-concatenation per row, vectorized) once per row group it reads.
+not the file; on an object store a file of up to 64 MiB is fetched whole instead, in one
+request (source/ledger/remote_files.py). A reader rebuilds each entry's bytes as sent
+(`columns.raws`: one concatenation per row, vectorized) once per row group it reads.
 
 Writing streams, one row group at a time: a ledger that stopped taking appends is sealed
 from its WAL (`seal_wal`, frames read one at a time through `wal.MappedWal`), never from a
@@ -45,6 +46,7 @@ import pyarrow.parquet as pq
 from shadowtopic.columns import RAW_COLUMNS, SCHEMA, Rows, raws, read_rows, version
 from shadowtopic.core.errors import ChecksumError, DataLoss
 from shadowtopic.ledger import wal as walmod
+from shadowtopic.ledger.remote_files import fetch_whole
 from shadowtopic.ledger.wal import Buffer, Entries
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
@@ -321,9 +323,11 @@ class SealedLedger:
 
     def __init__(self, fs: pafs.FileSystem, path: str, crc32c: int | None):
         try:
-            if crc32c is not None and _file_crc(fs, path) != crc32c:
+            whole = fetch_whole(fs, path, self)  # (an object store's file: one GET)
+            if crc32c is not None and (_file_crc(fs, path) if whole is None
+                                       else google_crc32c.value(whole)) != crc32c:
                 raise ChecksumError(f"checksum mismatch in sealed ledger {path}")
-            self._source = fs.open_input_file(path)
+            self._source = fs.open_input_file(path) if whole is None else pa.BufferReader(whole)
         except (FileNotFoundError, OSError) as exc:
             raise DataLoss(f"sealed ledger file missing: {path} ({exc})") from None
         try:

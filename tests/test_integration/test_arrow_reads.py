@@ -26,19 +26,25 @@ EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 
 
 def read_all(client: Client, topic: str, compacted: bool = False) -> list:
-    """What a reader reads from the earliest until the end, as (ids, key, payload)."""
+    """What a reader reads message by message (`read_next`: the stream, not the columns)
+    from the earliest until the end, as (ids, key, payload)."""
     out: list = []
     deadline = time.monotonic() + 120
     with client.create_reader(topic, "earliest", read_compacted=compacted,
                               receiver_queue_size=5000) as r:
         while r.has_message_available():
             assert time.monotonic() < deadline, f"{len(out)} read, the reader stalled"
-            batch = r.read_batch(5000, timeout=10)
-            out += [(i, k, p) for i, k, p in zip(
-                zip(batch.column("ledger_id").to_pylist(), batch.column("entry_id").to_pylist()),
-                batch.column("key").to_pylist(), batch.column("payload").to_pylist(),
-                strict=True)]
+            m = r.read_next(timeout=10)
+            out.append(((m.message_id.ledger_id, m.message_id.entry_id),
+                        m.key, m.payload))
     return out
+
+
+def batch_rows(batch) -> list:
+    return list(zip(zip(batch.column("ledger_id").to_pylist(),
+                        batch.column("entry_id").to_pylist()),
+                    batch.column("key").to_pylist(), batch.column("payload").to_pylist(),
+                    strict=True))
 
 
 def rows(table) -> list:
@@ -151,3 +157,99 @@ def test_read_batch_follows_a_live_producer_with_every_id_once(client, topic):
     assert done.is_set()
     ids = [(sent[i].ledger_id, sent[i].entry_id) for i in range(5000)]
     assert got == ids  # every id once, in order
+
+
+class Counted:
+    """Counts the messages the reader's stream hands to `read_batch` (Consumer.batch_receive):
+    none while it reads a history as columns."""
+
+    def __init__(self, monkeypatch):
+        from shadowtopic.client.consumer import Consumer
+        self.messages = 0
+        real = Consumer.batch_receive
+
+        def counted(core, *args, **kwargs):
+            got = real(core, *args, **kwargs)
+            self.messages += len(got)
+            return got
+        monkeypatch.setattr(Consumer, "batch_receive", counted)
+
+
+def test_read_batch_reads_a_history_as_columns_then_follows_the_stream(client, topic,
+                                                                       monkeypatch):
+    """A reader behind the tail gets the history (two sealed ledgers and the open one) as
+    columns, no message object on the client; compressed payloads come decompressed; then
+    the live messages through the stream, every id once, in order; a seek reads columns
+    again from where it landed."""
+    client.admin.create_topic(topic)
+    ids: dict = {}
+
+    def payload(i: int) -> bytes:  # compresses well when long, not at all when short
+        return f'{{"n": {i}, "pad": "{"x" * (i % 300)}"}}'.encode()
+    with client.create_producer(topic, compression_type="zstd") as p:
+        for i in range(3000):
+            p.send_async(payload(i), key=f"k{i % 50}",
+                         callback=lambda mid, err, i=i: ids.__setitem__(i, mid))
+            if i in (1000, 2000):
+                p.flush()
+                client.admin.roll_ledger(topic)
+        p.flush()
+    history = [((ids[i].ledger_id, ids[i].entry_id), f"k{i % 50}".encode(), payload(i))
+               for i in range(3000)]
+    counted = Counted(monkeypatch)
+    got: list = []
+    with client.create_reader(topic, "earliest", receiver_queue_size=100) as r:
+        deadline = time.monotonic() + 60
+        while len(got) < 3000 and time.monotonic() < deadline:
+            batch = r.read_batch(700, timeout=5)
+            assert batch.num_rows <= 700
+            got += batch_rows(batch)
+        assert got == history
+        assert counted.messages == 0  # columns only, no message object
+        assert not r.has_message_available()
+        # caught up (a call from the position found nothing): the stream from now on
+        assert r.read_batch(10, timeout=0.5).num_rows == 0
+        with client.create_producer(topic) as p:  # live: the stream
+            live = [p.send(f"live{i}".encode(), key="z") for i in range(20)]
+        deadline = time.monotonic() + 30
+        while len(got) < 3020 and time.monotonic() < deadline:
+            got += batch_rows(r.read_batch(700, timeout=1))
+        assert got[3000:] == [((m.ledger_id, m.entry_id), b"z", f"live{i}".encode())
+                              for i, m in enumerate(live)]
+        assert counted.messages == 20
+        r.seek(ids[2500])  # back into the open ledger: columns again
+        again: list = []
+        deadline = time.monotonic() + 30
+        while len(again) < 520 and time.monotonic() < deadline:
+            again += batch_rows(r.read_batch(10_000, timeout=5))
+        assert again == history[2500:] + got[3000:]
+        assert counted.messages == 20
+        assert r.read_batch(10, timeout=0.5).num_rows == 0
+        with pytest.raises(errors.InvalidArgument):
+            r.read_batch(0)
+
+
+def test_read_batch_of_a_partitioned_topic_reads_each_partition_once(client, topic):
+    client.admin.create_topic(topic, partitions=3)
+    sent: dict = {}
+    with client.create_producer(topic) as p:
+        for i in range(600):
+            p.send_async(f"v{i}".encode(), key=f"k{i}",
+                         callback=lambda mid, err, i=i: sent.__setitem__(i, mid))
+        p.flush()
+    by_partition: dict = {}
+    for i in range(600):
+        m = sent[i]
+        by_partition.setdefault(m.partition, []).append((m.ledger_id, m.entry_id, f"v{i}"))
+    got: dict = {}
+    with client.create_reader(topic, "earliest") as r:
+        deadline = time.monotonic() + 60
+        while sum(map(len, got.values())) < 600 and time.monotonic() < deadline:
+            b = r.read_batch(128, timeout=5, columns=["ledger_id", "entry_id", "payload",
+                                                      "partition"])
+            assert b.schema.names == ["ledger_id", "entry_id", "payload", "partition"]
+            for row in b.to_pylist():
+                got.setdefault(row["partition"], []).append(
+                    (row["ledger_id"], row["entry_id"], row["payload"].decode()))
+        assert got == by_partition  # each partition's ids once, in order
+        assert not r.has_message_available()
