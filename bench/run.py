@@ -48,6 +48,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -343,12 +344,15 @@ PARTS = ("produce", "dedup", "fanout", "consume", "flush", "fanout100", "broadca
 KEYS = {"produce": "rounds", "shadows-scale": "shadows_scale", "table-view": "table_view"}
 
 
+STAMPED = re.compile(r"\d{8}-\d{6}\.json")
+
+
 def carried_over(parts: set[str], out_dir: str) -> dict:
     """For each part not run now: its results from the newest bench/out/*.json holding them
     ({part: (file name, results)}; produce carries its limits and nats along)."""
     found: dict = {}
-    try:
-        names = sorted((n for n in os.listdir(out_dir) if n.endswith(".json")), reverse=True)
+    try:  # (this script's own files, <stamp>.json: other benches write theirs there too)
+        names = sorted((n for n in os.listdir(out_dir) if STAMPED.fullmatch(n)), reverse=True)
     except OSError:
         return found
     for name in names:
