@@ -4,7 +4,9 @@ metrics endpoint: compaction/worker.py).
 
 It follows its cluster's compaction requests (keys.compaction_requests_prefix; a broker
 files one when a user asks `topics compact` or the threshold policy fires: see
-compaction/admin.py) and runs one job at a time:
+compaction/admin.py) and runs up to `max_concurrent_jobs` jobs at once (one by default; each
+a topic of its own, its Spark jobs in a job group of its own, so Spark schedules the jobs'
+tasks side by side on the cluster's cores):
 
     claim --> SCANNING_KEYS --> WRITING --> COMMITTING --> DONE     (any step: FAILED)
 
@@ -144,8 +146,11 @@ class Worker:
                  spark_alive: Callable[[], bool] = jvm_alive,
                  metrics: CompactionMetrics | None = None,
                  s3: object_store.S3Options | None = None, scratch_dir: str = ".",
-                 tables: TableKeeper | None = None):
+                 tables: TableKeeper | None = None, max_concurrent_jobs: int = 1):
+        if max_concurrent_jobs < 1:
+            raise ValueError(f"max_concurrent_jobs must be at least 1, not {max_concurrent_jobs}")
         self.store = store
+        self.max_concurrent_jobs = max_concurrent_jobs
         #: the topics' Iceberg tables (compaction/tables.py); None: off
         self.tables = tables
         #: how this worker opens an object-store root (source/ledger/object_store.py); a
@@ -155,7 +160,8 @@ class Worker:
         #: job series (compaction/metrics.py); False in `etcd_ok` while the lease fails
         self.metrics = metrics or CompactionMetrics(cluster)
         self.etcd_ok = True
-        self._job_started = 0.0
+        #: the topics whose jobs run now (a topic runs one job at a time), and when each began
+        self._running: dict[TopicName, float] = {}
         self.spark_alive = spark_alive
         #: set when Spark's JVM is gone (the worker runs no more jobs: its process exits)
         self.lost = asyncio.Event()
@@ -169,7 +175,8 @@ class Worker:
         self._queue: asyncio.Queue[TopicName] = asyncio.Queue()
         self._queued: set[TopicName] = set()
         self._storages: dict[str, Storage] = {}
-        self._executor = ThreadPoolExecutor(2, thread_name_prefix="compaction")
+        self._executor = ThreadPoolExecutor(max_concurrent_jobs + 1,
+                                            thread_name_prefix="compaction")
         self._tasks: list[asyncio.Task] = []
         #: the cluster's compaction requests (list, then watch): each one queued once
         self._requests = PrefixFollower(store, keys.compaction_requests_prefix(cluster),
@@ -191,7 +198,9 @@ class Worker:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._keep_lease()),
                        loop.create_task(self._requests.start_retrying()),
-                       loop.create_task(self._relist()), loop.create_task(self._run_jobs())]
+                       loop.create_task(self._relist()),
+                       *(loop.create_task(self._run_jobs())
+                         for _ in range(self.max_concurrent_jobs))]
         if self.tables is not None:
             await self.tables.start()
 
@@ -224,7 +233,9 @@ class Worker:
 
     def _enqueue(self, key: str) -> None:
         topic = keys.topic_from_compaction_request(self.cluster, key)
-        if topic is not None and topic not in self._queued:
+        # (a topic whose job runs here is not queued again: its request goes when the job
+        # ends, or a relist queues it again)
+        if topic is not None and topic not in self._queued and topic not in self._running:
             self._queued.add(topic)
             self._queue.put_nowait(topic)
 
@@ -276,6 +287,21 @@ class Worker:
         await self.store.put(keys.compaction_job(topic, job.job_id), job.SerializeToString())
 
     async def run(self, topic: TopicName) -> None:
+        """The job of `topic`'s request, if there is one and no other worker holds it."""
+        if topic in self._running:
+            return  # (its job runs here now)
+        self._running[topic] = time.monotonic()
+        self.metrics.running = len(self._running)
+        try:
+            await self._claim_and_run(topic)
+        finally:
+            del self._running[topic]
+            self.metrics.running = len(self._running)
+
+    def _elapsed(self, topic: TopicName) -> float:
+        return time.monotonic() - self._running.get(topic, time.monotonic())
+
+    async def _claim_and_run(self, topic: TopicName) -> None:
         kv = await self.store.get(keys.compaction_request(self.cluster, topic))
         if kv is None:
             return
@@ -284,8 +310,8 @@ class Worker:
             held = await self.store.get(claim)
             if held is None or held.value != self.worker_id.encode():
                 return  # another worker runs it
-            # ours, left by a run whose release failed (etcd was away): jobs run one at a
-            # time here, so nothing of ours runs it now
+            # ours, left by a run whose release failed (etcd was away): a topic's jobs run
+            # one at a time here (`_running`), so nothing of ours runs it now
             log.info("%s: taking back this worker's own claim", topic)
         try:
             req = mpb.CompactionRequest.FromString(kv.value)
@@ -296,12 +322,10 @@ class Worker:
                 job = mpb.CompactionJob.FromString(rec.value)
             job.worker = self.worker_id
             job.ClearField("error")
-            self._job_started, self.metrics.running = time.monotonic(), 1
             await self._attempts(topic, req, kv.value, job)
             self.jobs_run += 1
             await self._prune(topic)
         finally:
-            self.metrics.running = 0
             try:
                 await self.store.delete(claim)
             except MetadataUnavailable:
@@ -378,7 +402,7 @@ class Worker:
             job.phase, job.end_time = mpb.JOB_DONE, int(time.time() * 1000)
             await commit.finish(self.store, topic, keys.compaction_request(self.cluster, topic),
                                 req_bytes, job)
-            self.metrics.succeeded(topic, time.monotonic() - self._job_started)
+            self.metrics.succeeded(topic, self._elapsed(topic))
             return
         plan = planning.make_plan(topic, job.job_id, ledgers, horizon, pointer, retain,
                                   tombstone_cutoff_ms=cutoff)
@@ -422,7 +446,7 @@ class Worker:
         await commit.publish(self.store, topic, new_pointer,
                              ptr_kv.mod_revision if ptr_kv else 0,
                              keys.compaction_request(self.cluster, topic), req_bytes, job)
-        self.metrics.succeeded(topic, time.monotonic() - self._job_started,
+        self.metrics.succeeded(topic, self._elapsed(topic),
                                manifest.input_entries, manifest.entries, plan.input_bytes,
                                manifest.output_bytes, t_spark)
         log.info("%s: job %s published (%d entries, %d keys, horizon %s; %.3f s from the "
@@ -493,7 +517,7 @@ class Worker:
         job.error.CopyFrom(errors.error_status(err))
         await commit.finish(self.store, topic, keys.compaction_request(self.cluster, topic),
                                 req_bytes, job)
-        self.metrics.failed(topic, time.monotonic() - self._job_started)
+        self.metrics.failed(topic, self._elapsed(topic))
         if req.storage_root:  # its output, and what earlier crashes left
             try:
                 await self.collect(topic, self.storage(req.storage_root))

@@ -20,7 +20,8 @@ and the worker's own Prometheus-style series:
     shadowtopic_compaction_bytes_read_total, shadowtopic_compaction_bytes_written_total
     shadowtopic_compaction_jobs_total{cluster, result="succeeded"|"failed"}
     shadowtopic_compaction_duration_seconds (histogram, every job)
-    shadowtopic_compaction_running{cluster}  1 while a job runs
+    shadowtopic_compaction_running{cluster}  the jobs running now (0 or 1 unless
+                                             --max-concurrent-jobs is more)
 """
 from __future__ import annotations
 
@@ -120,7 +121,7 @@ class CompactionMetrics(Collector):
         jobs.add_metric([self.cluster, "succeeded"],
                         sum(t.succeeded for t in self.topics.values()))
         jobs.add_metric([self.cluster, "failed"], sum(t.failed for t in self.topics.values()))
-        running = GaugeMetricFamily("shadowtopic_compaction_running", "1 while a job runs",
+        running = GaugeMetricFamily("shadowtopic_compaction_running", "the jobs running now",
                                     labels=["cluster"])
         running.add_metric([self.cluster], self.running)
         yield from fams.values()

@@ -22,7 +22,8 @@ Then the manifest (compaction/ledger.py) lists the parts in id order with their 
 ranges, sizes and checksums, and is written last. The job keeps no state on the driver
 beyond the broadcast; its tasks need the storage root reachable from every executor and
 this package installed in the executors' Python (`pip install shadowtopic[compaction]`):
-`local-cluster[...]` (separate executor JVMs and Python workers) proves it in a test.
+a standalone Spark cluster (a master and two workers: separate executor JVMs and Python
+workers) proves it in tests/test_integration/test_spark_cluster.py.
 The job uses Spark's core (RDDs, broadcast, treeReduce), not its SQL engine: on 2 cores and
 5,000,000 messages, Spark SQL doing the same two phases with its own Parquet reader took
 2-3x as long as these Arrow tasks (bench/NOTES.md), and DataFrame `mapInArrow` needs
@@ -68,10 +69,12 @@ def groups(files: list[str], sizes: list[int], tasks: int, min_bytes: int = 0
 
 class _Tracker:
     """Reports Spark's task progress of the running phase: (phase, done, total) from the
-    status tracker's active stages, polled every `every` seconds in a daemon thread."""
+    status tracker's stages of this job's Spark jobs (its job group: the worker may run
+    several compactions at once), polled every `every` seconds in a daemon thread."""
 
-    def __init__(self, spark, progress: Progress | None, every: float = 0.5):
+    def __init__(self, spark, progress: Progress | None, group: str, every: float = 0.5):
         self.sc = spark.sparkContext
+        self.group = group
         self.progress = progress
         self.every = every
         self.phase = mpb.JOB_SCANNING_KEYS
@@ -99,11 +102,16 @@ class _Tracker:
         tracker = self.sc.statusTracker()
         while not self._stop.wait(self.every):
             done = total = 0
-            for sid in tracker.getActiveStageIds():
-                info = tracker.getStageInfo(sid)
-                if info is not None:
-                    done += info.numCompletedTasks
-                    total += info.numTasks
+            active = set(tracker.getActiveStageIds())
+            for jid in tracker.getJobIdsForGroup(self.group):
+                job = tracker.getJobInfo(jid)
+                if job is None or job.status != "RUNNING":
+                    continue
+                for sid in job.stageIds:
+                    info = tracker.getStageInfo(sid) if sid in active else None
+                    if info is not None:
+                        done += info.numCompletedTasks
+                        total += info.numTasks
             if total:
                 progress(self.phase, done, total)
 
@@ -145,7 +153,11 @@ def run(spark, plan: Plan, storage: Storage, out_dir_rel: str,
     cut = groups(files, plan.input_sizes(), sc.defaultParallelism,
                  int(spark.conf.get(MIN_TASK_BYTES, str(MIN_TASK_BYTES_DEFAULT))))
     tasks = _tasks(spark, storage.root_uri, cut)
-    with _Tracker(spark, progress) as tracker:
+    group = f"compaction-{plan.job_id}"
+    # (this thread's Spark jobs: PySpark pins each Python thread to a JVM thread, whose
+    # job group this is)
+    sc.setJobGroup(group, f"compaction of {plan.topic}, job {plan.job_id}")
+    with _Tracker(spark, progress, group) as tracker:
         tracker.set(mpb.JOB_SCANNING_KEYS)
         live = _live_positions(tasks, plan.tombstone_cutoff_ms)
         tracker.set(mpb.JOB_WRITING)

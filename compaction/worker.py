@@ -2,6 +2,7 @@
 
     python -m shadowtopic.compaction.worker --etcd HOST:PORT --port N [--spark-master local[*]]
                                 [--spark-conf key=value ...] [--grace SECONDS]
+                                [--max-concurrent-jobs N]
                                 [--config FILE] [--log-format json] [--spark-log PATH]
                                 [--storage-root URI [--iceberg-catalog-uri URL]
                                  [--iceberg-catalog-property KEY=VALUE ...]]
@@ -78,6 +79,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds a replaced compacted ledger stays for its readers")
     p.add_argument("--lease-ttl", type=int, default=10)
     p.add_argument("--relist", type=float, default=5.0)
+    p.add_argument("--max-concurrent-jobs", type=int, default=1, metavar="N",
+                   help="compactions run at once, each of its own topic (default 1); with a "
+                        "Spark cluster of many cores, several small jobs share its cores")
     p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                    help="HTTP port of /metrics, /healthz and /readyz on --host (default: "
                         "--port + 1000, or a free port when that one is taken; 0: any free "
@@ -100,6 +104,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for item in a.spark_conf:
         if "=" not in item:
             p.error(f"--spark-conf {item!r}: expected KEY=VALUE")
+    if a.max_concurrent_jobs < 1:
+        p.error(f"--max-concurrent-jobs must be at least 1, got {a.max_concurrent_jobs}")
     a.s3 = object_store.options_from(p, a)
     a.tls = tls.options_from(p, a)
     a.etcd_options = etcd_options.options_from(p, a)
@@ -147,7 +153,8 @@ async def serve(a: argparse.Namespace) -> None:
     store = EtcdStore(a.etcd, options=a.etcd_options)
     worker = Worker(store, spark, a.cluster, a.worker_id or f"{socket.gethostname()}:{a.port}",
                     grace=a.grace, lease_ttl=a.lease_ttl, relist=a.relist, metrics=metrics,
-                    s3=a.s3, scratch_dir=a.data_dir, tables=table_keeper(a, store))
+                    s3=a.s3, scratch_dir=a.data_dir, tables=table_keeper(a, store),
+                    max_concurrent_jobs=a.max_concurrent_jobs)
     while True:
         try:
             await worker.start()

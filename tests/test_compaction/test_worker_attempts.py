@@ -118,3 +118,45 @@ def test_a_worker_takes_back_its_own_claim_left_by_a_failed_release():
         await w.run(topic)
         assert ran == ["j1"]  # another worker's claim: not taken
     asyncio.run(main())
+
+
+def test_jobs_run_side_by_side_up_to_the_limit_and_a_topic_once_at_a_time():
+    """--max-concurrent-jobs: up to N topics' jobs at once (the running gauge counts them);
+    a topic queued again while its job runs (a relist finds its request) is not run twice
+    at once."""
+    async def scenario() -> tuple[int, list[str], int]:
+        w = worker.Worker(MemoryStore(), None, "c", "w", max_concurrent_jobs=3)
+        release = asyncio.Event()
+        running: set[str] = set()
+        peak, order, gauge = [0], [], [0]
+
+        async def claim_and_run(topic):
+            assert str(topic) not in running, f"{topic} runs twice at once"
+            running.add(str(topic))
+            order.append(str(topic))
+            peak[0] = max(peak[0], len(running))
+            gauge[0] = max(gauge[0], w.metrics.running)
+            await release.wait()
+            running.discard(str(topic))
+
+        w._claim_and_run = claim_and_run
+        tasks = [asyncio.create_task(w._run_jobs()) for _ in range(w.max_concurrent_jobs)]
+        topics = [TopicName.parse(f"persistent://t/ns/x{i}") for i in range(5)]
+        for t in topics:
+            w._enqueue(keys.compaction_request("c", t))
+        await asyncio.sleep(0.05)
+        for t in topics[:3]:  # a relist while they run
+            w._enqueue(keys.compaction_request("c", t))
+        await asyncio.sleep(0.05)
+        release.set()
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if len(order) >= 5 and not running:
+                break
+        for task in tasks:
+            task.cancel()
+        return peak[0], order, gauge[0]
+
+    peak, order, gauge = asyncio.run(scenario())
+    assert peak == 3 and gauge == 3
+    assert sorted(order) == [f"persistent://t/ns/x{i}" for i in range(5)]
