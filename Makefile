@@ -5,7 +5,7 @@ VPY     := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 SHARED  ?= ../shared
 
-.PHONY: bench-smoke install run test test-unit test-fast lint typecheck proto bench clean chaos docs
+.PHONY: bench-smoke install run test test-cluster test-unit test-fast lint typecheck proto bench clean chaos docs
 
 install: $(STAMP)
 
@@ -46,7 +46,13 @@ run: install
 TEST_WORKERS ?= 4
 
 test: install lint typecheck
-	$(VPY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not bench_smoke_long"
+	$(VPY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not bench_smoke_long and not spark_cluster"
+
+# Compaction on a real Spark standalone cluster (a master and two workers by spark-class, an
+# S3 root on moto): about 50 s alone, but its six JVMs slowed the whole of `make test` on
+# 2 cores by about two minutes, so it runs here.
+test-cluster: install
+	$(VPY) -m pytest -q tests -m spark_cluster
 
 # Every part of `make bench` at a tiny size, the long ones included (tests/test_bench/): minutes.
 bench-smoke: install

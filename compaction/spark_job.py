@@ -22,8 +22,8 @@ Then the manifest (compaction/ledger.py) lists the parts in id order with their 
 ranges, sizes and checksums, and is written last. The job keeps no state on the driver
 beyond the broadcast; its tasks need the storage root reachable from every executor and
 this package installed in the executors' Python (`pip install shadowtopic[compaction]`):
-a standalone Spark cluster (a master and two workers: separate executor JVMs and Python
-workers) proves it in tests/test_integration/test_spark_cluster.py.
+`local-cluster[...]` (separate executor JVMs and Python workers) and a standalone Spark
+cluster (tests/test_integration/test_spark_cluster.py, `make test-cluster`) prove it.
 The job uses Spark's core (RDDs, broadcast, treeReduce), not its SQL engine: on 2 cores and
 5,000,000 messages, Spark SQL doing the same two phases with its own Parquet reader took
 2-3x as long as these Arrow tasks (bench/NOTES.md), and DataFrame `mapInArrow` needs

@@ -4,7 +4,9 @@ storage root on moto's S3 server, a source broker and a compaction worker that s
 `spark://` with `--max-concurrent-jobs 3`. Six topics queued together are compacted, some
 side by side (the worker's running gauge shows more than one at once while each phase is
 held a second by a failpoint), and each compacted view, read back through a compacted
-reader, equals a model of the latest message per key (deletes kept as empty payloads)."""
+reader, equals a model of the latest message per key (deletes kept as empty payloads).
+`make test-cluster` runs it (not `make test`: its six JVMs slow every other test on 2
+cores)."""
 from __future__ import annotations
 
 import random
@@ -56,6 +58,7 @@ def compacted(c: Client, topic: str) -> dict[bytes, bytes]:
 
 @pytest.mark.slow
 @pytest.mark.integration
+@pytest.mark.spark_cluster
 def test_a_worker_on_a_spark_cluster_compacts_topics_side_by_side_over_s3(etcd_server,
                                                                           tmp_path):
     with MotoS3(str(tmp_path)) as moto, \
