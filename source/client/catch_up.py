@@ -71,6 +71,8 @@ class _Fetch:
         except grpc.RpcError as exc:
             if not self._closed:
                 self._put(errors.from_rpc_error(exc))
+        except Exception as exc:  # noqa: BLE001 - an answer that is not Arrow: say so
+            self._put(errors.DataLoss(f"a ReadArrow answer did not decode: {exc}"))
 
     def _put(self, item: object) -> None:
         while not self._closed:  # (a closed fetch's thread ends instead of waiting)
