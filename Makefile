@@ -48,9 +48,10 @@ TEST_WORKERS ?= 4
 test: install lint typecheck
 	$(VPY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not bench_smoke_long and not spark_cluster"
 
-# Compaction on a real Spark standalone cluster (a master and two workers by spark-class, an
-# S3 root on moto): about 50 s alone, but its six JVMs slowed the whole of `make test` on
-# 2 cores by about two minutes, so it runs here.
+# Compaction on Spark with executors apart from the driver: a real standalone cluster (a
+# master and two workers by spark-class, an S3 root on moto) and `local-cluster[2,1,1024]`:
+# about 1.5 minutes alone, but their JVMs slowed the whole of `make test` on 2 cores by
+# minutes, so they run here.
 test-cluster: install
 	$(VPY) -m pytest -q tests -m spark_cluster
 

@@ -1,6 +1,7 @@
 """The Spark job on a real cluster: `local-cluster[2,1,1024]` runs two executor JVMs apart
 from the driver, so a job that depended on driver-local state (files, Python objects) would
-fail or differ here. It runs in a process of its own, beside the test run's SparkSession."""
+fail or differ here. It runs in a process of its own, beside the test run's SparkSession,
+in `make test-cluster` with the standalone cluster's test (three JVMs: not in `make test`)."""
 from __future__ import annotations
 
 import subprocess
@@ -15,6 +16,7 @@ from shadowtopic.ledger.storage import Storage
 
 @pytest.mark.slow
 @pytest.mark.integration
+@pytest.mark.spark_cluster
 def test_the_job_runs_on_a_local_cluster(tmp_path, ledgers):
     st = Storage(str(tmp_path / "storage"))
     led = ledgers(st)

@@ -46,13 +46,27 @@ def test_readyz_follows_etcd_and_healthz_stays_up(tmp_path):
         etcd.close()
 
 
-def test_default_port_falls_back_when_taken_an_explicit_one_is_refused(etcd_server, tmp_path):
-    port = free_port()
-    while port + 1000 > 65535:
+def _taken_default_metrics_port() -> tuple[int, socket.socket]:
+    """A free gRPC port whose default metrics port (port + 1000) this test holds: tried
+    again (bounded) when another process of the run has port + 1000 already."""
+    for _ in range(50):
         port = free_port()
-    with socket.socket() as taken:  # the default metrics port (port + 1000) is taken
-        taken.bind(("127.0.0.1", port + 1000))
+        if port + 1000 > 65535:
+            continue
+        taken = socket.socket()
+        try:
+            taken.bind(("127.0.0.1", port + 1000))
+        except OSError:  # in use by another test's process
+            taken.close()
+            continue
         taken.listen(1)
+        return port, taken
+    raise AssertionError("no port with port + 1000 free in 50 tries")
+
+
+def test_default_port_falls_back_when_taken_an_explicit_one_is_refused(etcd_server, tmp_path):
+    port, taken = _taken_default_metrics_port()
+    with taken:  # the default metrics port (port + 1000) is taken
         b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "a"), port,
                           extra_args=["--lease-ttl", "3"])
         try:
