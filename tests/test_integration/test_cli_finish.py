@@ -210,14 +210,16 @@ def test_ctrl_c_while_the_cli_loads_prints_no_traceback(broker):
         proc.kill()
     assert proc.returncode == 130 and out == b"" and err == b"", (proc.returncode, out, err)
 
-    # not earlier: Python's own start-up (before the CLI's first line runs) can take 0.2 s
-    # on a loaded machine, and a Ctrl-C then ends it as Python does
+    # timed from the CLI's own first lines (the failpoint's line, not held: `sleep(0)`), not
+    # from the process start: Python's own start-up took over 1.2 s on a loaded machine, and
+    # a Ctrl-C before the CLI runs ends it as Python does
     nobody = f"127.0.0.1:{free_port()}"
-    for delay in (0.6, 1.2, 2.5):
+    for delay in (0.3, 1.0, 2.0):
         proc = subprocess.Popen([EXE, "topics", "list", "--operation-timeout", "60"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=env_for(nobody))
+                                env=env_for(nobody, **failpoints.env({"cli.loading": "sleep(0)"})))
         try:
+            assert "failpoint cli.loading" in stderr_line(proc)
             time.sleep(delay)
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=60)
