@@ -88,6 +88,7 @@ bench: install
 	$(VPY) bench/run.py --shared $(SHARED)
 	$(VPY) bench/security_cost.py > bench/out/security-cost.json  # TLS + tokens vs plaintext
 	$(VPY) bench/tables_read.py > bench/out/tables-read.json  # read_table vs DuckDB; format 2 storage
+	$(VPY) bench/compaction_cluster.py > bench/out/compaction-cluster.json  # 20 topics on a Spark cluster
 
 # The chaos run (docs/CHAOS.md): kills and pauses etcd, the brokers and the compaction worker
 # under load, N cycles, then checks nothing acknowledged was lost. Not part of `make test`.
