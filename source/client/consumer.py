@@ -60,7 +60,7 @@ from shadowtopic.client.dead_letter import DeadLetters
 from shadowtopic.client.inbox import Batch, Inbox
 from shadowtopic.client.listener import Listeners
 from shadowtopic.client.message import Message
-from shadowtopic.client.options import check_options, parse_consumer_type
+from shadowtopic.client.options import check_max_messages, check_options, parse_consumer_type
 from shadowtopic.client.read_position import ReadPosition
 from shadowtopic.client.reconnect import Owner, Reconnector
 from shadowtopic.client.redelivery import Redelivery
@@ -647,9 +647,7 @@ class Consumer(ConsumerResume):
     def batch_receive(self, max_messages: int = 100, timeout: float | None = 0.1) -> list[Message]:
         """Up to `max_messages` messages: waits at most `timeout` seconds for the first (an
         empty list when none came), then takes what is already there without waiting."""
-        if not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 1:
-            raise errors.InvalidArgument(f"max_messages must be an integer >= 1, "
-                                         f"got {max_messages!r}")
+        check_max_messages(max_messages)
         try:
             out = [self.receive(timeout)]
         except errors.Timeout:

@@ -59,6 +59,13 @@ def check_options(consumer_name: str, receiver_queue_size: int, priority: int,
         raise errors.InvalidArgument("on_active_change must be callable")
 
 
+def check_max_messages(max_messages: int) -> None:
+    """A batch receive's `max_messages`: an integer of at least 1, else `InvalidArgument`."""
+    if not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 1:
+        raise errors.InvalidArgument(f"max_messages must be an integer >= 1, "
+                                     f"got {max_messages!r}")
+
+
 def operation_timeout(value: float | None, timeout: float) -> float:
     """The client's operation timeout: `value` in seconds (a positive number), or `timeout`
     when None; `InvalidArgument` for anything else."""

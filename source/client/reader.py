@@ -35,6 +35,7 @@ from shadowtopic.client.catch_up import CatchUp
 from shadowtopic.client.connection import Connection
 from shadowtopic.client.consumer import Consumer, ConsumerControl
 from shadowtopic.client.message import Message
+from shadowtopic.client.options import check_max_messages
 from shadowtopic.client.reconnect import Reconnector
 from shadowtopic.client.seek import SeekResult
 from shadowtopic.client.stream import Multiplexer
@@ -97,10 +98,7 @@ class Reader:
         `read_next`. Behind the tail (from the start of a reader, or after a seek) the
         batches are read as columns, with no object per message (source/client/
         catch_up.py); once caught up, the messages the stream delivers live."""
-        if not isinstance(max_messages, int) or isinstance(max_messages, bool) or \
-                max_messages < 1:
-            raise errors.InvalidArgument(f"max_messages must be an integer >= 1, "
-                                         f"got {max_messages!r}")
+        check_max_messages(max_messages)
         from shadowtopic.client.arrow_reads import column_names, record_batch
         names = column_names(columns)
         if self._catch_up is _NOT_YET:

@@ -21,6 +21,7 @@ from concurrent.futures import Executor
 from shadowtopic.client.aio.bridge import Signal, run_blocking, to_loop
 from shadowtopic.client.consumer import Consumer
 from shadowtopic.client.message import Message
+from shadowtopic.client.options import check_max_messages
 from shadowtopic.client.seek import SeekResult
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
@@ -63,9 +64,7 @@ class AsyncConsumer:
                             ) -> list[Message]:
         """Up to `max_messages`: waits at most `timeout` seconds for the first (an empty
         list when none came), then takes what is already there without waiting."""
-        if not isinstance(max_messages, int) or isinstance(max_messages, bool) or max_messages < 1:
-            raise errors.InvalidArgument(f"max_messages must be an integer >= 1, "
-                                         f"got {max_messages!r}")
+        check_max_messages(max_messages)
         try:
             out = [await self.receive(timeout)]
         except errors.Timeout:
