@@ -1,13 +1,15 @@
 """Compaction with failpoints in the worker (source/failpoints.py): kill -9 while Spark has
 the job or between the output and the pointer's move (K16), each phase held so a watcher on
-a terminal sees them all (K14), and Spark's JVM killed under a held job (F15). The K16
-tests have a broker and workers of their own; the K14 and F15 tests share this module's
-`Paused` cluster (a broker and a worker that holds each phase), so this file runs beside
-test_compaction.py in `make test`.
+a terminal sees them all (K14), and Spark's JVM killed under a held job (F15). The tests
+share this module's `Paused` cluster (a broker, and a worker that holds each phase), so
+this file runs beside test_compaction.py in `make test`; K16 puts workers with failpoints of
+its own in that cluster one after another, the module's worker last.
 
-A worker's start is mostly Spark's JVM (20 s and more on a loaded machine): a test starts
-its first worker in a thread (`starting`) while its broker starts and the messages go in,
-and waits for it before the first job."""
+A worker's start is mostly Spark's JVM (20 s and more on a loaded machine), so every
+worker the tests kill is followed by one that is needed anyway: K16's two crashes are one
+chain of three workers (the last one the module's worker, which the K14 test then uses and
+F15 kills), and a test starts its first worker in a thread (`starting`) while the messages
+go in, and waits for it before the first job."""
 from __future__ import annotations
 
 import os
@@ -78,59 +80,81 @@ def produce_pipelined(client, topic: str, items: list[tuple[str, str]]) -> list:
     return ids
 
 
+def _rerun_finished(etcd, c, b: BrokerProcess, topic: str, job: str, items: list[tuple],
+                    ids: list) -> None:
+    """The rerun of `job` is DONE with the result of a run never killed: the pointer names it,
+    its compacted ledger holds the latest entry of each key of `items` (sent as `ids`), and
+    the orphaned output and the replaced compacted ledgers are collected."""
+    s = wait_done(c, topic, job, timeout=120)
+    assert s.phase == "done", s.error
+    ptr = pointer(etcd, topic)
+    assert ptr.job_id == job
+    latest = {k: mid for (k, _v), mid in zip(items, ids, strict=True)}
+    assert [(r[0], r[1]) for r in compacted_rows(b, ptr)] == sorted(
+        (m.ledger_id, m.entry_id) for m in latest.values())
+    st = Storage(os.path.join(b.data_dir, "storage"))
+    tdir = Storage.topic_compacted_dir(TopicName.parse(topic))
+    deadline = time.monotonic() + 30
+    while st.list_subdirs(tdir) != [Storage.compacted_rel(TopicName.parse(topic), job)]:
+        assert time.monotonic() < deadline, f"not collected: {st.list_subdirs(tdir)}"
+        time.sleep(0.2)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("crash", ["spark-running", "before-publish"])
-def test_killed_worker_leaves_the_old_view_and_a_rerun_finishes(etcd_server, tmp_path, crash):
-    """K16: kill -9 the worker while Spark runs, or after the output is written but before
-    the pointer moves: the pointer still names the previous compacted ledger (readers keep
-    the old view), a new worker reruns the job under the same id with the same result, and
-    the orphaned output and the replaced ledger are collected."""
-    cluster, topic, b = _cluster_broker(etcd_server, tmp_path)
+def test_killed_workers_leave_the_old_view_and_a_rerun_finishes(etcd_server, tmp_path,
+                                                                paused_cluster, topic):
+    """K16, both crashes, one after the other on one topic: kill -9 the worker while Spark
+    runs a job (j2), then a worker that dies (kill) after a job's output is written but
+    before the pointer moves (j3). Each time the pointer still names the previous compacted
+    ledger (readers keep the old view), the next worker reruns the job under the same id
+    with the same result, and the orphaned output and the replaced ledger are collected.
+
+    Each worker is the next one's only predecessor in the module's cluster (no other worker
+    may claim the jobs), so the chain takes three worker starts, not two per crash: the
+    first holds j2, the second reruns j2 and dies at j3's publish, and the third, which
+    reruns j3, is the module's paused worker (each phase held 3 s), left serving for the
+    tests after this one."""
+    paused_cluster.stop_worker()  # this test's workers are the cluster's only ones
+    b, cluster = paused_cluster.broker, paused_cluster.cluster
+    # the first worker runs j1 through and holds j2 30 s at its first phase (a job starts
+    # two phases): killed while Spark has it
+    w0 = starting(etcd_server, str(tmp_path / "w0"), cluster,
+                  {"compaction.phase_start": "2*off->sleep(30)"})
     workers = []
-    # the first job runs through; the second holds 30 s at each phase (killed while Spark has
-    # it: a job starts two phases), or the worker kills itself once the second's output is
-    # written, before the pointer moves
-    points = ({"compaction.before_publish": "1*off->kill"} if crash == "before-publish"
-              else {"compaction.phase_start": "2*off->sleep(30)"})
-    w0 = starting(etcd_server, str(tmp_path / "w0"), cluster, points)
     try:
-        b.start(timeout=60)
         with Client(b.url, timeout=30) as c:
-            ids = produce(c, topic, [(f"k{i % 10}", f"v{i}") for i in range(200)])
+            items = [(f"k{i % 10}", f"v{i}") for i in range(200)]
+            ids = produce(c, topic, items)
             j1 = c.admin.compact(topic)  # its horizon: the 200 (the request waits for w0)
-            ids += produce_pipelined(c, topic, [(f"k{i % 13}", f"w{i}") for i in range(3000)])
+            more = [(f"k{i % 13}", f"w{i}") for i in range(3000)]
+            ids += produce_pipelined(c, topic, more)
+            items += more
             workers.append(w0.result())
             assert wait_done(c, topic, j1).phase == "done"
             j2 = c.admin.compact(topic)
             deadline = time.monotonic() + 120
-            if crash == "spark-running":
-                while job_phase(etcd_server, topic, j2) not in (apb.SCANNING_KEYS,
-                                                                 apb.WRITING):
-                    assert time.monotonic() < deadline, "the job never started"
-                    time.sleep(0.02)
-                workers[0].kill()
-            else:  # the failpoint kills it
-                while workers[0].proc.poll() is None:
-                    assert time.monotonic() < deadline, "the worker did not reach the failpoint"
-                    time.sleep(0.05)
+            while job_phase(etcd_server, topic, j2) not in (apb.SCANNING_KEYS, apb.WRITING):
+                assert time.monotonic() < deadline, "the job never started"
+                time.sleep(0.02)
+            workers[0].kill()
             assert pointer(etcd_server, topic).job_id == j1  # the old view, whole
-            st = Storage(os.path.join(b.data_dir, "storage"))
-            tdir = Storage.topic_compacted_dir(TopicName.parse(topic))
-            workers.append(start_worker(etcd_server, str(tmp_path / "w1"), cluster))
-            s2 = wait_done(c, topic, j2, timeout=120)
-            assert s2.phase == "done", s2.error
-            ptr = pointer(etcd_server, topic)
-            assert ptr.job_id == j2
-            latest = {}
-            for mid, i in zip(ids, range(len(ids))):
-                k = f"k{i % 10}" if i < 200 else f"k{(i - 200) % 13}"
-                latest[k] = mid
-            assert [(r[0], r[1]) for r in compacted_rows(b, ptr)] == sorted(
-                (m.ledger_id, m.entry_id) for m in latest.values())
-            deadline = time.monotonic() + 30
-            while st.list_subdirs(tdir) != [Storage.compacted_rel(TopicName.parse(topic), j2)]:
-                assert time.monotonic() < deadline, f"not collected: {st.list_subdirs(tdir)}"
-                time.sleep(0.2)
+            # the second worker reruns j2 (its first publish goes through), then kills
+            # itself once j3's output is written, before the pointer moves
+            workers.append(start_worker(etcd_server, str(tmp_path / "w1"), cluster,
+                                        {"compaction.before_publish": "1*off->kill"}))
+            _rerun_finished(etcd_server, c, b, topic, j2, items, ids)
+            more = [(f"k{i % 17}", f"x{i}") for i in range(500)]
+            ids += produce_pipelined(c, topic, more)
+            items += more
+            j3 = c.admin.compact(topic)
+            deadline = time.monotonic() + 120
+            while workers[1].proc.poll() is None:
+                assert time.monotonic() < deadline, "the worker did not reach the failpoint"
+                time.sleep(0.05)
+            assert job_phase(etcd_server, topic, j3) == apb.COMMITTING
+            assert pointer(etcd_server, topic).job_id == j2  # the old view, whole
+            paused_cluster.serving()  # the third worker
+            _rerun_finished(etcd_server, c, b, topic, j3, items, ids)
     finally:
         try:
             workers.append(w0.result())  # (a start still under way ends first)
@@ -138,14 +162,13 @@ def test_killed_worker_leaves_the_old_view_and_a_rerun_finishes(etcd_server, tmp
             pass
         for w in workers:
             w.kill()
-        b.kill()
 
 
 class Paused:
     """A cluster of this module's own: its broker and a worker that holds each job 3 s at
     the start of each phase (so a watcher sees every phase, however fast the job, and a test
-    has time to kill the worker's JVM under a job). The worker is started again for the next
-    test when one killed it (F15 does)."""
+    has time to kill the worker's JVM under a job). The worker starts when a test first
+    needs it, and again for the next test when one killed or stopped it (K16 and F15 do)."""
 
     POINTS = {"compaction.phase_start": "sleep(3)"}
 
@@ -156,25 +179,25 @@ class Paused:
         self.started = 0
 
     def start(self) -> Paused:
-        w = starting(self.etcd, str(self.tmp_path / "worker0"), self.cluster, self.POINTS)
-        self.started = 1
-        try:
-            self.broker.start(timeout=60)
-        finally:
-            self.worker = w.result()
+        self.broker.start(timeout=60)
         return self
 
     def serving(self) -> Paused:
-        """With a live worker (a new one when a test killed the last)."""
+        """With a live worker (a new one when there is none, or a test killed the last)."""
         if self.worker is None or self.worker.proc.poll() is not None:
             self.worker = start_worker(self.etcd, str(self.tmp_path / f"worker{self.started}"),
                                        self.cluster, self.POINTS)
             self.started += 1
         return self
 
-    def close(self) -> None:
+    def stop_worker(self) -> None:
+        """No worker of this cluster's own runs (a test's own workers take its jobs)."""
         if self.worker is not None:
             self.worker.kill()
+            self.worker = None
+
+    def close(self) -> None:
+        self.stop_worker()
         self.broker.kill()
 
 
