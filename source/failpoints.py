@@ -54,6 +54,14 @@ POINTS: dict[str, str] = {
         "any process, in an etcd watch's reader thread, before a batch of events goes to "
         "the watcher: `sleep(S)` delays what every watch of the process hears (a slow "
         "watch), while direct reads answer at once",
+    "wal.object.after_put":
+        "a source broker with the WAL on object storage, after a flush window's object is "
+        "written and before the etcd transaction that commits it: `kill` leaves an object "
+        "no commit names (nothing in it was acknowledged)",
+    "wal.object.after_commit":
+        "a source broker with the WAL on object storage, after a flush window is committed "
+        "in etcd and before its appends are acknowledged: `kill` leaves committed batches "
+        "whose producers resend them (idempotent producing keeps them once)",
     "produce.before_receipt":
         "a source broker after a produce batch is stored (its WAL frame fsynced, or found a "
         "duplicate of a stored one), before its receipt is sent: `1*kill` makes the producer "

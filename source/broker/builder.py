@@ -46,8 +46,10 @@ from shadowtopic.cursors.store import Fence
 from shadowtopic.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
 from shadowtopic.ledger.entry_cache import EntryCache
 from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
+from shadowtopic.ledger.object_wal import ObjectWal
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.view import ServedView, Trimmed
+from shadowtopic.ledger.wal_restore import opener
 from shadowtopic.metadata import keys
 from shadowtopic.metadata.base import MetadataStore
 from shadowtopic.metadata.follow import KeyFollower
@@ -100,7 +102,8 @@ class TopicBuilder:
                  executor: Executor, entry_cache: EntryCache, cursors: SnapshotCursorStore,
                  cursor_flush_interval: float, features: list[BrokerFeature],
                  dedup_idle_seconds: float = DEDUP_IDLE_S,
-                 encodings: EncodingsPool | None = None):
+                 encodings: EncodingsPool | None = None,
+                 wal_objects: ObjectWal | None = None):
         self.store = store
         self.storage = storage
         self.session = session
@@ -111,6 +114,8 @@ class TopicBuilder:
         self.features = features
         self.dedup_idle_seconds = dedup_idle_seconds
         self.encodings = encodings if encodings is not None else EncodingsPool()
+        self.wal_objects = wal_objects  # the WAL on object storage, or None (local)
+        self.open_object = opener(storage.s3)  # reads WAL objects (a restore)
         self._openers: dict[int, ViewOpener] | None = None
         #: set by the TopicManager: a source's sealed ledger, a fenced writer
         self.on_sealed: Callable[[Topic], None] = lambda t: None
@@ -191,4 +196,6 @@ class TopicBuilder:
                                         own.epoch, self.executor,
                                         LedgerConfig(dedup_idle_s=self.dedup_idle_seconds),
                                         lease_ok=self.session.lease_ok,
-                                        entry_cache=self.entry_cache)
+                                        entry_cache=self.entry_cache,
+                                        wal_objects=self.wal_objects,
+                                        open_object=self.open_object)

@@ -42,6 +42,12 @@ class BrokerConfig:
     # open ledgers' WALs: <wal_dir>/wal/...; None: the root when local, else <data_dir>
     wal_dir: str | None = None
     s3: object_store.S3Options = field(default_factory=object_store.S3Options)
+    # the WAL on object storage (source/ledger/object_wal.py): s3://BUCKET/PREFIX; None: the
+    # local WAL (fsync). Its flush window and how old an object nothing names must be before
+    # the sweep deletes it.
+    wal: str | None = None
+    wal_window_ms: float = 5.0
+    wal_gc_grace_seconds: float = 600.0
     host: str = "127.0.0.1"
     port: int = 6650
     cluster: str = "standalone"
@@ -129,6 +135,18 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
                    help="local directory holding open ledgers' write-ahead logs (under "
                         "DIR/wal/) until they are sealed into the storage root; default: the "
                         "storage root when it is a local path, else --data-dir")
+    p.add_argument("--wal", default=None, metavar="URI",
+                   help="keep open ledgers' write-ahead log on object storage, e.g. "
+                        "s3://BUCKET/PREFIX (see --s3-endpoint): a produce is acknowledged "
+                        "once its flush window's object is written and committed in etcd, so "
+                        "losing this machine loses nothing acknowledged; default: the local "
+                        "WAL (--wal-dir, fsync)")
+    p.add_argument("--wal-window-ms", type=float, default=5.0, metavar="MS",
+                   help="with --wal: how long a flush window gathers every topic's batches "
+                        "into one object and one etcd transaction (default 5)")
+    p.add_argument("--wal-gc-grace-seconds", type=float, default=600.0, metavar="S",
+                   help="with --wal: a WAL object no commit names is deleted once this old "
+                        "(default 600; longer than any write-to-commit delay)")
     object_store.add_arguments(p)
     tls.add_arguments(p)
     authentication.add_arguments(p)
@@ -201,6 +219,12 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
                  "dedup_idle_seconds"):
         if not getattr(a, flag) > 0:
             p.error(f"--{flag.replace('_', '-')} must be more than 0")
+    if a.wal is not None and "://" not in a.wal:
+        p.error("--wal must be an object store URI such as s3://BUCKET/PREFIX")
+    if a.wal_window_ms < 0:
+        p.error("--wal-window-ms must be 0 or more")
+    if not a.wal_gc_grace_seconds > 0:
+        p.error("--wal-gc-grace-seconds must be more than 0")
     if a.load_shedding_interval < 0:
         p.error("--load-shedding-interval must be 0 (off) or more")
     s3 = object_store.options_from(p, a)
@@ -210,7 +234,9 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
     logs.setup_from(a)
     cfg = BrokerConfig(etcd=a.etcd, etcd_options=etcd_access, data_dir=a.data_dir,
                        storage_root=a.storage_root,
-                       wal_dir=a.wal_dir, s3=s3,
+                       wal_dir=a.wal_dir, s3=s3, wal=a.wal or None,
+                       wal_window_ms=a.wal_window_ms,
+                       wal_gc_grace_seconds=a.wal_gc_grace_seconds,
                        host=a.host, port=a.port, cluster=a.cluster, lease_ttl=a.lease_ttl,
                        cursor_flush_interval=a.cursor_flush_interval,
                        retention_interval=a.retention_interval,

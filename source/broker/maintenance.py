@@ -8,7 +8,9 @@ compaction has not read yet); the rule itself is source/ledger/retention.py. Aft
 each feature hears of it (`after_retention`: the compaction threshold trigger). A topic that
 reads another's ledgers (a shadow) has nothing to retain here. Each interval also seals the
 ledgers a full or read-only disk kept open (`ManagedLedger.retry_seals`), before and
-independently of retention (which may be what frees the disk).
+independently of retention (which may be what frees the disk). With the WAL on object
+storage, each interval also sweeps the WAL objects no commit names
+(source/ledger/object_wal.py).
 
 Disk policies (source/broker/quota.py: message TTL, subscription expiry, the backlog quota)
 run once an interval for every loaded topic, a shadow's too (its subscriptions are its own),
@@ -25,14 +27,18 @@ from shadowtopic.broker.feature import BrokerFeature
 from shadowtopic.broker.topic import Topic, effective
 from shadowtopic.broker.topics import TopicManager
 from shadowtopic.ledger import retention
+from shadowtopic.ledger.object_wal import ObjectWal
 
 log = logging.getLogger(__name__)
 
 
 class Maintenance:
     def __init__(self, topics: TopicManager, features: list[BrokerFeature],
-                 interval: float = 60.0):
+                 interval: float = 60.0, wal_objects: ObjectWal | None = None,
+                 wal_grace_s: float = 600.0):
         self.topics = topics
+        self.wal_objects = wal_objects
+        self.wal_grace_s = wal_grace_s
         self.features = features
         self.interval = interval
         self._task: asyncio.Task | None = None
@@ -90,6 +96,13 @@ class Maintenance:
         and retention."""
         while True:
             await asyncio.sleep(self.interval)
+            if self.wal_objects is not None:
+                try:
+                    n = await self.wal_objects.sweep(self.wal_grace_s)
+                    if n:
+                        log.info("deleted %d WAL objects no commit names", n)
+                except Exception as exc:  # noqa: BLE001 - swept again next interval
+                    log.warning("WAL objects not swept: %s", exc)
             for t in self.topics.loaded_topics():
                 if t.writer is None:
                     await self.disk_policies(t)  # a shadow's ledgers are its source's

@@ -31,6 +31,7 @@ import os
 import signal
 import socket
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -56,6 +57,7 @@ from shadowtopic.broker.topics import TopicManager
 from shadowtopic.core import errors
 from shadowtopic.core.names import TopicName
 from shadowtopic.ledger import disk, object_store
+from shadowtopic.ledger.object_wal import ObjectWal
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.metadata import tenants
 from shadowtopic.metadata.etcd import EtcdStore
@@ -92,12 +94,14 @@ class Broker:
         self.storage.disk.on_change = self._disk_changed
         self.session = BrokerSession(self.store, config.cluster, config.broker_id, config.url,
                                      list(config.roles), ttl=config.lease_ttl)
+        self.wal_objects = self._object_wal(config)
         self.topics = TopicManager(self.store, self.storage, self.session,
                                    cursor_flush_interval=config.cursor_flush_interval,
                                    entry_cache_bytes=config.entry_cache_bytes,
                                    dedup_idle_seconds=config.dedup_idle_seconds,
-                                   features=self.features)
-        self.maintenance = Maintenance(self.topics, self.features, config.retention_interval)
+                                   features=self.features, wal_objects=self.wal_objects)
+        self.maintenance = Maintenance(self.topics, self.features, config.retention_interval,
+                                       self.wal_objects, config.wal_gc_grace_seconds)
         # who may do what (source/broker/authorize.py), followed from etcd when it is on
         self.authz = Authorizer(self.store, frozenset(config.auth.superuser_roles),
                                 config.auth.authorization, self._source_of)
@@ -120,6 +124,15 @@ class Broker:
         self.http: HttpEndpoint | None = None
         self._started = False
         self._stopping = False
+
+    def _object_wal(self, config: BrokerConfig) -> ObjectWal | None:
+        """The WAL on object storage (`--wal`), or None for the local WAL."""
+        if not config.wal:
+            return None
+        fs, base = object_store.open_root(config.wal, config.s3)
+        return ObjectWal(fs, base, config.wal, self.store, config.broker_id,
+                         ThreadPoolExecutor(max_workers=4, thread_name_prefix="wal-objects"),
+                         window_s=config.wal_window_ms / 1000)
 
     def not_ready(self) -> list[str]:
         """Why `/readyz` says 503 ([]: ready)."""
@@ -194,6 +207,9 @@ class Broker:
         await self._set_health(False)
         await asyncio.to_thread(object_store.check_root, self.storage.fs, self.storage.base,
                                 self.storage.uri)  # an unreachable bucket: RootUnavailable
+        if self.wal_objects is not None:
+            await asyncio.to_thread(object_store.check_root, self.wal_objects.fs,
+                                    self.wal_objects.base, self.wal_objects.uri_prefix)
         await self.storage.disk.probe()  # before anything is served: health tells the truth
         await self._start_http()  # a taken --metrics-port stops the start before gRPC serves
         await self.server.start()
@@ -292,6 +308,8 @@ class Broker:
         await self.maintenance.close()
         await self.authz.close()
         await self.topics.close()
+        if self.wal_objects is not None:
+            await self.wal_objects.close()
         for f in self.features:
             await f.close()
         await self.admin.owners.close()

@@ -129,6 +129,7 @@ class TopicAdmin:
         # nothing can load the topic again; then close, then files. The first delete holds
         # only while the guards' reads stand (a shadow created meanwhile stops it).
         res = await self.store.txn(guards, [Delete(keys.topic_prefix(topic), prefix=True),
+                                            Delete(keys.wal_commits_prefix(topic), prefix=True),
                                             Delete(keys.topic_grants(topic))])
         if not res.succeeded:
             for name in names:  # their consumers were closed above: load afresh when asked
@@ -138,6 +139,7 @@ class TopicAdmin:
             raise errors.ServiceUnavailable(f"{topic} changed while it was deleted; try again")
         for name in names[1:]:
             await self.store.delete(keys.topic_prefix(name), prefix=True)
+            await self.store.delete(keys.wal_commits_prefix(name), prefix=True)
         storage = self.topics.storage
         for name in names:
             await self.topics.unload(name, gone)

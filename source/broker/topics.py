@@ -46,6 +46,7 @@ from shadowtopic.core.policies import Policies
 from shadowtopic.cursors.snapshot import SnapshotCursorStore
 from shadowtopic.ledger.dedup import DEFAULT_IDLE_S as DEDUP_IDLE_S
 from shadowtopic.ledger.entry_cache import DEFAULT_BYTES, EntryCache
+from shadowtopic.ledger.object_wal import ObjectWal
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.view import CompactedReads, LedgerView
 from shadowtopic.metadata import keys
@@ -105,7 +106,8 @@ class TopicManager:
     def __init__(self, store: MetadataStore, storage: Storage, session: BrokerSession,
                  cursor_flush_interval: float = 1.0, entry_cache_bytes: int = DEFAULT_BYTES,
                  features: list[BrokerFeature] | None = None,
-                 dedup_idle_seconds: float = DEDUP_IDLE_S):
+                 dedup_idle_seconds: float = DEDUP_IDLE_S,
+                 wal_objects: ObjectWal | None = None):
         self.store = store
         self.storage = storage
         self.session = session
@@ -120,7 +122,7 @@ class TopicManager:
         self.features = list(features or ())
         self.builder = TopicBuilder(store, storage, session, self.executor, self.entry_cache,
                                     self.cursors, cursor_flush_interval, self.features,
-                                    dedup_idle_seconds, self.encodings)
+                                    dedup_idle_seconds, self.encodings, wal_objects)
         self.builder.on_fenced = self._on_fenced
         self.builder.on_retired = self._on_retired
         self._retiring: set[asyncio.Task] = set()

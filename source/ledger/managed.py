@@ -12,6 +12,10 @@ what it needs:
   open ledger, ledger rolls (`LedgerConfig` says when). Hands rolled ledgers to the sealer.
 - `Sealer` (source/ledger/sealing.py): sealing ledgers to Parquet, keeping those it cannot
   seal yet open (`retry_seals`), and recovering the open ledgers a previous owner left.
+- the `WalSink` (source/ledger/wal_sink.py) the writer makes each group durable through:
+  the local WAL with fsync, or the broker's `ObjectWal` (source/ledger/object_wal.py) when
+  the WAL is on object storage; the sealer restores and releases such ledgers through
+  `TopicWalObjects` (source/ledger/wal_restore.py).
 - `DedupMap` (source/ledger/dedup.py): idempotent producing, the producers' stored
   sequence ids (`dedup`), checked by the writer, recovered by the sealer with the ledgers,
   snapshotted for each seal.
@@ -46,10 +50,13 @@ from shadowtopic.ledger.dedup import DedupMap
 from shadowtopic.ledger.entry_cache import EntryCache
 from shadowtopic.ledger.ledger_list import OPEN, OwnedLedgerList
 from shadowtopic.ledger.ledger_reader import LedgerListReader
+from shadowtopic.ledger.object_wal import ObjectWal
 from shadowtopic.ledger.sealing import UNWRITABLE, Sealer
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.tails import Tails
 from shadowtopic.ledger.view import LedgerRange, ReadEntry, Trimmed, ViewListener
+from shadowtopic.ledger.wal_restore import ObjectOpener, TopicWalObjects, opener
+from shadowtopic.ledger.wal_sink import LocalSink, ObjectSink, WalSink
 from shadowtopic.ledger.writer import GroupCommitWriter, LedgerConfig
 from shadowtopic.metadata import keys
 from shadowtopic.metadata.base import MetadataStore
@@ -72,7 +79,9 @@ class ManagedLedger:
                  ownership_key: str, ownership_value: bytes, epoch: int,
                  executor: Executor, config: LedgerConfig | None = None,
                  lease_ok: Callable[[], bool] = lambda: True,
-                 entry_cache: EntryCache | None = None):
+                 entry_cache: EntryCache | None = None,
+                 wal_objects: ObjectWal | None = None,
+                 open_object: ObjectOpener | None = None):
         self.topic = topic
         self.ledgers_of = topic  # a source reads its own ledgers
         self.store = store
@@ -94,11 +103,16 @@ class ManagedLedger:
                                        lambda: self.ledger_list.current.ledgers,
                                        self.tails.get, cache=self.entry_cache)
         self.dedup = DedupMap(config.dedup_idle_s)
+        objects = TopicWalObjects(store, topic, open_object or opener(storage.s3), executor,
+                                  wal_objects)
         self._sealer = Sealer(topic, storage, executor, self.ledger_list, self.tails,
-                              self.reader, self.dedup, self, self._sealed)
+                              self.reader, self.dedup, self, self._sealed, objects)
+        sink: WalSink = (LocalSink(executor) if wal_objects is None else
+                         ObjectSink(wal_objects, topic, (ownership_key, ownership_value),
+                                    executor))
         self._writer = GroupCommitWriter(topic, store, storage, executor, config,
                                          self.ledger_list, self.tails, self.dedup,
-                                         self._sealer, self, lease_ok, self._notify)
+                                         self._sealer, self, lease_ok, self._notify, sink)
 
     @property
     def config(self) -> LedgerConfig:

@@ -6,8 +6,10 @@ owner's.
   source/ledger/sealed.py), then marked SEALED in the ledger list (with the snapshot of the
   producers' sequence ids as of its end: source/ledger/dedup.py); only then are its WAL
   and its in-memory entries dropped. An empty ledger leaves the list instead.
-- open: every OPEN ledger left by a previous owner is recovered from its WAL (torn tail cut)
-  and sealed before this owner starts a new ledger; its frames' producer sequence ids are
+- open: every OPEN ledger left by a previous owner is recovered from its WAL (torn tail cut;
+  a ledger written with the WAL on object storage has its local WAL rebuilt from its
+  commits first: source/ledger/wal_restore.py) and sealed before this owner starts a new
+  ledger; its frames' producer sequence ids are
   replayed into the dedup map, which starts from the list's last snapshot. Then the topic's
   files the ledger list does not name are deleted (the sweep), still before this owner
   creates any file.
@@ -49,6 +51,7 @@ from shadowtopic.ledger.ledger_reader import LedgerListReader
 from shadowtopic.ledger.sealed import SealResult, mark_sealed, seal_wal
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.tails import Tails
+from shadowtopic.ledger.wal_restore import TopicWalObjects
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 # The ManagedLedger's parts log under one name, as it did when it was a single module.
@@ -68,8 +71,9 @@ class Sealer:
     def __init__(self, topic: TopicName, storage: Storage, executor: Executor,
                  ledger_list: OwnedLedgerList, tails: Tails, reader: LedgerListReader,
                  dedup: DedupMap, fencing: Fencing,
-                 on_sealed: Callable[[mpb.LedgerInfo], None]):
+                 on_sealed: Callable[[mpb.LedgerInfo], None], objects: TopicWalObjects):
         self._topic = topic
+        self._objects = objects
         self._storage = storage
         self._executor = executor
         self._list = ledger_list
@@ -98,8 +102,11 @@ class Sealer:
             await self._recover(info)
 
     async def sweep(self) -> None:
-        """Delete this topic's files that the ledger list does not name (off the loop)."""
+        """Delete this topic's files that the ledger list does not name (off the loop), and
+        the WAL commits of ledgers no longer open (source/ledger/wal_restore.py)."""
         await asyncio.get_running_loop().run_in_executor(self._executor, self._sweep)
+        await self._objects.drop_stale({i.ledger_id for i in self._list.current.ledgers
+                                        if i.state == OPEN})
 
     def _sweep(self) -> None:
         """Delete this topic's files that the ledger list does not name: a WAL left after
@@ -130,6 +137,8 @@ class Sealer:
         """
         path = self._storage.wal_path(info.wal_path)
         loop = asyncio.get_running_loop()
+        if info.wal_objects:  # what its commits say, whatever the local copy holds
+            await self._objects.restore(info.ledger_id, path)
         try:  # only the frame index: the seal reads the entries back a frame at a time
             rec = await loop.run_in_executor(self._executor, lambda: walmod.recover(
                 path, keep_raws=False))
@@ -222,11 +231,15 @@ class Sealer:
         The WAL and the ledger's in-memory entries go only once the list says SEALED; then
         `on_sealed` hears of it. An empty ledger is removed from the list (None returned).
         """
+        known = self._list.info(lid)
+        objects = known is not None and known.wal_objects
         if count == 0:
             self._dedup_snaps.pop(lid, None)
             await self._list.update(lambda lst: retention.remove_ledgers(lst, {lid}))
             self._forget_tail(lid)
             self._storage.delete_wal(wal_rel)
+            if objects:
+                await self._objects.release(lid)
             return None
         storage = self._storage
         rel = storage.sealed_rel(self._topic, lid)
@@ -253,6 +266,8 @@ class Sealer:
         self._dedup_snaps.pop(lid, None)
         self._forget_tail(lid)
         storage.delete_wal(wal_rel)
+        if objects:
+            await self._objects.release(lid)
         info = self._list.info(lid)
         if info is None:  # the CAS that wrote it keeps it: never the case
             raise errors.Internal(f"{self._topic}: sealed ledger {lid} is not in the list")

@@ -477,6 +477,9 @@ class WalFile:
         """Append and fdatasync (refused once `broken`). On failure (e.g. ENOSPC) the partial
         frame is cut off so later frames never sit behind garbage, and the OSError propagates
         (nothing acked)."""
+        self._append(data, sync=True)
+
+    def _append(self, data: bytes, sync: bool) -> None:
         if self.broken:
             raise OSError(5, "WAL is broken after a failed write")
         try:
@@ -484,7 +487,8 @@ class WalFile:
             while view:
                 n = os.write(self._fd, view)
                 view = view[n:]
-            os.fdatasync(self._fd)
+            if sync:
+                os.fdatasync(self._fd)
         except OSError:
             try:
                 os.ftruncate(self._fd, self._size)
@@ -492,6 +496,21 @@ class WalFile:
                 self.broken = True
             raise
         self._size += len(data)
+
+    def write(self, data: bytes) -> None:
+        """Append without an fsync (a local copy of what a WAL on object storage makes
+        durable: source/ledger/wal_sink.py); on failure the partial frame is cut off."""
+        self._append(data, sync=False)
+
+    def cut_back(self, size: int) -> None:
+        """Cut the file back to `size` bytes (frames written but never made durable);
+        `broken` when it cannot be cut."""
+        try:
+            os.ftruncate(self._fd, size)
+        except OSError:
+            self.broken = True
+            raise
+        self._size = size
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -4,7 +4,10 @@ appends, group commit and ledger rolls.
 - append: batches queue on the open ledger; one writer task per open ledger takes everything
   queued, assigns entry ids, writes one buffer and fdatasyncs it (group commit), then makes
   the entries visible and resolves every waiting append. Nothing is acknowledged before its
-  fsync; a failed write acknowledges nothing and cuts the WAL back.
+  fsync; a failed write acknowledges nothing and cuts the WAL back. With the WAL on object
+  storage the group is made durable by its `WalSink` (source/ledger/wal_sink.py): in an
+  object and committed in etcd; a commit refused for lost ownership, or whose outcome is
+  unknown, fences the ledger; the ledger rolls after `max_commits` flush windows.
 - rollover (by entries, bytes or age): a new ledger is registered OPEN in etcd before it takes
   writes, the old one drains and is sealed to Parquet in the background (by the `Seals` it
   was given: source/ledger/sealing.py), then marked SEALED.
@@ -48,6 +51,7 @@ from shadowtopic.ledger.entry_cache import TailEntries
 from shadowtopic.ledger.ledger_list import OPEN, SEALED, Fencing, OwnedLedgerList, now_ms
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.tails import Tails
+from shadowtopic.ledger.wal_sink import CommitFailed, WalSink
 from shadowtopic.metadata import keys
 from shadowtopic.metadata.base import MetadataStore, MetadataUnavailable
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
@@ -76,6 +80,9 @@ class LedgerConfig:
     max_entries: int = 200_000
     max_bytes: int = 64 << 20
     max_age_s: float = 4 * 3600
+    #: with the WAL on object storage, the flush windows (etcd commit records) a ledger takes
+    #: before it rolls: its commits stay in etcd until it seals (source/ledger/object_wal.py)
+    max_commits: int = 10_000
     #: idempotent producing: a producer idle this long is forgotten (source/ledger/dedup.py)
     dedup_idle_s: float = DEFAULT_IDLE_S
 
@@ -113,9 +120,11 @@ class OpenLedger:
         self.after: asyncio.Task[None] | None = None  # the previous ledger's writer
         self.closing = False
         self.writer: asyncio.Task[None] | None = None
+        self.commits = 0  # groups committed to WAL objects (0 with the local WAL)
 
     def full(self, cfg: LedgerConfig) -> bool:
         return (self.queued_entries >= cfg.max_entries or self.queued_bytes >= cfg.max_bytes
+                or self.commits >= cfg.max_commits
                 or (self.queued_entries > 0 and time.monotonic() - self.created >= cfg.max_age_s))
 
 
@@ -132,8 +141,10 @@ class GroupCommitWriter:
     def __init__(self, topic: TopicName, store: MetadataStore, storage: Storage,
                  executor: Executor, config: LedgerConfig, ledger_list: OwnedLedgerList,
                  tails: Tails, dedup: DedupMap, seals: Seals, fencing: Fencing,
-                 lease_ok: Callable[[], bool], on_entries: Callable[[], None]):
+                 lease_ok: Callable[[], bool], on_entries: Callable[[], None],
+                 sink: WalSink):
         self.config = config
+        self._sink = sink
         self._topic = topic
         self._store = store
         self._storage = storage
@@ -255,7 +266,6 @@ class GroupCommitWriter:
         frames as one buffer with one fdatasync, then confirms the entries and resolves the
         appends (or fails them all). Ends when the ledger is closing and nothing is pending.
         """
-        loop = asyncio.get_running_loop()
         dedup = self._dedup
         while True:
             await led.wake.wait()
@@ -267,25 +277,31 @@ class GroupCommitWriter:
                 led.after = None
             while led.pending:
                 pending, led.pending = led.pending, []
+                first_id = len(led.entries)
                 publish_ms, group = self._write_group(led, pending)
                 frames = [item[1] for item in group if item[1] is not None]
                 at = led.wal.size  # where the first frame goes
                 try:
                     if frames:
-                        await loop.run_in_executor(self._executor, led.wal.write_sync,
-                                                   b"".join(frames))
+                        await self._sink.persist(led.wal, led.ledger_id, first_id,
+                                                 sum(len(item[0]) for item in group
+                                                     if item[1] is not None),
+                                                 b"".join(frames))
+                    if frames and self._sink.objects:
+                        led.commits += 1
+                except CommitFailed as exc:  # not committed (or not known to be)
+                    dedup.rollback()
+                    if exc.fence:
+                        self._fence(exc.error)
+                    self._fail_group(led, group, exc.error)
+                    continue
                 except OSError as exc:  # nothing of the group is acknowledged
                     dedup.rollback()
                     self._storage.disk.report(exc)
                     err = errors.storage_error(exc, f"{self._topic}: WAL write")
                     if led.wal.broken:  # could not cut the failed frame off: stop here
                         self._fence(errors.Internal(f"{self._topic}: WAL unusable: {exc}"))
-                    for raws, frame, size, fut, _first in group:
-                        if frame is not None:
-                            led.queued_entries -= len(raws)
-                            led.queued_bytes -= size
-                        if not fut.done():
-                            fut.set_exception(err)
+                    self._fail_group(led, group, err)
                     continue
                 if not self._lease_ok():
                     # durable, but this broker may no longer own the topic: acknowledge
@@ -318,6 +334,16 @@ class GroupCommitWriter:
                 # seal records (source/ledger/dedup.py)
                 self._seals.snapshot_dedup(led.ledger_id)
                 return
+
+    @staticmethod
+    def _fail_group(led: OpenLedger, group: list[Taken], err: BaseException) -> None:
+        """Nothing of a group is acknowledged: its appends fail with `err`."""
+        for raws, frame, size, fut, _first in group:
+            if frame is not None:
+                led.queued_entries -= len(raws)
+                led.queued_bytes -= size
+            if not fut.done():
+                fut.set_exception(err)
 
     def _write_group(self, led: OpenLedger, pending: list[Pending]) -> tuple[int, list[Taken]]:
         """Check the group's sequenced batches against the dedup map, assign entry ids and
@@ -375,7 +401,8 @@ class GroupCommitWriter:
         except OSError as exc:
             raise await write_failure(disk, exc, f"{self._topic}: starting a new ledger",
                                       self._executor) from None
-        info = mpb.LedgerInfo(ledger_id=lid, state=OPEN, wal_path=rel, created_ms=now_ms())
+        info = mpb.LedgerInfo(ledger_id=lid, state=OPEN, wal_path=rel, created_ms=now_ms(),
+                              wal_objects=self._sink.objects)
         try:
             await self._list.update(lambda lst: lst.ledgers.append(info))
         except errors.ShadowTopicError:

@@ -21,6 +21,10 @@ unless noted.
                                                       source/metadata/migrate.py)
     /shadowtopic/topics/<topic-path>/subscriptions/<sub>
     /shadowtopic/topics/<topic-path>/cursors          CursorPointer (cursors.proto): durable cursors
+    /shadowtopic/wal-commits/<topic-path>/<ledger:020d>/<first:020d>
+                                                      WalCommit: a flush window's batches of an
+                                                      open ledger in a WAL object (written by
+                                                      the owner: source/ledger/object_wal.py)
     /shadowtopic/counters/ledger-id                   counter (ascii int): cluster-unique ledger ids
     /shadowtopic/clusters/<c>/compaction/requests/<topic-path>
                                                       CompactionRequest: a queued or running
@@ -161,6 +165,23 @@ def topic_info(topic: TopicName) -> str:
 
 def ledgers(topic: TopicName) -> str:
     return _t(topic) + "/ledgers"
+
+
+WAL_COMMITS_PREFIX = f"{ROOT}/wal-commits/"
+
+
+def wal_commits_prefix(topic: TopicName) -> str:
+    """Every WAL commit of a topic (apart from the topic's keys: no follower of the topic
+    wakes with each flush window)."""
+    return f"{WAL_COMMITS_PREFIX}{topic.path}/"
+
+
+def wal_commits_of_ledger(topic: TopicName, ledger_id: int) -> str:
+    return f"{wal_commits_prefix(topic)}{ledger_id:020d}/"
+
+
+def wal_commit(topic: TopicName, ledger_id: int, first_entry_id: int) -> str:
+    return f"{wal_commits_of_ledger(topic, ledger_id)}{first_entry_id:020d}"
 
 
 def epoch_counter(topic: TopicName) -> str:

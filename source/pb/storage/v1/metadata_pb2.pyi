@@ -141,7 +141,7 @@ class Policies(_message.Message):
     def __init__(self, retention_time_seconds: _Optional[int] = ..., retention_size_bytes: _Optional[int] = ..., max_message_size: _Optional[int] = ..., compaction_threshold_bytes: _Optional[int] = ..., retain_null_key: _Optional[bool] = ..., replicator_auto_reset_backlog_entries: _Optional[int] = ..., ledger_max_entries: _Optional[int] = ..., ledger_max_bytes: _Optional[int] = ..., ledger_max_age_seconds: _Optional[int] = ..., max_producers: _Optional[int] = ..., max_subscriptions: _Optional[int] = ..., max_consumers: _Optional[int] = ..., retention_keeps_shadow_backlog: _Optional[bool] = ..., delete_retention_seconds: _Optional[int] = ..., message_ttl_seconds: _Optional[int] = ..., backlog_quota_size_bytes: _Optional[int] = ..., backlog_quota_age_seconds: _Optional[int] = ..., backlog_quota_action: _Optional[_Union[BacklogQuotaAction, str]] = ..., subscription_expiration_seconds: _Optional[int] = ...) -> None: ...
 
 class LedgerInfo(_message.Message):
-    __slots__ = ("ledger_id", "state", "entries", "size_bytes", "path", "wal_path", "created_ms", "sealed_ms", "crc32c", "first_publish_ms", "last_publish_ms")
+    __slots__ = ("ledger_id", "state", "entries", "size_bytes", "path", "wal_path", "created_ms", "sealed_ms", "crc32c", "first_publish_ms", "last_publish_ms", "wal_objects")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
@@ -153,6 +153,7 @@ class LedgerInfo(_message.Message):
     CRC32C_FIELD_NUMBER: _ClassVar[int]
     FIRST_PUBLISH_MS_FIELD_NUMBER: _ClassVar[int]
     LAST_PUBLISH_MS_FIELD_NUMBER: _ClassVar[int]
+    WAL_OBJECTS_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     state: LedgerState
     entries: int
@@ -164,7 +165,22 @@ class LedgerInfo(_message.Message):
     crc32c: int
     first_publish_ms: int
     last_publish_ms: int
-    def __init__(self, ledger_id: _Optional[int] = ..., state: _Optional[_Union[LedgerState, str]] = ..., entries: _Optional[int] = ..., size_bytes: _Optional[int] = ..., path: _Optional[str] = ..., wal_path: _Optional[str] = ..., created_ms: _Optional[int] = ..., sealed_ms: _Optional[int] = ..., crc32c: _Optional[int] = ..., first_publish_ms: _Optional[int] = ..., last_publish_ms: _Optional[int] = ...) -> None: ...
+    wal_objects: bool
+    def __init__(self, ledger_id: _Optional[int] = ..., state: _Optional[_Union[LedgerState, str]] = ..., entries: _Optional[int] = ..., size_bytes: _Optional[int] = ..., path: _Optional[str] = ..., wal_path: _Optional[str] = ..., created_ms: _Optional[int] = ..., sealed_ms: _Optional[int] = ..., crc32c: _Optional[int] = ..., first_publish_ms: _Optional[int] = ..., last_publish_ms: _Optional[int] = ..., wal_objects: _Optional[bool] = ...) -> None: ...
+
+class WalCommit(_message.Message):
+    __slots__ = ("object", "offset", "length", "first_entry_id", "count")
+    OBJECT_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ENTRY_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    object: str
+    offset: int
+    length: int
+    first_entry_id: int
+    count: int
+    def __init__(self, object: _Optional[str] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ..., first_entry_id: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
 
 class LedgerList(_message.Message):
     __slots__ = ("ledgers", "writer_epoch", "entries_added", "entries_deleted", "dedup")

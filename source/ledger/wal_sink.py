@@ -1,0 +1,71 @@
+"""Where a group commit's frames become durable: the seam between a topic's writer
+(source/ledger/writer.py) and the broker's choice of WAL.
+
+- `LocalSink` (the default): the frames are appended to the open ledger's local WAL and
+  fdatasynced (source/ledger/wal.py).
+- `ObjectSink` (`--wal s3://...`): the frames are appended to the local WAL without an fsync
+  (a copy this broker reads evicted entries and seals from), then committed through the
+  broker's `ObjectWal` (source/ledger/object_wal.py): durable once in an object and
+  committed in etcd under the topic's ownership record. If the commit fails, the local copy
+  is cut back to where the group began.
+
+Either raises `OSError` (the local write failed: nothing durable, the WAL cut back) or
+`CommitFailed` (`fence` says whether the ledger may take more appends).
+"""
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+from typing import Protocol
+
+from shadowtopic.core.names import TopicName
+from shadowtopic.ledger import wal as walmod
+from shadowtopic.ledger.object_wal import CommitFailed, ObjectWal
+
+__all__ = ["CommitFailed", "LocalSink", "ObjectSink", "WalSink"]
+
+
+class WalSink(Protocol):
+    #: whether ledgers written through it are committed to WAL objects (LedgerInfo.wal_objects)
+    objects: bool
+
+    async def persist(self, wal: walmod.WalFile, ledger_id: int, first_entry_id: int,
+                      count: int, frames: bytes) -> None:
+        """Make `frames` (entries first_entry_id .. + count - 1 of the ledger) durable."""
+        ...
+
+
+class LocalSink:
+    objects = False
+
+    def __init__(self, executor: Executor):
+        self._executor = executor
+
+    async def persist(self, wal: walmod.WalFile, ledger_id: int, first_entry_id: int,
+                      count: int, frames: bytes) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._executor, wal.write_sync,
+                                                         frames)
+
+
+class ObjectSink:
+    objects = True
+
+    def __init__(self, objects: ObjectWal, topic: TopicName, ownership: tuple[str, bytes],
+                 executor: Executor):
+        self._objects = objects
+        self._topic = topic
+        self._ownership = ownership
+        self._executor = executor
+
+    async def persist(self, wal: walmod.WalFile, ledger_id: int, first_entry_id: int,
+                      count: int, frames: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        at = wal.size
+        await loop.run_in_executor(self._executor, wal.write, frames)
+        try:
+            await self._objects.commit(self._topic, self._ownership, ledger_id,
+                                       first_entry_id, count, frames)
+        except CommitFailed as exc:
+            if not exc.fence:  # nothing committed: the ids are used again
+                await loop.run_in_executor(self._executor, wal.cut_back, at)
+            raise

@@ -1,0 +1,93 @@
+"""The write-ahead log on object storage (issue 33): two source brokers of one cluster with
+`--wal s3://...` on moto's S3 server (s3_support.py) and the ledgers under an S3 root. A
+produce is acknowledged once its flush window's object is written and committed in etcd;
+kill -9 of the owner plus the loss of its whole data dir loses nothing acknowledged: the
+other broker takes the topic, rebuilds the open ledger from the commits, and the producer
+carries on there exactly once (idempotent producing across the move)."""
+from __future__ import annotations
+
+import shutil
+import uuid
+
+import pytest
+from support.s3_support import MotoS3
+
+from shadowtopic.broker.server import free_port
+from shadowtopic.client import Client
+from shadowtopic.standalone import BrokerProcess
+
+
+@pytest.fixture
+def moto(tmp_path):
+    with MotoS3(str(tmp_path)) as m:
+        yield m
+
+
+def brokers(etcd, moto: MotoS3, tmp_path, n: int = 2) -> list[BrokerProcess]:
+    bucket = moto.new_bucket()
+    cluster = f"c-{uuid.uuid4().hex[:8]}"
+    args = ["--lease-ttl", "2", "--cluster", cluster, "--storage-root", f"s3://{bucket}/root",
+            "--wal", f"s3://{bucket}/wal", *moto.s3_args()]
+    return [BrokerProcess(etcd.endpoint, str(tmp_path / f"b{i}"), free_port(), extra_args=args,
+                          env=moto.env) for i in range(n)]
+
+
+def send(producer, values: list[str]) -> list:
+    """Send without waiting for each receipt; the ids, in order, once all are acknowledged."""
+    ids: list = [None] * len(values)
+    failed: list[BaseException] = []
+
+    def receipt(i: int):
+        def done(mid, exc) -> None:
+            if exc is not None:
+                failed.append(exc)
+            ids[i] = mid
+        return done
+
+    for i, v in enumerate(values):
+        producer.send_async(v, callback=receipt(i))
+    producer.flush()
+    assert not failed and None not in ids, failed[:1]
+    return ids
+
+
+def test_the_owners_machine_lost_with_its_disk_loses_nothing_acknowledged(etcd_server, moto,
+                                                                           tmp_path):
+    a, b = brokers(etcd_server, moto, tmp_path)
+    topic = f"persistent://public/ns-{uuid.uuid4().hex[:8]}/t"
+    try:
+        a.start(timeout=60)
+        b.start(timeout=60)
+        first = [f"m{i}" for i in range(300)]
+        with Client(a.url, timeout=30) as c:
+            c.admin.create_topic(topic)
+            with c.create_producer(topic, producer_name="p1") as p:
+                ids = send(p, first[:100])
+                c.admin.roll_ledger(topic)  # one ledger sealed from its objects
+                ids += send(p, first[100:])
+        assert len(set(ids)) == 300
+        wal_objects = moto.keys(moto_bucket(a), "wal/")
+        assert wal_objects, "no WAL object was written"
+        a.kill()
+        shutil.rmtree(a.data_dir)
+        with Client(b.url, timeout=60) as c:
+            with c.create_reader(topic, start="earliest") as r:
+                got = [r.read_next(timeout=60) for _ in range(300)]
+                assert [m.payload.decode() for m in got] == first
+                assert [m.message_id for m in got] == ids
+                assert not r.has_message_available()
+            with c.create_producer(topic, producer_name="p1") as p:
+                more = send(p, ["n0", "n1"])
+            with c.create_reader(topic, start="earliest") as r:
+                vals = [r.read_next(timeout=30).payload.decode() for _ in range(302)]
+                assert vals == first + ["n0", "n1"]
+                assert not r.has_message_available()
+        assert more[0] > ids[-1]
+    finally:
+        for x in (a, b):
+            x.kill()
+
+
+def moto_bucket(b: BrokerProcess) -> str:
+    root = b.extra_args[b.extra_args.index("--storage-root") + 1]
+    return root[len("s3://"):].split("/", 1)[0]
