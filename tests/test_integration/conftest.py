@@ -68,8 +68,17 @@ def topic():
 
 
 @pytest.fixture
-def cli(broker):
-    """Run the `shadowtopic` CLI against the test broker: cli(*args) -> CompletedProcess."""
+def cli(binary_cli):
+    """Run the `shadowtopic` CLI against the test broker: cli(*args) -> CompletedProcess.
+    The installed console script (`binary_cli`); a module whose tests run many commands may
+    override it with support.cli_inprocess's `runner` (their command in this process)."""
+    return binary_cli
+
+
+@pytest.fixture
+def binary_cli(broker):
+    """Run the installed `shadowtopic` console script against the test broker:
+    cli(*args) -> CompletedProcess."""
     exe = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
 
     def run(*args: str, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess:

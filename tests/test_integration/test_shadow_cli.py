@@ -1,8 +1,11 @@
 """`shadowtopic read`, `consume` and the admin commands work on shadow topics unchanged, driven
-as a user drives them: the installed `shadowtopic` console script against a source broker and
-a shadow broker (`python -m shadowtopic.shadow.broker`) on one storage root and the session's
-etcd. The CLI is told the SOURCE broker's URL (or any broker's): Lookup sends it to the shadow
-broker.
+as a user drives them against a source broker and a shadow broker (`python -m
+shadowtopic.shadow.broker`) on one storage root and the session's etcd. The CLI is told the
+SOURCE broker's URL (or any broker's): Lookup sends it to the shadow broker.
+
+The commands run in this process (support/cli_inprocess.py: the console script's `main`, a
+second of Python start-up saved on each of some hundred commands); one test runs the
+installed `shadowtopic` console script for each command it uses (`binary_cli`).
 
 Conventions as in test_cli.py: `-o json` prints one document (`read`/`consume`: one object
 per line); every error is exactly one `error: ...` line on stderr and exit code 1."""
@@ -14,6 +17,7 @@ import subprocess
 import sys
 
 import pytest
+from support.cli_inprocess import run_main
 from support.waiting import wait_for
 
 EXE = os.path.join(os.path.dirname(sys.executable), "shadowtopic")
@@ -35,17 +39,20 @@ def own_pair(start_pair):
     return start_pair()
 
 
-def cli_of(src):
+def cli_of(src, binary: bool = False):
     """cli(*args, url=...) -> CompletedProcess: the CLI with SHADOWTOPIC_URL = the source
-    broker `src`'s URL; `url=X` runs it with `--url X` and no SHADOWTOPIC_URL instead."""
+    broker `src`'s URL; `url=X` runs it with `--url X` and no SHADOWTOPIC_URL instead. In
+    this process, or with `binary` the installed console script."""
 
     def run(*args: str, url: str | None = None,
             timeout: float = 120) -> subprocess.CompletedProcess:
+        if url is not None:
+            args = (*args, "--url", url)
+        if not binary:
+            return run_main(args, {"SHADOWTOPIC_URL": src.url if url is None else None})
         env = {k: v for k, v in os.environ.items() if k != "SHADOWTOPIC_URL"}
         if url is None:
             env["SHADOWTOPIC_URL"] = src.url
-        else:
-            args = (*args, "--url", url)
         return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=timeout,
                               env=env, stdin=subprocess.DEVNULL)
 
@@ -54,8 +61,14 @@ def cli_of(src):
 
 @pytest.fixture
 def cli(pair):
-    """`cli_of` the module's pair."""
+    """`cli_of` the module's pair, in this process."""
     return cli_of(pair[0])
+
+
+@pytest.fixture
+def binary_cli(pair):
+    """`cli_of` the module's pair, the installed console script."""
+    return cli_of(pair[0], binary=True)
 
 
 # ---- helpers --------------------------------------------------------------------------------
@@ -197,8 +210,10 @@ def test_read_consume_and_admin_commands_work_on_a_shadow_through_the_source_bro
     one_line_error(cli("topics", "get-shadow-topics", topic), contains="TopicNotFound")
 
 
-def test_any_brokers_url_reaches_a_shadow_and_its_source(pair, cli, topic):
+def test_any_brokers_url_reaches_a_shadow_and_its_source(pair, binary_cli, topic):
+    """The installed script, told any broker's URL by `--url` (no SHADOWTOPIC_URL)."""
     src, sh = pair
+    cli = binary_cli
     shadow = f"{topic}-shadow"
     ok(cli("topics", "create", topic, url=sh.url))               # asked of the shadow broker
     ok(cli("produce", topic, "-m", "m", "-n", "10", url=sh.url))
@@ -264,8 +279,9 @@ def test_stats_internal_of_a_shadow_lists_the_sources_ledger_ids(own_pair, topic
         25, src["lastConfirmedEntry"]), served
 
     sh.kill()                                             # nobody serves the shadow now
-    wait_for(lambda: cli("topics", "lookup", shadow).returncode == 1, 30,
-             "the shadow broker's registration to lapse", interval=0.2)
+    # (each lookup gives up after 1 s: the CLI's default retries 10 s for a broker to come)
+    wait_for(lambda: cli("topics", "lookup", shadow, "--operation-timeout", "1").returncode
+             == 1, 30, "the shadow broker's registration to lapse", interval=0.2)
     unserved = jdoc(cli("topics", "stats-internal", shadow, "-o", "json"))
     assert ledger_ids(unserved) == ledger_ids(src), \
         f"the shadow's stats-internal while nobody serves it: {unserved}"
