@@ -71,11 +71,42 @@ def pytest_configure(config):
 
 PROCESS_FIXTURES = {"etcd_server", "spark"}
 
+#: The files whose tests use the test process's compaction worker (`worker` in
+#: tests/test_integration/conftest.py, a Spark JVM: 10-25 s to start on the 2-core CI
+#: machine, and heavy on both cores while it does). Under `--dist loadfile` they are one unit
+#: of work (`pytest_xdist_make_scheduler`), so one test process runs them all and starts the
+#: worker once, not once in each process that one of them lands in. A test of another file
+#: that uses `worker` fails the collection until its file is named here.
+SHARED_WORKER_FILES = (
+    "tests/test_integration/test_compaction.py",
+    "tests/test_integration/test_compacted_reopen.py",
+    "tests/test_integration/test_compaction_deletes.py",
+    "tests/test_integration/test_metrics.py",
+)
+
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "test_integration" in item.path.parts or PROCESS_FIXTURES & set(item.fixturenames):
             item.add_marker(pytest.mark.integration)
+        if "worker" in item.fixturenames and \
+                item.path.relative_to(REPO).as_posix() not in SHARED_WORKER_FILES:
+            raise pytest.UsageError(f"{item.nodeid} uses the shared compaction worker: name "
+                                    "its file in SHARED_WORKER_FILES (tests/conftest.py)")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, except that the files of `SHARED_WORKER_FILES` are one unit."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedWorkerFiles(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return SHARED_WORKER_FILES[0] if scope in SHARED_WORKER_FILES else scope
+
+    return SharedWorkerFiles(config, log)
 
 
 @pytest.fixture(scope="session")
