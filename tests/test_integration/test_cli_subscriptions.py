@@ -1,7 +1,18 @@
-"""The subscription commands of the CLI against a real broker, as a user types them."""
+"""The subscription commands of the CLI against a real broker, as a user types them. They
+run in this process (`cli`: the console script's `main`, support/cli_inprocess.py), but
+for the last test's: the installed script (`binary_cli`), as in test_cli_finish.py."""
 from __future__ import annotations
 
 import json
+
+import pytest
+from support.cli_inprocess import runner
+
+
+@pytest.fixture
+def cli(broker):
+    """The CLI in this process, against the test broker."""
+    return runner(broker.url)
 
 
 def test_consume_and_the_topics_subscription_commands(cli, client, topic):
@@ -41,10 +52,11 @@ def test_consume_and_the_topics_subscription_commands(cli, client, topic):
     assert res.returncode == 1 and len(res.stderr.splitlines()) == 1
 
 
-def test_create_subscription_at_latest_starts_after_the_newest_message(cli, topic):
+def test_create_subscription_at_latest_starts_after_the_newest_message(binary_cli, topic):
     """`topics create-subscription -m latest` as Pulsar's `MessageId.latest` (and as
     `consume -p latest`): the messages already there are not in its backlog; one produced
     afterwards is."""
+    cli = binary_cli
     cli("topics", "create", topic, check=True)
     cli("produce", topic, "-m", "old", "-n", "3", check=True)
     cli("topics", "create-subscription", topic, "-s", "at-latest", "--messageId", "latest",

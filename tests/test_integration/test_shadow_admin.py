@@ -1,5 +1,7 @@
 """Shadow topics' admin lifecycle (docs/BEHAVIOURS.md S1-S6) and R4, driven as a user drives them:
 the `shadowtopic` CLI and the Python client against a real broker process and real etcd.
+The CLI's commands run in this process (`cli`: the console script's `main`,
+support/cli_inprocess.py; test_shadow_cli.py runs the installed script on shadows).
 What must not change is checked where it lives: etcd's keys (values and mod revisions) and
 the files under the broker's storage root, byte for byte."""
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 
 import grpc
 import pytest
+from support.cli_inprocess import runner
 from support.etcd_support import etcd_prefix, etcd_put
 
 from shadowtopic.client import errors
@@ -27,6 +30,12 @@ SHADOW, SOURCE = mpb.TopicKind.SHADOW, mpb.TopicKind.SOURCE
 
 
 # ---- helpers ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def cli(broker):
+    """The CLI in this process, against the test broker."""
+    return runner(broker.url)
+
 
 def ok(res) -> str:
     assert res.returncode == 0, f"exit {res.returncode}\nstdout: {res.stdout}\nstderr: {res.stderr}"
