@@ -1,14 +1,15 @@
 """A cursor change that answers "done" survives kill -9 of the broker that owns the topic
 (issue 29, docs/BEHAVIOURS.md C4a): reset-cursor by id and by time, skip, clear-backlog,
-create-subscription at a position, a consumer's seek, unsubscribe and delete. Each case
-makes the change through the client, waits for its answer, kills the owner at once (no
-sleep), restarts it, and finds the subscription where the answer put it: its backlog, and a
-fresh consumer receiving exactly the messages that position implies. The same on a shadow's
-own subscription, on the shadow broker.
+create-subscription at a position, a consumer's seek, unsubscribe and delete. Every change is
+made through the client on a topic of its own, each waited for (its answer); then the owner
+is killed at once (no sleep) and restarted, once for all of them (`source_changes`, a broker
+restart per change cost seconds each), and each case's test finds its subscription where the
+answer put it: its backlog, and a fresh consumer receiving exactly the messages that
+position implies. The same on a shadow's own subscriptions, on the shadow broker.
 
-The brokers flush batched cursor changes every 30 s (`--cursor-flush-interval`), so
-nothing here is saved by a flush that happened to come between the answer and the kill:
-only a write made before the answer counts.
+The brokers flush batched cursor changes only once an hour (`--cursor-flush-interval`), so
+nothing here is saved by a flush that happened to come between an answer and the kill: only
+a write made before the answer counts.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from shadowtopic.client import Client, errors
 from shadowtopic.standalone import BrokerProcess
 
 N = 20
-SLOW_FLUSH = ["--lease-ttl", "3", "--cursor-flush-interval", "30"]
+SLOW_FLUSH = ["--lease-ttl", "3", "--cursor-flush-interval", "3600"]
 CHANGES = ["reset_by_id", "reset_by_time", "skip", "clear_backlog", "create_at", "seek",
            "unsubscribe", "delete"]
 
@@ -163,37 +164,60 @@ def check_after_restart(c: Client, topic: str, ids: list, first: int | None) -> 
             cons.receive(timeout=0.5)
 
 
-@pytest.mark.parametrize("kind", CHANGES)
-def test_a_cursor_change_answered_done_survives_kill_9(source_broker, kind):
-    topic = f"persistent://durable/{uuid.uuid4().hex[:10]}/t"
+@pytest.fixture(scope="module")
+def source_changes(source_broker) -> dict[str, tuple[str, list, int | None]]:
+    """Every change of CHANGES on a topic of its own of the source broker, each answered;
+    then the broker killed at once and restarted: {kind: (topic, ids, first)} (`change`)."""
+    made = {}
     with Client(source_broker.url, timeout=20) as c:
-        c.admin.create_topic(topic)
-        ids, at_ms = fill(c, topic)
-        first = change(c, topic, kind, ids, at_ms)
-        source_broker.kill()  # at once: no flush can have saved it since the answer
+        for kind in CHANGES:
+            topic = f"persistent://durable/{uuid.uuid4().hex[:10]}/t"
+            c.admin.create_topic(topic)
+            ids, at_ms = fill(c, topic)
+            made[kind] = (topic, ids, change(c, topic, kind, ids, at_ms))
+        source_broker.kill()  # at once: no flush can have saved them since the answers
     source_broker.start(timeout=60)
+    return made
+
+
+@pytest.mark.parametrize("kind", CHANGES)
+def test_a_cursor_change_answered_done_survives_kill_9(source_broker, source_changes, kind):
+    topic, ids, first = source_changes[kind]
     with Client(source_broker.url, timeout=20) as c:
         check_after_restart(c, topic, ids, first)
 
 
-@pytest.mark.parametrize("kind", CHANGES)
-def test_a_shadow_subscription_change_answered_done_survives_kill_9(shadow_pair, kind):
+@pytest.fixture(scope="module")
+def shadow_changes(shadow_pair) -> dict[str, tuple[str, list, int | None]]:
+    """`source_changes` on shadows: every change on a shadow of its own (of a source of its
+    own), served by the shadow broker; then the shadow broker killed at once and restarted:
+    {kind: (shadow, ids, first)}."""
     src, sh = shadow_pair
-    topic = f"persistent://durable/{uuid.uuid4().hex[:10]}/t"
-    shadow = f"{topic}-shadow"
+    made = {}
     with Client(src.url, timeout=20) as c:
-        c.admin.create_topic(topic)
-        c.admin.create_shadow_topic(shadow, topic)
-        ids, at_ms = fill(c, topic)
-        with c.create_reader(shadow, start="earliest") as r:  # the shadow has them all
-            for i in range(N):
-                assert r.read_next(timeout=15).payload == f"m{i}".encode()
-        owner = c.admin.lookup(shadow).get("brokerUrl")
-        assert owner == sh.url, f"the shadow broker serves the shadow, not {owner}"
-        # the shadow's own ids are the source's (a shadow replicates them as they are)
-        first = change(c, shadow, kind, ids, at_ms)
+        for kind in CHANGES:
+            topic = f"persistent://durable/{uuid.uuid4().hex[:10]}/t"
+            shadow = f"{topic}-shadow"
+            c.admin.create_topic(topic)
+            c.admin.create_shadow_topic(shadow, topic)
+            ids, at_ms = fill(c, topic)
+            with c.create_reader(shadow, start="earliest") as r:  # the shadow has them all
+                for i in range(N):
+                    assert r.read_next(timeout=15).payload == f"m{i}".encode()
+            owner = c.admin.lookup(shadow).get("brokerUrl")
+            assert owner == sh.url, f"the shadow broker serves the shadow, not {owner}"
+            # the shadow's own ids are the source's (a shadow replicates them as they are)
+            made[kind] = (shadow, ids, change(c, shadow, kind, ids, at_ms))
         sh.kill()
     sh.start(timeout=60)
+    return made
+
+
+@pytest.mark.parametrize("kind", CHANGES)
+def test_a_shadow_subscription_change_answered_done_survives_kill_9(shadow_pair, shadow_changes,
+                                                                    kind):
+    src, sh = shadow_pair
+    shadow, ids, first = shadow_changes[kind]
     with Client(src.url, timeout=20) as c:
         wait_for(lambda: c.admin.lookup(shadow).get("brokerUrl") == sh.url,
                  what="the shadow broker to serve the shadow again")
@@ -201,7 +225,7 @@ def test_a_shadow_subscription_change_answered_done_survives_kill_9(shadow_pair,
 
 
 def test_a_reset_wins_over_acknowledgements_batched_before_it(source_broker):
-    """A consumer acknowledges all 20 messages (batched, in memory: no flush for 30 s) and
+    """A consumer acknowledges all 20 messages (batched, in memory: no flush for an hour) and
     a reset to message 5 answers; killed at once, the subscription restarts at message 5:
     the reset, not the older batched state, nor the state saved before the acks."""
     topic = f"persistent://durable/{uuid.uuid4().hex[:10]}/t"
