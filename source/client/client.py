@@ -128,15 +128,17 @@ class Client:
     def _route(self, meta: TopicMetadata, admin: Admin) -> Connection:
         """The connection for a topic: by Lookup (any broker answers, so a user names one
         broker and never needs to know which process serves a shadow), followed for a
-        shadow, or when the asked broker says it does not serve the topic's kind; a source
-        topic otherwise stays with the broker this client was given (it serves the topic
-        or takes it over from a dead owner). A connection per broker, reused."""
+        shadow, for a source topic another live broker owns (several source brokers), or
+        when the asked broker says it does not serve the topic's kind; a source topic
+        nobody owns stays with the broker this client was given (it takes it, from a dead
+        owner too). A connection per broker, reused."""
         try:
             answer = admin.lookup(meta.topic)
         except (errors.Unimplemented, errors.ServiceUnavailable):
             return self._conn  # no lookup, or no broker for it: the given broker says why
         url = answer.get("brokerUrl") or self.url
-        if meta.kind != "shadow" and not answer.get("redirect"):
+        if meta.kind != "shadow" and not answer.get("redirect") and (
+                not answer.get("epoch") or url == self.url):
             return self._conn
         with self._lock:
             if self._closed:

@@ -4,12 +4,14 @@
 source/client/retry.py's, within the connection's `operation_timeout`. The channel tries to
 reconnect to a broker that went away at least every `MAX_RECONNECT_BACKOFF_MS` (gRPC's
 default grows to 120 s): a broker back after a restart is reached within the backoff of
-the retries, not minutes later.
+the retries, not minutes later. A broker that stops answering without closing (paused) is
+found by keepalive pings (`KEEPALIVE_MS`, `KEEPALIVE_TIMEOUT_MS`).
 """
 from __future__ import annotations
 
+import ipaddress
 import os
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -24,6 +26,11 @@ from shadowtopic.security.dial import PLAINTEXT, AuthToken, Dial, token_source
 DEFAULT_URL = "localhost:6650"
 MAX_MESSAGE = 64 << 20
 MAX_RECONNECT_BACKOFF_MS = 1000
+#: a broker that stops answering (paused, its machine frozen, a half-open TCP connection) is
+#: given up after a ping unanswered for KEEPALIVE_TIMEOUT_MS, and the streams on it reconnect
+#: (to the topic's next owner); brokers let clients ping every 10 s (source/broker/memory.py)
+KEEPALIVE_MS = 10_000
+KEEPALIVE_TIMEOUT_MS = 5_000
 
 Req = TypeVar("Req", bound=Message, contravariant=True)
 Resp = TypeVar("Resp", covariant=True)
@@ -81,6 +88,37 @@ def client_dial(url: str | None, trust_certs_file: str | None, cert_file: str | 
         raise errors.InvalidArgument(str(exc)) from None
 
 
+def channel_target(address: str) -> tuple[str, list[tuple[str, Any]]]:
+    """The gRPC target of a service address, and the options it needs.
+
+    One `host:port` is dialled as it is. Several brokers separated by commas
+    (`10.0.0.1:6650,10.0.0.2:6650`, as Pulsar's `pulsar://h1:6650,h2:6650`) become one
+    channel over all of them (gRPC's `ipv4:`/`ipv6:` address list, calls spread round-robin
+    over those that answer), so lookups and admin calls go on while any of them is up;
+    `localhost` counts as 127.0.0.1. The brokers of a list must be IP addresses (a DNS name
+    with several addresses already works as one); anything else is `InvalidArgument`."""
+    if "," not in address:
+        return address, []
+    v4: list[str] = []
+    v6: list[str] = []
+    for part in (p.strip() for p in address.split(",")):
+        host, sep, port = part.rpartition(":")
+        if not sep or not port.isdigit() or not host:
+            raise errors.InvalidArgument(f"service URL: {part!r} is not host:port")
+        host = "127.0.0.1" if host == "localhost" else host
+        try:
+            ip = ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            raise errors.InvalidArgument(
+                f"service URL: several brokers must be IP addresses, not {host!r} (a DNS "
+                "name with several addresses works as one broker address)") from None
+        (v4 if ip.version == 4 else v6).append(f"{host}:{port}")
+    if v4 and v6:
+        raise errors.InvalidArgument("service URL: IPv4 and IPv6 brokers cannot be mixed")
+    target = "ipv4:" + ",".join(v4) if v4 else "ipv6:" + ",".join(v6)
+    return target, [("grpc.lb_policy_name", "round_robin")]
+
+
 class Connection:
     def __init__(self, url: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
                  operation_timeout: float | None = None, dial: Dial = PLAINTEXT):
@@ -89,12 +127,16 @@ class Connection:
         self.timeout = timeout
         self.operation_timeout = checked_timeout(operation_timeout, timeout)
         self.retry = Retry(self.operation_timeout)
-        self.channel = dial.channel(self.url, options=[
+        target, extra = channel_target(self.url)
+        self.channel = dial.channel(target, options=[
             ("grpc.max_send_message_length", MAX_MESSAGE),
             ("grpc.max_receive_message_length", MAX_MESSAGE),
             ("grpc.enable_retries", 1),
             ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS)])
+            ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
+            ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+            ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+            ("grpc.keepalive_permit_without_calls", 1), *extra])
         self.closed = False
         # (the generated gRPC stubs are untyped: their methods are Any)
         self.admin = admin_pb2_grpc.AdminStub(self.channel)  # type: ignore[no-untyped-call]
