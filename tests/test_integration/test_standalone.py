@@ -1,13 +1,22 @@
 """`shadowtopic standalone`'s processes: each role prints its metrics URL as it becomes
 ready, its children die with it (even under kill -9), it refuses taken ports, restarts a
 broker that exits and gives up after repeated failures, and stops gracefully on SIGTERM.
-Plus the Supervisor's back-off on a fake role and clock."""
+Plus the Supervisor's back-off on a fake role and clock.
+
+And its edges as a new user meets them: one line as each part becomes ready (with its URL);
+a second standalone (or a broker) on a data dir in use is refused at once, in one line
+naming the holder, and writes nothing there; with `--log-format json` every role's log is
+JSON lines, Spark's own logging in logs/spark.log. The tests of a standalone with every role
+share one (`full_standalones`, with `--log-format json`: its start is a Spark JVM's), the
+kill -9 test last."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -15,12 +24,13 @@ import uuid
 
 import pytest
 from support.metrics_support import scrape, value
-from support.standalone_process import Standalone, alive, listening
+from support.standalone_process import EXE, Standalone, alive, free_ports, listening
 from support.waiting import wait_for
 
+from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client
 from shadowtopic.process import BACKOFF, FAILED, RUNNING, STARTING, Supervisor, spawn
-from shadowtopic.standalone import wait_serving
+from shadowtopic.standalone import BrokerProcess, wait_serving
 
 # ---- helpers -------------------------------------------------------------------------------
 
@@ -38,13 +48,15 @@ def standalone(request, tmp_path):
 @pytest.fixture(scope="module")
 def full_standalones(tmp_path_factory):
     """get() -> a READY `shadowtopic standalone` with every role (the compaction worker and
-    its Spark JVM too, the longest start here): one for the module's tests that only look
-    at it, and a new one after a test killed it (the kill -9 test does)."""
+    its Spark JVM too, the longest start here) and `--log-format json`: one for the module's
+    tests that only look at it, and a new one after a test killed it (the kill -9 test
+    does)."""
     started: list[Standalone] = []
 
     def get() -> Standalone:
         if not started or started[-1].proc.poll() is not None:
-            started.append(Standalone(tmp_path_factory.mktemp("full"), compaction=True))
+            started.append(Standalone(tmp_path_factory.mktemp("full"), compaction=True,
+                                      args=("--log-format", "json")))
             started[-1].start().wait_ready(timeout=180)
         return started[-1]
 
@@ -73,6 +85,74 @@ def test_standalone_prints_each_roles_metrics_url(full_standalone):
                  cluster="standalone") == 0
     assert value(scrape(urls["source broker"]), "shadowtopic_broker_ready",
                  cluster="standalone") == 1
+
+
+def snapshot(data_dir: str) -> tuple:
+    """What a second standalone would touch first: the data dir's entries, the lock file
+    (text and mtime) and the files in logs/ (the running processes write into their own
+    files and directories all the time; etcd's log is compared apart)."""
+    lock = os.path.join(data_dir, "LOCK")
+    return (sorted(os.listdir(data_dir)), read(lock), os.stat(lock).st_mtime_ns,
+            sorted(os.listdir(os.path.join(data_dir, "logs"))))
+
+
+def read(path: str) -> str:
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+def test_ready_lines_one_owner_of_a_data_dir_and_json_logs(full_standalone, tmp_path):
+    s = full_standalone
+    lines = s.stdout.splitlines()
+    ready = [line for line in lines if " ready: " in line]
+    assert ready[0] == f"etcd ready: http://127.0.0.1:{s.etcd_port}", lines
+    expected = [f"source broker ready: 127.0.0.1:{s.port}",
+                f"shadow broker ready: 127.0.0.1:{s.shadow_port}",
+                f"compaction worker ready: health on 127.0.0.1:{s.compaction_port}"]
+    assert len(ready) == 4, lines
+    for start in expected:     # each role once, its URL first (its metrics URL may follow)
+        assert [line for line in ready[1:] if line.startswith(start)] != [], (start, lines)
+    assert lines.index(ready[-1]) < next(i for i, line in enumerate(lines) if "is ready" in line)
+
+    # a second standalone on the same data dir (other ports): refused at once, one line
+    before = snapshot(s.data_dir)
+    etcd_log = read(os.path.join(s.data_dir, "logs", "etcd.log"))
+    ports = [str(p) for p in free_ports(5)]
+    r = subprocess.run([EXE, "standalone", "--data-dir", s.data_dir, "--port", ports[0],
+                        "--etcd-port", ports[1], "--etcd-peer-port", ports[2],
+                        "--shadow-port", ports[3], "--compaction-port", ports[4]],
+                       capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == (f"error: data dir {s.data_dir} is in use by pid {s.proc.pid} "
+                        f"(shadowtopic standalone) (it holds {s.data_dir}/LOCK)\n")
+    assert snapshot(s.data_dir) == before
+    after = read(os.path.join(s.data_dir, "logs", "etcd.log"))
+    assert after.startswith(etcd_log)   # the running etcd's log, nothing of a second etcd
+    assert ports[1] not in after and ports[2] not in after
+
+    # a broker on the standalone's data dir: its broker holds it
+    log_path = str(tmp_path / "second-broker.log")
+    b = BrokerProcess(f"127.0.0.1:{s.etcd_port}", s.data_dir, free_port(), log_path=log_path)
+    with pytest.raises(RuntimeError):
+        b.start(timeout=60)
+    assert b.proc.returncode == 1
+    with open(log_path) as f:
+        assert f.read() == (f"error: data dir {s.data_dir} is in use by pid "
+                            f"{s.broker_pid()} (shadowtopic broker on port {s.port}) "
+                            f"(it holds {s.data_dir}/broker.lock)\n")
+
+    # every role logs JSON lines; Spark's own output is in a file of its own
+    logs = os.path.join(s.data_dir, "logs")
+    for name in ("broker.log", "shadow-broker.log", "compaction-worker.log"):
+        with open(os.path.join(logs, name)) as f:
+            records = [line for line in f.read().splitlines() if line.strip()]
+        assert records, name
+        for line in records:
+            try:
+                assert {"ts", "level", "logger", "msg"} <= json.loads(line).keys()
+            except ValueError:
+                raise AssertionError(f"{name}: not a JSON line: {line!r}") from None
+    assert os.path.exists(os.path.join(logs, "spark.log"))
 
 
 def test_sigkill_of_standalone_leaves_no_child(full_standalone):
