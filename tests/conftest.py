@@ -71,13 +71,14 @@ def pytest_configure(config):
 
 PROCESS_FIXTURES = {"etcd_server", "spark"}
 
-#: The files whose tests use the test process's compaction worker (`worker` in
-#: tests/test_integration/conftest.py, a Spark JVM: 10-25 s to start on the 2-core CI
-#: machine, and heavy on both cores while it does). Under `--dist loadfile` they are one unit
-#: of work (`pytest_xdist_make_scheduler`), so one test process runs them all and starts the
-#: worker once, not once in each process that one of them lands in. A test of another file
-#: that uses `worker` fails the collection until its file is named here.
+#: The files whose tests use the test process's compaction worker (`worker` below, a Spark
+#: JVM: 10-25 s to start on the 2-core CI machine, and heavy on both cores while it does).
+#: Under `--dist loadfile` they are one unit of work (`pytest_xdist_make_scheduler`), so one
+#: test process runs them all and starts the worker once, not once in each process that one
+#: of them lands in. A test of another file that uses `worker` fails the collection until its
+#: file is named here.
 SHARED_WORKER_FILES = (
+    "tests/test_docs/test_readme_examples.py",
     "tests/test_integration/test_compaction.py",
     "tests/test_integration/test_compacted_reopen.py",
     "tests/test_integration/test_compaction_deletes.py",
@@ -146,3 +147,28 @@ def spark():
         yield session
     finally:
         stop_spark(session)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """A cluster name of this test process's own (the compaction tests' worker serves it;
+    their brokers are of it, their topics their own)."""
+    import uuid
+
+    return f"c-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def worker(etcd_server, tmp_path_factory, cluster):
+    """The compaction worker of `cluster`: one per test process, started by the first test
+    that needs it and shared by every module after (a start is mostly Spark's JVM, 20 s
+    and more on a loaded machine); the files that use it run in one test process
+    (`SHARED_WORKER_FILES`). A test that needs a worker it may kill or hold with
+    failpoints starts one of its own (test_compaction_failpoints.py)."""
+    from support.compaction_support import start_worker
+
+    w = start_worker(etcd_server, str(tmp_path_factory.mktemp("worker")), cluster)
+    try:
+        yield w
+    finally:
+        w.kill()

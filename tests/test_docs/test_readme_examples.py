@@ -1,11 +1,12 @@
 """The README's examples run as written: its quickstart's `shadowtopic` commands and every
 ```python block, in order, against real processes as `make run` starts them: the session's
-etcd, a source broker, a shadow broker and a compaction worker (one cluster of this module's
-own, one storage root, free loopback ports). The examples name no server: the CLI and
-`Client()` take `$SHADOWTOPIC_URL`, which the test points at the source broker.
+etcd, a source broker and a shadow broker (one storage root, free loopback ports) of the
+cluster of the test process's compaction worker (conftest's `worker`: its Spark JVM is
+shared with the compaction tests, see SHARED_WORKER_FILES). The examples name no server: the
+CLI and `Client()` take `$SHADOWTOPIC_URL`, which the test points at the source broker.
 
 Not `shadowtopic standalone` itself: it gives its worker 120 s to warm Spark up, which a
-loaded 2-core machine may not meet; the worker here has 300 s (the processes are the same)."""
+loaded 2-core machine may not meet; the worker here has 180 s (the processes are the same)."""
 from __future__ import annotations
 
 import os
@@ -13,13 +14,16 @@ import re
 import shlex
 import subprocess
 import sys
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from support.etcd_support import etcd_prefix
+from support.waiting import wait_for
 
 from shadowtopic.broker.server import free_port
+from shadowtopic.metadata import keys
+from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.standalone import BrokerProcess
 
 pytestmark = pytest.mark.integration
@@ -49,29 +53,41 @@ def quickstart_commands(readme: str) -> list[tuple[int, str]]:
 
 
 @pytest.fixture(scope="module")
-def source_url(etcd_server, tmp_path_factory):
-    """The source broker's URL, with a shadow broker and a compaction worker beside it."""
+def source_url(etcd_server, tmp_path_factory, cluster, worker):
+    """The source broker's URL, with a shadow broker beside it, of the worker's cluster.
+    The brokers start once no other shadow broker of that cluster is registered (one an
+    earlier test killed is until its lease lapses): the README's shadow goes to ours; and
+    the fixture ends once ours is not, for the cluster's next tests."""
     root = tmp_path_factory.mktemp("readme")
-    shared = ["--lease-ttl", "3", "--cluster", f"readme-{uuid.uuid4().hex[:8]}"]
-    brokers = [*shared, "--storage-root", str(root / "storage")]
+    brokers = ["--lease-ttl", "3", "--cluster", cluster, "--storage-root", str(root / "storage")]
+    wait_for(lambda: not shadow_brokers(etcd_server, cluster), 30,
+             "the registrations of the cluster's earlier shadow brokers to lapse", interval=0.2)
     roles = [
         BrokerProcess(etcd_server.endpoint, str(root / "src"), free_port(), extra_args=brokers),
         BrokerProcess(etcd_server.endpoint, str(root / "sh"), free_port(), extra_args=brokers,
                       module="shadowtopic.shadow.broker"),
-        BrokerProcess(etcd_server.endpoint, str(root / "wk"), free_port(),
-                      module="shadowtopic.compaction.worker",
-                      extra_args=[*shared, "--spark-master", "local[2]"]),
     ]
     try:
-        with ThreadPoolExecutor(len(roles)) as pool:  # the brokers start while Spark's JVM does
-            starts = [pool.submit(role.start, timeout=timeout)
-                      for role, timeout in zip(roles, (60, 60, 300))]
+        with ThreadPoolExecutor(len(roles)) as pool:
+            starts = [pool.submit(role.start, timeout=60) for role in roles]
         for start in starts:
             start.result()
         yield roles[0].url
     finally:
         for role in roles:
             role.kill()
+    wait_for(lambda: not shadow_brokers(etcd_server, cluster), 30,
+             "the registration of the README's shadow broker to lapse", interval=0.2)
+
+
+def shadow_brokers(etcd_server, cluster: str) -> list[str]:
+    """The ids of the shadow brokers registered in `cluster`."""
+    found = []
+    for kv in etcd_prefix(etcd_server, keys.brokers_prefix(cluster)).values():
+        info = mpb.BrokerInfo.FromString(kv.value)
+        if "shadow" in info.roles:
+            found.append(info.broker_id)
+    return found
 
 
 def run(args: list[str], url: str, timeout: float = 240) -> subprocess.CompletedProcess:

@@ -18,7 +18,6 @@ import uuid
 
 import pytest
 from support.brokers import BROKER_ARGS
-from support.compaction_support import start_worker
 from support.policy_broker import ARGS as QUICK_ARGS
 
 from shadowtopic.client import Client
@@ -159,26 +158,6 @@ def start_module_pair(etcd_server, tmp_path_factory):
         yield pairs.start
     finally:
         pairs.close()
-
-
-@pytest.fixture(scope="session")
-def cluster():
-    """A cluster name of this test process's own (the compaction tests' worker serves it;
-    their brokers are of it, their topics their own)."""
-    return f"c-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="session")
-def worker(etcd_server, tmp_path_factory, cluster):
-    """The compaction worker of `cluster`: one per test process, started by the first test
-    that needs it and shared by every module after (a start is mostly Spark's JVM, 20 s
-    and more on a loaded machine). A test that needs a worker it may kill or hold with
-    failpoints starts one of its own (test_compaction_failpoints.py)."""
-    w = start_worker(etcd_server, str(tmp_path_factory.mktemp("worker")), cluster)
-    try:
-        yield w
-    finally:
-        w.kill()
 
 
 @pytest.fixture
