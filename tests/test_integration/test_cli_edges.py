@@ -130,8 +130,10 @@ def test_url_and_output_before_or_after_the_subcommand(broker, topic):
                  ["--url", dead, "topics", "list", "--url", broker.url, "-o", "json"]):
         assert topic in topics(*args), args  # the one after the subcommand wins
 
-    res = subprocess.run([EXE, "--url", dead, "topics", "list"], capture_output=True, text=True,
-                         timeout=60, env=env, stdin=subprocess.DEVNULL)
+    # (retrying 1 s, not the default 10 s: test_cli.py's dead-URL test keeps the default)
+    res = subprocess.run([EXE, "--url", dead, "topics", "list", "--operation-timeout", "1"],
+                         capture_output=True, text=True, timeout=60, env=env,
+                         stdin=subprocess.DEVNULL)
     one_line_error(res, "ConnectError")
 
 
