@@ -30,11 +30,12 @@ from shadowtopic.standalone import BrokerProcess
 DROP_DELETES = Policies(delete_retention_seconds=0)
 
 
-@pytest.fixture
-def source(etcd_server, tmp_path, cluster, worker):
+@pytest.fixture(scope="module")
+def source(etcd_server, tmp_path_factory, cluster, worker):
     """A source broker of the worker's cluster (retention passes every second, so the
-    threshold trigger is checked often)."""
-    b = BrokerProcess(etcd_server.endpoint, str(tmp_path / "broker"), free_port(),
+    threshold trigger is checked often), shared by the module's tests: each has topics of
+    its own and looks only at their files; a test that restarts a broker starts its own."""
+    b = BrokerProcess(etcd_server.endpoint, str(tmp_path_factory.mktemp("source")), free_port(),
                       extra_args=["--lease-ttl", "3", "--cluster", cluster,
                                   "--retention-interval", "1"])
     b.start(timeout=60)
