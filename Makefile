@@ -89,14 +89,18 @@ bench: install
 	$(VPY) bench/security_cost.py > bench/out/security-cost.json  # TLS + tokens vs plaintext
 	$(VPY) bench/tables_read.py > bench/out/tables-read.json  # read_table vs DuckDB; format 2 storage
 	$(VPY) bench/compaction_cluster.py > bench/out/compaction-cluster.json  # 20 topics on a Spark cluster
+	$(VPY) bench/object_wal.py > bench/out/object-wal.txt  # the WAL on S3: ack latency, PUT rates, recovery
 
-# The chaos run (docs/CHAOS.md): kills and pauses etcd, the brokers and the compaction worker
-# under load, N cycles, then checks nothing acknowledged was lost. Not part of `make test`.
+# The chaos runs (docs/CHAOS.md): kill and pause etcd, the brokers and the compaction worker
+# under load, N cycles, then check nothing acknowledged was lost; the second run has the
+# storage root and the source's WAL on an S3 server and loses brokers' machines (kill -9 and
+# a wiped disk). Not part of `make test`.
 # `make chaos CYCLES=5 SEED=1`; CHAOS_ARGS passes more flags (see --help).
 CYCLES ?= 20
 SEED   ?=
 chaos: install
 	$(VPY) -m scripts.chaos.run --cycles $(CYCLES) $(if $(SEED),--seed $(SEED)) $(CHAOS_ARGS)
+	$(VPY) -m scripts.chaos.run --s3 --cycles $(CYCLES) $(if $(SEED),--seed $(SEED)) $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) data build *.egg-info

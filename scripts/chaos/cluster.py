@@ -1,9 +1,15 @@
 """The processes of a chaos run: a private etcd, a source broker, a shadow broker and a
 compaction worker, on one private data root and loopback ports of their own.
 
+With `s3=True` the storage root and the source broker's write-ahead log are on an S3 server
+(moto's, a process of its own that is never a fault target: it holds its data in memory),
+as a deployment that can lose a machine has them.
+
 Every fault is a method of `Cluster`: `kill(target)` (SIGKILL, the process is gone until
-`restart(target)`, which starts it again on the same data dir and port without waiting) and
-`pause(target)` / `resume(target)` (SIGSTOP / SIGCONT). `serving(target)` is one readiness
+`restart(target)`, which starts it again on the same data dir and port without waiting),
+`lose(target)` (the machine is lost: SIGKILL, then its data dir is deleted, so it restarts
+as a new broker on an empty disk) and `pause(target)` / `resume(target)` (SIGSTOP /
+SIGCONT). `serving(target)` is one readiness
 probe. `close()` kills everything it started, the children of the compaction worker (Spark's
 JVM) included; it is safe to call more than once.
 
@@ -13,12 +19,17 @@ All processes are spawned from the caller's thread; call this from the main thre
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import sys
 import time
 import uuid
 
+import boto3
+
 from shadowtopic.broker.server import free_port
 from shadowtopic.metadata.etcd_server import EtcdServer
+from shadowtopic.process import spawn
 from shadowtopic.standalone import BrokerProcess, serving
 
 TARGETS = ("source", "shadow", "worker", "etcd")
@@ -44,8 +55,48 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+S3_ENV = {"AWS_ACCESS_KEY_ID": "chaos", "AWS_SECRET_ACCESS_KEY": "not-a-secret",
+          "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+class MotoS3:
+    """moto's S3 server on a free loopback port, with one bucket."""
+
+    def __init__(self, log_path: str):
+        self.port = free_port()
+        self.log_path = log_path
+        self.proc = None
+        self.bucket = f"chaos-{uuid.uuid4().hex[:8]}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.proc = spawn([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p",
+                           str(self.port)], self.log_path)
+        client = boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                              aws_access_key_id=S3_ENV["AWS_ACCESS_KEY_ID"],
+                              aws_secret_access_key=S3_ENV["AWS_SECRET_ACCESS_KEY"])
+        deadline = time.monotonic() + timeout
+        while True:  # bounded by the deadline
+            try:
+                client.create_bucket(Bucket=self.bucket)
+                return
+            except Exception:  # noqa: BLE001 - not listening yet
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError(f"moto did not start (see {self.log_path})") from None
+                time.sleep(0.1)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
 class Cluster:
-    def __init__(self, root: str, lease_ttl: int = 3, spark_master: str = "local[1]"):
+    def __init__(self, root: str, lease_ttl: int = 3, spark_master: str = "local[1]",
+                 s3: bool = False):
         self.root = root
         self.logs = os.path.join(root, "logs")
         os.makedirs(self.logs, exist_ok=True)
@@ -58,27 +109,36 @@ class Cluster:
         self.procs: dict[str, BrokerProcess] = {}
         self.paused: set[str] = set()
         self._worker_kids: list[int] = []
+        self.s3 = MotoS3(os.path.join(self.logs, "moto.log")) if s3 else None
 
     # ---- start / stop --------------------------------------------------------------------
 
     def start(self) -> None:
         self.etcd.start(timeout=60)
+        env, s3_args, wal = None, [], []
+        if self.s3 is not None:
+            self.s3.start()
+            self.storage = f"s3://{self.s3.bucket}/root"
+            env = S3_ENV
+            s3_args = ["--s3-endpoint", self.s3.endpoint, "--s3-region", "us-east-1"]
+            wal = ["--wal", f"s3://{self.s3.bucket}/wal"]
         args = ["--lease-ttl", str(self.lease_ttl), "--storage-root", self.storage,
-                "--cluster", self.cluster]
+                "--cluster", self.cluster, *s3_args]
         ep = self.etcd.endpoint
         self.procs["source"] = BrokerProcess(
-            ep, os.path.join(self.root, "source"), free_port(), extra_args=args,
-            log_path=os.path.join(self.logs, "source.log"))
+            ep, os.path.join(self.root, "source"), free_port(), extra_args=[*args, *wal],
+            log_path=os.path.join(self.logs, "source.log"), env=env)
         self.procs["shadow"] = BrokerProcess(
             ep, os.path.join(self.root, "shadow"), free_port(), extra_args=args,
-            module="shadowtopic.shadow.broker", log_path=os.path.join(self.logs, "shadow.log"))
+            module="shadowtopic.shadow.broker", log_path=os.path.join(self.logs, "shadow.log"),
+            env=env)
         self.procs["worker"] = BrokerProcess(
             ep, os.path.join(self.root, "worker"), free_port(),
             module="shadowtopic.compaction.worker",
-            log_path=os.path.join(self.logs, "worker.log"),
+            log_path=os.path.join(self.logs, "worker.log"), env=env,
             extra_args=["--spark-master", self.spark_master, "--grace", "1",
                         "--lease-ttl", str(self.lease_ttl), "--relist", "1",
-                        "--cluster", self.cluster])
+                        "--cluster", self.cluster, *s3_args])
         self.procs["source"].start(timeout=60)
         self.procs["shadow"].start(timeout=60)
         self.procs["worker"].start(timeout=240)
@@ -109,6 +169,15 @@ class Cluster:
                 os.kill(k, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def lose(self, target: str) -> None:
+        """The machine of broker `target` is lost: SIGKILL, then its whole data dir (broker
+        id, local WAL copy, logs' dir aside) is deleted; `restart` brings up a new broker
+        on an empty disk at the same address."""
+        self.kill(target)
+        data_dir = self.procs[target].data_dir
+        shutil.rmtree(data_dir, ignore_errors=True)
+        os.makedirs(data_dir)
 
     def restart(self, target: str) -> None:
         """Start `target` again on the same data dir and port. etcd: waits until it answers
@@ -161,4 +230,6 @@ class Cluster:
                 except OSError:
                     pass
         self.etcd.kill()
+        if self.s3 is not None:
+            self.s3.close()
         time.sleep(0.1)

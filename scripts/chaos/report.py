@@ -93,10 +93,20 @@ def text(s: dict) -> str:
     return "\n".join(out)
 
 
-def write_docs(path: str, s: dict) -> None:
+def markers(s3: bool) -> tuple[str, str]:
+    """The generated section's markers: one section for each kind of run."""
+    if not s3:
+        return BEGIN, END
+    return BEGIN.replace("chaos:", "chaos-s3:"), END.replace("chaos:", "chaos-s3:")
+
+
+def write_docs(path: str, s: dict, s3: bool = False) -> None:
     comp = s["compactions"]
     done = [t for p, t in comp if p == "done"]
-    body = [BEGIN, "", "## Last run (generated)", "",
+    begin, end = markers(s3)
+    title = ("## Last run on S3, with the machine-lost fault (generated)" if s3
+             else "## Last run (generated)")
+    body = [begin, "", title, "",
             f"- date: {s['date']}",
             f"- machine: {s['machine']}",
             f"- command: `{s['command']}`",
@@ -119,15 +129,15 @@ def write_docs(path: str, s: dict) -> None:
     if s["failures"]:
         body += ["Failures:", ""]
         body += [f"- cycle {c}: `{f.splitlines()[0]}`" for c, f in s["failures"]] + [""]
-    body.append(END)
+    body.append(end)
     try:
         with open(path) as f:
             old = f.read()
     except FileNotFoundError:
-        old = "# Chaos run\n\n" + BEGIN + "\n" + END + "\n"
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1]
+        old = "# Chaos run\n\n" + begin + "\n" + end + "\n"
+    if begin in old and end in old:
+        head, rest = old.split(begin, 1)
+        tail = rest.split(end, 1)[1]
     else:
         head, tail = old.rstrip("\n") + "\n\n", "\n"
     with open(path, "w") as f:

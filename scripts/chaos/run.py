@@ -31,6 +31,10 @@ from shadowtopic.client import Client
 
 TOPIC = "persistent://public/chaos/events"
 SHADOWS = [TOPIC + "-shadow-a", TOPIC + "-shadow-b"]
+#: the faults of an --s3 run: the machine lost (SIGKILL, then its disk wiped) of the source
+#: broker (its WAL on S3) three times in a block of six, of the shadow broker once
+LOST_KINDS = [("source", "lost"), ("source", "lost"), ("source", "lost"), ("shadow", "lost"),
+              ("source", "pause"), ("etcd", "kill")]
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -50,6 +54,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--interval", type=float, default=0.01, help="pause between sends (s)")
     p.add_argument("--spark-master", default="local[1]")
     p.add_argument("--lease-ttl", type=int, default=3)
+    p.add_argument("--s3", action="store_true",
+                   help="the storage root and the source broker's WAL on an S3 server "
+                        "(moto), and the 'lost' fault: a broker's machine lost with its disk")
     p.add_argument("--docs", default="docs/CHAOS.md", help="'' to write no figures")
     p.add_argument("--keep", action="store_true", help="keep the data root (kept on failure)")
     return p.parse_args(argv)
@@ -83,9 +90,12 @@ class Run:
 
     def _fault(self, cl: Cluster, wl: Workload, rng: random.Random, target: str,
                action: str) -> tuple[float, float | None]:
-        if action == "kill":
+        if action in ("kill", "lost"):
             down = rng.uniform(0.0, 2.0)
-            cl.kill(target)
+            if action == "lost":
+                cl.lose(target)
+            else:
+                cl.kill(target)
             time.sleep(down)
             t_heal = time.monotonic()
             try:
@@ -180,6 +190,8 @@ class Run:
         a.seed = seed
         rng = random.Random(seed)
         kinds = [(t, act) for t in TARGETS for act in ("kill", "pause")]
+        if a.s3:  # the machine-lost fault first of all: half of every block
+            kinds = LOST_KINDS
         plan = []
         while len(plan) < a.cycles:
             block = list(kinds)
@@ -198,7 +210,7 @@ class Run:
         signal.alarm(int(a.max_minutes * 60 + 300))
         last: dict = {}
         with contextlib.ExitStack() as stack:
-            cl = Cluster(root, lease_ttl=a.lease_ttl, spark_master=a.spark_master)
+            cl = Cluster(root, lease_ttl=a.lease_ttl, spark_master=a.spark_master, s3=a.s3)
             stack.callback(cl.close)
             cl.start()
             with Client(cl.url("source"), timeout=10) as c:
@@ -269,7 +281,7 @@ class Run:
         summary = report.summarize(self, last, stalls, errs, seed, started, elapsed, a)
         print(report.text(summary), flush=True)
         if a.docs:
-            report.write_docs(a.docs, summary)
+            report.write_docs(a.docs, summary, s3=a.s3)
             print(f"figures written to {a.docs}")
         if self.failures:
             print(f"\nchaos: {len(self.failures)} check(s) FAILED (seed {seed}):", file=sys.stderr)

@@ -53,6 +53,7 @@ from shadowtopic.broker.feature import BrokerFeature
 from shadowtopic.broker.memory import ClientMemory
 from shadowtopic.broker.topics import TopicManager
 from shadowtopic.core.names import TopicName
+from shadowtopic.ledger.object_wal import ObjectWal
 from shadowtopic.ledger.storage import Storage
 
 log = logging.getLogger("shadowtopic.broker.metrics")
@@ -74,6 +75,7 @@ class Scraped(Protocol):
     storage: Storage
     features: list[BrokerFeature]
     memory: ClientMemory
+    wal_objects: ObjectWal | None
 
     def not_ready(self) -> list[str]:
         """Why /readyz says 503 ([]: ready)."""
@@ -134,6 +136,21 @@ class BrokerCollector(Collector):
         yield gauge("shadowtopic_storage_writable",
                     "0 while the data disk is full or read-only (produce refused)",
                     1 if b.storage.disk.writable else 0)
+        wal = b.wal_objects
+        if wal is not None:  # the WAL on object storage (source/ledger/object_wal.py)
+            st = wal.stats
+            yield counter("shadowtopic_wal_object_puts", "WAL objects written (one per flush "
+                          "window)", st.puts)
+            yield counter("shadowtopic_wal_object_put_bytes", "bytes of WAL objects written",
+                          st.put_bytes)
+            yield counter("shadowtopic_wal_object_put_failures", "WAL object writes that "
+                          "failed (their appends failed, nothing acknowledged)", st.failed_puts)
+            yield counter("shadowtopic_wal_commit_txns", "etcd transactions committing WAL "
+                          "objects", st.txns)
+            yield counter("shadowtopic_wal_commit_sections", "open ledgers' batches committed "
+                          "(one per topic and flush window)", st.sections)
+            yield counter("shadowtopic_wal_objects_deleted", "WAL objects deleted once "
+                          "nothing needed them", st.deleted_objects)
         for f in b.features:
             try:
                 yield from f.metrics()

@@ -28,7 +28,8 @@ MAX_MESSAGE = 64 << 20
 MAX_RECONNECT_BACKOFF_MS = 1000
 #: a broker that stops answering (paused, its machine frozen, a half-open TCP connection) is
 #: given up after a ping unanswered for KEEPALIVE_TIMEOUT_MS, and the streams on it reconnect
-#: (to the topic's next owner); brokers let clients ping every 10 s (source/broker/memory.py)
+#: (to the topic's next owner); brokers let clients ping every 5 s, half this, so no ping
+#: is ever refused as too many (source/broker/memory.py)
 KEEPALIVE_MS = 10_000
 KEEPALIVE_TIMEOUT_MS = 5_000
 

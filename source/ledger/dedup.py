@@ -139,6 +139,33 @@ class DedupMap:
             self.record(*staged)
         self.rollback()
 
+    # Several groups in flight at once (the WAL on object storage: source/ledger/writer.py):
+    # their batches are staged in entry order, and each group's are committed, or the last
+    # group's dropped, by count.
+
+    @property
+    def staged(self) -> int:
+        """How many batches are staged."""
+        return len(self._staged)
+
+    def commit_staged(self, n: int) -> None:
+        """The first `n` staged batches (the oldest group in flight) are durable."""
+        done, self._staged = self._staged[:n], self._staged[n:]
+        for staged in done:
+            self.record(*staged)
+        self._restage()
+
+    def drop_staged(self, n: int) -> None:
+        """The last `n` staged batches (the newest group) were not written."""
+        if n:
+            del self._staged[-n:]
+            self._restage()
+
+    def _restage(self) -> None:
+        self._staged_last.clear()
+        for name, first, count, *_rest in self._staged:
+            self._staged_last[name] = first + count - 1
+
     def rollback(self) -> None:
         """The staged batches were not written: forget them."""
         self._staged.clear()

@@ -56,7 +56,7 @@ from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.tails import Tails
 from shadowtopic.ledger.view import LedgerRange, ReadEntry, Trimmed, ViewListener
 from shadowtopic.ledger.wal_restore import ObjectOpener, TopicWalObjects, opener
-from shadowtopic.ledger.wal_sink import LocalSink, ObjectSink, WalSink
+from shadowtopic.ledger.wal_sink import CommitPipeline, LocalSink, ObjectSink, WalSink
 from shadowtopic.ledger.writer import GroupCommitWriter, LedgerConfig
 from shadowtopic.metadata import keys
 from shadowtopic.metadata.base import MetadataStore
@@ -107,12 +107,15 @@ class ManagedLedger:
                                   wal_objects)
         self._sealer = Sealer(topic, storage, executor, self.ledger_list, self.tails,
                               self.reader, self.dedup, self, self._sealed, objects)
-        sink: WalSink = (LocalSink(executor) if wal_objects is None else
-                         ObjectSink(wal_objects, topic, (ownership_key, ownership_value),
-                                    executor))
+        sink: WalSink = LocalSink(executor)
+        pipeline: CommitPipeline | None = None
+        if wal_objects is not None:
+            sink = pipeline = ObjectSink(wal_objects, topic, (ownership_key, ownership_value),
+                                         executor)
         self._writer = GroupCommitWriter(topic, store, storage, executor, config,
                                          self.ledger_list, self.tails, self.dedup,
-                                         self._sealer, self, lease_ok, self._notify, sink)
+                                         self._sealer, self, lease_ok, self._notify, sink,
+                                         pipeline)
 
     @property
     def config(self) -> LedgerConfig:

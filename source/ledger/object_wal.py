@@ -14,8 +14,12 @@ Flush windows (group commit across the broker's topics):
   `MAX_OBJECT_BYTES` of them), writes them as **one object**, then commits them in **one
   etcd transaction** (more only past `MAX_TXN_OPS` sections: etcd's default limit on a
   transaction's operations), so the PUTs and transactions a second are bounded by the window
-  and the object store's latency, not by the number of topics. While one window flushes the
-  next one fills.
+  (at most one object per `window_s`), not by the number of topics. Windows overlap (up to
+  `MAX_FLUSHES` in flight): the next one opens while the last is still being written, so a
+  batch waits for its own window's PUT and commit only. Their commits may land in any
+  order; a topic's writer acknowledges its batches in entry order, and a restore stops at
+  the first entry no commit holds, so a batch committed after one that failed is never
+  acknowledged nor restored.
 - the transaction compares every section's topic ownership record (key and value, which
   carry the owner's broker id and epoch) and puts one `WalCommit` per section at
   `keys.wal_commit(topic, ledger, first)`. A deposed owner's section therefore never
@@ -66,6 +70,9 @@ MAGIC = b"STWOBJ01"
 #: etcd's default `--max-txn-ops`: a transaction's compares and puts each stay within it
 MAX_TXN_OPS = 128
 MAX_OBJECT_BYTES = 8 << 20
+#: windows whose object is being written or committed at once: a window opens while the
+#: ones before it are in flight, so a batch waits for its own window, not for theirs
+MAX_FLUSHES = 4
 DEFAULT_WINDOW_S = 0.005
 DEFAULT_GRACE_S = 600.0
 
@@ -158,6 +165,8 @@ class ObjectWal:
         self._pending: list[Section] = []
         self._wake: asyncio.Event | None = None
         self._flusher: asyncio.Task[None] | None = None
+        self._flushing: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(MAX_FLUSHES)
         self._closed = False
         self._in_flight: set[str] = set()  # objects written, their commit not settled
         # objects this process wrote -> the (topic path, ledger) sections in them not yet
@@ -202,14 +211,24 @@ class ObjectWal:
                 size += len(self._pending[take].frames)
                 take += 1
             window, self._pending = self._pending[:take], self._pending[take:]
-            try:
-                await self._flush(window)
-            except Exception as exc:  # never leave an append waiting
-                log.exception("WAL object flush failed")
-                _fail(window, CommitFailed(errors.Internal(f"WAL object flush: {exc}"),
-                                           fence=True))
+            await self._slots.acquire()  # at most MAX_FLUSHES windows in flight
+            task = asyncio.create_task(self._flush_guarded(window))
+            self._flushing.add(task)
+            task.add_done_callback(self._flushing.discard)
             if self._pending:
                 self._wake.set()
+        if self._flushing:
+            await asyncio.gather(*self._flushing, return_exceptions=True)
+
+    async def _flush_guarded(self, window: list[Section]) -> None:
+        try:
+            await self._flush(window)
+        except Exception as exc:  # never leave an append waiting
+            log.exception("WAL object flush failed")
+            _fail(window, CommitFailed(errors.Internal(f"WAL object flush: {exc}"),
+                                       fence=True))
+        finally:
+            self._slots.release()
 
     def _next_name(self) -> str:
         self._seq += 1

@@ -22,7 +22,7 @@ from shadowtopic.core.names import TopicName
 from shadowtopic.ledger import wal as walmod
 from shadowtopic.ledger.object_wal import CommitFailed, ObjectWal
 
-__all__ = ["CommitFailed", "LocalSink", "ObjectSink", "WalSink"]
+__all__ = ["CommitFailed", "CommitPipeline", "LocalSink", "ObjectSink", "WalSink"]
 
 
 class WalSink(Protocol):
@@ -32,6 +32,26 @@ class WalSink(Protocol):
     async def persist(self, wal: walmod.WalFile, ledger_id: int, first_entry_id: int,
                       count: int, frames: bytes) -> None:
         """Make `frames` (entries first_entry_id .. + count - 1 of the ledger) durable."""
+        ...
+
+
+class CommitPipeline(Protocol):
+    """A sink that commits several groups of a ledger at once (the writer then acknowledges
+    them in entry order): `depth` groups in flight at most."""
+
+    depth: int
+
+    async def write_copy(self, wal: walmod.WalFile, frames: bytes) -> None:
+        """Append `frames` to the local copy (no fsync); raises `OSError`."""
+        ...
+
+    async def commit(self, ledger_id: int, first_entry_id: int, count: int,
+                     frames: bytes) -> None:
+        """Make the frames durable; raises `CommitFailed`."""
+        ...
+
+    async def cut_back(self, wal: walmod.WalFile, size: int) -> None:
+        """Cut the local copy back to `size` bytes (frames never made durable)."""
         ...
 
 
@@ -48,7 +68,10 @@ class LocalSink:
 
 
 class ObjectSink:
+    """A `WalSink` and a `CommitPipeline` over the broker's `ObjectWal`."""
+
     objects = True
+    depth = 8  # groups of a ledger in flight
 
     def __init__(self, objects: ObjectWal, topic: TopicName, ownership: tuple[str, bytes],
                  executor: Executor):
@@ -56,6 +79,17 @@ class ObjectSink:
         self._topic = topic
         self._ownership = ownership
         self._executor = executor
+
+    async def write_copy(self, wal: walmod.WalFile, frames: bytes) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._executor, wal.write, frames)
+
+    async def commit(self, ledger_id: int, first_entry_id: int, count: int,
+                     frames: bytes) -> None:
+        await self._objects.commit(self._topic, self._ownership, ledger_id, first_entry_id,
+                                   count, frames)
+
+    async def cut_back(self, wal: walmod.WalFile, size: int) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._executor, wal.cut_back, size)
 
     async def persist(self, wal: walmod.WalFile, ledger_id: int, first_entry_id: int,
                       count: int, frames: bytes) -> None:

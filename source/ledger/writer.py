@@ -51,7 +51,7 @@ from shadowtopic.ledger.entry_cache import TailEntries
 from shadowtopic.ledger.ledger_list import OPEN, SEALED, Fencing, OwnedLedgerList, now_ms
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.tails import Tails
-from shadowtopic.ledger.wal_sink import CommitFailed, WalSink
+from shadowtopic.ledger.wal_sink import CommitFailed, CommitPipeline, WalSink
 from shadowtopic.metadata import keys
 from shadowtopic.metadata.base import MetadataStore, MetadataUnavailable
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
@@ -70,6 +70,19 @@ Taken = tuple[list[bytes], bytes | None, int, asyncio.Future[AppendResult],
               int | Duplicate | None]
 #: a rolled ledger's seal: its info once SEALED (None: it was empty and left the list)
 SealTask = asyncio.Task[mpb.LedgerInfo | None]
+
+
+@dataclass
+class _InFlight:
+    """A group of the pipelined writer whose commit is under way (`task`; None: a group
+    of duplicates only, nothing to commit), its frames at `at` in the local copy, and how
+    many producer batches it staged in the dedup map."""
+
+    task: asyncio.Future[None] | None
+    group: list[Taken]
+    publish_ms: int
+    at: int
+    staged: int
 
 
 @dataclass
@@ -142,9 +155,10 @@ class GroupCommitWriter:
                  executor: Executor, config: LedgerConfig, ledger_list: OwnedLedgerList,
                  tails: Tails, dedup: DedupMap, seals: Seals, fencing: Fencing,
                  lease_ok: Callable[[], bool], on_entries: Callable[[], None],
-                 sink: WalSink):
+                 sink: WalSink, pipeline: CommitPipeline | None = None):
         self.config = config
         self._sink = sink
+        self._pipeline = pipeline  # commits several groups at once (the object WAL)
         self._topic = topic
         self._store = store
         self._storage = storage
@@ -313,27 +327,138 @@ class GroupCommitWriter:
                             fut.set_exception(why)
                     continue
                 dedup.commit()
-                ents = led.entries
-                for raws, frame, size, fut, first in group:
-                    if frame is None or not isinstance(first, int):
-                        # a duplicate: resolved with its original's ids (a refused batch
-                        # failed already)
-                        if isinstance(first, Duplicate) and not fut.done():
-                            fut.set_result((first[0], first[1], True))
-                        continue
-                    ents.confirmed(publish_ms, raws, size, at, len(frame))  # evictable now
-                    at += len(frame)
-                    if not fut.done():
-                        fut.set_result((led.ledger_id, first, False))
-                if frames:
-                    self._on_entries()
-                if publish_ms - dedup.expired_at_ms >= min(EXPIRE_EVERY_MS, dedup.idle_ms):
-                    dedup.expire(publish_ms)
+                self._confirm(led, group, publish_ms, at)
             if led.closing and not led.pending:
                 # everything of this ledger is written: what the map holds now is what its
                 # seal records (source/ledger/dedup.py)
                 self._seals.snapshot_dedup(led.ledger_id)
                 return
+
+    def _confirm(self, led: OpenLedger, group: list[Taken], publish_ms: int, at: int) -> None:
+        """A group is durable: its entries become readable, its appends resolve (a duplicate
+        with its original's ids)."""
+        dedup = self._dedup
+        ents = led.entries
+        wrote = False
+        for raws, frame, size, fut, first in group:
+            if frame is None or not isinstance(first, int):
+                # a duplicate: resolved with its original's ids (a refused batch failed
+                # already)
+                if isinstance(first, Duplicate) and not fut.done():
+                    fut.set_result((first[0], first[1], True))
+                continue
+            ents.confirmed(publish_ms, raws, size, at, len(frame))  # evictable now
+            at += len(frame)
+            wrote = True
+            if not fut.done():
+                fut.set_result((led.ledger_id, first, False))
+        if wrote:
+            self._on_entries()
+        if publish_ms - dedup.expired_at_ms >= min(EXPIRE_EVERY_MS, dedup.idle_ms):
+            dedup.expire(publish_ms)
+
+    # ---- the pipelined writer (the WAL on object storage) ---------------------------------
+
+    async def _pipelined_loop(self, led: OpenLedger, pipe: CommitPipeline) -> None:
+        """The writer of one open ledger when groups are committed to WAL objects: it takes
+        the next group while up to `pipe.depth` earlier ones are still being committed (each
+        would otherwise wait for a whole PUT and commit before it is even sent), and
+        confirms and acknowledges them strictly in entry order. A group that fails fails
+        every group after it too; their entry ids are used again only when none was in
+        flight, else the ledger is fenced (a later group may be committed: its next owner's
+        restore stops at the first entry no commit holds)."""
+        dedup = self._dedup
+        window: deque[_InFlight] = deque()
+        next_id = len(led.entries)
+        while True:
+            if led.pending and self._fencing.fenced is not None:
+                refused, led.pending = led.pending, []
+                self._fail_pending(led, refused, self._fencing.fenced)
+            if led.after is not None and led.pending:
+                await asyncio.gather(led.after, return_exceptions=True)
+                led.after = None
+            if led.pending and len(window) < pipe.depth:
+                pending, led.pending = led.pending, []
+                led.wake.clear()
+                staged_before = dedup.staged
+                publish_ms, group = self._write_group(led, pending, next_id)
+                frames = [item[1] for item in group if item[1] is not None]
+                count = sum(len(item[0]) for item in group if item[1] is not None)
+                at = led.wal.size
+                task = None
+                if frames:
+                    blob = b"".join(frames)
+                    try:
+                        await pipe.write_copy(led.wal, blob)
+                    except OSError as exc:  # the local copy: nothing of it was sent
+                        dedup.drop_staged(dedup.staged - staged_before)
+                        self._storage.disk.report(exc)
+                        if led.wal.broken:
+                            self._fence(errors.Internal(f"{self._topic}: WAL unusable: {exc}"))
+                        self._fail_group(led, group, errors.storage_error(
+                            exc, f"{self._topic}: WAL write"))
+                        continue
+                    task = asyncio.ensure_future(pipe.commit(led.ledger_id, next_id, count,
+                                                             blob))
+                    led.commits += 1
+                window.append(_InFlight(task, group, publish_ms, at,
+                                        dedup.staged - staged_before))
+                next_id += count
+                continue
+            if not window:
+                if led.closing and not led.pending:
+                    self._seals.snapshot_dedup(led.ledger_id)
+                    return
+                await led.wake.wait()
+                led.wake.clear()
+                continue
+            head = window[0]
+            if head.task is not None and not head.task.done():
+                waits: set[asyncio.Future[Any]] = {head.task}
+                woke = None
+                if len(window) < pipe.depth:  # new appends may start the next group
+                    woke = asyncio.ensure_future(led.wake.wait())
+                    waits.add(woke)
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if woke is not None and not woke.done():
+                    woke.cancel()
+                continue
+            window.popleft()
+            failure = None if head.task is None else head.task.exception()
+            if failure is None and self._fencing.fenced is None and not self._lease_ok():
+                failure = CommitFailed(errors.Fenced(f"{self._topic}: lease may have expired"),
+                                       fence=True)
+            if failure is None:
+                dedup.commit_staged(head.staged)
+                self._confirm(led, head.group, head.publish_ms, head.at)
+                continue
+            # nothing from here on is acknowledged
+            dedup.rollback()
+            if isinstance(failure, CommitFailed):
+                err, fence = failure.error, failure.fence
+            else:
+                err, fence = errors.Internal(f"{self._topic}: WAL commit: {failure}"), True
+            if window or fence or self._fencing.fenced is not None:
+                err = self._fence(err)
+            else:  # nothing after it was sent: the ids are used again
+                try:
+                    await pipe.cut_back(led.wal, head.at)
+                    next_id = len(led.entries)
+                except OSError as exc:
+                    err = self._fence(errors.Internal(f"{self._topic}: WAL unusable: {exc}"))
+            self._fail_group(led, head.group, err)
+            while window:
+                later = window.popleft()
+                self._fail_group(led, later.group, err)
+
+    @staticmethod
+    def _fail_pending(led: OpenLedger, pending: list[Pending], err: BaseException) -> None:
+        """Appends queued on a ledger that takes no more fail with `err`."""
+        for raws, _request, size, fut, _seq in pending:
+            led.queued_entries -= len(raws)
+            led.queued_bytes -= size
+            if not fut.done():
+                fut.set_exception(err)
 
     @staticmethod
     def _fail_group(led: OpenLedger, group: list[Taken], err: BaseException) -> None:
@@ -345,7 +470,8 @@ class GroupCommitWriter:
             if not fut.done():
                 fut.set_exception(err)
 
-    def _write_group(self, led: OpenLedger, pending: list[Pending]) -> tuple[int, list[Taken]]:
+    def _write_group(self, led: OpenLedger, pending: list[Pending],
+                     next_id: int | None = None) -> tuple[int, list[Taken]]:
         """Check the group's sequenced batches against the dedup map, assign entry ids and
         build the frames: each append becomes (raws, frame, size, future, first entry id);
         a duplicate's frame is None and its last field its original's ids; a refused
@@ -353,7 +479,8 @@ class GroupCommitWriter:
         and the taken appends, in order."""
         encode = walmod.encode_batch
         publish_ms = now_ms()
-        next_id = len(led.entries)
+        if next_id is None:
+            next_id = len(led.entries)
         dedup = self._dedup
         group: list[Taken] = []
         for raws, request, size, fut, seq in pending:
@@ -410,7 +537,9 @@ class GroupCommitWriter:
             storage.delete_wal(rel)
             raise
         led = OpenLedger(lid, wal, rel, self._tails.add(lid, wal.path))
-        led.writer = asyncio.create_task(self._write_loop(led), name=f"wal-{lid}")
+        loop_of = (self._write_loop(led) if self._pipeline is None
+                   else self._pipelined_loop(led, self._pipeline))
+        led.writer = asyncio.create_task(loop_of, name=f"wal-{lid}")
         return led
 
     async def _roll(self) -> SealTask | None:

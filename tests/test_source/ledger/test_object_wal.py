@@ -247,3 +247,52 @@ def test_transactions_stay_within_etcds_operation_limit():
         assert chunks([]) == []
     finally:
         loop.close()
+
+
+def test_a_failed_window_fails_every_later_group_and_the_restore_stops_there(tmp_path, arun):
+    """Groups of one ledger are committed while earlier ones are in flight: the first
+    window's PUT is held and then fails, the second window commits meanwhile. Neither is
+    acknowledged, the ledger is fenced (its ids cannot be used again), and a new owner's
+    restore ends before the failed window, though a later commit exists."""
+    async def main():
+        env = Env(tmp_path)
+        storage, wal = env.broker()
+        t = topic()
+        ml = await env.open(storage, wal, t, 1)
+        await send(ml, ["a"])
+        release = asyncio.Event()
+        put = wal._put
+        calls = []
+
+        def held_put(path: str, data: bytes) -> None:
+            calls.append(path)
+            if len(calls) == 1:  # the first window: held, then refused
+                asyncio.run_coroutine_threadsafe(release.wait(), loop).result(10)
+                raise OSError(5, "injected PUT failure")
+            put(path, data)
+        loop = asyncio.get_running_loop()
+        wal._put = held_put
+        first = asyncio.ensure_future(send(ml, ["b"]))
+        for _ in range(200):  # the first window's PUT has started
+            if calls:
+                break
+            await asyncio.sleep(0.01)
+        second = asyncio.ensure_future(send(ml, ["c"]))
+        for _ in range(200):  # the second window committed while the first is held
+            if len(await env.commits(t)) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert len(await env.commits(t)) == 2  # "a" and "c"
+        assert not second.done()  # not acknowledged before the group ahead of it
+        release.set()
+        with pytest.raises(errors.ServiceUnavailable):
+            await first
+        with pytest.raises(errors.ServiceUnavailable):
+            await second
+        assert ml.fenced is not None
+        wal._put = put
+        ml2 = await env.open(*env.broker(), t, 2)
+        assert decoded(await payloads(ml2)) == ["a"]
+        await ml2.close()
+        await wal.close()
+    arun(main())
