@@ -110,8 +110,8 @@ class ManagedLedger:
         sink: WalSink = LocalSink(executor)
         pipeline: CommitPipeline | None = None
         if wal_objects is not None:
-            sink = pipeline = ObjectSink(wal_objects, topic, (ownership_key, ownership_value),
-                                         executor)
+            pipeline = ObjectSink(wal_objects, topic, (ownership_key, ownership_value),
+                                  executor)
         self._writer = GroupCommitWriter(topic, store, storage, executor, config,
                                          self.ledger_list, self.tails, self.dedup,
                                          self._sealer, self, lease_ok, self._notify, sink,

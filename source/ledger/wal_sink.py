@@ -1,16 +1,16 @@
-"""Where a group commit's frames become durable: the seam between a topic's writer
+"""Where a group commit's frames become durable: the seams between a topic's writer
 (source/ledger/writer.py) and the broker's choice of WAL.
 
-- `LocalSink` (the default): the frames are appended to the open ledger's local WAL and
-  fdatasynced (source/ledger/wal.py).
-- `ObjectSink` (`--wal s3://...`): the frames are appended to the local WAL without an fsync
-  (a copy this broker reads evicted entries and seals from), then committed through the
-  broker's `ObjectWal` (source/ledger/object_wal.py): durable once in an object and
-  committed in etcd under the topic's ownership record. If the commit fails, the local copy
-  is cut back to where the group began.
-
-Either raises `OSError` (the local write failed: nothing durable, the WAL cut back) or
-`CommitFailed` (`fence` says whether the ledger may take more appends).
+- `WalSink`, `LocalSink` (the default): the frames are appended to the open ledger's local
+  WAL and fdatasynced (source/ledger/wal.py); raises `OSError` (nothing durable, the WAL cut
+  back).
+- `CommitPipeline`, `ObjectSink` (`--wal s3://...`): the frames are appended to the local WAL
+  without an fsync (`write_copy`: a copy this broker reads evicted entries and seals from),
+  then committed through the broker's `ObjectWal` (`commit`, source/ledger/object_wal.py):
+  durable once in an object and committed in etcd under the topic's ownership record; it
+  raises `CommitFailed` (`fence` says whether the ledger may take more appends). Several
+  groups of a ledger are committed at once (`depth`); when one fails with nothing after it
+  in flight, the writer cuts the local copy back to where it began (`cut_back`).
 """
 from __future__ import annotations
 
@@ -26,9 +26,6 @@ __all__ = ["CommitFailed", "CommitPipeline", "LocalSink", "ObjectSink", "WalSink
 
 
 class WalSink(Protocol):
-    #: whether ledgers written through it are committed to WAL objects (LedgerInfo.wal_objects)
-    objects: bool
-
     async def persist(self, wal: walmod.WalFile, ledger_id: int, first_entry_id: int,
                       count: int, frames: bytes) -> None:
         """Make `frames` (entries first_entry_id .. + count - 1 of the ledger) durable."""
@@ -56,8 +53,6 @@ class CommitPipeline(Protocol):
 
 
 class LocalSink:
-    objects = False
-
     def __init__(self, executor: Executor):
         self._executor = executor
 
@@ -68,9 +63,8 @@ class LocalSink:
 
 
 class ObjectSink:
-    """A `WalSink` and a `CommitPipeline` over the broker's `ObjectWal`."""
+    """The `CommitPipeline` over the broker's `ObjectWal`."""
 
-    objects = True
     depth = 8  # groups of a ledger in flight
 
     def __init__(self, objects: ObjectWal, topic: TopicName, ownership: tuple[str, bytes],
@@ -90,16 +84,3 @@ class ObjectSink:
 
     async def cut_back(self, wal: walmod.WalFile, size: int) -> None:
         await asyncio.get_running_loop().run_in_executor(self._executor, wal.cut_back, size)
-
-    async def persist(self, wal: walmod.WalFile, ledger_id: int, first_entry_id: int,
-                      count: int, frames: bytes) -> None:
-        loop = asyncio.get_running_loop()
-        at = wal.size
-        await loop.run_in_executor(self._executor, wal.write, frames)
-        try:
-            await self._objects.commit(self._topic, self._ownership, ledger_id,
-                                       first_entry_id, count, frames)
-        except CommitFailed as exc:
-            if not exc.fence:  # nothing committed: the ids are used again
-                await loop.run_in_executor(self._executor, wal.cut_back, at)
-            raise

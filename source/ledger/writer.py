@@ -301,14 +301,6 @@ class GroupCommitWriter:
                                                  sum(len(item[0]) for item in group
                                                      if item[1] is not None),
                                                  b"".join(frames))
-                    if frames and self._sink.objects:
-                        led.commits += 1
-                except CommitFailed as exc:  # not committed (or not known to be)
-                    dedup.rollback()
-                    if exc.fence:
-                        self._fence(exc.error)
-                    self._fail_group(led, group, exc.error)
-                    continue
                 except OSError as exc:  # nothing of the group is acknowledged
                     dedup.rollback()
                     self._storage.disk.report(exc)
@@ -529,7 +521,7 @@ class GroupCommitWriter:
             raise await write_failure(disk, exc, f"{self._topic}: starting a new ledger",
                                       self._executor) from None
         info = mpb.LedgerInfo(ledger_id=lid, state=OPEN, wal_path=rel, created_ms=now_ms(),
-                              wal_objects=self._sink.objects)
+                              wal_objects=self._pipeline is not None)
         try:
             await self._list.update(lambda lst: lst.ledgers.append(info))
         except errors.ShadowTopicError:
