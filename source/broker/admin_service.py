@@ -270,7 +270,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                 raise errors.ServiceUnavailable(f"no broker with the {role} role is "
                                                 f"registered to serve {topic}")
             return apb.LookupResponse(broker_url=picked.url, broker_id=picked.broker_id,
-                                      redirect=redirect)
+                                      redirect=redirect or
+                                      picked.broker_id != self.session.broker_id)
         if owner.broker_id == self.session.broker_id:  # ours (perhaps a dead incarnation's)
             return apb.LookupResponse(broker_url=self.session.url,
                                       broker_id=self.session.broker_id, epoch=owner.epoch)

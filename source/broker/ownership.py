@@ -34,7 +34,7 @@ from shadowtopic.metadata.base import (
     MetadataUnavailable,
     Put,
 )
-from shadowtopic.metadata.placement import RecentPicks, pick_broker
+from shadowtopic.metadata.placement import RecentPicks, pick_broker, pick_source
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 log = logging.getLogger(__name__)
@@ -227,10 +227,14 @@ class BrokerSession:
 
     async def serving(self, topic: TopicName, role: str) -> mpb.BrokerInfo | None:
         """Where `topic` goes when nobody owns it: a shadow to the least loaded shadow
-        broker (`pick_broker`), another topic to this broker when it has `role`, else to a
-        registered broker with it; None when there is none."""
+        broker (`pick_broker`), a source topic to this broker unless another source broker
+        serves clearly fewer topics (`pick_source`), another topic to this broker when it
+        has `role`, else to a registered broker with it; None when there is none."""
         if role in self.roles and role != "shadow":
-            return mpb.BrokerInfo(broker_id=self.broker_id, url=self.url, roles=self.roles)
+            elsewhere = (await pick_source(self.store, self.cluster, topic, self.broker_id)
+                         if role == "source" else None)
+            return elsewhere or mpb.BrokerInfo(broker_id=self.broker_id, url=self.url,
+                                               roles=self.roles)
         picked = await pick_broker(self.store, self.cluster, role, topic, self.picks)
         if picked is None and role in self.roles:  # not registered yet: serve it here
             return mpb.BrokerInfo(broker_id=self.broker_id, url=self.url, roles=self.roles)

@@ -18,6 +18,12 @@ counts each one as owned by the picked broker until that broker's ownership reco
 (or for PENDING_S at most), so they spread exactly; a topic picked again before it is owned
 gets the same broker while that broker lives.
 
+A source topic nobody owns stays on the source broker a lookup reached (it takes the
+topic when the client comes), unless another live source broker serves at least two topics
+fewer (`pick_source`): then the lookup names that one, so source topics spread over source
+brokers as they are first used and when their owner died, without a redirect for every
+small difference.
+
 The assignment is sticky: the ownership record the serving broker holds says who serves a
 topic, and callers (Lookup, the source's shadow replicators) ask here only when no live
 broker owns it - when it is first placed, or when its owner's lease expired (failover).
@@ -94,6 +100,25 @@ async def pick_broker(store: MetadataStore, cluster: str, role: str, topic: Topi
         if picked is not None:
             recent.add(topic, picked.broker_id)
         return picked
+
+
+async def pick_source(store: MetadataStore, cluster: str, topic: TopicName, me: str,
+                      margin: int = 2) -> mpb.BrokerInfo | None:
+    """Where a source topic nobody owns goes when broker `me` was asked: the least loaded
+    live source broker (as `pick_broker`) when it serves at least `margin` topics fewer than
+    `me`; None (serve it here: no redirect) otherwise, and when `me` is not registered."""
+    snap = await store.get_prefix(keys.brokers_prefix(cluster))
+    brokers = [b for b in (mpb.BrokerInfo.FromString(kv.value) for kv in snap.items)
+               if "source" in b.roles]
+    mine = next((b for b in brokers if b.broker_id == me), None)
+    if mine is None or len(brokers) < 2:
+        return None
+    owned = owned_by_broker((await store.get_prefix(keys.ownership_prefix(cluster))).items)
+    best = least_loaded(brokers, topic, owned)
+    if best is None or best.broker_id == me:
+        return None
+    load = max(mine.topics, owned[me]) - max(best.topics, owned[best.broker_id])
+    return best if load >= margin else None
 
 
 def owned_by_broker(owners: list[KeyValue]) -> Counter[str]:

@@ -43,11 +43,12 @@ def test_paused_owner_is_fenced_and_history_does_not_diverge(two_brokers, topic)
         paused_at = len(acked_a)
         time.sleep(1.0)
         b_id = None
-        with Client(b.url, timeout=5) as c, c.create_producer(topic) as p:
+        with Client(b.url, timeout=5) as c:
             deadline = time.monotonic() + 30
             while b_id is None:                      # B takes the topic once A's lease expires
-                try:
-                    b_id = p.send(b"b0", timeout=5)
+                try:  # (until then Lookup names A, which does not answer: a new attempt)
+                    with c.create_producer(topic) as p:
+                        b_id = p.send(b"b0", timeout=5)
                 except (errors.TopicNotOwned, errors.ServiceUnavailable, errors.Timeout):
                     assert time.monotonic() < deadline, "B could not take the topic"
                     time.sleep(0.2)

@@ -91,3 +91,26 @@ def test_the_owners_machine_lost_with_its_disk_loses_nothing_acknowledged(etcd_s
 def moto_bucket(b: BrokerProcess) -> str:
     root = b.extra_args[b.extra_args.index("--storage-root") + 1]
     return root[len("s3://"):].split("/", 1)[0]
+
+
+def test_source_topics_spread_over_the_source_brokers(etcd_server, moto, tmp_path):
+    """Every topic looked up through one broker: once it serves two topics more than the
+    other, the lookup names the other (source/metadata/placement.py, `pick_source`), and the
+    client produces there."""
+    a, b = brokers(etcd_server, moto, tmp_path)
+    try:
+        a.start(timeout=60)
+        b.start(timeout=60)
+        ns = f"persistent://public/ns-{uuid.uuid4().hex[:8]}"
+        owners = []
+        with Client(a.url, timeout=30) as c:
+            for i in range(6):
+                t = f"{ns}/t{i}"
+                c.admin.create_topic(t)
+                with c.create_producer(t) as p:
+                    p.send(b"x")
+                owners.append(c.admin.lookup(t)["brokerUrl"])
+        assert owners.count(b.url) == 2 and owners.count(a.url) == 4, owners
+    finally:
+        for x in (a, b):
+            x.kill()

@@ -9,7 +9,7 @@ import asyncio
 from shadowtopic.broker.ownership import BrokerSession
 from shadowtopic.core.names import TopicName
 from shadowtopic.metadata import MemoryStore, keys
-from shadowtopic.metadata.placement import RecentPicks, pick_broker, rank
+from shadowtopic.metadata.placement import RecentPicks, pick_broker, pick_source, rank
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 
 C = "c"
@@ -158,5 +158,29 @@ def test_asking_again_does_not_keep_a_pick_that_never_became_ownership():
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.15)  # 0.35 s after the first pick, 0.15 s after the last ask
         assert len(recent.pending(set(), C)) == 0  # expired, though asked again
+        await store.close()
+    asyncio.run(body())
+
+
+def test_a_source_topic_stays_with_the_asked_broker_unless_another_serves_clearly_fewer():
+    async def body():
+        store = MemoryStore()
+        src = ("source",)
+        await _register(store, "me", roles=src, topics=1)
+        assert await pick_source(store, C, _t("x"), "me") is None  # the only source broker
+        leases = {"other": await _register(store, "other", roles=src, topics=0)}
+        await _register(store, "shadowy", roles=("shadow",), topics=0)  # not a source broker
+        assert await pick_source(store, C, _t("x"), "me") is None  # one topic more: stays
+        await _register(store, "me", roles=src, topics=2)
+        picked = await pick_source(store, C, _t("x"), "me")
+        assert picked is not None and picked.broker_id == "other"
+        # ownership records count at once: two topics just taken by "other" even it out
+        for name in ("o1", "o2"):
+            await _own(store, _t(name), "other", leases["other"])
+        assert await pick_source(store, C, _t("x"), "me") is None
+        assert await pick_source(store, C, _t("x"), "stranger") is None  # not registered
+        # its lease ends (the broker died): its records and registration go, "me" keeps it
+        await store.revoke_lease(leases["other"])
+        assert await pick_source(store, C, _t("x"), "me") is None
         await store.close()
     asyncio.run(body())
