@@ -35,6 +35,15 @@ per broker (label `cluster`)
                                    (source/broker/memory.py)
     shadowtopic_broker_ready       1 while /readyz says ready
     shadowtopic_storage_writable   0 while the data disk is full or read-only
+with the WAL on object storage (--wal; source/ledger/object_wal.py)
+    shadowtopic_wal_object_puts_total, shadowtopic_wal_object_put_bytes_total,
+    shadowtopic_wal_object_put_failures_total
+                                   WAL objects written (one per flush window)
+    shadowtopic_wal_commit_txns_total, shadowtopic_wal_commit_sections_total
+                                   etcd transactions committing them, and the open
+                                   ledgers' batches they committed
+    shadowtopic_wal_objects_deleted_total
+                                   objects deleted once nothing needed them
 and what each feature adds (`BrokerFeature.metrics`: shadow/metrics.py), the gRPC series
 (source/observability/rpc_metrics.py) and prometheus-client's process_* series.
 """
