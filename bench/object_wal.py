@@ -4,7 +4,8 @@ every figure from one run with alternating rounds.
     .venv/bin/python bench/object_wal.py [--rounds 3] [--parts latency,rates,recovery]
 
 - latency: two source brokers of one cluster, one with the local WAL (fsync) and one with
-  `--wal s3://...` (one object and one etcd transaction per 5 ms flush window). A paced
+  `--wal s3://...` (one object and one etcd transaction per flush window, `--window-ms`,
+  5 by default). A paced
   producer process (as bench/shadows.py's: `--tick` (5 ms) worth of messages every tick,
   one batch each, no linger beyond the tick) sends `--rate` (10,000) msgs/s for `--seconds`
   (10) to a fresh topic on one broker, then on the other (alternating, `--rounds` times);
@@ -125,7 +126,8 @@ class Cluster:
     """etcd, moto and source brokers of one cluster: `local` (local WAL) and `s3` brokers
     (`--wal s3://bucket/wal`), each with its own data dir."""
 
-    def __init__(self, base: str, moto, local: int, s3: int, lease_ttl: int):
+    def __init__(self, base: str, moto, local: int, s3: int, lease_ttl: int,
+                 window_ms: float = 5.0):
         from shadowtopic.broker.server import free_port
         from shadowtopic.metadata.etcd_server import EtcdServer
         from shadowtopic.standalone import BrokerProcess
@@ -141,7 +143,8 @@ class Cluster:
         self.brokers = []
         for i in range(local + s3):
             port, mport = free_port(), free_port()
-            wal = [] if i < local else ["--wal", f"s3://{self.bucket}/wal"]
+            wal = [] if i < local else ["--wal", f"s3://{self.bucket}/wal",
+                                        "--wal-window-ms", str(window_ms)]
             b = BrokerProcess(self.etcd.endpoint, os.path.join(base, f"b{i}"), port,
                               extra_args=[*common, *wal, "--metrics-port", str(mport)],
                               env=moto.env)
@@ -360,6 +363,7 @@ def main() -> None:
     p.add_argument("--topic-counts", default="1,10,100")
     p.add_argument("--recovery-messages", type=int, default=100_000)
     p.add_argument("--lease-ttl", type=int, default=2)
+    p.add_argument("--window-ms", type=float, default=5.0, help="the brokers' --wal-window-ms")
     a = p.parse_args()
     parts = a.parts.split(",")
     import platform
@@ -371,7 +375,8 @@ def main() -> None:
     os.makedirs(base, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=base) as d, _moto_s3()(d) as moto:
         if {"latency", "rates"} & set(parts):
-            cl = Cluster(os.path.join(d, "lat"), moto, local=1, s3=1, lease_ttl=a.lease_ttl)
+            cl = Cluster(os.path.join(d, "lat"), moto, local=1, s3=1, lease_ttl=a.lease_ttl,
+                         window_ms=a.window_ms)
             try:
                 if "latency" in parts:
                     res["latency"] = run_latency(cl, a)

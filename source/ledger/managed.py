@@ -51,13 +51,14 @@ from shadowtopic.ledger.entry_cache import EntryCache
 from shadowtopic.ledger.ledger_list import OPEN, OwnedLedgerList
 from shadowtopic.ledger.ledger_reader import LedgerListReader
 from shadowtopic.ledger.object_wal import ObjectWal
+from shadowtopic.ledger.open_ledger import LedgerConfig
 from shadowtopic.ledger.sealing import UNWRITABLE, Sealer
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.tails import Tails
 from shadowtopic.ledger.view import LedgerRange, ReadEntry, Trimmed, ViewListener
 from shadowtopic.ledger.wal_restore import ObjectOpener, TopicWalObjects, opener
 from shadowtopic.ledger.wal_sink import CommitPipeline, LocalSink, ObjectSink, WalSink
-from shadowtopic.ledger.writer import GroupCommitWriter, LedgerConfig
+from shadowtopic.ledger.writer import GroupCommitWriter
 from shadowtopic.metadata import keys
 from shadowtopic.metadata.base import MetadataStore
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb

@@ -1,13 +1,16 @@
 """`GroupCommitWriter`: the write path of a `ManagedLedger` (source/ledger/managed.py):
-appends, group commit and ledger rolls.
+appends, group commit and ledger rolls. The open ledger it writes, and the steps of a group
+that need no writer (taking a group, failing appends), are source/ledger/open_ledger.py.
 
 - append: batches queue on the open ledger; one writer task per open ledger takes everything
   queued, assigns entry ids, writes one buffer and fdatasyncs it (group commit), then makes
   the entries visible and resolves every waiting append. Nothing is acknowledged before its
   fsync; a failed write acknowledges nothing and cuts the WAL back. With the WAL on object
-  storage the group is made durable by its `WalSink` (source/ledger/wal_sink.py): in an
-  object and committed in etcd; a commit refused for lost ownership, or whose outcome is
-  unknown, fences the ledger; the ledger rolls after `max_commits` flush windows.
+  storage a group is durable once in an object and committed in etcd (its
+  `CommitPipeline`, source/ledger/wal_sink.py); the writer then takes the next groups while
+  earlier ones are committed (`_pipelined_loop`) and acknowledges them in entry order; a
+  commit refused for lost ownership, or whose outcome is unknown, fences the ledger; the
+  ledger rolls after `max_commits` flush windows.
 - rollover (by entries, bytes or age): a new ledger is registered OPEN in etcd before it takes
   writes, the old one drains and is sealed to Parquet in the background (by the `Seals` it
   was given: source/ledger/sealing.py), then marked SEALED.
@@ -38,17 +41,26 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
 from shadowtopic.ledger import wal as walmod
-from shadowtopic.ledger.dedup import DEFAULT_IDLE_S, EXPIRE_EVERY_MS, DedupMap, Duplicate
+from shadowtopic.ledger.dedup import EXPIRE_EVERY_MS, DedupMap, Duplicate
 from shadowtopic.ledger.disk import write_failure
-from shadowtopic.ledger.entry_cache import TailEntries
 from shadowtopic.ledger.ledger_list import OPEN, SEALED, Fencing, OwnedLedgerList, now_ms
+from shadowtopic.ledger.open_ledger import (
+    AppendResult,
+    InFlight,
+    LedgerConfig,
+    OpenLedger,
+    Pending,
+    Taken,
+    fail_group,
+    fail_pending,
+    take_group,
+)
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.tails import Tails
 from shadowtopic.ledger.wal_sink import CommitFailed, CommitPipeline, WalSink
@@ -59,45 +71,8 @@ from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 # The ManagedLedger's parts log under one name, as it did when it was a single module.
 log = logging.getLogger("shadowtopic.ledger.managed")
 
-#: what an append resolves with: (ledger id, first entry id, duplicate)
-AppendResult = tuple[int, int, bool]
-#: an append queued on a ledger: (raws, request, size, future, (producer, first sequence id)
-#: or None)
-Pending = tuple[list[bytes], bytes, int, asyncio.Future[AppendResult], tuple[str, int] | None]
-#: an append its writer took: (raws, frame, size, future, first entry id); a duplicate's or
-#: a refused batch's frame is None, and its last field the original's ids or None
-Taken = tuple[list[bytes], bytes | None, int, asyncio.Future[AppendResult],
-              int | Duplicate | None]
 #: a rolled ledger's seal: its info once SEALED (None: it was empty and left the list)
 SealTask = asyncio.Task[mpb.LedgerInfo | None]
-
-
-@dataclass
-class _InFlight:
-    """A group of the pipelined writer whose commit is under way (`task`; None: a group
-    of duplicates only, nothing to commit), its frames at `at` in the local copy, and how
-    many producer batches it staged in the dedup map."""
-
-    task: asyncio.Future[None] | None
-    group: list[Taken]
-    publish_ms: int
-    at: int
-    staged: int
-
-
-@dataclass
-class LedgerConfig:
-    """When the open ledger rolls over: once `max_entries` entries or `max_bytes` bytes have
-    been queued on it, or once it has an entry queued and is `max_age_s` seconds old."""
-
-    max_entries: int = 200_000
-    max_bytes: int = 64 << 20
-    max_age_s: float = 4 * 3600
-    #: with the WAL on object storage, the flush windows (etcd commit records) a ledger takes
-    #: before it rolls: its commits stay in etcd until it seals (source/ledger/object_wal.py)
-    max_commits: int = 10_000
-    #: idempotent producing: a producer idle this long is forgotten (source/ledger/dedup.py)
-    dedup_idle_s: float = DEFAULT_IDLE_S
 
 
 class Seals(Protocol):
@@ -109,36 +84,6 @@ class Seals(Protocol):
                            count: int) -> mpb.LedgerInfo | None: ...
 
     async def retry_seals(self) -> None: ...
-
-
-class OpenLedger:
-    """A ledger taking appends: its WAL, its confirmed entries and its queue.
-
-    `pending` holds the appends its writer has not taken yet; `queued_entries` and
-    `queued_bytes` count every batch queued on it that did not fail, written or not (they
-    decide when it is full). `after` is the previous ledger's writer, which this one's waits
-    for before its first write; `closing` tells the writer to end once nothing is pending.
-    """
-
-    def __init__(self, ledger_id: int, wal: walmod.WalFile, wal_rel: str, entries: TailEntries):
-        self.ledger_id = ledger_id
-        self.wal = wal
-        self.wal_rel = wal_rel
-        self.entries = entries
-        self.queued_entries = 0
-        self.queued_bytes = 0
-        self.created = time.monotonic()
-        self.pending: list[Pending] = []
-        self.wake = asyncio.Event()
-        self.after: asyncio.Task[None] | None = None  # the previous ledger's writer
-        self.closing = False
-        self.writer: asyncio.Task[None] | None = None
-        self.commits = 0  # groups committed to WAL objects (0 with the local WAL)
-
-    def full(self, cfg: LedgerConfig) -> bool:
-        return (self.queued_entries >= cfg.max_entries or self.queued_bytes >= cfg.max_bytes
-                or self.commits >= cfg.max_commits
-                or (self.queued_entries > 0 and time.monotonic() - self.created >= cfg.max_age_s))
 
 
 class GroupCommitWriter:
@@ -292,7 +237,7 @@ class GroupCommitWriter:
             while led.pending:
                 pending, led.pending = led.pending, []
                 first_id = len(led.entries)
-                publish_ms, group = self._write_group(led, pending)
+                publish_ms, group = take_group(led, pending, dedup)
                 frames = [item[1] for item in group if item[1] is not None]
                 at = led.wal.size  # where the first frame goes
                 try:
@@ -307,7 +252,7 @@ class GroupCommitWriter:
                     err = errors.storage_error(exc, f"{self._topic}: WAL write")
                     if led.wal.broken:  # could not cut the failed frame off: stop here
                         self._fence(errors.Internal(f"{self._topic}: WAL unusable: {exc}"))
-                    self._fail_group(led, group, err)
+                    fail_group(led, group, err)
                     continue
                 if not self._lease_ok():
                     # durable, but this broker may no longer own the topic: acknowledge
@@ -360,12 +305,12 @@ class GroupCommitWriter:
         flight, else the ledger is fenced (a later group may be committed: its next owner's
         restore stops at the first entry no commit holds)."""
         dedup = self._dedup
-        window: deque[_InFlight] = deque()
+        window: deque[InFlight] = deque()
         next_id = len(led.entries)
         while True:
             if led.pending and self._fencing.fenced is not None:
                 refused, led.pending = led.pending, []
-                self._fail_pending(led, refused, self._fencing.fenced)
+                fail_pending(led, refused, self._fencing.fenced)
             if led.after is not None and led.pending:
                 await asyncio.gather(led.after, return_exceptions=True)
                 led.after = None
@@ -373,7 +318,7 @@ class GroupCommitWriter:
                 pending, led.pending = led.pending, []
                 led.wake.clear()
                 staged_before = dedup.staged
-                publish_ms, group = self._write_group(led, pending, next_id)
+                publish_ms, group = take_group(led, pending, dedup, next_id)
                 frames = [item[1] for item in group if item[1] is not None]
                 count = sum(len(item[0]) for item in group if item[1] is not None)
                 at = led.wal.size
@@ -387,13 +332,13 @@ class GroupCommitWriter:
                         self._storage.disk.report(exc)
                         if led.wal.broken:
                             self._fence(errors.Internal(f"{self._topic}: WAL unusable: {exc}"))
-                        self._fail_group(led, group, errors.storage_error(
+                        fail_group(led, group, errors.storage_error(
                             exc, f"{self._topic}: WAL write"))
                         continue
                     task = asyncio.ensure_future(pipe.commit(led.ledger_id, next_id, count,
                                                              blob))
                     led.commits += 1
-                window.append(_InFlight(task, group, publish_ms, at,
+                window.append(InFlight(task, group, publish_ms, at,
                                         dedup.staged - staged_before))
                 next_id += count
                 continue
@@ -438,64 +383,10 @@ class GroupCommitWriter:
                     next_id = len(led.entries)
                 except OSError as exc:
                     err = self._fence(errors.Internal(f"{self._topic}: WAL unusable: {exc}"))
-            self._fail_group(led, head.group, err)
+            fail_group(led, head.group, err)
             while window:
                 later = window.popleft()
-                self._fail_group(led, later.group, err)
-
-    @staticmethod
-    def _fail_pending(led: OpenLedger, pending: list[Pending], err: BaseException) -> None:
-        """Appends queued on a ledger that takes no more fail with `err`."""
-        for raws, _request, size, fut, _seq in pending:
-            led.queued_entries -= len(raws)
-            led.queued_bytes -= size
-            if not fut.done():
-                fut.set_exception(err)
-
-    @staticmethod
-    def _fail_group(led: OpenLedger, group: list[Taken], err: BaseException) -> None:
-        """Nothing of a group is acknowledged: its appends fail with `err`."""
-        for raws, frame, size, fut, _first in group:
-            if frame is not None:
-                led.queued_entries -= len(raws)
-                led.queued_bytes -= size
-            if not fut.done():
-                fut.set_exception(err)
-
-    def _write_group(self, led: OpenLedger, pending: list[Pending],
-                     next_id: int | None = None) -> tuple[int, list[Taken]]:
-        """Check the group's sequenced batches against the dedup map, assign entry ids and
-        build the frames: each append becomes (raws, frame, size, future, first entry id);
-        a duplicate's frame is None and its last field its original's ids; a refused
-        batch's future fails and its frame is None too. Returns the group's publish time
-        and the taken appends, in order."""
-        encode = walmod.encode_batch
-        publish_ms = now_ms()
-        if next_id is None:
-            next_id = len(led.entries)
-        dedup = self._dedup
-        group: list[Taken] = []
-        for raws, request, size, fut, seq in pending:
-            if seq is not None:
-                try:
-                    dup = dedup.check(seq[0], seq[1], len(raws))
-                except errors.ShadowTopicError as exc:
-                    led.queued_entries -= len(raws)
-                    led.queued_bytes -= size
-                    if not fut.done():
-                        fut.set_exception(exc)
-                    group.append((raws, None, size, fut, None))
-                    continue
-                if dup is not None:
-                    led.queued_entries -= len(raws)
-                    led.queued_bytes -= size
-                    group.append((raws, None, size, fut, dup))
-                    continue
-                dedup.stage(seq[0], seq[1], len(raws), led.ledger_id, next_id, publish_ms)
-            group.append((raws, encode(next_id, publish_ms, request, len(raws)), size, fut,
-                          next_id))
-            next_id += len(raws)
-        return publish_ms, group
+                fail_group(led, later.group, err)
 
     # ---- rollover --------------------------------------------------------------------------
 
