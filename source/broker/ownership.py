@@ -79,6 +79,7 @@ class BrokerSession:
         self._task: asyncio.Task | None = None
         self.healthy = asyncio.Event()
         self.metrics_url = ""           # registered with the broker (its HTTP endpoint)
+        self.wal_objects = False        # its WAL is on object storage (registered too)
         #: topics this broker placed (lookups, shadow replicators) not owned yet
         self.picks = RecentPicks()
         #: () -> (topics loaded, their subscriptions); None: registered without a load
@@ -108,7 +109,8 @@ class BrokerSession:
         self.lease = await self.store.grant_lease(self.ttl)
         self.valid_until = sent + self.ttl * 0.8
         info = mpb.BrokerInfo(broker_id=self.broker_id, url=self.url, roles=self.roles,
-                              started_ms=int(time.time() * 1000), metrics_url=self.metrics_url)
+                              started_ms=int(time.time() * 1000), metrics_url=self.metrics_url,
+                              wal_objects=self.wal_objects)
         load = self._measure()
         if load is not None:
             info.topics, info.subscriptions = load
@@ -227,12 +229,13 @@ class BrokerSession:
 
     async def serving(self, topic: TopicName, role: str) -> mpb.BrokerInfo | None:
         """Where `topic` goes when nobody owns it: a shadow to the least loaded shadow
-        broker (`pick_broker`), a source topic to this broker unless another source broker
-        serves clearly fewer topics (`pick_source`), another topic to this broker when it
+        broker (`pick_broker`), a source topic to this broker unless (both with the WAL on
+        object storage) another source broker serves clearly fewer topics (`pick_source`),
+        another topic to this broker when it
         has `role`, else to a registered broker with it; None when there is none."""
         if role in self.roles and role != "shadow":
             elsewhere = (await pick_source(self.store, self.cluster, topic, self.broker_id)
-                         if role == "source" else None)
+                         if role == "source" and self.wal_objects else None)
             return elsewhere or mpb.BrokerInfo(broker_id=self.broker_id, url=self.url,
                                                roles=self.roles)
         picked = await pick_broker(self.store, self.cluster, role, topic, self.picks)

@@ -95,6 +95,7 @@ class Broker:
         self.session = BrokerSession(self.store, config.cluster, config.broker_id, config.url,
                                      list(config.roles), ttl=config.lease_ttl)
         self.wal_objects = self._object_wal(config)
+        self.session.wal_objects = self.wal_objects is not None
         self.topics = TopicManager(self.store, self.storage, self.session,
                                    cursor_flush_interval=config.cursor_flush_interval,
                                    entry_cache_bytes=config.entry_cache_bytes,

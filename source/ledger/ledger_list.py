@@ -64,6 +64,11 @@ class OwnedLedgerList:
         self._lock = asyncio.Lock()
 
     @property
+    def epoch(self) -> int:
+        """The ownership epoch this list is written under."""
+        return self._epoch
+
+    @property
     def current(self) -> mpb.LedgerList:
         """The list as last read or written (replaced, never changed in place, by a write;
         read it, do not change it)."""

@@ -242,7 +242,7 @@ class Sealer:
                 await self._objects.release(lid)
             return None
         storage = self._storage
-        rel = storage.sealed_rel(self._topic, lid)
+        rel = storage.sealed_rel(self._topic, lid, self._list.epoch)
         try:
             res = await asyncio.get_running_loop().run_in_executor(
                 self._executor, functools.partial(

@@ -1,6 +1,8 @@
 """Where ledgers live: a pyarrow filesystem root shared by every broker and by Spark.
 
-    <root>/ledgers/<topic-dir>/<ledger_id>.parquet   sealed ledgers
+    <root>/ledgers/<topic-dir>/<ledger_id>-<epoch>.parquet
+                                                     sealed ledgers, by the sealing owner's
+                                                     epoch (`<ledger_id>.parquet` before it)
     <root>/compacted/<topic-dir>/<job_id>/           compacted ledgers (compaction/ledger.py)
     <wal_root>/wal/<topic-dir>/<ledger_id>.wal       open ledgers' WALs
 
@@ -109,8 +111,11 @@ class Storage:
         return f"{cls.topic_compacted_dir(topic)}/{path_segment(job_id)}"
 
     @classmethod
-    def sealed_rel(cls, topic: TopicName, ledger_id: int) -> str:
-        return f"{cls.topic_sealed_dir(topic)}/{ledger_id}.parquet"
+    def sealed_rel(cls, topic: TopicName, ledger_id: int, epoch: int = 0) -> str:
+        """A sealed ledger's file; `epoch`, the sealing owner's, makes it that owner's own
+        (a deposed owner still sealing never overwrites the file its successor sealed)."""
+        name = f"{ledger_id}-{epoch}" if epoch else f"{ledger_id}"
+        return f"{cls.topic_sealed_dir(topic)}/{name}.parquet"
 
     @classmethod
     def wal_rel(cls, topic: TopicName, ledger_id: int) -> str:

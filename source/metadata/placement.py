@@ -19,10 +19,11 @@ counts each one as owned by the picked broker until that broker's ownership reco
 gets the same broker while that broker lives.
 
 A source topic nobody owns stays on the source broker a lookup reached (it takes the
-topic when the client comes), unless another live source broker serves at least two topics
-fewer (`pick_source`): then the lookup names that one, so source topics spread over source
-brokers as they are first used and when their owner died, without a redirect for every
-small difference.
+topic when the client comes), unless both keep their WAL on object storage (`--wal`: any
+of them can take over a topic's open ledgers) and another such live source broker serves
+at least two topics fewer (`pick_source`): then the lookup names that one, so source
+topics spread over source brokers as they are first used and when their owner died,
+without a redirect for every small difference.
 
 The assignment is sticky: the ownership record the serving broker holds says who serves a
 topic, and callers (Lookup, the source's shadow replicators) ask here only when no live
@@ -102,14 +103,28 @@ async def pick_broker(store: MetadataStore, cluster: str, role: str, topic: Topi
         return picked
 
 
+def registered(items: list[KeyValue], role: str) -> list[mpb.BrokerInfo]:
+    """The registrations (of `keys.brokers_prefix`) of brokers with `role`; a record that
+    does not parse counts for nobody."""
+    out = []
+    for kv in items:
+        try:
+            info = mpb.BrokerInfo.FromString(kv.value)
+        except Exception:  # noqa: BLE001 - a damaged record counts for nobody
+            continue
+        if role in info.roles:
+            out.append(info)
+    return out
+
+
 async def pick_source(store: MetadataStore, cluster: str, topic: TopicName, me: str,
                       margin: int = 2) -> mpb.BrokerInfo | None:
     """Where a source topic nobody owns goes when broker `me` was asked: the least loaded
-    live source broker (as `pick_broker`) when it serves at least `margin` topics fewer than
+    live source broker with the WAL on object storage (as `pick_broker`; any such broker can
+    take over the topic's open ledgers) when it serves at least `margin` topics fewer than
     `me`; None (serve it here: no redirect) otherwise, and when `me` is not registered."""
     snap = await store.get_prefix(keys.brokers_prefix(cluster))
-    brokers = [b for b in (mpb.BrokerInfo.FromString(kv.value) for kv in snap.items)
-               if "source" in b.roles]
+    brokers = [b for b in registered(snap.items, "source") if b.wal_objects]
     mine = next((b for b in brokers if b.broker_id == me), None)
     if mine is None or len(brokers) < 2:
         return None
@@ -135,8 +150,7 @@ def owned_by_broker(owners: list[KeyValue]) -> Counter[str]:
 async def _pick(store: MetadataStore, cluster: str, role: str, topic: TopicName,
                 recent: RecentPicks | None) -> mpb.BrokerInfo | None:
     snap = await store.get_prefix(keys.brokers_prefix(cluster))
-    brokers = [b for b in (mpb.BrokerInfo.FromString(kv.value) for kv in snap.items)
-               if role in b.roles]
+    brokers = registered(snap.items, role)
     if not brokers:
         return None
     owners = await store.get_prefix(keys.ownership_prefix(cluster))

@@ -13,6 +13,7 @@ horizon could pass a ledger still being sealed: test_compaction_horizon.py.)
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -100,7 +101,8 @@ def test_sealed_ledgers_land_in_the_bucket_and_read_back(s3):
         sealed = c.admin.roll_ledger(topic)
         assert int(sealed["ledgerId"]) == first[0].ledger_id
         assert s3.keys(tdir) == [sealed["path"]]  # one Parquet object per sealed ledger
-        assert sealed["path"] == f"{tdir}/{first[0].ledger_id}.parquet"
+        # named by the ledger and the sealing owner's epoch (storage.py)
+        assert re.fullmatch(rf"{tdir}/{first[0].ledger_id}-\d+\.parquet", sealed["path"])
         with c.create_producer(topic) as p:  # a new open ledger after the seal
             second = [p.send(f"n{i}".encode()) for i in range(20)]
         assert second[0].ledger_id > first[0].ledger_id
@@ -134,9 +136,9 @@ def test_a_shadow_reads_the_sealed_ledgers_from_the_bucket(s3):
             assert [m.payload for m in got] == [f"m{i}".encode() for i in range(70)]
             with pytest.raises(errors.Timeout):
                 cons.receive(timeout=0.3)
-    sealed = {f"{Storage.topic_sealed_dir(TopicName.parse(topic))}/{lid}.parquet"
-              for lid in {i.ledger_id for i in ids}}
-    assert sealed <= set(s3.keys("ledgers"))
+    tdir = Storage.topic_sealed_dir(TopicName.parse(topic))
+    in_bucket = {k.rsplit("-", 1)[0] for k in s3.keys("ledgers")}  # <ledger>-<epoch>.parquet
+    assert {f"{tdir}/{lid}" for lid in {i.ledger_id for i in ids}} <= in_bucket
     assert wal_files(s3.sh.data_dir) == []  # the shadow broker writes no WAL
     # the shadow's subscription keeps its cursor in the bucket too
     shadow_cursors = Storage.topic_sealed_dir(TopicName.parse(shadow)).replace(
@@ -174,9 +176,9 @@ def test_cursors_in_the_bucket_survive_kill_9(s3):
             assert [m.message_id for m in got] == ids[50:]
     assert [m.message_id for m in read_all(s3.src.url, topic, 80)] == ids
     # the open ledger the kill left in the local WAL was sealed into the bucket on restart
-    last = f"{Storage.topic_sealed_dir(TopicName.parse(topic))}/{ids[-1].ledger_id}.parquet"
+    last = f"{Storage.topic_sealed_dir(TopicName.parse(topic))}/{ids[-1].ledger_id}-"
     deadline = time.monotonic() + 20
-    while last not in s3.keys("ledgers"):
+    while not any(k.startswith(last) for k in s3.keys("ledgers")):
         assert time.monotonic() < deadline, f"{last} not sealed into the bucket"
         time.sleep(0.1)
 

@@ -15,10 +15,12 @@ from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 C = "c"
 
 
-async def _register(store, broker_id: str, roles=("shadow",), topics=0, subs=0) -> int:
+async def _register(store, broker_id: str, roles=("shadow",), topics=0, subs=0,
+                    wal_objects=False) -> int:
     lease = await store.grant_lease(30)
     info = mpb.BrokerInfo(broker_id=broker_id, url=f"127.0.0.1:{len(broker_id)}",
-                          roles=list(roles), topics=topics, subscriptions=subs)
+                          roles=list(roles), topics=topics, subscriptions=subs,
+                          wal_objects=wal_objects)
     await store.put(keys.broker(C, broker_id), info.SerializeToString(), lease=lease)
     return lease
 
@@ -166,12 +168,15 @@ def test_a_source_topic_stays_with_the_asked_broker_unless_another_serves_clearl
     async def body():
         store = MemoryStore()
         src = ("source",)
-        await _register(store, "me", roles=src, topics=1)
+        await _register(store, "me", roles=src, topics=1, wal_objects=True)
         assert await pick_source(store, C, _t("x"), "me") is None  # the only source broker
-        leases = {"other": await _register(store, "other", roles=src, topics=0)}
+        leases = {"other": await _register(store, "other", roles=src, topics=0,
+                                           wal_objects=True)}
         await _register(store, "shadowy", roles=("shadow",), topics=0)  # not a source broker
+        await _register(store, "local", roles=src, topics=0)  # its WAL is its own disk's
+        await store.put(keys.broker(C, "junk"), b"\xff not a record")  # counts for nobody
         assert await pick_source(store, C, _t("x"), "me") is None  # one topic more: stays
-        await _register(store, "me", roles=src, topics=2)
+        await _register(store, "me", roles=src, topics=2, wal_objects=True)
         picked = await pick_source(store, C, _t("x"), "me")
         assert picked is not None and picked.broker_id == "other"
         # ownership records count at once: two topics just taken by "other" even it out

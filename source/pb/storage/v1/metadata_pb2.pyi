@@ -227,7 +227,7 @@ class Ownership(_message.Message):
     def __init__(self, broker_id: _Optional[str] = ..., broker_url: _Optional[str] = ..., epoch: _Optional[int] = ..., acquired_ms: _Optional[int] = ...) -> None: ...
 
 class BrokerInfo(_message.Message):
-    __slots__ = ("broker_id", "url", "roles", "started_ms", "metrics_url", "topics", "subscriptions", "load_ms")
+    __slots__ = ("broker_id", "url", "roles", "started_ms", "metrics_url", "topics", "subscriptions", "load_ms", "wal_objects")
     BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     URL_FIELD_NUMBER: _ClassVar[int]
     ROLES_FIELD_NUMBER: _ClassVar[int]
@@ -236,6 +236,7 @@ class BrokerInfo(_message.Message):
     TOPICS_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
     LOAD_MS_FIELD_NUMBER: _ClassVar[int]
+    WAL_OBJECTS_FIELD_NUMBER: _ClassVar[int]
     broker_id: str
     url: str
     roles: _containers.RepeatedScalarFieldContainer[str]
@@ -244,7 +245,8 @@ class BrokerInfo(_message.Message):
     topics: int
     subscriptions: int
     load_ms: int
-    def __init__(self, broker_id: _Optional[str] = ..., url: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., started_ms: _Optional[int] = ..., metrics_url: _Optional[str] = ..., topics: _Optional[int] = ..., subscriptions: _Optional[int] = ..., load_ms: _Optional[int] = ...) -> None: ...
+    wal_objects: bool
+    def __init__(self, broker_id: _Optional[str] = ..., url: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., started_ms: _Optional[int] = ..., metrics_url: _Optional[str] = ..., topics: _Optional[int] = ..., subscriptions: _Optional[int] = ..., load_ms: _Optional[int] = ..., wal_objects: _Optional[bool] = ...) -> None: ...
 
 class ShadowList(_message.Message):
     __slots__ = ("shadows",)
