@@ -70,8 +70,8 @@ def _paced(url: str, topics: list[str], rate: int, seconds: float, tick: float, 
     lat: list[float] = []
     errors: list[str] = []
     with Client(url, timeout=60) as c:
-        ps = [c.create_producer(t, batch_max_messages=max(1, per // len(topics) + 1),
-                                linger_ms=1, max_inflight=1000) for t in topics]
+        ps = [c.create_producer(t, batch_max_messages=max(1, per // min(len(topics), max(
+            1, per // 10)) + 1), linger_ms=1, max_inflight=1000) for t in topics]
         t0 = time.time() + 0.3
         cut = t0 + warm
 
@@ -83,6 +83,11 @@ def _paced(url: str, topics: list[str], rate: int, seconds: float, tick: float, 
                     lat.append(time.time() - sent)
             return done
         seq, late = 0, 0
+        # each tick's messages go in batches of about 10 to a rotating subset of the topics
+        # (at 10,000 msgs/s and 100 topics, one message per topic per tick would be 10,000
+        # batches a second, more than one client process sends)
+        k_per_tick = min(len(ps), max(1, per // 10))
+        turn = 0
         for k in range(int(seconds / tick)):
             ahead = t0 + k * tick - time.time()
             if ahead > 0:
@@ -91,8 +96,9 @@ def _paced(url: str, topics: list[str], rate: int, seconds: float, tick: float, 
                 late += 1
             for j in range(per):
                 now = time.time()
-                ps[(seq + j) % len(ps)].send_async(HEAD.pack(seq, now) + pad,
-                                                   callback=receipt(now))
+                ps[(turn + j % k_per_tick) % len(ps)].send_async(
+                    HEAD.pack(seq + j, now) + pad, callback=receipt(now))
+            turn += k_per_tick
             seq += per
         t1 = time.time()
         for p in ps:
@@ -127,7 +133,7 @@ class Cluster:
     (`--wal s3://bucket/wal`), each with its own data dir."""
 
     def __init__(self, base: str, moto, local: int, s3: int, lease_ttl: int,
-                 window_ms: float = 5.0):
+                 window_ms: float = 5.0, flushes: int = 4):
         from shadowtopic.broker.server import free_port
         from shadowtopic.metadata.etcd_server import EtcdServer
         from shadowtopic.standalone import BrokerProcess
@@ -144,7 +150,8 @@ class Cluster:
         for i in range(local + s3):
             port, mport = free_port(), free_port()
             wal = [] if i < local else ["--wal", f"s3://{self.bucket}/wal",
-                                        "--wal-window-ms", str(window_ms)]
+                                        "--wal-window-ms", str(window_ms),
+                                        "--wal-flushes", str(flushes)]
             b = BrokerProcess(self.etcd.endpoint, os.path.join(base, f"b{i}"), port,
                               extra_args=[*common, *wal, "--metrics-port", str(mport)],
                               env=moto.env)
@@ -364,6 +371,9 @@ def main() -> None:
     p.add_argument("--recovery-messages", type=int, default=100_000)
     p.add_argument("--lease-ttl", type=int, default=2)
     p.add_argument("--window-ms", type=float, default=5.0, help="the brokers' --wal-window-ms")
+    p.add_argument("--flushes", type=int, default=1,
+                   help="the brokers' --wal-flushes (default 1 here: moto serves one PUT at a "
+                        "time on this machine; 4, the brokers' default, queues PUTs in it)")
     a = p.parse_args()
     parts = a.parts.split(",")
     import platform
@@ -376,7 +386,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=base) as d, _moto_s3()(d) as moto:
         if {"latency", "rates"} & set(parts):
             cl = Cluster(os.path.join(d, "lat"), moto, local=1, s3=1, lease_ttl=a.lease_ttl,
-                         window_ms=a.window_ms)
+                         window_ms=a.window_ms, flushes=a.flushes)
             try:
                 if "latency" in parts:
                     res["latency"] = run_latency(cl, a)

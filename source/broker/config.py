@@ -47,6 +47,7 @@ class BrokerConfig:
     # the sweep deletes it.
     wal: str | None = None
     wal_window_ms: float = 5.0
+    wal_flushes: int = 4
     wal_gc_grace_seconds: float = 600.0
     host: str = "127.0.0.1"
     port: int = 6650
@@ -144,6 +145,9 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
     p.add_argument("--wal-window-ms", type=float, default=5.0, metavar="MS",
                    help="with --wal: how long a flush window gathers every topic's batches "
                         "into one object and one etcd transaction (default 5)")
+    p.add_argument("--wal-flushes", type=int, default=4, metavar="N",
+                   help="with --wal: flush windows written and committed at once (default 4; "
+                        "1 for an object store that serves one PUT at a time)")
     p.add_argument("--wal-gc-grace-seconds", type=float, default=600.0, metavar="S",
                    help="with --wal: a WAL object no commit names is deleted once this old "
                         "(default 600; longer than any write-to-commit delay)")
@@ -221,6 +225,8 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
             p.error(f"--{flag.replace('_', '-')} must be more than 0")
     if a.wal is not None and "://" not in a.wal:
         p.error("--wal must be an object store URI such as s3://BUCKET/PREFIX")
+    if a.wal_flushes < 1:
+        p.error("--wal-flushes must be 1 or more")
     if a.wal_window_ms < 0:
         p.error("--wal-window-ms must be 0 or more")
     if not a.wal_gc_grace_seconds > 0:
@@ -235,7 +241,7 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
     cfg = BrokerConfig(etcd=a.etcd, etcd_options=etcd_access, data_dir=a.data_dir,
                        storage_root=a.storage_root,
                        wal_dir=a.wal_dir, s3=s3, wal=a.wal or None,
-                       wal_window_ms=a.wal_window_ms,
+                       wal_window_ms=a.wal_window_ms, wal_flushes=a.wal_flushes,
                        wal_gc_grace_seconds=a.wal_gc_grace_seconds,
                        host=a.host, port=a.port, cluster=a.cluster, lease_ttl=a.lease_ttl,
                        cursor_flush_interval=a.cursor_flush_interval,

@@ -133,7 +133,8 @@ class Broker:
         fs, base = object_store.open_root(config.wal, config.s3)
         return ObjectWal(fs, base, config.wal, self.store, config.broker_id,
                          ThreadPoolExecutor(max_workers=4, thread_name_prefix="wal-objects"),
-                         window_s=config.wal_window_ms / 1000)
+                         window_s=config.wal_window_ms / 1000,
+                         max_flushes=config.wal_flushes)
 
     def not_ready(self) -> list[str]:
         """Why `/readyz` says 503 ([]: ready)."""

@@ -15,11 +15,11 @@ Flush windows (group commit across the broker's topics):
   etcd transaction** (more only past `MAX_TXN_OPS` sections: etcd's default limit on a
   transaction's operations), so the PUTs and transactions a second are bounded by the window
   (at most one object per `window_s`), not by the number of topics. Windows overlap (up to
-  `MAX_FLUSHES` in flight): the next one opens while the last is still being written, so a
-  batch waits for its own window's PUT and commit only. Their commits may land in any
-  order; a topic's writer acknowledges its batches in entry order, and a restore stops at
-  the first entry no commit holds, so a batch committed after one that failed is never
-  acknowledged nor restored.
+  `max_flushes` in flight, `MAX_FLUSHES` by default): the next one opens while the last is
+  still being written, so a batch waits for its own window's PUT and commit only. Their
+  commits may land in any order; a topic's writer acknowledges its batches in entry
+  order, and a restore stops at the first entry no commit holds, so a batch committed
+  after one that failed is never acknowledged nor restored.
 - the transaction compares every section's topic ownership record (key and value, which
   carry the owner's broker id and epoch) and puts one `WalCommit` per section at
   `keys.wal_commit(topic, ledger, first)`. A deposed owner's section therefore never
@@ -70,8 +70,10 @@ MAGIC = b"STWOBJ01"
 #: etcd's default `--max-txn-ops`: a transaction's compares and puts each stay within it
 MAX_TXN_OPS = 128
 MAX_OBJECT_BYTES = 8 << 20
-#: windows whose object is being written or committed at once: a window opens while the
-#: ones before it are in flight, so a batch waits for its own window, not for theirs
+#: windows whose object is being written or committed at once (default; `--wal-flushes`): a
+#: window opens while the ones before it are in flight, so a batch waits for its own
+#: window, not for theirs (an object store whose PUTs queue behind each other, as one
+#: single-process server does, is better served by 1)
 MAX_FLUSHES = 4
 DEFAULT_WINDOW_S = 0.005
 DEFAULT_GRACE_S = 600.0
@@ -152,7 +154,7 @@ class ObjectWal:
 
     def __init__(self, fs: pafs.FileSystem, base: str, uri_prefix: str, store: MetadataStore,
                  writer_id: str, executor: Executor, window_s: float = DEFAULT_WINDOW_S,
-                 max_object_bytes: int = MAX_OBJECT_BYTES):
+                 max_object_bytes: int = MAX_OBJECT_BYTES, max_flushes: int = MAX_FLUSHES):
         self.fs = fs
         self.base = base.rstrip("/")  # the prefix's path in `fs`
         self.uri_prefix = uri_prefix.rstrip("/")  # the same as a URI (what commits record)
@@ -166,7 +168,7 @@ class ObjectWal:
         self._wake: asyncio.Event | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._flushing: set[asyncio.Task[None]] = set()
-        self._slots = asyncio.Semaphore(MAX_FLUSHES)
+        self._slots = asyncio.Semaphore(max_flushes)
         self._closed = False
         self._in_flight: set[str] = set()  # objects written, their commit not settled
         # objects this process wrote -> the (topic path, ledger) sections in them not yet
