@@ -35,6 +35,10 @@ class AsyncProducer:
         self._receipts = Receipts(self._loop)
         core.settle_batches_with(self._receipts.settle)
         self._flush_due = False
+        # sends that found no room wait in line, in the order they came: a send that finds
+        # room while others wait joins the line too, so none overtakes an earlier one
+        self._room = asyncio.Lock()  # FIFO: its waiters acquire it in order
+        self._waiting = 0
         self.topic = core.topic
         self.partitions = core.partitions
 
@@ -77,9 +81,16 @@ class AsyncProducer:
                    timeout: float | None = None) -> MessageId:
         """Send and await the receipt: by default up to the client's `timeout` plus its
         `operation_timeout` (the time a reconnect and resend may take); `Timeout` then."""
-        if self._core.full:
-            await self.wait_for_room()
-        future = self._queue(payload, key, properties, event_time)
+        if self._core.full or self._waiting:
+            self._waiting += 1  # before the first await: later sends see it and line up
+            try:
+                async with self._room:
+                    await self.wait_for_room()
+                    future = self._queue(payload, key, properties, event_time)
+            finally:
+                self._waiting -= 1
+        else:
+            future = self._queue(payload, key, properties, event_time)
         try:
             return await asyncio.wait_for(future, timeout or self._core.receipt_wait_s)
         except TimeoutError:
