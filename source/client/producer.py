@@ -176,6 +176,7 @@ class Producer:
         self._topics = ([topic] if partitions == 0 else
                         [f"{topic}-partition-{i}" for i in range(partitions)])
         self._lock = threading.Lock()           # open batches, sequence ids
+        self._opened = threading.Condition(self._lock)  # a batch opened (the linger thread)
         self._send_lock = threading.Lock()      # in-flight order == stream order
         self._idle = threading.Condition(self._send_lock)
         self._batches: dict[int, _Batch] = {}
@@ -304,6 +305,8 @@ class Producer:
         b = self._batches[part] = _Batch(topic, part, self.producer_name)
         if self.idempotent:
             b.request.sequence_id = self._seqs[part]
+        if len(self._batches) == 1:  # the linger thread may be waiting for one
+            self._opened.notify()
         return b
 
     def send(self, payload: bytes | str, key: bytes | str | None = None,
@@ -361,6 +364,8 @@ class Producer:
             self._closed = True
             with self._room:
                 self._room.notify_all()
+            with self._opened:
+                self._opened.notify()
             self._outbox.put(None)
             self._sender.join(10)
             with self._send_lock:
@@ -400,10 +405,19 @@ class Producer:
                 self._close_batch(part)
 
     def _linger_loop(self) -> None:
-        while not self._closed:
-            time.sleep(self._linger)
-            now = time.monotonic()
-            with self._lock:
+        """Close each open batch `linger_ms` after its first message. Sleeps while no batch
+        is open (it used to wake every `linger_ms` regardless: a thousand idle producers with
+        linger_ms=1 were a million wakeups a second, and linger_ms=0 spun)."""
+        with self._lock:
+            while not self._closed:
+                if not self._batches:
+                    self._opened.wait()  # `_new_batch` or `close` wakes it
+                    continue
+                now = time.monotonic()
+                due = min(b.created for b in self._batches.values()) + self._linger
+                if due > now:
+                    self._opened.wait(due - now)
+                    continue
                 for part in [p for p, b in self._batches.items()
                              if now - b.created >= self._linger]:
                     self._close_batch(part)
