@@ -133,7 +133,7 @@ class Cluster:
     (`--wal s3://bucket/wal`), each with its own data dir."""
 
     def __init__(self, base: str, moto, local: int, s3: int, lease_ttl: int,
-                 window_ms: float = 5.0, flushes: int = 4):
+                 window_ms: float = 5.0, flushes: int = 4, profile: str | None = None):
         from shadowtopic.broker.server import free_port
         from shadowtopic.metadata.etcd_server import EtcdServer
         from shadowtopic.standalone import BrokerProcess
@@ -152,6 +152,8 @@ class Cluster:
             wal = [] if i < local else ["--wal", f"s3://{self.bucket}/wal",
                                         "--wal-window-ms", str(window_ms),
                                         "--wal-flushes", str(flushes)]
+            if profile and i >= local:
+                wal += ["--profile", f"{profile}.b{i}"]
             b = BrokerProcess(self.etcd.endpoint, os.path.join(base, f"b{i}"), port,
                               extra_args=[*common, *wal, "--metrics-port", str(mport)],
                               env=moto.env)
@@ -170,12 +172,13 @@ class Cluster:
         for fam in text_string_to_metric_families(text):
             for s in fam.samples:
                 if s.name.startswith("shadowtopic_wal_"):
-                    out[s.name] = s.value
+                    le = s.labels.get("le")
+                    out[s.name if le is None else f"{s.name}:{le}"] = s.value
         return out
 
     def close(self) -> None:
         for b in self.brokers:
-            b.kill()
+            b.terminate()  # graceful: a --profile broker writes its stats on exit
         self.etcd.stop()
 
 
@@ -186,7 +189,19 @@ def topic(tag: str) -> str:
 # ---- the floor: PUT and etcd transaction latency --------------------------------------------
 
 def put_latency(moto, bucket: str, size: int, n: int) -> dict:
-    fs = moto.filesystem()
+    """`n` PUTs of `size` bytes, one at a time, through the filesystem the broker opens
+    (source/ledger/object_store.py: one PutObject an object)."""
+    from shadowtopic.ledger.object_store import S3Options
+    env = {k: os.environ.get(k) for k in moto.env}
+    os.environ.update(moto.env)  # the credentials, as the broker is given them
+    try:
+        fs = S3Options(moto.endpoint, "us-east-1").filesystem()
+    finally:
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     data = os.urandom(max(1, size))
     lat = []
     for i in range(n):
@@ -239,9 +254,16 @@ def run_latency(cl: Cluster, a) -> dict:
                     "shadowtopic_wal_object_put_bytes_total", 0)
                 row["object_bytes"] = int(nbytes / max(1, puts))
                 row["puts"] = puts
+                # what the broker's own PUTs and transactions took under this load
+                row["broker_put_p99_ms"] = hist_pct(after, before,
+                                                    "shadowtopic_wal_object_put_seconds", 0.99)
+                row["broker_txn_p99_ms"] = hist_pct(after, before,
+                                                    "shadowtopic_wal_commit_seconds", 0.99)
         row["put"] = put_latency(cl.moto, cl.bucket, row["object_bytes"], a.probes)
         row["txn"] = txn_latency(cl.etcd.endpoint, a.probes)
         row["floor_ms"] = round(row["put"]["p99_ms"] + row["txn"]["p99_ms"] + 10, 2)
+        row["loaded_floor_ms"] = round(row["broker_put_p99_ms"] + row["broker_txn_p99_ms"]
+                                       + 10, 2)
         print(json.dumps({k: v for k, v in row.items()}), flush=True)
         rounds.append(row)
 
@@ -256,43 +278,88 @@ def run_latency(cl: Cluster, a) -> dict:
             "put_p99_ms": med(lambda x: x["put"]["p99_ms"]),
             "txn_p99_ms": med(lambda x: x["txn"]["p99_ms"]),
             "floor_ms": med(lambda x: x["floor_ms"]),
-            "ratio_p99_to_floor": med(lambda x: x["s3"]["p99_ms"] / x["floor_ms"])}
+            "ratio_p99_to_floor": med(lambda x: x["s3"]["p99_ms"] / x["floor_ms"]),
+            "broker_put_p99_ms": med(lambda x: x["broker_put_p99_ms"]),
+            "broker_txn_p99_ms": med(lambda x: x["broker_txn_p99_ms"]),
+            "loaded_floor_ms": med(lambda x: x["loaded_floor_ms"]),
+            "ratio_p99_to_loaded_floor": med(lambda x: x["s3"]["p99_ms"]
+                                             / x["loaded_floor_ms"])}
+
+
+def _delta(after: dict, before: dict, name: str) -> float:
+    return after.get(name, 0) - before.get(name, 0)
+
+
+def hist_pct(after: dict, before: dict, name: str, q: float) -> float | None:
+    """The q-quantile, ms, of histogram `name`'s observations between two scrapes
+    (`counters`), interpolated linearly inside its bucket as Prometheus's
+    histogram_quantile does."""
+    bounds = sorted((float(k.split(":", 1)[1]), k) for k in after
+                    if k.startswith(f"{name}_bucket:") and not k.endswith("+Inf"))
+    total = _delta(after, before, f"{name}_bucket:+Inf")
+    if not total:
+        return None
+    rank, lo, below = q * total, 0.0, 0.0
+    for hi, key in bounds:
+        n = _delta(after, before, key)
+        if n >= rank:
+            return round((lo + (hi - lo) * (rank - below) / max(1e-9, n - below)) * 1000, 2)
+        lo, below = hi, n
+    return round(lo * 1000, 2)  # beyond the last bound: its lower edge
+
+
+def _wal_row(after: dict, before: dict, secs: float) -> dict:
+    """The S3 broker's WAL counters over one case: rates and means."""
+    puts = _delta(after, before, "shadowtopic_wal_object_puts_total")
+    txns = _delta(after, before, "shadowtopic_wal_commit_txns_total")
+    return {
+        "puts_per_s": round(puts / secs, 1), "txns_per_s": round(txns / secs, 1),
+        "sections_per_s": round(_delta(after, before,
+                                       "shadowtopic_wal_commit_sections_total") / secs, 1),
+        "put_p99_ms": hist_pct(after, before, "shadowtopic_wal_object_put_seconds", 0.99),
+        "txn_p99_ms": hist_pct(after, before, "shadowtopic_wal_commit_seconds", 0.99),
+        "kb_per_put": round(_delta(after, before, "shadowtopic_wal_object_put_bytes_total")
+                            / puts / 1024, 1) if puts else None}
 
 
 def run_rates(cl: Cluster, a) -> dict:
-    b = cl.s3[0]
+    """Each topic count on the S3 broker, then the same on the local-WAL broker (the order
+    alternating by round): the S3 broker's PUTs and transactions a second, and both brokers'
+    ack latency at the same load (what the local WAL does with it is the context)."""
     counts = [int(x) for x in a.topic_counts.split(",")]
     out: dict[int, list[dict]] = {n: [] for n in counts}
+    local: dict[int, list[dict]] = {n: [] for n in counts}
     for r in range(a.rounds):
         for n in (counts if r % 2 == 0 else counts[::-1]):
-            print(f"rates round {r + 1}/{a.rounds}: {n} topics", flush=True)
-            before, t0 = cl.counters(b), time.monotonic()
-            try:
-                res = paced(b.url, [topic(f"n{n}") for _ in range(n)], a)
-            except SystemExit as exc:  # the broker fell behind: say so, go on
-                out[n].append({"failed": str(exc)})
-                print(json.dumps(out[n][-1]), flush=True)
-                continue
-            after, t1 = cl.counters(b), time.monotonic()
+            for kind in (("s3", "local") if r % 2 == 0 else ("local", "s3")):
+                b = cl.s3[0] if kind == "s3" else cl.local[0]
+                rows = out[n] if kind == "s3" else local[n]
+                print(f"rates round {r + 1}/{a.rounds}: {n} topics, {kind} WAL", flush=True)
+                before, t0 = cl.counters(b), time.monotonic()
+                try:
+                    res = paced(b.url, [topic(f"n{n}") for _ in range(n)], a)
+                except SystemExit as exc:  # the broker fell behind: say so, go on
+                    rows.append({"failed": str(exc)})
+                    print(json.dumps(rows[-1]), flush=True)
+                    continue
+                after, t1 = cl.counters(b), time.monotonic()
+                row = _wal_row(after, before, res["seconds"]) if kind == "s3" else {}
+                row.update(p50_ms=res["p50_ms"], p99_ms=res["p99_ms"], sent=res["sent"],
+                           n_errors=res["n_errors"], late_ticks=res["late_ticks"],
+                           wall_s=round(t1 - t0, 1))
+                rows.append(row)
+                print(json.dumps(row), flush=True)
 
-            def rate(name: str, after=after, before=before, secs=res["seconds"]) -> float:
-                return round((after[name] - before.get(name, 0)) / secs, 1)
-            out[n].append({"puts_per_s": rate("shadowtopic_wal_object_puts_total"),
-                           "txns_per_s": rate("shadowtopic_wal_commit_txns_total"),
-                           "sections_per_s": rate("shadowtopic_wal_commit_sections_total"),
-                           "p99_ms": res["p99_ms"], "sent": res["sent"],
-                           "n_errors": res["n_errors"], "wall_s": round(t1 - t0, 1)})
-            print(json.dumps(out[n][-1]), flush=True)
-    def summary(rows: list[dict]) -> dict:
+    def summary(rows: list[dict], keys: tuple[str, ...]) -> dict:
         ok = [x for x in rows if "failed" not in x]
         if not ok:
             return {"rounds": rows, "failed": True}
         return {"rounds": rows, "failed_rounds": len(rows) - len(ok),
-                "puts_per_s": statistics.median(x["puts_per_s"] for x in ok),
-                "txns_per_s": statistics.median(x["txns_per_s"] for x in ok),
-                "sections_per_s": statistics.median(x["sections_per_s"] for x in ok),
-                "p99_ms": statistics.median(x["p99_ms"] for x in ok)}
-    return {str(n): summary(rows) for n, rows in out.items()}
+                **{k: statistics.median(x[k] for x in ok) for k in keys}}
+    return {str(n): {**summary(rows, ("puts_per_s", "txns_per_s", "sections_per_s",
+                                      "put_p99_ms", "txn_p99_ms", "p50_ms", "p99_ms")),
+                     "local": summary(local[n], ("p50_ms", "p99_ms"))}
+            for n, rows in out.items()}
 
 
 def run_recovery(cl: Cluster, a) -> dict:
@@ -338,6 +405,10 @@ def rd_last(c, t: str):
     return MessageId(last.ledger_id, max(0, last.entry_id - 1))
 
 
+def _p99(v: dict) -> str:
+    return "did not finish" if v.get("failed") else f"p99 {v['p99_ms']} ms"
+
+
 def lines(res: dict) -> list[str]:
     out = ["## The write-ahead log on object storage (bench/object_wal.py)", "",
            f"{res['machine']}; moto's S3 server and one etcd on this machine; "
@@ -347,9 +418,14 @@ def lines(res: dict) -> list[str]:
         out += [f"- ack latency at {res['rate']:,} msgs/s (every message timed): local WAL "
                 f"p50 {lat['local_p50_ms']} ms, p99 {lat['local_p99_ms']} ms; S3 WAL p50 "
                 f"{lat['s3_p50_ms']} ms, p99 {lat['s3_p99_ms']} ms, p99.9 {lat['s3_p999_ms']} ms",
-                f"- the floor measured in the same rounds: PUT p99 {lat['put_p99_ms']} ms + "
+                f"- the floor measured in the same rounds, between them (one PUT or "
+                f"transaction at a time): PUT p99 {lat['put_p99_ms']} ms + "
                 f"etcd txn p99 {lat['txn_p99_ms']} ms + 10 ms = {lat['floor_ms']} ms; S3 WAL "
-                f"p99 / floor = {lat['ratio_p99_to_floor']:.2f} (target <= 1)"]
+                f"p99 / floor = {lat['ratio_p99_to_floor']:.2f} (target <= 1)",
+                f"- the same floor from what the broker's own PUTs and transactions took under "
+                f"the load (its histograms): PUT p99 {lat['broker_put_p99_ms']} ms + txn p99 "
+                f"{lat['broker_txn_p99_ms']} ms + 10 ms = {lat['loaded_floor_ms']} ms; S3 WAL "
+                f"p99 / that = {lat['ratio_p99_to_loaded_floor']:.2f}"]
     rates = res.get("rates")
     if rates:
         out.append("- PUTs and etcd transactions a second at the same 10,000 msgs/s over N "
@@ -357,7 +433,9 @@ def lines(res: dict) -> list[str]:
                        f"{n} topics: the producer did not finish (the broker fell behind)"
                        if v.get("failed") else
                        f"{n} topics {v['puts_per_s']:.0f} PUTs/s, {v['txns_per_s']:.0f} txns/s "
-                       f"({v['sections_per_s']:.0f} sections/s, p99 {v['p99_ms']} ms)"
+                       f"({v['sections_per_s']:.0f} sections/s; PUT p99 {v['put_p99_ms']} "
+                       f"ms, txn p99 {v['txn_p99_ms']} ms; ack p99 {v['p99_ms']} ms, "
+                       f"local WAL {_p99(v['local'])})"
                        for n, v in rates.items()))
     rec = res.get("recovery")
     if rec:
@@ -385,6 +463,8 @@ def main() -> None:
     p.add_argument("--flushes", type=int, default=1,
                    help="the brokers' --wal-flushes (default 1 here: moto serves one PUT at a "
                         "time on this machine; 4, the brokers' default, queues PUTs in it)")
+    p.add_argument("--profile", metavar="PREFIX",
+                   help="the S3-WAL brokers run under cProfile, stats to PREFIX.b<i> on exit")
     a = p.parse_args()
     parts = a.parts.split(",")
     import platform
@@ -397,7 +477,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=base) as d, _moto_s3()(d) as moto:
         if {"latency", "rates"} & set(parts):
             cl = Cluster(os.path.join(d, "lat"), moto, local=1, s3=1, lease_ttl=a.lease_ttl,
-                         window_ms=a.window_ms, flushes=a.flushes)
+                         window_ms=a.window_ms, flushes=a.flushes, profile=a.profile)
             try:
                 if "latency" in parts:
                     res["latency"] = run_latency(cl, a)

@@ -42,6 +42,8 @@ with the WAL on object storage (--wal; source/ledger/object_wal.py)
     shadowtopic_wal_commit_txns_total, shadowtopic_wal_commit_sections_total
                                    etcd transactions committing them, and the open
                                    ledgers' batches they committed
+    shadowtopic_wal_object_put_seconds, shadowtopic_wal_commit_seconds
+                                   histograms of each PUT's and each transaction's latency
     shadowtopic_wal_objects_deleted_total
                                    objects deleted once nothing needed them
 and what each feature adds (`BrokerFeature.metrics`: shadow/metrics.py), the gRPC series
@@ -53,7 +55,7 @@ import logging
 from collections.abc import Iterable
 from typing import Protocol
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
@@ -158,6 +160,12 @@ class BrokerCollector(Collector):
                           "objects", st.txns)
             yield counter("shadowtopic_wal_commit_sections", "open ledgers' batches committed "
                           "(one per topic and flush window)", st.sections)
+            yield HistogramMetricFamily(
+                "shadowtopic_wal_object_put_seconds", "each WAL object's PUT",
+                buckets=st.put_seconds.cumulative(), sum_value=st.put_seconds.total)
+            yield HistogramMetricFamily(
+                "shadowtopic_wal_commit_seconds", "each etcd transaction committing WAL objects",
+                buckets=st.txn_seconds.cumulative(), sum_value=st.txn_seconds.total)
             yield counter("shadowtopic_wal_objects_deleted", "WAL objects deleted once "
                           "nothing needed them", st.deleted_objects)
         for f in b.features:

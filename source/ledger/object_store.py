@@ -40,7 +40,11 @@ class S3Options:
             _split_endpoint(self.endpoint)  # ValueError on a malformed one
 
     def filesystem(self) -> pafs.S3FileSystem:
-        kw: dict[str, str | None] = {}
+        # allow_delayed_open: an object smaller than a part is one PutObject when its stream
+        # closes, not a multipart upload of three requests opened at `open_output_stream`
+        # (a WAL object's PUT took 25 ms on the local S3 server, 9 ms this way). An error
+        # (no such bucket, denied) is raised by the close, which every writer here awaits.
+        kw: dict[str, str | bool | None] = {"allow_delayed_open": True}
         if self.endpoint:
             scheme, host = _split_endpoint(self.endpoint)
             kw.update(endpoint_override=host, scheme=scheme)

@@ -10,6 +10,9 @@ Flush windows (group commit across the broker's topics):
 
 - each topic's writer hands its group's WAL frames to `commit` (one *section*: one open
   ledger's frames of entries first .. first + count - 1, exactly as the local WAL holds them);
+  a group that follows on from its ledger's section still waiting for a window joins that
+  section (a writer sends its next group while the last one waits: without this, a topic
+  had several sections, several commit keys and compares, per window);
 - one flusher takes every section queued (waiting `window_s` after the first, and at most
   `MAX_OBJECT_BYTES` of them), writes them as **one object**, then commits them in **one
   etcd transaction** (more only past `MAX_TXN_OPS` sections: etcd's default limit on a
@@ -48,6 +51,7 @@ Failpoints: `wal.object.after_put` (the object is written, not committed) and
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import time
 import uuid
@@ -100,12 +104,40 @@ class Section:
     ledger_id: int
     first_entry_id: int
     count: int
-    frames: bytes
+    parts: list[bytes]  # the frames of the groups in this section, in entry order
+    size: int  # their bytes
     done: asyncio.Future[None] = field(repr=False)
+    since: float = 0.0  # the event loop's time when it was queued
 
     @property
     def ref(self) -> tuple[str, int]:
         return self.topic.path, self.ledger_id
+
+
+#: the latency histograms' bucket bounds, seconds (an object store's PUT: milliseconds to a
+#: few hundred of them)
+LATENCY_BUCKETS = (0.002, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075,
+                   0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0)
+
+
+@dataclass
+class Latency:
+    """A histogram of durations (what Prometheus's histogram type exports)."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    total: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.total += seconds
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """[(upper bound, observations at or below it)], "+Inf" last."""
+        out, n = [], 0
+        for bound, c in zip([*map(str, LATENCY_BUCKETS), "+Inf"], self.counts, strict=True):
+            n += c
+            out.append((bound, n))
+        return out
 
 
 @dataclass
@@ -118,6 +150,8 @@ class WalStats:
     sections: int = 0
     deleted_objects: int = 0
     failed_puts: int = 0
+    put_seconds: Latency = field(default_factory=Latency)  # each PUT's
+    txn_seconds: Latency = field(default_factory=Latency)  # each commit transaction's
 
 
 def encode_object(sections: Sequence[Section]) -> tuple[bytes, list[int]]:
@@ -125,8 +159,8 @@ def encode_object(sections: Sequence[Section]) -> tuple[bytes, list[int]]:
     offsets, at = [], len(MAGIC)
     for s in sections:
         offsets.append(at)
-        at += len(s.frames)
-    return b"".join([MAGIC, *(s.frames for s in sections)]), offsets
+        at += s.size
+    return b"".join([MAGIC, *(f for s in sections for f in s.parts)]), offsets
 
 
 def chunks(sections: list[Section], limit: int = MAX_TXN_OPS) -> list[list[Section]]:
@@ -165,6 +199,7 @@ class ObjectWal:
         self._writer = f"{writer_id}-{uuid.uuid4().hex[:8]}"
         self._seq = 0
         self._pending: list[Section] = []
+        self._tails: dict[tuple[str, int], Section] = {}  # each ledger's pending section
         self._wake: asyncio.Event | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._flushing: set[asyncio.Task[None]] = set()
@@ -185,16 +220,27 @@ class ObjectWal:
         committed. Raises `CommitFailed`."""
         if self._closed:
             raise CommitFailed(errors.TopicNotOwned("this broker is closing"), fence=True)
+        ref = (topic.path, ledger_id)
+        sec = self._tails.get(ref)
+        if (sec is not None and sec.ownership == ownership
+                and sec.first_entry_id + sec.count == first_entry_id
+                and sec.size + len(frames) <= self._max_bytes // 4):
+            sec.parts.append(frames)  # joins the section still waiting for its window
+            sec.count += count
+            sec.size += len(frames)
+            await asyncio.shield(sec.done)  # (shared: one waiter cancelled cancels none)
+            return
         loop = asyncio.get_running_loop()
-        sec = Section(topic, ownership, ledger_id, first_entry_id, count, frames,
-                      loop.create_future())
+        sec = Section(topic, ownership, ledger_id, first_entry_id, count, [frames],
+                      len(frames), loop.create_future(), loop.time())
         self._pending.append(sec)
+        self._tails[ref] = sec
         if self._wake is None:
             self._wake = asyncio.Event()
         self._wake.set()
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush_loop(), name="wal-objects")
-        await sec.done
+        await asyncio.shield(sec.done)
 
     async def _flush_loop(self) -> None:
         assert self._wake is not None
@@ -204,16 +250,23 @@ class ObjectWal:
             self._wake.clear()
             if not self._pending:
                 continue
+            # a slot first (at most max_flushes windows in flight), then the window: it
+            # closes `window_s` after its oldest section came, so sections that came while
+            # every slot was busy go out as soon as one frees (taking the window before the
+            # slot left them for the window after it: a flush later)
+            await self._slots.acquire()
             if self.window_s > 0 and not self._closed:
-                opened = loop.time()
-                await asyncio.sleep(max(0.0, opened + self.window_s - loop.time()))
+                await asyncio.sleep(max(0.0, self._pending[0].since + self.window_s
+                                        - loop.time()))
             take, size = 0, 0
-            while take < len(self._pending) and (take == 0 or size + len(
-                    self._pending[take].frames) <= self._max_bytes):
-                size += len(self._pending[take].frames)
+            while take < len(self._pending) and (take == 0 or size + self._pending[
+                    take].size <= self._max_bytes):
+                size += self._pending[take].size
                 take += 1
             window, self._pending = self._pending[:take], self._pending[take:]
-            await self._slots.acquire()  # at most MAX_FLUSHES windows in flight
+            for sec in window:  # no longer open to joiners
+                if self._tails.get(sec.ref) is sec:
+                    del self._tails[sec.ref]
             task = asyncio.create_task(self._flush_guarded(window))
             self._flushing.add(task)
             task.add_done_callback(self._flushing.discard)
@@ -243,6 +296,7 @@ class ObjectWal:
         loop = asyncio.get_running_loop()
         self._in_flight.add(path)
         try:
+            started = time.perf_counter()
             try:
                 await loop.run_in_executor(self._executor, self._put, path, data)
             except OSError as exc:
@@ -253,10 +307,11 @@ class ObjectWal:
                 return
             self.stats.puts += 1
             self.stats.put_bytes += len(data)
+            self.stats.put_seconds.observe(time.perf_counter() - started)
             failpoints.hit("wal.object.after_put")
             for sec in window:
                 self._ref(path, sec.ref)
-            records = {id(s): mpb.WalCommit(object=uri, offset=off, length=len(s.frames),
+            records = {id(s): mpb.WalCommit(object=uri, offset=off, length=s.size,
                                             first_entry_id=s.first_entry_id, count=s.count)
                        for s, off in zip(window, offsets, strict=True)}
             for group in chunks(window):
@@ -280,11 +335,13 @@ class ObjectWal:
         while group:
             owners = list(dict.fromkeys(s.ownership for s in group))
             try:
+                started = time.perf_counter()
                 res = await self._store.txn(
                     [Compare(k, "value", "==", v) for k, v in owners],
                     [Put(keys.wal_commit(s.topic, s.ledger_id, s.first_entry_id),
                          records[id(s)].SerializeToString()) for s in group])
                 self.stats.txns += 1
+                self.stats.txn_seconds.observe(time.perf_counter() - started)
                 if res.succeeded:
                     failpoints.hit("wal.object.after_commit")
                     self.stats.sections += len(group)

@@ -110,6 +110,35 @@ def test_one_window_is_one_object_and_one_transaction_for_every_topic(tmp_path, 
     arun(main())
 
 
+def test_a_ledgers_groups_in_one_window_are_one_section(tmp_path, arun):
+    """A writer sends its next group while the last one waits for the window: the groups of
+    one ledger that meet in a window join one section (one commit key, one compare), and a
+    new owner restores them all."""
+    async def main():
+        env = Env(tmp_path, window_s=0.2)
+        storage, wal = env.broker()
+        t = topic()
+        ml = await env.open(storage, wal, t, 1)
+        before = (wal.stats.puts, wal.stats.txns, wal.stats.sections)
+        sends = []
+        for i in range(4):  # four groups: each handed to the window before the next
+            sends.append(asyncio.ensure_future(send(ml, [f"m{i}"], name="p", seq=i + 1)))
+            await asyncio.sleep(0.02)
+        await asyncio.gather(*sends)
+        after = (wal.stats.puts, wal.stats.txns, wal.stats.sections)
+        assert [b - a for a, b in zip(before, after)] == [1, 1, 1]
+        assert len(await env.commits(t)) == 1
+        assert decoded(await payloads(ml)) == ["m0", "m1", "m2", "m3"]
+        shutil.rmtree(storage.wal_base)  # the machine is lost
+        storage2, wal2 = env.broker()
+        ml2 = await env.open(storage2, wal2, t, 2)
+        assert decoded(await payloads(ml2)) == ["m0", "m1", "m2", "m3"]
+        assert ml2.dedup.last("p") == 4
+        await ml2.close()
+        await wal2.close()
+    arun(main())
+
+
 def test_a_new_owner_rebuilds_the_open_ledger_from_the_commits_alone(tmp_path, arun):
     async def main():
         env = Env(tmp_path)
@@ -238,7 +267,7 @@ def test_transactions_stay_within_etcds_operation_limit():
     loop = asyncio.new_event_loop()
     try:
         def sec(i: int, owner: int) -> Section:
-            return Section(topic(i), (f"k{owner}", b"v"), 1, 0, 1, b"", loop.create_future())
+            return Section(topic(i), (f"k{owner}", b"v"), 1, 0, 1, [b""], 0, loop.create_future())
         many = [sec(i, i) for i in range(MAX_TXN_OPS * 2 + 5)]
         groups = chunks(many)
         assert [len(g) for g in groups] == [MAX_TXN_OPS, MAX_TXN_OPS, 5]
