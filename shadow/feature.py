@@ -28,6 +28,7 @@ import grpc
 
 from shadowtopic.broker.feature import AdminRpcs, BrokerFeature, BrokerHost, ViewOpener
 from shadowtopic.broker.rpc import unary
+from shadowtopic.broker.shedding import Shedder
 from shadowtopic.broker.topic import Ownership, Topic
 from shadowtopic.broker.topic_admin import topic_metadata
 from shadowtopic.core import errors
@@ -49,7 +50,6 @@ from shadowtopic.shadow.needs import INTERVAL_S, NeedsPublisher
 from shadowtopic.shadow.replication import Inbound, ReplicationService
 from shadowtopic.shadow.replicators import Channels, TopicReplicators
 from shadowtopic.shadow.served import Served
-from shadowtopic.shadow.shedding import Shedder
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +111,13 @@ class ShadowFeature(BrokerFeature):
 
     async def start(self) -> None:
         if self.serving:
-            self.shedder = Shedder(self.host, ROLE, self.host.config.load_shedding_interval)
+            self.shedder = Shedder(self.host, ROLE, self.host.config.load_shedding_interval,
+                                   victims=self._shadows)
             self.shedder.start()
+
+    def _shadows(self) -> list[Topic]:
+        """The shadows loaded here: what load shedding may give up."""
+        return [t for t in self.host.topics.loaded_topics() if isinstance(t.ledger, ShadowLedger)]
 
     async def close(self) -> None:
         if self.shedder is not None:
@@ -137,7 +142,7 @@ class ShadowFeature(BrokerFeature):
 
     async def _open(self, topic: TopicName, info: mpb.TopicInfo,
                     own: Ownership) -> ShadowLedger:
-        if self.shedder is not None and self.shedder.refuses(topic):
+        if self.host.session.held.refuses(topic):
             raise errors.TopicNotOwned(f"{topic} was moved off this broker (load shedding); "
                                        f"look it up again")
         topics = self.host.topics

@@ -192,6 +192,11 @@ class TopicBuilder:
 
     async def _open_source(self, topic: TopicName, info: mpb.TopicInfo,
                            own: Ownership) -> ManagedLedger:
+        if self.session.held.refuses(topic):  # given up lately (load shedding)
+            other = await self.session.serving(topic, "source")
+            if other is not None and other.broker_id != self.session.broker_id:
+                raise errors.TopicNotOwned(f"{topic} was moved off this broker (load "
+                                           f"shedding); look it up again")
         return await ManagedLedger.open(topic, self.store, self.storage, own.key, own.value,
                                         own.epoch, self.executor,
                                         LedgerConfig(dedup_idle_s=self.dedup_idle_seconds),

@@ -71,8 +71,8 @@ class BrokerConfig:
     metrics_per_subscription: bool = False  # per-subscription series (many series)
     # idempotent producing: a producer idle this long is forgotten (source/ledger/dedup.py)
     dedup_idle_seconds: float = DEDUP_IDLE_S
-    # a shadow broker serving clearly more shadows than another gives one up this often
-    # (shadow/shedding.py); 0: never
+    # a broker serving clearly more shadows (or, with the WAL on object storage, source
+    # topics) than another gives one up this often (source/broker/shedding.py); 0: never
     load_shedding_interval: float = 0.0
     # TLS on its gRPC port and to other brokers (source/security/tls.py); off by default
     tls: tls.TlsOptions = field(default_factory=tls.TlsOptions)
@@ -195,7 +195,9 @@ def parse_config(argv: list[str] | None, prog: str, description: str,
     p.add_argument("--load-shedding-interval", type=float, default=0.0, metavar="SECONDS",
                    help="a shadow broker that owns 2 or more topics more than the least "
                         "loaded live shadow broker gives up one shadow this often, so a "
-                        "shadow broker that joins takes its share (default 0: never)")
+                        "shadow broker that joins takes its share; a source broker with "
+                        "--wal does the same with source topics among the source brokers "
+                        "with --wal (default 0: never)")
     p.add_argument("--features", default=None, metavar="NAMES",
                    help="comma-separated broker features to run (default: every installed "
                         "one: shadow, compaction); '' runs the broker core alone. Every "

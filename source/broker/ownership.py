@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence, Sized
 from typing import Protocol
 
+from shadowtopic.broker.held import HeldTopics
 from shadowtopic.core import errors
 from shadowtopic.core.names import TopicName
 from shadowtopic.metadata import keys
@@ -82,6 +83,8 @@ class BrokerSession:
         self.wal_objects = False        # its WAL is on object storage (registered too)
         #: topics this broker placed (lookups, shadow replicators) not owned yet
         self.picks = RecentPicks()
+        #: topics it gave up lately (load shedding): not taken back for a while
+        self.held = HeldTopics()
         #: () -> (topics loaded, their subscriptions); None: registered without a load
         self.load: Callable[[], tuple[int, int]] | None = None
         self.load_interval = 5.0
@@ -234,7 +237,8 @@ class BrokerSession:
         another topic to this broker when it
         has `role`, else to a registered broker with it; None when there is none."""
         if role in self.roles and role != "shadow":
-            elsewhere = (await pick_source(self.store, self.cluster, topic, self.broker_id)
+            elsewhere = (await pick_source(self.store, self.cluster, topic, self.broker_id,
+                                           leaving=self.held.refuses(topic))
                          if role == "source" and self.wal_objects else None)
             return elsewhere or mpb.BrokerInfo(broker_id=self.broker_id, url=self.url,
                                                roles=self.roles)

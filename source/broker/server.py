@@ -51,8 +51,10 @@ from shadowtopic.broker.metrics import BrokerCollector
 from shadowtopic.broker.ownership import BrokerSession, topics_load
 from shadowtopic.broker.producer_service import ProducerService
 from shadowtopic.broker.rpc import RejectMalformed
+from shadowtopic.broker.shedding import Shedder
 from shadowtopic.broker.storage_service import add_storage_service
 from shadowtopic.broker.tables_service import add_tables_service
+from shadowtopic.broker.topic import Topic
 from shadowtopic.broker.topics import TopicManager
 from shadowtopic.core import errors
 from shadowtopic.core.names import TopicName
@@ -109,6 +111,11 @@ class Broker:
         self.memory = ClientMemory(config.client_memory_bytes, config.client_stall_seconds)
         for f in self.features:
             f.bind(self)
+        # source topics shed by load: only among brokers with the WAL on object storage
+        # (any of them can take another's open ledgers: source/broker/shedding.py)
+        self.shedder = (Shedder(self, "source", config.load_shedding_interval,
+                                victims=self._sources, peer=lambda b: b.wal_objects)
+                        if "source" in config.roles and self.wal_objects is not None else None)
         self.service_names = list(SERVICE_NAMES)
         self.session.on_lost = self.topics.fence_all
         self.session.load = lambda: topics_load(self.topics.loaded_topics())  # in etcd
@@ -223,6 +230,8 @@ class Broker:
         self.maintenance.start()
         for f in self.features:
             await f.start()
+        if self.shedder is not None:
+            self.shedder.start()
         self._health_task = asyncio.create_task(self._follow_health())
         self._probe_task = asyncio.create_task(self._probe_disk())
         self._started = True
@@ -230,6 +239,10 @@ class Broker:
                  self.config.url, self.config.etcd, self.storage.uri)
         if self.http is not None:
             log.info("metrics on %s (health: /healthz, /readyz)", self.http.url)
+
+    def _sources(self) -> list[Topic]:
+        """The source topics loaded here: what load shedding may give up."""
+        return [t for t in self.topics.loaded_topics() if t.writer is not None]
 
     async def _source_of(self, shadow: TopicName) -> TopicName | None:
         """The source of `shadow` (None: no such topic, or not a shadow)."""
@@ -307,6 +320,8 @@ class Broker:
             self.consumer.shutdown()
             await stopping
         await self.memory.close()
+        if self.shedder is not None:
+            await self.shedder.close()
         await self.maintenance.close()
         await self.authz.close()
         await self.topics.close()

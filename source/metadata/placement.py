@@ -118,17 +118,21 @@ def registered(items: list[KeyValue], role: str) -> list[mpb.BrokerInfo]:
 
 
 async def pick_source(store: MetadataStore, cluster: str, topic: TopicName, me: str,
-                      margin: int = 2) -> mpb.BrokerInfo | None:
+                      margin: int = 2, leaving: bool = False) -> mpb.BrokerInfo | None:
     """Where a source topic nobody owns goes when broker `me` was asked: the least loaded
     live source broker with the WAL on object storage (as `pick_broker`; any such broker can
     take over the topic's open ledgers) when it serves at least `margin` topics fewer than
-    `me`; None (serve it here: no redirect) otherwise, and when `me` is not registered."""
+    `me`; None (serve it here: no redirect) otherwise, and when `me` is not registered.
+    `leaving`: `me` just gave the topic up (load shedding): the least loaded other one,
+    whatever the margin (None when there is none)."""
     snap = await store.get_prefix(keys.brokers_prefix(cluster))
     brokers = [b for b in registered(snap.items, "source") if b.wal_objects]
     mine = next((b for b in brokers if b.broker_id == me), None)
     if mine is None or len(brokers) < 2:
         return None
     owned = owned_by_broker((await store.get_prefix(keys.ownership_prefix(cluster))).items)
+    if leaving:
+        return least_loaded([b for b in brokers if b.broker_id != me], topic, owned)
     best = least_loaded(brokers, topic, owned)
     if best is None or best.broker_id == me:
         return None

@@ -28,6 +28,7 @@ from support.compaction_support import (
     start_worker,
     wait_done,
 )
+from support.produce import send_pipelined
 
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client
@@ -62,22 +63,8 @@ def produce_pipelined(client, topic: str, items: list[tuple[str, str]]) -> list:
     """`produce` to an existing topic without waiting for each receipt before the next
     send: the producer batches them, and each message is still an entry, with an id, of its
     own. Their ids, in order (all acknowledged when this returns)."""
-    ids: list = [None] * len(items)
-    failed: list[BaseException] = []
-
-    def receipt(i: int):
-        def done(mid, exc) -> None:
-            if exc is not None:
-                failed.append(exc)
-            ids[i] = mid
-        return done
-
     with client.create_producer(topic) as p:
-        for i, (k, v) in enumerate(items):
-            p.send_async(v, key=k, callback=receipt(i))
-        p.flush()
-    assert not failed and None not in ids, failed[:1]
-    return ids
+        return send_pipelined(p, items)
 
 
 def _rerun_finished(etcd, c, b: BrokerProcess, topic: str, job: str, items: list[tuple],

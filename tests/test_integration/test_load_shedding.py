@@ -1,6 +1,7 @@
-"""Load shedding (shadow/shedding.py): a shadow broker that joins a cluster whose shadows all
-sit on one shadow broker gets its share, a shadow at a time, and durable subscriptions of a
-moved shadow go on from their last acknowledgement on the new broker."""
+"""Load shedding (source/broker/shedding.py): a shadow broker that joins a cluster whose
+shadows all sit on one shadow broker gets its share, a shadow at a time, and durable
+subscriptions of a moved shadow go on from their last acknowledgement on the new broker.
+(Source topics shed among brokers with the WAL on object storage: test_object_wal.py.)"""
 from __future__ import annotations
 
 import subprocess

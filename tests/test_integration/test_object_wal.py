@@ -7,9 +7,11 @@ carries on there exactly once (idempotent producing across the move)."""
 from __future__ import annotations
 
 import shutil
+import time
 import uuid
 
 import pytest
+from support.produce import send_pipelined
 from support.s3_support import MotoS3
 
 from shadowtopic.broker.server import free_port
@@ -23,32 +25,14 @@ def moto(tmp_path):
         yield m
 
 
-def brokers(etcd, moto: MotoS3, tmp_path, n: int = 2) -> list[BrokerProcess]:
+def brokers(etcd, moto: MotoS3, tmp_path, n: int = 2, extra: tuple[str, ...] = ()
+            ) -> list[BrokerProcess]:
     bucket = moto.new_bucket()
     cluster = f"c-{uuid.uuid4().hex[:8]}"
     args = ["--lease-ttl", "2", "--cluster", cluster, "--storage-root", f"s3://{bucket}/root",
-            "--wal", f"s3://{bucket}/wal", *moto.s3_args()]
+            "--wal", f"s3://{bucket}/wal", *moto.s3_args(), *extra]
     return [BrokerProcess(etcd.endpoint, str(tmp_path / f"b{i}"), free_port(), extra_args=args,
                           env=moto.env) for i in range(n)]
-
-
-def send(producer, values: list[str]) -> list:
-    """Send without waiting for each receipt; the ids, in order, once all are acknowledged."""
-    ids: list = [None] * len(values)
-    failed: list[BaseException] = []
-
-    def receipt(i: int):
-        def done(mid, exc) -> None:
-            if exc is not None:
-                failed.append(exc)
-            ids[i] = mid
-        return done
-
-    for i, v in enumerate(values):
-        producer.send_async(v, callback=receipt(i))
-    producer.flush()
-    assert not failed and None not in ids, failed[:1]
-    return ids
 
 
 def test_the_owners_machine_lost_with_its_disk_loses_nothing_acknowledged(etcd_server, moto,
@@ -62,9 +46,9 @@ def test_the_owners_machine_lost_with_its_disk_loses_nothing_acknowledged(etcd_s
         with Client(a.url, timeout=30) as c:
             c.admin.create_topic(topic)
             with c.create_producer(topic, producer_name="p1") as p:
-                ids = send(p, first[:100])
+                ids = send_pipelined(p, first[:100])
                 c.admin.roll_ledger(topic)  # one ledger sealed from its objects
-                ids += send(p, first[100:])
+                ids += send_pipelined(p, first[100:])
         assert len(set(ids)) == 300
         wal_objects = moto.keys(moto_bucket(a), "wal/")
         assert wal_objects, "no WAL object was written"
@@ -77,7 +61,7 @@ def test_the_owners_machine_lost_with_its_disk_loses_nothing_acknowledged(etcd_s
                 assert [m.message_id for m in got] == ids
                 assert not r.has_message_available()
             with c.create_producer(topic, producer_name="p1") as p:
-                more = send(p, ["n0", "n1"])
+                more = send_pipelined(p, ["n0", "n1"])
             with c.create_reader(topic, start="earliest") as r:
                 vals = [r.read_next(timeout=30).payload.decode() for _ in range(302)]
                 assert vals == first + ["n0", "n1"]
@@ -111,6 +95,57 @@ def test_source_topics_spread_over_the_source_brokers(etcd_server, moto, tmp_pat
                     p.send(b"x")
                 owners.append(c.admin.lookup(t)["brokerUrl"])
         assert owners.count(b.url) == 2 and owners.count(a.url) == 4, owners
+    finally:
+        for x in (a, b):
+            x.kill()
+
+
+def test_a_source_broker_that_joins_takes_its_share_by_load_shedding(etcd_server, moto,
+                                                                     tmp_path):
+    """Six source topics on one broker (both with the WAL on object storage and
+    `--load-shedding-interval`): a second broker joins, and the first gives up a topic at a
+    time (source/broker/shedding.py) until they serve three each, while an idempotent
+    producer per topic goes on sending through a client given both brokers. Every
+    acknowledged message is read back exactly once, in order, at its acknowledged id."""
+    a, b = brokers(etcd_server, moto, tmp_path, extra=("--load-shedding-interval", "0.5"))
+    ns = f"persistent://public/ns-{uuid.uuid4().hex[:8]}"
+    topics = [f"{ns}/t{i}" for i in range(6)]
+    sent: dict[str, list[tuple[str, object]]] = {t: [] for t in topics}
+    try:
+        a.start(timeout=60)
+        with Client(f"{a.url},{b.url}", timeout=30, operation_timeout=60) as c:
+            for t in topics:
+                c.admin.create_topic(t)
+            producers = {t: c.create_producer(t, producer_name=f"p{i}")
+                         for i, t in enumerate(topics)}
+
+            def send_round(k: int) -> None:
+                for i, t in enumerate(topics):
+                    values = [f"{i}-{k}-{j}" for j in range(5)]
+                    sent[t] += zip(values, send_pipelined(producers[t], values), strict=True)
+
+            def owners() -> list[str]:
+                return [c.admin.lookup(t).get("brokerUrl", "") for t in topics]
+
+            send_round(0)
+            assert owners() == [a.url] * 6
+            b.start(timeout=60)
+            k = 1
+            deadline = time.monotonic() + 90
+            while sorted(owners()) != sorted([a.url] * 3 + [b.url] * 3):
+                assert time.monotonic() < deadline, f"not balanced: {owners()}"
+                send_round(k)  # the producers follow each topic that moves
+                k += 1
+            assert k > 1
+            send_round(k)
+            for p in producers.values():
+                p.close()
+            for t in topics:
+                with c.create_reader(t, start="earliest") as r:
+                    got = [(m.payload.decode(), m.message_id)
+                           for m in (r.read_next(timeout=30) for _ in sent[t])]
+                    assert got == sent[t], t
+                    assert not r.has_message_available()
     finally:
         for x in (a, b):
             x.kill()

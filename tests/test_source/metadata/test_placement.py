@@ -183,9 +183,13 @@ def test_a_source_topic_stays_with_the_asked_broker_unless_another_serves_clearl
         for name in ("o1", "o2"):
             await _own(store, _t(name), "other", leases["other"])
         assert await pick_source(store, C, _t("x"), "me") is None
+        # a topic "me" just gave up (load shedding) goes to another, whatever the margin
+        leaving = await pick_source(store, C, _t("x"), "me", leaving=True)
+        assert leaving is not None and leaving.broker_id == "other"
         assert await pick_source(store, C, _t("x"), "stranger") is None  # not registered
         # its lease ends (the broker died): its records and registration go, "me" keeps it
         await store.revoke_lease(leases["other"])
         assert await pick_source(store, C, _t("x"), "me") is None
+        assert await pick_source(store, C, _t("x"), "me", leaving=True) is None  # nowhere
         await store.close()
     asyncio.run(body())
