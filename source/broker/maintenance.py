@@ -28,6 +28,7 @@ from shadowtopic.broker.topic import Topic, effective
 from shadowtopic.broker.topics import TopicManager
 from shadowtopic.ledger import retention
 from shadowtopic.ledger.object_wal import ObjectWal
+from shadowtopic.ledger.wal_restore import drop_stale_everywhere
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,9 @@ class Maintenance:
             await asyncio.sleep(self.interval)
             if self.wal_objects is not None:
                 try:
+                    n = await drop_stale_everywhere(self.topics.store)
+                    if n:
+                        log.info("deleted the WAL commits of %d ledgers no longer open", n)
                     n = await self.wal_objects.sweep(self.wal_grace_s)
                     if n:
                         log.info("deleted %d WAL objects no commit names", n)

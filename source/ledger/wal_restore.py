@@ -15,7 +15,10 @@ does not, or a range that cannot be read, ends what is restored, loudly: nothing
 can be part of the ledger.
 
 `drop_stale` deletes the commits of a topic's ledgers that are no longer open (a crash
-between a seal and the deletion of its commits), so they stop naming their objects.
+between a seal and the deletion of its commits), so they stop naming their objects, when the
+topic loads; `drop_stale_everywhere` does the same for every topic with commits, loaded or
+not (a deleted topic's, a commit that landed while its topic was being deleted), in each
+broker's maintenance pass.
 """
 from __future__ import annotations
 
@@ -137,6 +140,38 @@ async def drop_stale(store: MetadataStore, topic: TopicName, open_ids: set[int])
     for lid in stale:
         await store.delete(keys.wal_commits_of_ledger(topic, lid), prefix=True)
     return len(stale)
+
+
+async def drop_stale_everywhere(store: MetadataStore) -> int:
+    """Delete the commits of every ledger that its topic's ledger list no longer holds
+    open (sealed, trimmed, or the topic deleted: no list); returns how many ledgers'. The
+    commits are read before the lists: a ledger is in its list as OPEN before its first
+    commit, and never open again once it left, so nothing still needed is deleted."""
+    prefix = keys.WAL_COMMITS_PREFIX
+    found: dict[str, set[int]] = {}
+    after = ""
+    for _ in range(10_000_000):  # one key per ledger: skip past each ledger's commits
+        batch = await store.get_keys(prefix, after=after, limit=1)
+        if not batch:
+            break
+        parts = batch[0][len(prefix):].split("/")
+        if len(parts) != 6 or not parts[4].isdigit():  # persistent/t/ns/topic/ledger/first
+            after = batch[0]  # not a commit key: step over it
+            continue
+        path = "/".join(parts[:4])
+        found.setdefault(path, set()).add(int(parts[4]))
+        after = f"{prefix}{path}/{parts[4]}/~"
+    dropped = 0
+    for path, ledgers in found.items():
+        _kind, tenant, namespace, local = path.split("/")
+        topic = TopicName(tenant, namespace, local)
+        kv = await store.get(keys.ledgers(topic))
+        lst = mpb.LedgerList.FromString(kv.value) if kv is not None else mpb.LedgerList()
+        open_ids = {i.ledger_id for i in lst.ledgers if i.state == mpb.LedgerState.OPEN}
+        for lid in sorted(ledgers - open_ids):
+            await store.delete(keys.wal_commits_of_ledger(topic, lid), prefix=True)
+            dropped += 1
+    return dropped
 
 
 class TopicWalObjects:

@@ -22,6 +22,7 @@ from shadowtopic.core.names import TopicName
 from shadowtopic.ledger.managed import LedgerConfig, ManagedLedger
 from shadowtopic.ledger.object_wal import MAX_TXN_OPS, ObjectWal, Section, chunks
 from shadowtopic.ledger.storage import Storage
+from shadowtopic.ledger.wal_restore import drop_stale_everywhere
 from shadowtopic.metadata import keys
 from shadowtopic.metadata.memory import MemoryStore
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
@@ -324,4 +325,28 @@ def test_a_failed_window_fails_every_later_group_and_the_restore_stops_there(tmp
         assert decoded(await payloads(ml2)) == ["a"]
         await ml2.close()
         await wal.close()
+    arun(main())
+
+
+def test_the_maintenance_pass_drops_commits_of_ledgers_no_longer_open(arun):
+    """`drop_stale_everywhere`: commits whose ledger is no longer open in its topic's list
+    (sealed; the topic deleted, so no list at all) are deleted, for topics loaded nowhere;
+    an open ledger's stay."""
+    async def main():
+        store = MemoryStore()
+        live, gone = topic(1), topic(2)
+        lst = mpb.LedgerList(ledgers=[
+            mpb.LedgerInfo(ledger_id=3, state=mpb.LedgerState.SEALED),
+            mpb.LedgerInfo(ledger_id=5, state=mpb.LedgerState.OPEN)])
+        await store.put(keys.ledgers(live), lst.SerializeToString())
+        for t, lid in ((live, 3), (live, 5), (gone, 7)):
+            for first in (0, 10):
+                await store.put(keys.wal_commit(t, lid, first), b"c")
+        await store.put(keys.WAL_COMMITS_PREFIX + "junk", b"not a commit key")
+        assert await drop_stale_everywhere(store) == 2
+        left = [kv.key for kv in (await store.get_prefix(keys.WAL_COMMITS_PREFIX)).items]
+        assert left == sorted([keys.wal_commit(live, 5, 0), keys.wal_commit(live, 5, 10),
+                               keys.WAL_COMMITS_PREFIX + "junk"])
+        assert await drop_stale_everywhere(store) == 0
+        await store.close()
     arun(main())
