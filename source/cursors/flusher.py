@@ -50,6 +50,7 @@ class CursorFlusher:
         self.failures = 0
         self.failing = 0           # failed saves since the last successful one
         self.last_flush_s = 0.0    # duration of the last successful save
+        self._saving = 0           # cursors in the batched save under way
         self.persists = 0          # successful `persist` writes (each may serve many calls)
         self._dirty: dict[str, CursorState | None] = {}
         #: cursors `persist` was asked for, waiting for the next urgent write, and the
@@ -146,6 +147,12 @@ class CursorFlusher:
         if self._closed:
             raise errors.AlreadyClosed(f"cursor flusher of {self.topic} is closed")
 
+    @property
+    def unsaved(self) -> int:
+        """Cursors changed and not saved yet: waiting for the next flush, or in the one
+        under way (what a kill -9 now would take back to their last save)."""
+        return len(self._dirty) + self._saving
+
     async def flush_now(self) -> int:
         """Save every dirty cursor now; returns how many were saved."""
         if self.fenced is not None:
@@ -155,15 +162,18 @@ class CursorFlusher:
             if not batch:
                 return 0
             started = time.perf_counter()
+            self._saving = len(batch)
             try:
                 await self.store.save(self.topic, batch, self.fence)
             except BaseException as exc:
+                self._saving = 0
                 for name, state in batch.items():
                     self._dirty.setdefault(name, state)  # marks made meanwhile are newer
                 self.failures += 1
                 if isinstance(exc, errors.Fenced):
                     self.fenced = exc
                 raise
+            self._saving = 0
             self.last_flush_s = time.perf_counter() - started
             if self.failing:
                 log.info("%s: cursors saved again after %d failed saves", self.topic,

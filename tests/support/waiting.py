@@ -92,3 +92,15 @@ def nothing_more(consumer, wait: float = 0.5) -> bool:
     except errors.Timeout:
         return True
     return False
+
+
+def wait_cursors_saved(client, topic: str, timeout: float = 60.0) -> None:
+    """Wait until no cursor of `topic` is unsaved (internal stats' `cursorsUnsaved`: changed
+    and not yet written by a cursor flush), so a kill -9 now takes back no acknowledgement
+    that reached the broker. Call it once the acks are known to have arrived (a backlog
+    check): acks still on their way are not counted."""
+    def saved() -> bool:
+        cursors = client.admin.internal_stats(topic)["cursors"]
+        return bool(cursors) and all(int(c.get("cursorsUnsaved", 0)) == 0
+                                     for c in cursors.values())
+    wait_for(saved, timeout, f"the cursors of {topic} to be saved")

@@ -69,10 +69,14 @@ def test_10000_subscriptions_broadcast_exactly_once_and_survive_kill_9(broker, c
                        for i, n in enumerate(names))
 
         wait_for(backlogs_match, 60, "acks did not all arrive")
-        # acks are saved by the next cursor flush (every 1 s): wait for it. A flush of 10,000
-        # cursors took over 1 s on the loaded 2-core machine of a full `make test` (2 s of
-        # margin failed there, alone it passes), so leave it 5 s.
-        time.sleep(5.0)
+        # acks are saved by the next cursor flush (every 1 s): wait until none is unsaved
+        # (a sleep of 5 s was not always enough for 10,000 cursors on the loaded 2-core
+        # machine of a full `make test`: 1,538 backlogs came back one flush behind)
+        def unsaved() -> int:
+            cursors = client.admin.internal_stats(topic)["cursors"]
+            return int(cursors[names[0]].get("cursorsUnsaved", 0))
+
+        wait_for(lambda: unsaved() == 0, 120, "acknowledged cursors still unsaved")
         broker.kill()
     finally:
         for c in clients:

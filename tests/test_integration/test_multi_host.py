@@ -38,6 +38,7 @@ import uuid
 import pytest
 from support.compaction_support import WORKER_ARGS, wait_done
 from support.s3_support import MotoS3
+from support.waiting import wait_cursors_saved
 
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, Policies, errors
@@ -187,7 +188,7 @@ def test_shadows_spread_read_the_tail_and_fail_over(hosts):
             while c.admin.stats(moved)["subscriptions"]["durable"]["msgBacklog"] != 30:
                 assert time.monotonic() < deadline, "the acks did not arrive"
                 time.sleep(0.1)
-            time.sleep(1.0)  # a few cursor flush intervals: the snapshot is in the bucket
+            wait_cursors_saved(c, moved)  # the snapshot is in the bucket
 
             dead = next(b for b in hosts.shadows if b.url == owners[moved]["brokerUrl"])
             alive = next(b for b in hosts.shadows if b is not dead)

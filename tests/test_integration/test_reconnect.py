@@ -10,7 +10,7 @@ import time
 
 import pytest
 from support.faces import make_client
-from support.waiting import wait_for
+from support.waiting import wait_cursors_saved, wait_for
 
 from shadowtopic.client import Client
 from shadowtopic.core import errors
@@ -89,7 +89,7 @@ def test_a_durable_consumer_carries_on_across_kill_9_and_ends_with_everything_ac
             return c.admin.stats(topic)["subscriptions"]["sub"]["msgBacklog"]
         wait_for(lambda: backlog() == total - 150, 30, "the acks to reach the broker",
                  interval=0.2)
-        time.sleep(1.5)  # one cursor flush interval (1 s), and then some
+        wait_cursors_saved(c, topic)
         restart(broker)
         after: list[str] = []
         deadline = time.monotonic() + 3 * RECONNECT_S

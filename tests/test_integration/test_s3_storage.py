@@ -22,6 +22,7 @@ import uuid
 import pytest
 from support.compaction_support import WORKER_ARGS, wait_done
 from support.s3_support import MotoS3
+from support.waiting import wait_cursors_saved
 
 from shadowtopic.broker.server import free_port
 from shadowtopic.client import Client, Policies, errors
@@ -165,7 +166,7 @@ def test_cursors_in_the_bucket_survive_kill_9(s3):
             while c.admin.stats(topic)["subscriptions"]["durable"]["msgBacklog"] != 30:
                 assert time.monotonic() < deadline, "the acks did not arrive"
                 time.sleep(0.1)
-        time.sleep(5 * float(FLUSH))  # a few cursor flush intervals: the snapshot is written
+        wait_cursors_saved(c, topic)  # the snapshot is written
     assert s3.keys(cursors), "no cursor snapshot in the bucket"
     s3.src.kill()
     s3.src.start(timeout=60)  # same data dir: its local WAL holds the open ledger

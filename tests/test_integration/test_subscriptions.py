@@ -7,7 +7,7 @@ import time
 
 import pytest
 from support.produce import produce
-from support.waiting import drain, nothing_more, wait_for
+from support.waiting import drain, nothing_more, wait_cursors_saved, wait_for
 
 from shadowtopic.client import Client, MessageId, Policies
 from shadowtopic.core import errors
@@ -183,7 +183,7 @@ def test_c4_c6_kill_9_resumes_at_the_last_persisted_cursor_with_exact_backlogs(
         for i in sorted(acked):
             c.acknowledge(got[i])
         wait_for(lambda: sub_stats(client, topic, "s")["msgBacklog"] == 22, 10, "backlog 22")
-        time.sleep(1.5)  # one flush interval (1 s) and then some
+        wait_cursors_saved(client, topic)
     broker.kill()
     broker.start(timeout=60)
     with Client(broker.url) as again:

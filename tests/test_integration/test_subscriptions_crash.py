@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from support.waiting import wait_cursors_saved
 
 from shadowtopic.client import Client, Policies
 from shadowtopic.core import errors
@@ -48,7 +49,7 @@ def test_1000_subscriptions_survive_kill_9_with_exact_backlogs(broker, client, t
                 break
             assert time.monotonic() < deadline, "acks did not all arrive"
             time.sleep(0.2)
-        time.sleep(1.5)  # one cursor flush interval (1 s), and then some
+        wait_cursors_saved(client, topic)
         broker.kill()
     broker.start(timeout=60)
     with Client(broker.url, timeout=60) as again:

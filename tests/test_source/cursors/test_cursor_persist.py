@@ -185,3 +185,29 @@ def test_urgent_saves_put_off_the_compaction_that_rewrites_every_cursor(arun, tm
             assert await deltas() == want
         assert await SnapshotCursorStore(metadata, Storage(str(tmp_path))).load(topic) == model
     arun(main())
+
+
+def test_unsaved_counts_the_cursors_of_the_save_under_way(arun):
+    """`unsaved` (internal stats' cursorsUnsaved): a cursor stays unsaved until the flush
+    holding it is written, not just taken off the dirty list (a test that waits for it to
+    be 0 knows a kill -9 now loses no acknowledgement)."""
+    async def main():
+        store, flusher, disk, _ = await setup()
+        state = CursorState.starting_at(M(1, 0))
+        state.ack_cumulative(M(1, 9))
+        flusher.mark("s", state)
+        assert flusher.unsaved == 1
+        store.gate.clear()
+        flush = asyncio.create_task(flusher.flush_now())
+        await asyncio.sleep(0.01)
+        assert flusher.pending == 0 and flusher.unsaved == 1    # taken, not yet written
+        store.gate.set()
+        await flush
+        assert flusher.unsaved == 0 and await disk() == {"s": state}
+        store.fail = 1
+        flusher.mark("s", state)
+        with pytest.raises(errors.StorageFull):
+            await flusher.flush_now()
+        assert flusher.unsaved == 1      # a failed save leaves it unsaved
+        await flusher.close()
+    arun(main())
