@@ -88,13 +88,24 @@ def jvm_alive() -> bool:
 
 #: what an error says when the driver lost its connection to Spark's JVM (which may be dying)
 GATEWAY_LOST = ("Connection refused", "Py4JNetworkError", "Answer from Java side is empty",
-                "Error while sending or receiving", "Connection reset by peer")
+                "Error while sending or receiving", "Connection reset by peer",
+                # py4j's answer to a call whose connection broke (it logs the network error
+                # and raises this, unchained); a Java exception is a Py4JJavaError instead
+                "Py4JError: An error occurred while calling")
 
 
 def gateway_lost(exc: BaseException) -> bool:
-    """Whether a job's error is the driver's connection to Spark's JVM breaking."""
-    text = f"{type(exc).__name__}: {exc}"
-    return isinstance(exc, ConnectionError) or any(mark in text for mark in GATEWAY_LOST)
+    """Whether a job's error may be the driver's connection to Spark's JVM breaking (the
+    error or one it was raised from)."""
+    seen: set[int] = set()
+    at: BaseException | None = exc
+    while at is not None and id(at) not in seen and len(seen) < 20:
+        seen.add(id(at))
+        text = f"{type(at).__name__}: {at}"
+        if isinstance(at, ConnectionError) or any(mark in text for mark in GATEWAY_LOST):
+            return True
+        at = at.__cause__ or at.__context__
+    return False
 
 
 def lost_worker(exc: BaseException) -> bool:

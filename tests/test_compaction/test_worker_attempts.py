@@ -78,6 +78,29 @@ def test_a_broken_gateway_waits_for_the_jvm_to_finish_exiting():
     assert failed == []
 
 
+class Py4JError(Exception):
+    """What py4j raises, unchained, for a call whose connection to the JVM broke (it logs
+    the network error itself); named as py4j names it, which is what the worker reads."""
+
+
+@pytest.mark.parametrize("error", [
+    Py4JError("An error occurred while calling o43.conf"),  # seen in `make test` (F15)
+    RuntimeError("compaction failed"),  # raised from a connection error
+], ids=["py4j-call-error", "chained"])
+def test_a_call_broken_by_the_jvm_dying_waits_for_it_too(error):
+    if isinstance(error, RuntimeError):
+        try:
+            raise error from ConnectionResetError(104, "Connection reset by peer")
+        except RuntimeError as exc:
+            error = exc
+    checks = iter([True, True, False])
+    w, runs, failed = _worker([error])
+    w.spark_alive = lambda: next(checks, False)
+    with pytest.raises(worker.SparkLost):
+        _attempts(w)
+    assert failed == []
+
+
 def test_a_broken_gateway_with_the_jvm_alive_is_an_error_of_the_job():
     w, runs, failed = _worker([ConnectionRefusedError(111, "Connection refused")])
     _attempts(w)  # the JVM stays alive through the wait: the job failed, not Spark
