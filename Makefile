@@ -90,6 +90,7 @@ bench: install
 	$(VPY) bench/tables_read.py > bench/out/tables-read.json  # read_table vs DuckDB; format 2 storage
 	$(VPY) bench/compaction_cluster.py > bench/out/compaction-cluster.json  # 20 topics on a Spark cluster
 	$(VPY) bench/object_wal.py > bench/out/object-wal.txt  # the WAL on S3: ack latency, PUT rates, recovery
+	$(VPY) bench/ack_latency.py > bench/out/ack-latency.txt  # 4 producer processes, every message timed, fdatasync
 
 # The chaos runs (docs/CHAOS.md): kill and pause etcd, the brokers and the compaction worker
 # under load, N cycles, then check nothing acknowledged was lost; the second run has the
