@@ -121,7 +121,8 @@ def run(a) -> dict:
         etcd = EtcdServer(os.path.join(d, "etcd"))
         etcd.start()
         broker = BrokerProcess(etcd.endpoint, os.path.join(d, "broker"), free_port(),
-                               extra_args=["--cluster", f"bench-{uuid.uuid4().hex[:8]}"])
+                               extra_args=["--cluster", f"bench-{uuid.uuid4().hex[:8]}",
+                                           *(["--profile", a.profile] if a.profile else [])])
         try:
             broker.start(timeout=60)
             for r in range(a.rounds):
@@ -135,7 +136,7 @@ def run(a) -> dict:
                     print(json.dumps(row), flush=True)
                     out["by_rate"][str(rate)].append(row)
         finally:
-            broker.kill()
+            broker.terminate()  # graceful: with --profile the broker writes its stats
             etcd.stop()
 
     def med(rows: list[dict], path) -> float | None:
@@ -175,6 +176,8 @@ def main() -> None:
     p.add_argument("--probes", type=int, default=500, help="fdatasyncs timed per round")
     p.add_argument("--data-dir", default=None, help="where the cluster's dirs go "
                    "(default: data/bench in the checkout)")
+    p.add_argument("--profile", metavar="PATH",
+                   help="the broker runs under cProfile, its stats to PATH on exit")
     a = p.parse_args()
     res = run(a)
     print(json.dumps(res))
