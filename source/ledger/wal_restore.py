@@ -121,22 +121,33 @@ def _write(open_object: ObjectOpener, topic: TopicName, ledger_id: int,
     return expected
 
 
-async def drop_stale(store: MetadataStore, topic: TopicName, open_ids: set[int]) -> int:
-    """Delete the commits of the topic's ledgers not in `open_ids`; returns how many
-    ledgers'."""
-    prefix = keys.wal_commits_prefix(topic)
-    ledgers: set[int] = set()
+async def _ledgers_with_commits(store: MetadataStore, prefix: str
+                                ) -> dict[str, set[int]]:
+    """Under `prefix` (of `keys.WAL_COMMITS_PREFIX`): topic path -> the ledgers with commits,
+    read one key per ledger (skipping past each ledger's commits, however many); keys that
+    are not commit keys are stepped over."""
+    found: dict[str, set[int]] = {}
+    base = keys.WAL_COMMITS_PREFIX
     after = ""
-    while True:  # one key per ledger: skip past each ledger's commits
+    for _ in range(10_000_000):  # bounded: one read per ledger (or stray key)
         batch = await store.get_keys(prefix, after=after, limit=1)
         if not batch:
             break
-        part = batch[0][len(prefix):].split("/", 1)[0]
-        if not part.isdigit():
-            break
-        ledgers.add(int(part))
-        after = f"{prefix}{part}/~"
-    stale = sorted(ledgers - open_ids)
+        parts = batch[0][len(base):].split("/")
+        if len(parts) != 6 or not parts[4].isdigit():  # persistent/t/ns/topic/ledger/first
+            after = batch[0]
+            continue
+        path = "/".join(parts[:4])
+        found.setdefault(path, set()).add(int(parts[4]))
+        after = f"{base}{path}/{parts[4]}/~"
+    return found
+
+
+async def drop_stale(store: MetadataStore, topic: TopicName, open_ids: set[int]) -> int:
+    """Delete the commits of the topic's ledgers not in `open_ids`; returns how many
+    ledgers'."""
+    found = await _ledgers_with_commits(store, keys.wal_commits_prefix(topic))
+    stale = sorted(found.get(topic.path, set()) - open_ids)
     for lid in stale:
         await store.delete(keys.wal_commits_of_ledger(topic, lid), prefix=True)
     return len(stale)
@@ -147,22 +158,8 @@ async def drop_stale_everywhere(store: MetadataStore) -> int:
     open (sealed, trimmed, or the topic deleted: no list); returns how many ledgers'. The
     commits are read before the lists: a ledger is in its list as OPEN before its first
     commit, and never open again once it left, so nothing still needed is deleted."""
-    prefix = keys.WAL_COMMITS_PREFIX
-    found: dict[str, set[int]] = {}
-    after = ""
-    for _ in range(10_000_000):  # one key per ledger: skip past each ledger's commits
-        batch = await store.get_keys(prefix, after=after, limit=1)
-        if not batch:
-            break
-        parts = batch[0][len(prefix):].split("/")
-        if len(parts) != 6 or not parts[4].isdigit():  # persistent/t/ns/topic/ledger/first
-            after = batch[0]  # not a commit key: step over it
-            continue
-        path = "/".join(parts[:4])
-        found.setdefault(path, set()).add(int(parts[4]))
-        after = f"{prefix}{path}/{parts[4]}/~"
     dropped = 0
-    for path, ledgers in found.items():
+    for path, ledgers in (await _ledgers_with_commits(store, keys.WAL_COMMITS_PREFIX)).items():
         _kind, tenant, namespace, local = path.split("/")
         topic = TopicName(tenant, namespace, local)
         kv = await store.get(keys.ledgers(topic))
