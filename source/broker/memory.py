@@ -223,6 +223,8 @@ def server_options(handshake_seconds: float = DEFAULT_HANDSHAKE_SECONDS,
     return [("grpc.server_handshake_timeout_ms", max(1, int(handshake_seconds * 1000))),
             ("grpc.keepalive_time_ms", max(1, int(keepalive_seconds * 1000))),
             ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+            # any unanswered ping, not only keepalive's (gRPC's default is 60 s)
+            ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.max_pings_without_data", 0),
             ("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_CLIENT_PING_MS),

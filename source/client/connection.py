@@ -137,6 +137,10 @@ class Connection:
             ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
             ("grpc.keepalive_time_ms", KEEPALIVE_MS),
             ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+            # a keepalive due while another ping (gRPC's own bandwidth probe) is unanswered
+            # waits on that ping, whose timeout is 60 s by default: a paused broker was
+            # given up after ~63 s, not 5 (tests/test_source/client/test_keepalive.py)
+            ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
             ("grpc.keepalive_permit_without_calls", 1), *extra])
         self.closed = False
         # (the generated gRPC stubs are untyped: their methods are Any)

@@ -102,6 +102,8 @@ _GRPC_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
+    # a keepalive due while another ping is unanswered waits on that one (60 s by default)
+    ("grpc.http2.ping_timeout_ms", 5_000),
 ]
 _UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                       grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN,
