@@ -86,6 +86,9 @@ POINTS: dict[str, str] = {
     "cli.loading":
         "the `shadowtopic` CLI while it loads its modules (source/cli/main.py), before the "
         "client library: `sleep(S)` holds it there so a test presses Ctrl-C during start-up",
+    "cli.loaded":
+        "the `shadowtopic` CLI at the end of its main module, its Ctrl-C still held: "
+        "`sleep(S)` lets a test press Ctrl-C after the imports, before main() runs",
 }
 
 _ACTION = re.compile(r"(?:(\d+)\*)?(kill|off|sleep\(([0-9.]+)\)|error\((.*)\))", re.S)

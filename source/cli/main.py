@@ -40,12 +40,12 @@ import os
 import signal
 import sys
 
-# Ctrl-C while the modules load (most of a short command's time: gRPC, protobuf) is held
-# until they are loaded, then exits 130 quietly, as Ctrl-C does later: an import cut in the
-# middle would print a traceback (or worse: CPython can turn it into a TypeError). Each
-# command's module imports only what it needs (rich only to print a table, etcd only for
-# `brokers`, no server code). Python's own start-up, before this file runs (site, ~20 ms),
-# is out of reach: a Ctrl-C then ends the process as Python does.
+# Ctrl-C while the module loads (most of a short command's time: gRPC, protobuf) is held
+# until it has loaded (the end of this file), then exits 130 quietly, as Ctrl-C does later:
+# an import cut in the middle would print a traceback (or worse: CPython can turn it into a
+# TypeError). Each command's module imports only what it needs (rich only to print a table,
+# etcd only for `brokers`, no server code). Python's own start-up, before this file runs
+# (site, ~20 ms), is out of reach: a Ctrl-C then ends the process as Python does.
 _held: list[int] = []
 _previous = signal.getsignal(signal.SIGINT)
 if _previous is signal.default_int_handler:  # not when SIGINT is ignored or someone's own
@@ -87,11 +87,10 @@ try:
         time_ms,
     )
     from shadowtopic.core.policies import BacklogQuotaAction
-finally:
+except BaseException:
     if _previous is not None:
         signal.signal(signal.SIGINT, _previous)
-if _held:
-    sys.exit(130)
+    raise
 
 #: how long a CLI call retries temporary errors (the library's default is 30 s)
 OPERATION_TIMEOUT_S = 10.0
@@ -512,6 +511,14 @@ def _discard_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
 
+
+# Loaded: Ctrl-C from here on is main()'s (130, quietly). Held until the whole module has
+# run, not only its imports: one in the definitions above printed a traceback (make test).
+failpoints.hit("cli.loaded")
+if _previous is not None:
+    signal.signal(signal.SIGINT, _previous)
+if _held:
+    sys.exit(130)
 
 if __name__ == "__main__":
     main()

@@ -195,20 +195,22 @@ def test_ctrl_c_while_producing_many_waits_for_the_receipts(broker, topic):
 
 
 def test_ctrl_c_while_the_cli_loads_prints_no_traceback(broker):
-    """Held at the failpoint in the middle of loading its modules, Ctrl-C ends it with 130
-    (once loaded) and nothing on stderr but the failpoint's own line; and Ctrl-C at a few
+    """Held at a failpoint in the middle of loading its modules, or at the end of its main
+    module, Ctrl-C ends it with 130 (once loaded) and nothing on stderr but the failpoint's
+    own line; and Ctrl-C at a few
     times after the start of a command that retries for long (no broker at its URL) prints
     nothing."""
-    proc = subprocess.Popen([EXE, "topics", "list"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE,
-                            env=env_for(broker.url, **failpoints.env({"cli.loading": "sleep(3)"})))
-    try:
-        assert "failpoint cli.loading" in stderr_line(proc)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130 and out == b"" and err == b"", (proc.returncode, out, err)
+    for point in ("cli.loading", "cli.loaded"):  # in the imports; after them, before main()
+        proc = subprocess.Popen([EXE, "topics", "list"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE,
+                                env=env_for(broker.url, **failpoints.env({point: "sleep(3)"})))
+        try:
+            assert f"failpoint {point}" in stderr_line(proc)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        assert (proc.returncode, out, err) == (130, b"", b""), (point, proc.returncode, err)
 
     # timed from the CLI's own first lines (the failpoint's line, not held: `sleep(0)`), not
     # from the process start: Python's own start-up took over 1.2 s on a loaded machine, and
