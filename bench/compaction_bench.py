@@ -58,7 +58,8 @@ def proc_cpu(pid: int) -> float:
 class Cluster:
     """etcd + source broker + shadow broker + compaction worker (one storage root)."""
 
-    def __init__(self, data_dir: str):
+    def __init__(self, data_dir: str, profile_dir: str | None = None):
+        """`profile_dir`: the brokers run under cProfile, their stats written there on exit."""
         from shadowtopic.broker.server import free_port
         from shadowtopic.metadata.etcd_server import EtcdServer
         from shadowtopic.standalone import BrokerProcess
@@ -68,10 +69,16 @@ class Cluster:
         self.etcd.start()
         cluster = f"bench-{uuid.uuid4().hex[:8]}"
         args = ["--storage-root", self.root, "--cluster", cluster]
+        def profiled(name: str) -> list[str]:
+            if profile_dir is None:
+                return []
+            os.makedirs(profile_dir, exist_ok=True)
+            return ["--profile", os.path.join(profile_dir, f"{name}.prof")]
         self.src = BrokerProcess(self.etcd.endpoint, os.path.join(data_dir, "src"), free_port(),
-                                 extra_args=args)
+                                 extra_args=args + profiled("source"))
         self.sh = BrokerProcess(self.etcd.endpoint, os.path.join(data_dir, "sh"), free_port(),
-                                extra_args=args, module="shadowtopic.shadow.broker")
+                                extra_args=args + profiled("shadow"),
+                                module="shadowtopic.shadow.broker")
         self.worker = BrokerProcess(self.etcd.endpoint, os.path.join(data_dir, "worker"),
                                     free_port(), module="shadowtopic.compaction.worker",
                                     extra_args=["--cluster", cluster, "--grace", "5"])

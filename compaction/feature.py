@@ -7,7 +7,8 @@ through etcd and the storage root).
 - `read_compacted` reads: each topic gets, on its first compacted read, a `CompactedView`
   (compaction/view.py) that follows the compaction pointer of the topic whose ledgers it
   reads (a shadow follows its source's, K10) and serves the compacted ledger
-  (compaction/ledger.py) up to the horizon, then the raw entries;
+  (compaction/ledger.py) up to the horizon, then the raw entries; the views of one source
+  on a broker open its compacted ledger once (`OpenedLedgers`, compaction/opened.py);
 - retention keeps what compaction has not read yet (`retention_keep`), as Pulsar's
   compaction cursor does, and the threshold trigger runs after each retention pass;
 - the compacted ledger a topic is read by, in its internal stats.
@@ -31,7 +32,8 @@ from shadowtopic.broker.feature import AdminRpcs, BrokerFeature, BrokerHost
 from shadowtopic.broker.rpc import abort_stream, unary
 from shadowtopic.broker.topic import Topic
 from shadowtopic.compaction.admin import CompactionAdmin, job_pb
-from shadowtopic.compaction.view import CompactedView, CompactionFollower
+from shadowtopic.compaction.opened import OpenedLedgers
+from shadowtopic.compaction.view import CompactedView, CompactionFollower, open_ledger
 from shadowtopic.core import errors
 from shadowtopic.core.errors import MetadataUnavailable, typed
 from shadowtopic.core.message_id import MessageId
@@ -56,9 +58,10 @@ class LazyCompactedView:
     """A topic's compacted view, opened on its first compacted read (the follower starts
     then) and shared by every later one; a failed start is tried again by the next read."""
 
-    def __init__(self, host: BrokerHost, t: Topic):
+    def __init__(self, host: BrokerHost, t: Topic, ledgers: OpenedLedgers):
         self.host = host
         self.topic = t
+        self.ledgers = ledgers  # the broker's, shared with its other topics' views
         self._started: asyncio.Task | None = None  # -> CompactionFollower
 
     async def __call__(self) -> CompactedView:
@@ -70,7 +73,7 @@ class LazyCompactedView:
             topics = self.host.topics
             follower = CompactionFollower(self.host.store, self.host.storage, topics.executor,
                                           self.topic.ledger.ledgers_of, self.topic.ledger,
-                                          name=self.topic.name)
+                                          name=self.topic.name, ledgers=self.ledgers)
 
             async def start() -> CompactionFollower:
                 await follower.start()
@@ -107,11 +110,13 @@ class CompactionFeature(BrokerFeature):
     def __init__(self) -> None:
         self._host: BrokerHost | None = None
         self._admin: CompactionAdmin | None = None
+        self._ledgers: OpenedLedgers | None = None
         self._migration: asyncio.Task | None = None
 
     def bind(self, host: BrokerHost) -> None:
         self._host = host
         self._admin = CompactionAdmin(host.topics, host.session.cluster)
+        self._ledgers = OpenedLedgers(host.storage, host.topics.executor, open_ledger)
 
     @property
     def host(self) -> BrokerHost:
@@ -119,6 +124,13 @@ class CompactionFeature(BrokerFeature):
         if self._host is None:
             raise errors.Internal(f"the {self.name} feature is used before it is bound")
         return self._host
+
+    @property
+    def ledgers(self) -> OpenedLedgers:
+        """The compacted ledgers open on this broker (made by `bind`)."""
+        if self._ledgers is None:
+            raise errors.Internal(f"the {self.name} feature is used before it is bound")
+        return self._ledgers
 
     @property
     def admin(self) -> CompactionAdmin:
@@ -159,7 +171,7 @@ class CompactionFeature(BrokerFeature):
                 await asyncio.sleep(retry_delay)
 
     async def open_topic(self, t: Topic, info: mpb.TopicInfo, stack: AsyncExitStack) -> None:
-        view = LazyCompactedView(self.host, t)
+        view = LazyCompactedView(self.host, t, self.ledgers)
         t.compacted = view
         stack.push_async_callback(view.close)
 

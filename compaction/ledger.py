@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import os
 import threading
+from array import array
+from bisect import bisect_left
 from collections import OrderedDict
 
 import google_crc32c
@@ -39,10 +41,12 @@ from shadowtopic.columns import RAW_COLUMNS, raws, read_rows, version
 from shadowtopic.core.errors import ChecksumError, DataLoss
 from shadowtopic.ledger import wal as walmod
 from shadowtopic.ledger.storage import Storage
+from shadowtopic.ledger.view import ReadEntry
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import common_pb2
 
 MANIFEST = "manifest.pb"
+GROUPS_CACHED = 4  # row groups kept per file, as entries (about 1 MiB of payloads each)
 
 
 def manifest_rel(dir_rel: str) -> str:
@@ -122,6 +126,17 @@ def _search_key(ledger_id: int, entry_id: int) -> int:
     return min(position(ledger_id, entry_id), _MAX_POSITION)
 
 
+class _Group:
+    """One row group as readers take it: its entries (made once, then sliced by every read
+    of every view that shares the ledger) and the running total of their `raw` sizes."""
+
+    __slots__ = ("entries", "ends")
+
+    def __init__(self, entries: list[ReadEntry]):
+        self.entries = entries
+        self.ends = np.cumsum([len(e.raw) for e in entries], dtype=np.int64)
+
+
 class _File:
     """One data file: an open reader, its row groups' first rows, a small group cache."""
 
@@ -147,27 +162,30 @@ class _File:
         meta = self.pf.metadata
         self.group_starts = np.cumsum([0] + [meta.row_group(i).num_rows
                                              for i in range(meta.num_row_groups)])
-        self.groups: OrderedDict[int, pa.Table] = OrderedDict()
+        self.groups: OrderedDict[int, _Group] = OrderedDict()
         self.lock = threading.Lock()   # ParquetFile is not safe from several threads
 
-    def group(self, index: int) -> pa.Table:
+    def group(self, index: int) -> _Group:
         with self.lock:
-            table = self.groups.get(index)
-            if table is None:
+            group = self.groups.get(index)
+            if group is None:
                 try:
                     table = self.pf.read_row_group(
                         index, columns=["publish_time", *RAW_COLUMNS[self.format]])
-                    table = pa.table({"publish_time": table.column("publish_time"),
-                                      "raw": raws(table)})
+                    payloads = raws(table).to_pylist()
+                    publish = table.column("publish_time").to_pylist()
                 except Exception as exc:  # noqa: BLE001
                     raise ChecksumError(f"corrupt row group {index} in {self.path}: "
                                         f"{exc}") from None
-                self.groups[index] = table
-                while len(self.groups) > 4:
+                at = self.positions[self.group_starts[index]:self.group_starts[index + 1]]
+                group = _Group(list(map(ReadEntry, (at >> 32).tolist(),
+                                        (at & 0xFFFFFFFF).tolist(), publish, payloads)))
+                self.groups[index] = group
+                while len(self.groups) > GROUPS_CACHED:
                     self.groups.popitem(last=False)
             else:
                 self.groups.move_to_end(index)
-            return table
+            return group
 
 
 class CompactedLedger:
@@ -183,25 +201,29 @@ class CompactedLedger:
         self.manifest = manifest
         self.job_id = manifest.job_id
         self._files = [_File(storage, f) for f in manifest.files]
-        self.positions = np.concatenate([f.positions for f in self._files]) \
-            if self._files else np.empty(0, np.int64)
+        # every row's `position`, as machine ints: `bisect` on them is 3x faster than numpy's
+        # searchsorted of one value (a subscription leaving walks its unacked ids, a `find`
+        # each)
+        self._ids = array("q")
+        for f in self._files:
+            self._ids.frombytes(f.positions.tobytes())
         self.publish = np.concatenate([f.publish for f in self._files]) \
             if self._files else np.empty(0, np.int64)
         self._starts = np.cumsum([0] + [len(f.positions) for f in self._files])
 
     def __len__(self) -> int:
-        return len(self.positions)
+        return len(self._ids)
 
     def find(self, ledger_id: int, entry_id: int) -> int:
         """Index of the first row with id >= (ledger_id, entry_id) (len(self) if none)."""
-        return int(np.searchsorted(self.positions, _search_key(ledger_id, entry_id), "left"))
+        return bisect_left(self._ids, _search_key(ledger_id, entry_id))
 
     def count_between(self, start: tuple[int, ...], end: tuple[int, ...]) -> int:
         """Rows with ids in [start, end) (ids as MessageId or (ledger_id, entry_id))."""
         return max(0, self.find(end[0], end[1]) - self.find(start[0], start[1]))
 
     def id_at(self, index: int) -> tuple[int, int]:
-        p = int(self.positions[index])
+        p = self._ids[index]
         return p >> 32, p & 0xFFFFFFFF
 
     def first_id(self) -> tuple[int, int] | None:
@@ -215,10 +237,12 @@ class CompactedLedger:
         hits = np.flatnonzero(self.publish >= publish_ms)
         return int(hits[0]) if len(hits) else len(self)
 
-    def read(self, index: int, max_entries: int, max_bytes: int
-             ) -> list[tuple[int, int, int, bytes]]:
-        """(ledger_id, entry_id, publish_ms, raw) of rows from `index` on, within limits."""
-        out: list[tuple[int, int, int, bytes]] = []
+    def read(self, index: int, max_entries: int, max_bytes: int) -> list[ReadEntry]:
+        """Entries from row `index` on: at most `max_entries`, and no more once their `raw`
+        bytes reach `max_bytes` (the entry that reaches it included: one at least). Rows are
+        slices of the cached groups' entries: a second reader of the same rows, of any
+        view sharing this ledger, builds nothing."""
+        out: list[ReadEntry] = []
         size = 0
         i = index
         while i < len(self) and len(out) < max_entries and size < max_bytes:
@@ -226,18 +250,16 @@ class CompactedLedger:
             f = self._files[fi]
             row = i - int(self._starts[fi])
             g = int(np.searchsorted(f.group_starts, row, "right")) - 1
-            table = f.group(g)
+            group = f.group(g)
             start = row - int(f.group_starts[g])
-            stop = min(table.num_rows, start + (max_entries - len(out)))
-            raws = table.column("raw").slice(start, stop - start).to_pylist()
-            pubs = table.column("publish_time").slice(start, stop - start).to_pylist()
-            for pub, raw in zip(pubs, raws, strict=True):
-                lid, eid = self.id_at(i)
-                out.append((lid, eid, pub, raw))
-                size += len(raw)
-                i += 1
-                if size >= max_bytes:
-                    break
+            stop = min(len(group.entries), start + (max_entries - len(out)))
+            base = int(group.ends[start - 1]) if start else 0
+            # the first entry whose running size reaches the budget is the last one taken
+            reach = int(np.searchsorted(group.ends, base + max_bytes - size, "left"))
+            stop = min(stop, reach + 1)
+            out += group.entries[start:stop]
+            size += int(group.ends[stop - 1]) - base
+            i += stop - start
         return out
 
     def read_columns(self, index: int, max_entries: int) -> pa.Table:

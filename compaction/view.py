@@ -45,6 +45,7 @@ import pyarrow as pa
 
 from shadowtopic import failpoints
 from shadowtopic.compaction.ledger import CompactedLedger
+from shadowtopic.compaction.opened import LedgerOpener, Unshared
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
@@ -74,10 +75,12 @@ def open_ledger(storage: Storage, manifest: mpb.CompactedManifest) -> CompactedL
 class CompactedView:
     def __init__(self, raw: LedgerView, executor: Executor | None = None,
                  storage: Storage | None = None, name: TopicName | None = None,
-                 retry_first: float = RETRY_FIRST, retry_max: float = RETRY_MAX):
+                 retry_first: float = RETRY_FIRST, retry_max: float = RETRY_MAX,
+                 ledgers: LedgerOpener | None = None):
         self.raw = raw
         self.executor = executor
-        self.storage = storage  # where `update` opens compacted ledgers
+        self.storage = storage  # where `update` opens compacted ledgers ...
+        self.ledgers = ledgers  # ... through the broker's shared ones (compaction/opened.py)
         self.name = name or raw.ledgers_of  # the topic read, in logs
         self.retry_first, self.retry_max = retry_first, retry_max
         self._reopen: asyncio.Task | None = None  # opens a broken pointer again
@@ -126,11 +129,10 @@ class CompactedView:
         if pointer is None:
             self.swap(None, None)
             return
-        storage = self._storage()  # (a view made for `swap`s only opens nothing)
+        opener = self._opener()  # (a view made for `swap`s only opens nothing)
         ledger, broken = None, None
         try:
-            ledger = await asyncio.get_running_loop().run_in_executor(
-                self.executor, open_ledger, storage, pointer.manifest)
+            ledger = await opener.open(pointer.manifest)
         except errors.ShadowTopicError as exc:  # missing or corrupt: compacted reads fail
             log.error("%s: compacted ledger of job %s unreadable: %s", self.name,
                       pointer.job_id, exc)
@@ -141,12 +143,15 @@ class CompactedView:
                 self._reopen = asyncio.get_running_loop().create_task(
                     self._open_again(pointer, mine, broken))
 
-    def _storage(self) -> Storage:
-        """Where compacted ledgers open: a view made without storage serves `swap`s only."""
+    def _opener(self) -> LedgerOpener:
+        """How compacted ledgers open: the broker's shared ones, or the view's own from its
+        storage (a view made with neither serves `swap`s only)."""
+        if self.ledgers is not None:
+            return self.ledgers
         if self.storage is None:
             raise errors.Internal(f"{self.name}: a compacted view without storage cannot open "
                                   "a compaction pointer")
-        return self.storage
+        return Unshared(self.storage, self.executor, open_ledger)
 
     def _delay(self, previous: float | None, exc: BaseException) -> float:
         if isinstance(exc, errors.ChecksumError):  # corrupt: not back soon, if ever
@@ -163,8 +168,7 @@ class CompactedView:
             if mine != self._updates or self.pointer is not pointer or self.broken is None:
                 return  # a newer pointer (or a swap from elsewhere) is served
             try:
-                ledger = await asyncio.get_running_loop().run_in_executor(
-                    self.executor, open_ledger, self._storage(), pointer.manifest)
+                ledger = await self._opener().open(pointer.manifest)
             except Exception as exc:  # noqa: BLE001 - tried again until the pointer changes
                 if mine != self._updates or self.pointer is not pointer:
                     return
@@ -311,10 +315,9 @@ class CompactedView:
             raise broken
         if ledger is None:  # a horizon comes with its ledger or the error opening it
             raise errors.Internal(f"{self.name}: a compaction horizon without its ledger")
-        rows = await asyncio.get_running_loop().run_in_executor(
+        out = await asyncio.get_running_loop().run_in_executor(
             self.executor, ledger.read, ledger.find(start.ledger_id, start.entry_id), max_entries,
             max_bytes)
-        out = [ReadEntry(lid, eid, pub, raw) for lid, eid, pub, raw in rows]
         size = sum(len(e.raw) for e in out)
         if len(out) < max_entries and size < max_bytes and \
                 (not out or ledger.find(out[-1].ledger_id, out[-1].entry_id + 1) >= len(ledger)):
@@ -359,9 +362,9 @@ class CompactionFollower:
 
     def __init__(self, store: MetadataStore, storage: Storage, executor: Executor,
                  of: TopicName, raw: LedgerView, retry_delay: float = 0.5,
-                 name: TopicName | None = None):
+                 name: TopicName | None = None, ledgers: LedgerOpener | None = None):
         self.key = keys.compaction(of)
-        self.view = CompactedView(raw, executor, storage, name)
+        self.view = CompactedView(raw, executor, storage, name, ledgers=ledgers)
         self.retry_delay = retry_delay
         self._follower = KeyFollower(store, self.key, self._apply, retry_delay)
 
