@@ -177,6 +177,26 @@ class CursorState:
             self.normalize(next_after)
         return newly
 
+    def ack_one(self, p: int, next_after: NextAfter, after: dict[int, int]) -> int:
+        """`ack_packed([p], next_after)` for one of many cursors acknowledging the same
+        position (a broadcast message acknowledged by many subscriptions at once). `after`
+        maps a mark-delete to the first position after it, and is shared by every cursor of
+        the call that moves by the same `next_after`: cursors at the same mark-delete (most
+        of them, moving together) ask the view once. A cursor with holes, or `p` not next
+        after its mark-delete, goes the long way."""
+        md = self._md
+        if self._r is None and p > md:
+            if p == md + 1:
+                self._md = p
+                return 1
+            nxt = after.get(md)
+            if nxt is None:
+                nxt = after[md] = pack(next_after(unpack(md)))
+            if p == nxt:  # everything between is absent (compacted away, a ledger's end)
+                self._md = p
+                return 1
+        return self.ack_packed([p], next_after)
+
     def ack_ranges(self, ranges: Iterable[tuple[int, int]],
                    next_after: NextAfter | None = None) -> bool:
         """Acknowledge inclusive ranges of packed positions, `(first, last)` with first <=

@@ -264,6 +264,9 @@ class TopicSubscriptions:
         one = (ps[0] if len(ps) == 1 and not cumulative and not ranges and ps[0] < end
                else None)
         dirty: list[Subscription] = []
+        # the first position after a mark-delete, by the `next_after` cursors move by (the
+        # topic's, the compacted view's): asked once for all the cursors at one mark-delete
+        after: dict[NextAfter, dict[int, int]] = {}
         for c in consumers:
             sub = c.sub
             try:
@@ -271,7 +274,11 @@ class TopicSubscriptions:
                     raise errors.AlreadyClosed("consumer is closed")
                 d = sub.dispatcher
                 if one is not None and not (sub.counts or d.holder or d.redo):
-                    if sub.cursor.ack_packed(ps, sub.next_after):
+                    na = sub.next_after
+                    memo = after.get(na)
+                    if memo is None:
+                        memo = after[na] = {}
+                    if sub.cursor.ack_one(one, na, memo):
                         dirty.append(sub)
                 else:
                     sub.ack(c, ps, cumulative, ranges)

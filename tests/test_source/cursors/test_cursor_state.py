@@ -10,6 +10,7 @@ import pytest
 
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.cursors import CursorState, next_after_in
+from shadowtopic.cursors.state import pack
 from shadowtopic.ledger.ledger_reader import LedgerListReader
 from shadowtopic.ledger.view import LedgerRange
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
@@ -157,3 +158,41 @@ def test_idle_cursor_is_small():
     c = CursorState.starting_at(M(123456, 789))
     assert not hasattr(c, "__dict__") and c.holes == 0
     assert sys.getsizeof(c) + sys.getsizeof(c._md) <= 100
+
+
+class SparseView:
+    """The position half of a compacted view: ids survive here and there (`ids`), the rest
+    are absent; past the last one comes `end`."""
+
+    def __init__(self, ids: list[MessageId], end: MessageId):
+        self.kept, self.end = sorted(ids), end
+
+    def valid_position(self, position: MessageId) -> MessageId:
+        return next((i for i in self.kept if i >= position), self.end)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_ack_one_with_a_shared_memo_equals_ack_packed(seed):
+    """Many cursors (most at one mark-delete, as members of a broadcast move) acknowledge the
+    same position per step through one memo (`ack_one`, what `TopicSubscriptions.ack_many`
+    does); twins take `ack_packed([p])` each. Their records are equal after every step, on
+    a dense layout and on a sparse (compacted) one."""
+    rnd = random.Random(seed)
+    dense = FakeView([(2, 5), (3, 0), (5, 7), (6, 4)])
+    ids = dense.ids()
+    for nxt, universe in [(next_after_in(dense), ids),
+                          (next_after_in(SparseView(kept := sorted(rnd.sample(ids, 9)),
+                                                    dense.next_position()), sparse=True),
+                           kept)]:
+        starts = [M(0, 0)] * 6 + [rnd.choice(ids) for _ in range(4)]
+        fast = [CursorState.starting_at(s) for s in starts]
+        slow = [CursorState.starting_at(s) for s in starts]
+        for _step in range(80):
+            # mostly the next entry of the leading group, sometimes any id
+            lead = fast[0].read_position(nxt)
+            p = lead if rnd.random() < 0.7 and lead in universe else rnd.choice(universe)
+            memo: dict[int, int] = {}
+            for i in rnd.sample(range(len(fast)), rnd.randint(1, len(fast))):
+                assert fast[i].ack_one(pack(p), nxt, memo) == slow[i].ack_packed([pack(p)], nxt)
+                assert fast[i].to_record() == slow[i].to_record()
+        assert any(c.to_record()[:2] != (0, 0) for c in fast)  # they moved
