@@ -264,9 +264,13 @@ class TopicSubscriptions:
         one = (ps[0] if len(ps) == 1 and not cumulative and not ranges and ps[0] < end
                else None)
         dirty: list[Subscription] = []
-        # the first position after a mark-delete, by the `next_after` cursors move by (the
-        # topic's, the compacted view's): asked once for all the cursors at one mark-delete
-        after: dict[NextAfter, dict[int, int]] = {}
+        # how cursors move (by the topic's view, or by the compacted view: `read_compacted`)
+        # and the first position after each mark-delete by it: asked once for all the
+        # cursors at one mark-delete
+        moves = {False: self._reading.next_after}
+        if self._compacted is not None:
+            moves[True] = self._compacted.next_after
+        after: dict[bool, dict[int, int]] = {False: {}, True: {}}
         for c in consumers:
             sub = c.sub
             try:
@@ -274,11 +278,9 @@ class TopicSubscriptions:
                     raise errors.AlreadyClosed("consumer is closed")
                 d = sub.dispatcher
                 if one is not None and not (sub.counts or d.holder or d.redo):
-                    na = sub.next_after
-                    memo = after.get(na)
-                    if memo is None:
-                        memo = after[na] = {}
-                    if sub.cursor.ack_one(one, na, memo):
+                    compacted = sub.compacted
+                    na = moves.get(compacted) or sub.next_after  # (no view: raises Internal)
+                    if sub.cursor.ack_one(one, na, after[compacted]):
                         dirty.append(sub)
                 else:
                     sub.ack(c, ps, cumulative, ranges)
