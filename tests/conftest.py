@@ -96,16 +96,69 @@ def pytest_collection_modifyitems(config, items):
                                     "its file in SHARED_WORKER_FILES (tests/conftest.py)")
 
 
+#: Seconds the slowest files took in one `make test` (`--durations=0`, summed per file, on the
+#: 2-core machine), to hand out the longest work first: xdist orders files by their number
+#: of tests, so a long file of few tests (a Spark worker restarted three times) started
+#: last, and two test processes waited for the third (~50 s of a 966 s run). Rough figures
+#: are enough; a file not listed counts 2 s per test in tests/test_integration, 0.1 else.
+SLOW_FILES = {
+    "tests/test_integration/test_compaction_failpoints.py": 158,
+    "tests/test_integration/test_iceberg_tables.py": 104,
+    "tests/test_bench/test_bench_smoke.py": 99,
+    "tests/test_integration/test_standalone.py": 89,
+    "tests/test_integration/test_crash.py": 86,
+    "tests/test_integration/test_rpc_fuzz.py": 85,
+    "tests/test_integration/test_multi_host.py": 74,
+    "tests/test_integration/test_subscriptions.py": 65,
+    "tests/test_integration/test_cli.py": 63,
+    "tests/test_integration/test_cli_finish.py": 60,
+    "tests/test_integration/test_shadows.py": 59,
+    "tests/test_integration/test_logs.py": 58,
+    "tests/test_integration/test_arrow_reads.py": 56,
+    "tests/test_integration/test_s3_storage.py": 55,
+    "tests/test_integration/test_reconnect.py": 52,
+    "tests/test_integration/test_disk_faults.py": 49,
+    "tests/test_docs/test_readme_examples.py": 49,
+    "tests/test_compaction/test_spark_job.py": 49,
+    "tests/test_integration/test_broadcast.py": 48,
+    "tests/test_integration/test_cli_edges.py": 45,
+    "tests/test_integration/test_memory_limits.py": 41,
+    "tests/test_integration/test_client.py": 41,
+    "tests/test_integration/test_compaction.py": 40,
+    "tests/test_integration/test_subscriptions_crash.py": 38,
+    "tests/test_integration/test_shadow_scale.py": 38,
+}
+
+
+def _unit_seconds(scope: str, tests: int) -> float:
+    """What one unit of work (a file, or the shared worker's files) is expected to take."""
+    files = SHARED_WORKER_FILES if scope == SHARED_WORKER_FILES[0] else (scope,)
+    return sum(SLOW_FILES.get(f, tests * (2.0 if "/test_integration/" in f else 0.1))
+               for f in files)
+
+
 def pytest_xdist_make_scheduler(config, log):
-    """`--dist loadfile`, except that the files of `SHARED_WORKER_FILES` are one unit."""
+    """`--dist loadfile`, except that the files of `SHARED_WORKER_FILES` are one unit, and the
+    longest units go first (`SLOW_FILES`)."""
     if config.getoption("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
     class SharedWorkerFiles(LoadFileScheduling):
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             scope = super()._split_scope(nodeid)
             return SHARED_WORKER_FILES[0] if scope in SHARED_WORKER_FILES else scope
+
+        def _assign_work_unit(self, node) -> None:
+            if not self.ordered:  # the first assignment: the queue is whole
+                self.ordered = True
+                units = sorted(self.workqueue.items(),
+                               key=lambda unit: -_unit_seconds(unit[0], len(unit[1])))
+                self.workqueue.clear()
+                self.workqueue.update(units)
+            super()._assign_work_unit(node)
 
     return SharedWorkerFiles(config, log)
 
