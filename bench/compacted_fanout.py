@@ -4,7 +4,7 @@ machine's decoded fan-out ceiling (the peers' limits.py `--only fanout`) in alte
 
     .venv/bin/python bench/compacted_fanout.py [--shared ../shared] [--rounds 3]
         [--keys 50000] [--messages 500000] [--subs 100] [--mode frames|receive]
-        [--profile DIR]
+        [--ack each|cumulative] [--profile DIR]
 
 - the cluster: one real etcd, a source broker, a shadow broker serving the 4 shadows, and a
   warm compaction worker (Spark local[*]), on one storage root (bench/compaction_bench.py's).
@@ -19,7 +19,8 @@ machine's decoded fan-out ceiling (the peers' limits.py `--only fanout`) in alte
   `--mode frames` (the default) consumes with `frame_listener`, the way the client takes
   many subscriptions (a frame the broker sends once per stream for the subscriptions at one
   position is decoded once, and `recipients.acknowledge` acknowledges a message for all of
-  them in one command); `--mode receive` takes each subscription's messages with
+  them in one command; `--ack cumulative`: `recipients.acknowledge_cumulative` of each
+  frame's last message instead); `--mode receive` takes each subscription's messages with
   `batch_receive`, one after the other, acknowledging cumulatively (every delivery decoded on
   its own, as the ceiling does).
 - a round of the ceiling: limits.py `--only fanout --subs <subs> --payload <payload>`, its
@@ -46,7 +47,8 @@ if BENCH not in sys.path:  # the sibling bench modules imported below
     sys.path.insert(0, BENCH)
 
 
-def _client(url: str, topic: str, names: list[str], load: int, mode: str, go, q) -> None:
+def _client(url: str, topic: str, names: list[str], load: int, mode: str, ack: str, go,
+            q) -> None:
     import threading
 
     from shadowtopic.client import Client
@@ -60,8 +62,11 @@ def _client(url: str, topic: str, names: list[str], load: int, mode: str, go, q)
             lock = threading.Lock()
 
             def frame(messages, recipients) -> None:
-                for m in messages:  # one command for all the recipients of each message
-                    recipients.acknowledge(m)
+                if ack == "cumulative":  # one command for the frame, for all of them
+                    recipients.acknowledge_cumulative(messages[-1])
+                else:
+                    for m in messages:  # one command for all the recipients of each message
+                        recipients.acknowledge(m)
                 with lock:
                     got[0] += len(messages) * len(recipients)
                     if got[0] >= load * len(names):
@@ -98,12 +103,14 @@ def proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def ours(cl, topics: list[str], subs: int, load: int, mode: str, rnd: int) -> dict:
+def ours(cl, topics: list[str], subs: int, load: int, mode: str, ack: str, rnd: int
+         ) -> dict:
     per = subs // len(topics)
     ctx = mp.get_context("spawn")
     q, go = ctx.Queue(), ctx.Event()
     procs = [ctx.Process(target=_client, args=(
-        cl.url, t, [f"r{rnd}-{i}" for i in range(per)], load, mode, go, q)) for t in topics]
+        cl.url, t, [f"r{rnd}-{i}" for i in range(per)], load, mode, ack, go, q))
+        for t in topics]
     for p in procs:
         p.start()
     for _ in procs:
@@ -158,7 +165,7 @@ def run(a) -> dict:
             print(f"  {a.messages:,} messages, {load:,} after compaction", flush=True)
             for rnd in range(a.rounds):
                 ceil = ceiling(peers, a.subs, a.payload) if not a.no_peers else None
-                mine = ours(cl, [topic, *shadows], a.subs, load, a.mode, rnd)
+                mine = ours(cl, [topic, *shadows], a.subs, load, a.mode, a.ack, rnd)
                 mine["ceiling_msgs_per_s"] = ceil
                 mine["ratio"] = round(mine["deliveries_per_s"] / ceil, 3) if ceil else None
                 out["rounds"].append(mine)
@@ -182,6 +189,9 @@ def main() -> None:
     p.add_argument("--payload", type=int, default=100)
     p.add_argument("--subs", type=int, default=100)
     p.add_argument("--mode", choices=("frames", "receive"), default="frames")
+    p.add_argument("--ack", choices=("each", "cumulative"), default="each",
+                   help="--mode frames: acknowledge every message, or each frame's last "
+                        "cumulatively")
     p.add_argument("--profile", default=None, metavar="DIR")
     p.add_argument("--data-dir", default=None)
     a = p.parse_args()
@@ -190,7 +200,8 @@ def main() -> None:
     r = run(a)
     print(json.dumps(r))
     print(f"\n## Compacted fan-out over shadows\n\n{a.subs} read_compacted subscriptions "
-          f"(source + 4 shadows), {r['load_entries']:,} keys each, --mode {a.mode}: median "
+          f"(source + 4 shadows), {r['load_entries']:,} keys each, --mode {a.mode} --ack "
+          f"{a.ack}: median "
           f"{r['median_deliveries_per_s']:,} deliveries/s; median of the paired ratios to the "
           f"decoded fan-out ceiling {r['median_ratio']} (target 0.5)")
 

@@ -393,7 +393,7 @@ class Client:
             check_subscription(name)
         if len(set(names)) != len(names):
             raise errors.InvalidArgument("subscription names must be distinct")
-        parse_consumer_type(consumer_type)
+        kind, _ = parse_consumer_type(consumer_type)
         position_pb(initial_position, "initial position")
         check_options(consumer_name, receiver_queue_size, 0, 1000, None)
         if message_listener is not None and frame_listener is not None:
@@ -406,7 +406,8 @@ class Client:
         def make(meta: TopicMetadata, conn: Connection, deadline: Deadline
                  ) -> tuple[list[ConsumerControl], Listeners | None]:
             mux = self._multiplexer(conn)
-            listeners = (Listeners(message_listener, mux, frame_listener)
+            listeners = (Listeners(message_listener, mux, frame_listener,
+                                   cumulative=kind not in ("shared", "key_shared"))
                          if message_listener is not None or frame_listener is not None
                          else None)
             controls: list[ConsumerControl] = []

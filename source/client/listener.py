@@ -58,26 +58,30 @@ class ItemSink(Sink, Protocol):
 class Recipients(list[object]):
     """The consumers (of one `subscribe_many` call) that got one message in one frame."""
 
-    __slots__ = ("_mux", "_handles")
+    __slots__ = ("_mux", "_handles", "_cumulative")
 
-    def __init__(self, consumers: Iterable[object], handles: list[int], mux: Multiplexer):
+    def __init__(self, consumers: Iterable[object], handles: list[int], mux: Multiplexer,
+                 cumulative: bool = True):
         super().__init__(consumers)
         self._mux = mux
         self._handles = handles
+        self._cumulative = cumulative  # False: Shared / Key_Shared subscriptions
+
+    def _handles_of(self, consumers: Iterable[object] | None, what: str) -> list[int]:
+        if consumers is None:
+            return self._handles
+        mine = {id(c): h for c, h in zip(self, self._handles, strict=True)}
+        try:
+            return [mine[id(c)] for c in consumers]
+        except KeyError:
+            raise errors.InvalidArgument(f"{what}: a consumer that did not get this "
+                                         "message") from None
 
     def acknowledge(self, message: Message, consumers: Iterable[object] | None = None
                     ) -> None:
         """Acknowledge `message` for every recipient (or for `consumers`, some of them) in
         one command. Fire-and-forget, as `Consumer.acknowledge`."""
-        if consumers is None:
-            handles = self._handles
-        else:
-            mine = {id(c): h for c, h in zip(self, self._handles, strict=True)}
-            try:
-                handles = [mine[id(c)] for c in consumers]
-            except KeyError:
-                raise errors.InvalidArgument("acknowledge: a consumer that did not get "
-                                             "this message") from None
+        handles = self._handles_of(consumers, "acknowledge")
         if not handles:
             return
         mid = message.message_id
@@ -85,11 +89,27 @@ class Recipients(list[object]):
             handle=handles[0], also=handles[1:],
             ack=consumer_pb2.Ack(ranges=one_range(mid.ledger_id, mid.entry_id))))
 
+    def acknowledge_cumulative(self, message: Message,
+                               consumers: Iterable[object] | None = None) -> None:
+        """Acknowledge every message up to and including `message` for every recipient (or
+        for `consumers`) in one command: a frame listener acknowledges a whole frame with
+        its last message. Refused (`NotAllowed`, nothing sent) on Shared and Key_Shared
+        subscriptions, as `Consumer.acknowledge_cumulative`. Fire-and-forget."""
+        if not self._cumulative:
+            raise errors.NotAllowed("cumulative acknowledgement is not allowed on a shared "
+                                    "or key_shared subscription")
+        handles = self._handles_of(consumers, "acknowledge_cumulative")
+        if not handles:
+            return
+        self._mux.send(consumer_pb2.ClientCommand(
+            handle=handles[0], also=handles[1:],
+            ack=consumer_pb2.Ack(ids=[message.message_id.to_pb()], cumulative=True)))
+
 
     def relabel(self, consumers: Iterable[object]) -> Recipients:
         """The same recipients listed as other objects, one for one (the asyncio face lists
         its own consumers)."""
-        return Recipients(consumers, self._handles, self._mux)
+        return Recipients(consumers, self._handles, self._mux, self._cumulative)
 
 
 Callback = Callable[[Message, Recipients], None]
@@ -99,9 +119,11 @@ FrameCallback = Callable[[list[Message], Recipients], None]
 
 class Listeners:
     def __init__(self, callback: Callback | None, mux: Multiplexer,
-                 frames: FrameCallback | None = None):
+                 frames: FrameCallback | None = None, cumulative: bool = True):
         """`callback(message, recipients)` per message, or `frames(messages, recipients)`
-        per frame (one of the two)."""
+        per frame (one of the two); `cumulative`: the subscriptions take cumulative acks
+        (not Shared or Key_Shared)."""
+        self._cumulative = cumulative
         self._callback = callback
         self._frames = frames
         self._mux = mux
@@ -192,14 +214,14 @@ class Listeners:
             except errors.ShadowTopicError:  # the stream is gone: the consumers hear it
                 pass
         if msgs is not None:  # (decoded as the first of `consumers` was taken)
-            self._call(msgs, Recipients(consumers, mine, mux))
+            self._call(msgs, Recipients(consumers, mine, mux, self._cumulative))
         for c, h, p in alone:
             counted = list(delivery.messages(p.topic, p.index))
             for r in delivery.frame.redeliveries:
                 if r.handle == h and r.entry_index < len(counted):
                     counted[r.entry_index] = counted[r.entry_index].replace(
                         redelivery_count=r.count)
-            self._call(counted, Recipients([c], [h], mux))
+            self._call(counted, Recipients([c], [h], mux, self._cumulative))
 
     def _call(self, msgs: list[Message], recipients: Recipients) -> None:
         if self._frames is not None:

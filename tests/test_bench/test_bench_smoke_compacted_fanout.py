@@ -18,11 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 @pytest.mark.bench_smoke_long
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("mode", ["frames", "receive"])
+@pytest.mark.parametrize("mode", ["--mode frames", "--mode frames --ack cumulative",
+                                  "--mode receive"])
 def test_the_compacted_fanout_bench_runs_at_a_tiny_size(tmp_path, mode):
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "compacted_fanout.py"), "--rounds", "1",
-         "--no-peers", "--messages", "2000", "--keys", "200", "--subs", "10", "--mode", mode,
+         "--no-peers", "--messages", "2000", "--keys", "200", "--subs", "10", *mode.split(),
          "--data-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=580)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(next(line for line in proc.stdout.splitlines()
