@@ -12,11 +12,15 @@ source's ids). `LedgerView.ledgers_of` names those ledgers, and is the key here.
     EncodingsPool   one per broker: the `Encodings` of each `ledgers_of` that a dispatch
                     group (`TopicReaders`, source/read/engine.py) uses, counted by user;
                     the last user's release drops them
-    Encodings       an LRU of (ledger_id, entry_id) -> bytes, at most ENCODED_CACHE_BYTES
-                    (about two frames' worth: members at nearby positions read the same
-                    entries a frame or two apart), charged to the broker's entry-cache
-                    budget (source/ledger/entry_cache.py) when the view has one; the
-                    budget evicting them empties them
+    Encodings       an LRU of (ledger_id, entry_id) -> bytes, at most ENCODED_CACHE_BYTES,
+                    charged to the broker's entry-cache budget (source/ledger/
+                    entry_cache.py) when the view has one; the budget evicting them
+                    empties them. Members at nearby positions read the same entries a
+                    frame or two apart, but subscriptions spread over a backlog (each
+                    loading a compacted view at its own pace) read them far apart: with
+                    4 MiB, 100 subscriptions loading 50,000 keys over a source and 4
+                    shadows encoded an entry again for one delivery in 4-5 (the brokers'
+                    CPU halved at 16 MiB: bench/compacted_fanout.py --mode receive)
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ from shadowtopic.core.names import TopicName
 from shadowtopic.ledger.entry_cache import EntryCache, Item
 from shadowtopic.ledger.view import LedgerView, ReadEntry
 
-ENCODED_CACHE_BYTES = 4 << 20  # per `ledgers_of`
+ENCODED_CACHE_BYTES = 16 << 20  # per `ledgers_of`
 
 
 class Encodings:
