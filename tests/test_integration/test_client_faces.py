@@ -188,6 +188,40 @@ def test_a_grouped_listener_gets_each_message_once_for_all_its_consumers(face_cl
     assert len(consumers) == 3
 
 
+def test_a_grouped_listener_acknowledges_cumulatively_for_all(face_client, topic):
+    """`recipients.acknowledge_cumulative` in a message listener, on both faces (the asyncio
+    face relabels the recipients as its own consumers): every 25th message and the last
+    empty both backlogs; on a Shared subscription it is refused, nothing sent."""
+    c = face_client
+    c.admin.create_topic(topic)
+    with c.create_producer(topic) as p:
+        for i in range(100):
+            p.send(f"m{i}")
+    seen: list[int] = []
+    refusals: list[Exception] = []
+
+    def listener(msg, recipients):
+        seen.append(len(recipients))
+        if len(seen) % 25 == 0:
+            recipients.acknowledge_cumulative(msg)
+    consumers = c.subscribe_many(topic, ["a", "b"], initial_position="earliest",
+                                 message_listener=listener)
+    wait_for(lambda: len(seen) >= 100, 20, "every message at the listener")
+    wait_for(lambda: all(c.admin.stats(topic)["subscriptions"][s]["msgBacklog"] == 0
+                         for s in "ab"), 20, "every backlog at 0")
+
+    def on_shared(msg, recipients):
+        try:
+            recipients.acknowledge_cumulative(msg)
+        except errors.NotAllowed as exc:
+            refusals.append(exc)
+    shared = c.subscribe_many(topic, ["s"], consumer_type="shared",
+                              initial_position="earliest", message_listener=on_shared)
+    wait_for(lambda: len(refusals) >= 100, 20, "every shared message refused")
+    assert c.admin.stats(topic)["subscriptions"]["s"]["msgBacklog"] == 100
+    assert len(consumers) == 2 and len(shared) == 1
+
+
 def test_a_message_nacked_past_its_count_lands_in_the_dead_letter_topic_once(
         face_client, topic):
     c = face_client
