@@ -150,39 +150,6 @@ def test_subscribe_many_is_all_or_nothing(broker, client, topic):
     assert "y" not in client.admin.list_subscriptions(topic)
 
 
-def test_a_frame_listener_acknowledges_each_frame_cumulatively_for_all(client, topic):
-    """`recipients.acknowledge_cumulative(last)`: one command per frame empties every
-    backlog; refused on a Shared subscription, nothing sent."""
-    c = client
-    c.admin.create_topic(topic)
-    with c.create_producer(topic) as p:
-        for i in range(300):
-            p.send_async(f"m{i}")
-    frames: list[tuple[int, int]] = []
-    refusals: list[Exception] = []
-
-    def on_frame(messages, recipients):
-        frames.append((len(messages), len(recipients)))
-        recipients.acknowledge_cumulative(messages[-1])
-    consumers = c.subscribe_many(topic, ["a", "b"], initial_position="earliest",
-                                 frame_listener=on_frame)
-    wait_for(lambda: sum(n for n, _ in frames) >= 300, 20, "every message at the listener")
-    assert sum(n for n, _ in frames) == 300 and all(r == 2 for _, r in frames)
-    wait_for(lambda: all(c.admin.stats(topic)["subscriptions"][s]["msgBacklog"] == 0
-                         for s in "ab"), 20, "every backlog at 0")
-
-    def on_shared(messages, recipients):
-        try:
-            recipients.acknowledge_cumulative(messages[-1])
-        except errors.NotAllowed as exc:
-            refusals.append(exc)
-    shared = c.subscribe_many(topic, ["s"], consumer_type="shared",
-                              initial_position="earliest", frame_listener=on_shared)
-    wait_for(lambda: refusals, 20, "the shared subscription's frame")
-    assert c.admin.stats(topic)["subscriptions"]["s"]["msgBacklog"] == 300
-    assert len(consumers) == 2 and len(shared) == 1
-
-
 def test_one_ack_command_for_many_handles_on_the_wire(broker, client, topic):
     """A Connect `Ack` with `also` acknowledges for every handle it names; a handle that is
     not open gets a warning of its own and the others are acknowledged; `also` on another

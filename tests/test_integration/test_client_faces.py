@@ -222,6 +222,40 @@ def test_a_grouped_listener_acknowledges_cumulatively_for_all(face_client, topic
     assert len(consumers) == 2 and len(shared) == 1
 
 
+def test_a_frame_listener_acknowledges_each_frame_cumulatively_for_all(face_client, topic):
+    """A frame listener (both faces: the asyncio one calls it on the loop with its own
+    consumers), `recipients.acknowledge_cumulative(last)`: one command per frame empties
+    every backlog; refused on a Shared subscription, nothing sent."""
+    c = face_client
+    c.admin.create_topic(topic)
+    with c.create_producer(topic) as p:
+        for i in range(300):
+            p.send_async(f"m{i}")
+    frames: list[tuple[int, int]] = []
+    refusals: list[Exception] = []
+
+    def on_frame(messages, recipients):
+        frames.append((len(messages), len(recipients)))
+        recipients.acknowledge_cumulative(messages[-1])
+    consumers = c.subscribe_many(topic, ["a", "b"], initial_position="earliest",
+                                 frame_listener=on_frame)
+    wait_for(lambda: sum(n for n, _ in frames) >= 300, 20, "every message at the listener")
+    assert sum(n for n, _ in frames) == 300 and all(r == 2 for _, r in frames)
+    wait_for(lambda: all(c.admin.stats(topic)["subscriptions"][s]["msgBacklog"] == 0
+                         for s in "ab"), 20, "every backlog at 0")
+
+    def on_shared(messages, recipients):
+        try:
+            recipients.acknowledge_cumulative(messages[-1])
+        except errors.NotAllowed as exc:
+            refusals.append(exc)
+    shared = c.subscribe_many(topic, ["s"], consumer_type="shared",
+                              initial_position="earliest", frame_listener=on_shared)
+    wait_for(lambda: refusals, 20, "the shared subscription's frame")
+    assert c.admin.stats(topic)["subscriptions"]["s"]["msgBacklog"] == 300
+    assert len(consumers) == 2 and len(shared) == 1
+
+
 def test_a_message_nacked_past_its_count_lands_in_the_dead_letter_topic_once(
         face_client, topic):
     c = face_client

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Unpack
 from shadowtopic.client.aio.admin import AsyncAdmin
 from shadowtopic.client.aio.bridge import POOL_THREADS, run_blocking, to_loop
 from shadowtopic.client.aio.consumer import AsyncConsumer
-from shadowtopic.client.aio.listener import AsyncCallback, LoopListener
+from shadowtopic.client.aio.listener import AsyncCallback, AsyncFrameCallback, LoopListener
 from shadowtopic.client.aio.producer import AsyncProducer
 from shadowtopic.client.aio.reader import AsyncReader
 from shadowtopic.client.aio.table_view import AsyncTableView
@@ -130,14 +130,23 @@ class AsyncClient:
                              initial_position: str | MessageId | int = "latest",
                              consumer_name: str = "", receiver_queue_size: int = 1000,
                              message_listener: AsyncCallback | None = None,
-                             read_compacted: bool = False) -> list[AsyncConsumer]:
+                             read_compacted: bool = False,
+                             frame_listener: AsyncFrameCallback | None = None
+                             ) -> list[AsyncConsumer]:
         """One consumer per name, on one stream; as `Client.subscribe_many`.
         `message_listener(message, recipients)` is called (a coroutine function: awaited)
-        on the loop for each message, once for every consumer that got it (listener.py)."""
+        on the loop for each message, once for every consumer that got it (listener.py);
+        or `frame_listener(messages, recipients)` once per frame."""
+        if message_listener is not None and frame_listener is not None:
+            raise errors.InvalidArgument("give message_listener or frame_listener, not both")
         listener = None
         if message_listener is not None:
             check_listener(message_listener)
             listener = LoopListener(asyncio.get_running_loop(), message_listener)
+        elif frame_listener is not None:
+            check_listener(frame_listener)
+            listener = LoopListener(asyncio.get_running_loop(), frame_listener,
+                                    per_frame=True)
         try:
             cores = await run_blocking(self._pool, lambda: self._core.subscribe_many(
                 topic, subscription_names, consumer_type, initial_position, consumer_name,

@@ -1,13 +1,14 @@
-"""A `subscribe_many` message listener on the loop (`AsyncClient.subscribe_many`).
+"""A `subscribe_many` listener on the loop (`AsyncClient.subscribe_many`).
 
 The core's listener thread (source/client/listener.py) decodes each frame once and hands
 the frame to `LoopListener.frame`, which crosses to the loop once per frame; there the
 user's `listener(message, recipients)` is called for each message, `recipients` listing the
 `AsyncConsumer`s that got it (`recipients.acknowledge(message)` acks it for all of them in
-one command). A plain function is called in place; a coroutine function is awaited, one
-message after another, by a task of the listener's own. At most `MAX_FRAMES` frames wait on
-the loop: past that the core's listener thread waits, so a slow listener holds back this
-call's consumers (through their permits) and never pins memory.
+one command), or, with `per_frame` (a `frame_listener`), `listener(messages, recipients)`
+once for the whole frame. A plain function is called in place; a coroutine function is
+awaited, one call after another, by a task of the listener's own. At most `MAX_FRAMES`
+frames wait on the loop: past that the core's listener thread waits, so a slow listener
+holds back this call's consumers (through their permits) and never pins memory.
 """
 from __future__ import annotations
 
@@ -26,12 +27,21 @@ log = logging.getLogger(__name__)
 MAX_FRAMES = 16
 #: what the user gives: called (or awaited) per message
 AsyncCallback = Callable[[Message, Recipients], "Awaitable[None] | None"]
+#: a frame listener's: called (or awaited) once per frame with all its messages
+AsyncFrameCallback = Callable[[list[Message], Recipients], "Awaitable[None] | None"]
+
+
+def _first_id(args: Message | list[Message]) -> object:
+    """The message a failed call was about (a frame's first: frames are never empty)."""
+    return (args[0] if isinstance(args, list) else args).message_id
 
 
 class LoopListener:
-    def __init__(self, loop: asyncio.AbstractEventLoop, callback: AsyncCallback):
+    def __init__(self, loop: asyncio.AbstractEventLoop,
+                 callback: AsyncCallback | AsyncFrameCallback, per_frame: bool = False):
         self._loop = loop
         self._callback = callback
+        self._per_frame = per_frame
         self._awaited = inspect.iscoroutinefunction(callback)
         self._room = threading.Semaphore(MAX_FRAMES)
         self._closed = False
@@ -77,13 +87,18 @@ class LoopListener:
             self._more.set()
             return
         try:
-            for msg in msgs:
+            for args in self._calls(msgs):
                 try:
-                    self._callback(msg, mine)
+                    self._callback(args, mine)  # type: ignore[arg-type]
                 except Exception:  # noqa: BLE001 - a user callback must not stop the others
-                    log.exception("message listener failed on %s", msg.message_id)
+                    log.exception("listener failed on %s", _first_id(args))
         finally:
             self._room.release()
+
+    def _calls(self, msgs: list[Message]) -> list[Message] | list[list[Message]]:
+        """What the user's callback is called with, one call each: the frame's messages,
+        or the frame once (`per_frame`)."""
+        return [msgs] if self._per_frame else msgs
 
     async def _run(self) -> None:
         while not self._closed:
@@ -92,11 +107,11 @@ class LoopListener:
             while self._frames:
                 msgs, mine = self._frames.popleft()
                 try:
-                    for msg in msgs:
+                    for args in self._calls(msgs):
                         try:
-                            await self._callback(msg, mine)  # type: ignore[misc]
+                            await self._callback(args, mine)  # type: ignore[arg-type,misc]
                         except Exception:  # noqa: BLE001 - must not stop the others
-                            log.exception("message listener failed on %s", msg.message_id)
+                            log.exception("listener failed on %s", _first_id(args))
                 finally:
                     self._room.release()
 
