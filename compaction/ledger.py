@@ -193,9 +193,10 @@ class CompactedLedger:
 
     Opening it (blocking: do it in an executor) checks every file against the manifest
     (missing: `DataLoss`; crc32c or rows differ: `ChecksumError` / `DataLoss`) and keeps the
-    ids and publish times of all rows in memory (16 bytes per row), so finding the first
-    surviving id at or after a position is a binary search; entries are read a row group
-    at a time."""
+    ids and publish times of all rows in memory (24 bytes per row: each file's ids and
+    times as numpy arrays, and all ids once more as machine ints for `find`), so finding
+    the first surviving id at or after a position is a binary search; entries are read a
+    row group at a time, and the last `GROUPS_CACHED` of each file are kept as entries."""
 
     def __init__(self, storage: Storage, manifest: mpb.CompactedManifest):
         self.manifest = manifest
