@@ -244,7 +244,8 @@ class AdminService(admin_pb2_grpc.AdminServicer):
                     mark_delete_position=str(sub.cursor.mark_delete),
                     read_position=str(sub.position), messages_consumed_counter=sub.msg_out,
                     individually_deleted_messages=sub.ranges_text(),
-                    cursor_flushes=ts.flusher.flushes, cursors_unsaved=ts.flusher.unsaved)
+                    cursor_flushes=ts.flusher.flushes, cursors_unsaved=ts.flusher.unsaved,
+                    cohort_size=len(sub.cohort.members) if sub.cohort is not None else 1)
         out = apb.InternalStats(
             cursors=cursors, entry_cache=apb.EntryCacheStats(**self.topics.entry_cache.stats()),
             entries_added_counter=ledgers.entries + ledgers.entries_deleted,

@@ -83,6 +83,11 @@ class CursorFlusher:
         self._check_open()
         self._dirty.update(changed)
 
+    def mark_all(self, names: list[str], state: CursorState) -> None:
+        """`mark` of many cursors holding one state object (a cohort's)."""
+        self._check_open()
+        self._dirty.update(dict.fromkeys(names, state))
+
     def remove(self, name: str) -> None:
         """The cursor was deleted: delete it with the next batch."""
         self._check_open()

@@ -127,6 +127,12 @@ class CursorState:
         """How many acknowledged ranges sit above the mark-delete (0: no holes)."""
         return len(self._r) // 2 if self._r else 0
 
+    def key(self) -> tuple[int, int] | None:
+        """(packed mark-delete, last_active) of a cursor without holes: two such cursors
+        with equal keys are equal (cohorts, source/subscriptions/cohorts.py); None with
+        holes."""
+        return None if self._r else (self._md, self.last_active)
+
     def is_acked(self, mid: MessageId) -> bool:
         p = pack(mid)
         return p <= self._md or (self._r is not None and bisect_right(self._r, p) & 1 == 1)

@@ -76,8 +76,20 @@ class CursorStore(abc.ABC):
 
 
 def records(changes: Mapping[str, CursorState | None]) -> dict[str, Record | None]:
-    """The changes as immutable records (taken synchronously, before any await)."""
-    return {name: None if st is None else st.to_record() for name, st in changes.items()}
+    """The changes as immutable records (taken synchronously, before any await). Names
+    sharing one cursor object (a cohort, source/subscriptions/cohorts.py) share one record,
+    taken once."""
+    out: dict[str, Record | None] = {}
+    taken: dict[int, Record] = {}  # id(state) -> its record (the states live meanwhile)
+    for name, st in changes.items():
+        if st is None:
+            out[name] = None
+            continue
+        rec = taken.get(id(st))
+        if rec is None:
+            rec = taken[id(st)] = st.to_record()
+        out[name] = rec
+    return out
 
 
 async def check_fence(metadata: MetadataStore, fence: Fence) -> None:

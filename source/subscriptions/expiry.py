@@ -73,7 +73,7 @@ def ack_before(sub: Subscription, position: MessageId) -> int:
     if position <= first_unacked(sub):
         return 0
     n = sub.cursor.backlog(sub.view.entries_between, position)
-    sub.cursor.ack_cumulative(unpack(pack(position) - 1), sub.next_after)
+    sub.own().ack_cumulative(unpack(pack(position) - 1), sub.next_after)
     sub.acked_by_admin()
     return n
 

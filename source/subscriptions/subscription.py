@@ -52,6 +52,7 @@ from shadowtopic.core.message_id import MessageId
 from shadowtopic.cursors.state import CursorState, NextAfter, pack, unpack
 from shadowtopic.ledger.view import LedgerRange, LedgerView, ReadEntry
 from shadowtopic.read.engine import Counters, Frames, TopicReaders
+from shadowtopic.subscriptions.cohorts import Cohort, Cohorts
 from shadowtopic.subscriptions.consumer import SubConsumer
 from shadowtopic.subscriptions.dispatcher import EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, Dispatcher
 from shadowtopic.subscriptions.key_shared import KeySharedDispatcher
@@ -89,8 +90,12 @@ class SubscriptionOwner(Protocol):
         """The topic's `Reading`, or with `compacted` the compacted view's (`Internal` when
         the topic has not opened it: a subscription reads it only once it is open)."""
 
+    @property
+    def cohorts(self) -> Cohorts[Subscription]:
+        """The topic's cohorts: subscriptions sharing one cursor (cohorts.py)."""
+
     def changed(self, sub: Subscription) -> None:
-        """`sub`'s cursor changed: saved with the next flush."""
+        """`sub`'s cursor changed: it may join a cohort; saved with the next flush."""
 
     def activity(self, sub: Subscription) -> None:
         """`sub`'s last activity changed (consumers came or went): saved with the next
@@ -98,14 +103,17 @@ class SubscriptionOwner(Protocol):
 
 
 class Subscription:
-    __slots__ = ("name", "cursor", "position", "topic", "ts", "consumers", "dispatcher",
-                 "counts", "msg_out", "bytes_out", "redelivered", "skipped", "created_ms",
-                 "compacted", "expired", "evicted", "over_quota", "__weakref__")
+    __slots__ = ("name", "cursor", "cohort", "position", "topic", "ts", "consumers",
+                 "dispatcher", "counts", "msg_out", "bytes_out", "redelivered", "skipped",
+                 "created_ms", "compacted", "expired", "evicted", "over_quota", "__weakref__")
 
     def __init__(self, ts: SubscriptionOwner, name: str, type_: str, cursor: CursorState,
                  created_ms: int = 0):
         self.name = name
+        #: its cursor, shared with the members of its cohort (cohorts.py): changed alone
+        #: only through `own()`
         self.cursor = cursor
+        self.cohort: Cohort[Subscription] | None = None
         self.ts = ts
         self.position = cursor.read_position(ts.reading(False).next_after)
         #: the dispatch groups, while it has consumers
@@ -170,6 +178,11 @@ class Subscription:
             self.counts = {}
         return self.counts
 
+    def own(self) -> CursorState:
+        """The cursor, to change alone (it leaves its cohort on a copy first: cohorts.py);
+        the caller then reports the change (`ts.changed` / `ts.activity`)."""
+        return self.ts.cohorts.own(self)
+
     def touch(self) -> None:
         """Something besides the dispatch may have lowered what this member wants: a read
         in flight asks it again before delivering (TopicReaders.changes)."""
@@ -179,7 +192,7 @@ class Subscription:
     def attach(self, c: SubConsumer[Subscription], type_: str) -> None:
         self.touch()
         if self.cursor.last_active:
-            self.cursor.last_active = 0  # active now: saved so, for a crash while attached
+            self.own().last_active = 0  # active now: saved so, for a crash while attached
             self.ts.activity(self)
         if not self.consumers:
             if type_ != self.dispatcher.type:  # the first consumer decides the type
@@ -200,7 +213,7 @@ class Subscription:
         c.closed = True
         self.dispatcher.remove(c)
         if not self.consumers:
-            self.cursor.last_active = int(time.time() * 1000)  # expiry counts from here
+            self.own().last_active = int(time.time() * 1000)  # expiry counts from here
             self.ts.activity(self)
             if self.topic is not None:
                 self.topic.remove(self)
@@ -282,14 +295,15 @@ class Subscription:
             if not ps and not ranges:
                 return
             top = max(chain(ps, (b for _a, b in ranges)))
-            self.cursor.ack_cumulative(unpack(top), self.next_after)
+            self.own().ack_cumulative(unpack(top), self.next_after)
             if self.counts:
                 self.counts = {p: n for p, n in self.counts.items() if p > top}
         else:
+            cursor = self.own()
             if ps:
-                self.cursor.ack_packed(ps, self.next_after)
+                cursor.ack_packed(ps, self.next_after)
             if ranges:
-                self.cursor.ack_ranges(ranges, self.next_after)
+                cursor.ack_ranges(ranges, self.next_after)
             if d.holder or self.counts:
                 if ps:
                     d.release(ps)
@@ -353,8 +367,9 @@ class Subscription:
         acknowledged, nothing is held or waits for redelivery, consumers start over with no
         permits (they are told and send a fresh flow)."""
         self.touch()
-        self.cursor.seek(position)
-        self.cursor.normalize(self.next_after)
+        cursor = self.own()
+        cursor.seek(position)
+        cursor.normalize(self.next_after)
         self.dispatcher.reset()
         self.counts.clear()
         if self.topic is not None:
@@ -375,10 +390,20 @@ class Subscription:
             self._move(first)
         self.ts.changed(self)
 
-    def trimmed(self, ledgers: tuple[LedgerRange, ...], gone: set[int]) -> None:
+    def trimmed(self, ledgers: tuple[LedgerRange, ...], gone: set[int],
+                skipped: dict[int, int]) -> None:
         """The ledgers `gone` were deleted (retention, truncate): the cursor moves past
-        them, and what was held, waited or was counted in them is forgotten."""
-        self.skipped += self.cursor.skip_trimmed(ledgers, self.next_after)
+        them, and what was held, waited or was counted in them is forgotten. A cohort's
+        cursor moves once, for every member (`skipped`: what it skipped, by cohort)."""
+        co = self.cohort
+        if co is None:
+            self.skipped += self.own().skip_trimmed(ledgers, self.next_after)
+        else:
+            n = skipped.get(id(co))
+            if n is None:
+                cursor = self.ts.cohorts.moving(co)
+                n = skipped[id(co)] = cursor.skip_trimmed(ledgers, self.next_after)
+            self.skipped += n
         d = self.dispatcher
         if d.holder or d.redo:
             d.release([p for p in chain(d.holder, d.redo) if (p >> 64) in gone])

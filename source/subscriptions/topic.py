@@ -55,6 +55,7 @@ from shadowtopic.read.encodings import EncodingsPool
 from shadowtopic.read.engine import Counters, TopicReaders
 from shadowtopic.read.positions import MESSAGE_ID, PUBLISH_TIME, Start, resolve
 from shadowtopic.subscriptions import expiry
+from shadowtopic.subscriptions.cohorts import Cohort, Cohorts
 from shadowtopic.subscriptions.consumer import ConsumerOutbox, CursorMoved, SubConsumer
 from shadowtopic.subscriptions.dispatcher import EXCLUSIVE
 from shadowtopic.subscriptions.meta import MetaWriter, SubscriptionMeta
@@ -104,6 +105,8 @@ class TopicSubscriptions:
         self.metas = MetaWriter(metadata, topic, fence)
         self.cursors = cursors
         self.subs: dict[str, Subscription] = {}
+        #: subscriptions whose cursors are equal share one (cohorts.py)
+        self.cohorts: Cohorts[Subscription] = Cohorts()
         self._creating: dict[str, asyncio.Future] = {}
         self._seq = itertools.count(1)
         self._rates: dict[str, tuple[float, int, int]] = {}
@@ -126,15 +129,18 @@ class TopicSubscriptions:
         # a cursor without a persisted last activity (saved while a consumer was attached,
         # or by an older broker) gets the load time, saved so later loads keep counting
         unknown = []
+        loaded_ms = int(time.time() * 1000)  # one time for all: equal cursors stay equal
         for name, meta in metas.items():
             state = states.pop(name, None) or CursorState.starting_at(meta.initial_position)
             if not state.last_active:
-                unknown.append((name, state))
+                unknown.append(name)
+                state.last_active = loaded_ms
             sub = Subscription(self, name, meta.type, state, meta.created_ms)
             sub.compacted = meta.read_compacted and self.compacted is not None
             self.subs[name] = sub
+            self.cohorts.settle(sub)  # equal cursors load as one cohort
         self.flusher.start()
-        self.flusher.mark_many(unknown)
+        self.flusher.mark_many([(name, self.subs[name].cursor) for name in unknown])
         for name in states:  # a cursor whose subscription was deleted before it was saved
             self.flusher.remove(name)
         self._stored = set(states)
@@ -160,10 +166,11 @@ class TopicSubscriptions:
     def on_trimmed(self, trimmed: Trimmed) -> None:
         """Ledgers were deleted (retention, truncate): cursors move past them."""
         gone = {r.ledger_id for r in trimmed.ledgers}
-        for sub in self.subs.values():
+        skipped: dict[int, int] = {}  # a cohort's cursor moves once
+        for sub in list(self.subs.values()):
             if sub.compacted:
                 continue  # its view serves the compacted prefix without the raw ledgers
-            sub.trimmed(trimmed.ledgers, gone)
+            sub.trimmed(trimmed.ledgers, gone, skipped)
             self.changed(sub)
 
     def on_closed(self, reason: errors.ShadowTopicError) -> None:
@@ -225,8 +232,10 @@ class TopicSubscriptions:
         sub.check_attach(type_, self.policies().max_consumers or 0, read_compacted)
         c: Consumer = SubConsumer(handle, outbox, consumer_name, priority, next(self._seq),
                                   address)
-        if not sub.consumers:
+        if not sub.consumers and sub.compacted != read_compacted:
+            self.cohorts.own(sub)  # its cursor moves by the other view from now on
             sub.compacted = read_compacted
+            self.changed(sub)
         sub.attach(c, type_)
         return c, created, sub.position
 
@@ -257,20 +266,16 @@ class TopicSubscriptions:
                  ) -> list[tuple[Consumer, Exception]]:
         """`ack_packed` of the same positions by many consumers (one broadcast message
         acknowledged by thousands of subscriptions); returns those that failed, with why.
-        The common case (an Exclusive subscription acknowledging the next entry, nothing
-        held, nothing counted) costs a few operations, not a call chain."""
+        The common case (Exclusive subscriptions acknowledging one entry, nothing held,
+        nothing counted) goes by cohort (cohorts.py): a cohort whose members all
+        acknowledge moves its one cursor; the members of a cohort that do, when not all
+        do, leave it together on a copy that moves."""
         failed: list[tuple[Consumer, Exception]] = []
         end = pack(self.view.next_position())
         one = (ps[0] if len(ps) == 1 and not cumulative and not ranges and ps[0] < end
                else None)
-        dirty: list[Subscription] = []
-        # how cursors move (by the topic's view, or by the compacted view: `read_compacted`)
-        # and the first position after each mark-delete by it: asked once for all the
-        # cursors at one mark-delete
-        moves = {False: self._reading.next_after}
-        if self._compacted is not None:
-            moves[True] = self._compacted.next_after
-        after: dict[bool, dict[int, int]] = {False: {}, True: {}}
+        lone: list[Subscription] = []
+        grouped: dict[Cohort[Subscription], set[Subscription]] = {}
         for c in consumers:
             sub = c.sub
             try:
@@ -278,18 +283,74 @@ class TopicSubscriptions:
                     raise errors.AlreadyClosed("consumer is closed")
                 d = sub.dispatcher
                 if one is not None and not (sub.counts or d.holder or d.redo):
-                    compacted = sub.compacted
-                    na = moves.get(compacted) or sub.next_after  # (no view: raises Internal)
-                    if sub.cursor.ack_one(one, na, after[compacted]):
-                        dirty.append(sub)
+                    co = sub.cohort
+                    if co is None:
+                        lone.append(sub)
+                    else:
+                        acking = grouped.get(co)
+                        if acking is None:
+                            grouped[co] = {sub}
+                        else:
+                            acking.add(sub)
                 else:
                     sub.ack(c, ps, cumulative, ranges)
             except Exception as exc:  # noqa: BLE001 - per consumer: the others go on
                 failed.append((c, exc))
-        if dirty and self.closed is None:
-            self.flusher.mark_many([(sub.name, sub.cursor) for sub in dirty
-                                    if self.subs.get(sub.name) is sub])
+        if one is not None and (lone or grouped):
+            self._ack_one(one, lone, grouped)
         return failed
+
+    def _ack_one(self, one: int, lone: list[Subscription],
+                 grouped: dict[Cohort[Subscription], set[Subscription]]) -> None:
+        """`ack_many`'s common case: every subscription of `lone` (each holding its cursor
+        alone) and of `grouped` (by cohort) acknowledges packed position `one`."""
+        # how cursors move (by the topic's view, or by the compacted view: `read_compacted`)
+        # and the first position after each mark-delete by it: asked once for all the
+        # cursors at one mark-delete
+        moves = {False: self._reading.next_after}
+        if self._compacted is not None:
+            moves[True] = self._compacted.next_after
+        else:  # (no subscription reads it: none is compacted)
+            moves[True] = self._reading.next_after
+        after: dict[bool, dict[int, int]] = {False: {}, True: {}}
+        cohorts = self.cohorts
+        # holders (cohorts or lone subscriptions) whose members are marked changed: those
+        # that moved, and those on a new cursor object (rule 2 of cohorts.py)
+        changed: list[Cohort[Subscription] | Subscription] = []
+        for co, acking in grouped.items():
+            holder: Cohort[Subscription] | Subscription
+            if acking == co.members:
+                holder, state = co, cohorts.moving(co)
+            else:
+                still = acking & co.members
+                lone += acking - still  # (left it meanwhile: each on its own below)
+                if not still:
+                    continue
+                holder = cohorts.split(co, still)
+                state = holder.state if isinstance(holder, Cohort) else holder.cursor
+                changed.append(holder)
+            if state.ack_one(one, moves[co.compacted], after[co.compacted]):
+                if holder is co:
+                    changed.append(co)
+            elif holder is co:
+                cohorts.settle(co)  # it did not move: indexed again where it is
+        for sub in lone:
+            shared = sub.cohort is not None  # (joined one meanwhile: leaves on a copy)
+            state = cohorts.own(sub)
+            if state.ack_one(one, moves[sub.compacted], after[sub.compacted]) or shared:
+                changed.append(sub)
+            else:
+                cohorts.settle(sub)
+        if not changed or self.closed is not None:
+            return
+        for holder in changed:
+            if isinstance(holder, Cohort):
+                self.flusher.mark_all([m.name for m in holder.members], holder.state)
+            else:
+                self.flusher.mark(holder.name, holder.cursor)
+            # (members joining another cohort need no mark: the object they leave never
+            # moves again, and holds what they hold)
+            cohorts.settle(holder)
 
     def nack(self, c: Consumer, ids: list[MessageId], delay_ms: int) -> None:
         sub = self._live(c)
@@ -323,9 +384,11 @@ class TopicSubscriptions:
         return c.sub
 
     def changed(self, sub: Subscription) -> None:
-        """`sub`'s cursor changed: saved with the next flush."""
+        """`sub`'s cursor changed: it joins a cohort at its new position if there is one;
+        saved with the next flush."""
         if self.subs.get(sub.name) is sub and self.closed is None:
             self.flusher.mark(sub.name, sub.cursor)
+            self.cohorts.settle(sub)
 
     async def _persist(self, sub: Subscription) -> None:
         """`sub`'s cursor changed on a call that answers done: write this one cursor now,
@@ -416,6 +479,7 @@ class TopicSubscriptions:
         await self.metas.delete(sub.name)
         if self.subs.get(sub.name) is sub:
             del self.subs[sub.name]
+            self.cohorts.drop(sub)
             self.flusher.remove(sub.name)
             self._stored.add(sub.name)
             self._rates.pop(sub.name, None)
@@ -466,7 +530,7 @@ class TopicSubscriptions:
 
     async def skip(self, name: str, count: int, dry_run: bool) -> Change:
         sub = self.get(name)
-        cursor = sub.cursor if not dry_run else sub.cursor.copy()
+        cursor = sub.own() if not dry_run else sub.cursor.copy()
         next_after = sub.next_after
         ids: list[MessageId] = []
         p, end = cursor.read_position(next_after), self.view.next_position()
@@ -487,7 +551,7 @@ class TopicSubscriptions:
     async def clear_backlog(self, name: str, dry_run: bool) -> Change:
         sub = self.get(name)
         before = self.backlog(sub)
-        cursor = sub.cursor if not dry_run else sub.cursor.copy()
+        cursor = sub.own() if not dry_run else sub.cursor.copy()
         last = self.view.last_confirmed()
         if last is not None:
             cursor.ack_cumulative(last, sub.next_after)

@@ -323,20 +323,22 @@ class LedgerStats(_message.Message):
     def __init__(self, ledger_id: _Optional[int] = ..., entries: _Optional[int] = ..., size: _Optional[int] = ..., state: _Optional[str] = ..., path: _Optional[str] = ..., created_time: _Optional[int] = ..., sealed_time: _Optional[int] = ...) -> None: ...
 
 class CursorStats(_message.Message):
-    __slots__ = ("mark_delete_position", "read_position", "messages_consumed_counter", "individually_deleted_messages", "cursor_flushes", "cursors_unsaved")
+    __slots__ = ("mark_delete_position", "read_position", "messages_consumed_counter", "individually_deleted_messages", "cursor_flushes", "cursors_unsaved", "cohort_size")
     MARK_DELETE_POSITION_FIELD_NUMBER: _ClassVar[int]
     READ_POSITION_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_CONSUMED_COUNTER_FIELD_NUMBER: _ClassVar[int]
     INDIVIDUALLY_DELETED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FLUSHES_FIELD_NUMBER: _ClassVar[int]
     CURSORS_UNSAVED_FIELD_NUMBER: _ClassVar[int]
+    COHORT_SIZE_FIELD_NUMBER: _ClassVar[int]
     mark_delete_position: str
     read_position: str
     messages_consumed_counter: int
     individually_deleted_messages: str
     cursor_flushes: int
     cursors_unsaved: int
-    def __init__(self, mark_delete_position: _Optional[str] = ..., read_position: _Optional[str] = ..., messages_consumed_counter: _Optional[int] = ..., individually_deleted_messages: _Optional[str] = ..., cursor_flushes: _Optional[int] = ..., cursors_unsaved: _Optional[int] = ...) -> None: ...
+    cohort_size: int
+    def __init__(self, mark_delete_position: _Optional[str] = ..., read_position: _Optional[str] = ..., messages_consumed_counter: _Optional[int] = ..., individually_deleted_messages: _Optional[str] = ..., cursor_flushes: _Optional[int] = ..., cursors_unsaved: _Optional[int] = ..., cohort_size: _Optional[int] = ...) -> None: ...
 
 class InternalStats(_message.Message):
     __slots__ = ("entries_added_counter", "number_of_entries", "total_size", "current_ledger_entries", "current_ledger_size", "last_confirmed_entry", "state", "ledgers", "cursors", "compacted_ledger", "entry_cache")
