@@ -494,10 +494,15 @@ class ConsumerService(consumer_pb2_grpc.ConsumerServicer):
         if kind == "ack" and (ps or ranges or cmd.ack.request_id):
             # subscriptions by topic, each topic's acks in one go
             by_topic: dict[TopicSubscriptions, list[SubConsumer]] = {}
+            last: TopicSubscriptions | None = None
+            bucket: list[SubConsumer] = []
             for h in itertools.chain((cmd.handle,), cmd.also):
                 item = handles.get(h)
                 if isinstance(item, tuple):
-                    by_topic.setdefault(item[0], []).append(item[1])
+                    if item[0] is not last:  # (one topic, almost always: no lookup each)
+                        last = item[0]
+                        bucket = by_topic.setdefault(last, [])
+                    bucket.append(item[1])
                 elif not isinstance(item, Reader):  # (readers keep no cursor: ignored)
                     outbox.send_event(h, warning=ack_warning(
                         errors.InvalidArgument(f"unknown handle {h}"), kind, cmd))

@@ -290,11 +290,13 @@ class TopicReaders(Generic[M]):
             return  # at the tail: nothing to read (no walk over a group of idle members)
         ready: list[M] = []
         want = MAX_FRAME_ENTRIES
+        wake = self.wake
         for m in self.groups[pos]:
-            n = m.wanted(self.wake)
+            n = m.wanted(wake)
             if n > 0:
                 ready.append(m)
-                want = min(want, n)
+                if n < want:
+                    want = n
         if not ready:
             return
         changes = self.changes

@@ -71,7 +71,12 @@ class SingleActiveDispatcher(Dispatcher):
 
     def wanted(self, wake: Callable[[], None]) -> int:
         c = self.active
-        return c.permits if c is not None and c.can_take(wake) else 0
+        if c is None or c.permits <= 0:
+            return 0
+        if not c.outbox.has_room():  # (SubConsumer.can_take, inline: once per member
+            c.outbox.call_when_room(wake)  # of a broadcast's dispatch)
+            return 0
+        return c.permits
 
     def deliver(self, entries: list[ReadEntry], encoded: list[bytes], size: int,
                 frames: Frames) -> int:

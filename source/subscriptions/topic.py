@@ -276,6 +276,8 @@ class TopicSubscriptions:
                else None)
         lone: list[Subscription] = []
         grouped: dict[Cohort[Subscription], set[Subscription]] = {}
+        last: Cohort[Subscription] | None = None  # the cohort of the one before (most often)
+        acking: set[Subscription] = set()
         for c in consumers:
             sub = c.sub
             try:
@@ -287,11 +289,10 @@ class TopicSubscriptions:
                     if co is None:
                         lone.append(sub)
                     else:
-                        acking = grouped.get(co)
-                        if acking is None:
-                            grouped[co] = {sub}
-                        else:
-                            acking.add(sub)
+                        if co is not last:
+                            last = co
+                            acking = grouped.setdefault(co, set())
+                        acking.add(sub)
                 else:
                     sub.ack(c, ps, cumulative, ranges)
             except Exception as exc:  # noqa: BLE001 - per consumer: the others go on
