@@ -92,6 +92,7 @@ bench: install
 	$(VPY) bench/object_wal.py > bench/out/object-wal.txt  # the WAL on S3: ack latency, PUT rates, recovery
 	$(VPY) bench/ack_latency.py > bench/out/ack-latency.txt  # 4 producer processes, every message timed, fdatasync
 	$(VPY) bench/compacted_fanout.py --shared $(SHARED) > bench/out/compacted-fanout.txt  # 100 read_compacted subs, source + 4 shadows
+	$(VPY) bench/broadcast_core.py --subs 100000 > bench/out/broadcast-core.json  # broadcast per subscription, in process
 
 # The chaos runs (docs/CHAOS.md): kill and pause etcd, the brokers and the compaction worker
 # under load, N cycles, then check nothing acknowledged was lost; the second run has the
