@@ -91,10 +91,6 @@ class Cohorts(Generic[M]):
         return [h for k, h in self._at.items()
                 if isinstance(h, Cohort) and self._holds(h, k)]
 
-    @staticmethod
-    def members(holder: Cohort[M] | M) -> Iterable[M]:
-        return holder.members if isinstance(holder, Cohort) else (holder,)
-
     # ---- a member alone --------------------------------------------------------------------
 
     def own(self, m: M) -> CursorState:
@@ -142,13 +138,12 @@ class Cohorts(Generic[M]):
 
     # ---- meeting ---------------------------------------------------------------------------
 
-    def settle(self, holder: Cohort[M] | M) -> list[M]:
+    def settle(self, holder: Cohort[M] | M) -> None:
         """`holder`'s cursor changed (or was loaded): when another holds an equal cursor,
-        the smaller of the two joins the larger. Returns the members whose cursor object
-        changed (they need no mark: rule 2)."""
+        the smaller of the two joins the larger (its members need no mark: rule 2)."""
         if isinstance(holder, Cohort):
             if len(holder.members) < 2:
-                return []  # dissolved meanwhile
+                return  # dissolved meanwhile
             state = holder.state
         else:
             if holder.cohort is not None:
@@ -158,14 +153,14 @@ class Cohorts(Generic[M]):
                 state = holder.cursor
         k = key_of(state, holder.compacted)
         if k is None:
-            return []
+            return
         other = self._at.get(k)
         if other is None or other is holder or not self._holds(other, k):
             self._index(k, holder)
-            return []
-        big, small = ((holder, other) if len(self._group(holder)) >= len(self._group(other))
+            return
+        big, small = ((holder, other) if len(self._members(holder)) >= len(self._members(other))
                       else (other, holder))
-        joiners = list(self.members(small))
+        joiners = list(self._members(small))
         if isinstance(small, Cohort):
             small.members = set()
         if isinstance(big, Cohort):
@@ -179,12 +174,11 @@ class Cohorts(Generic[M]):
             m.cursor = target.state
             m.cohort = target
         self._at[k] = target
-        return joiners
 
     # ---- internals -------------------------------------------------------------------------
 
     @staticmethod
-    def _group(holder: Cohort[M] | M) -> set[M] | tuple[M]:
+    def _members(holder: Cohort[M] | M) -> set[M] | tuple[M]:
         return holder.members if isinstance(holder, Cohort) else (holder,)
 
     def _holds(self, holder: Cohort[M] | M, k: Key) -> bool:
