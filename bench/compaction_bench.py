@@ -143,7 +143,9 @@ def sealed_files(c, root: str, topic: str, upto: int, timeout: float = 300.0) ->
                              f"sealed after {timeout:.0f} s: {ledgers}")
         time.sleep(0.2)
     st, name = Storage(root), TopicName.parse(topic)
-    files = [st.full(Storage.sealed_rel(name, x["ledgerId"])) for x in ledgers]
+    # (a sealed ledger's file is named by the epoch of the owner that sealed it: its path)
+    files = [st.full(x.get("path") or Storage.sealed_rel(name, x["ledgerId"]))
+             for x in ledgers]
     missing = [f for f in files if not os.path.exists(f)]
     if missing:
         raise SystemExit(f"bench: compaction: sealed ledgers without their file: {missing}")

@@ -131,7 +131,7 @@ def combine(jobs: list[mpb.CompactionJob], topic: TopicName) -> mpb.CompactionJo
     if failed:
         out.error.CopyFrom(failed[0].error)
     for f in ("entries_read", "entries_total", "keys", "bytes_written", "entries_written",
-              "bytes_read", "tasks_done", "tasks_total", "input_ledgers"):
+              "bytes_read", "tasks_done", "tasks_total", "input_ledgers", "compute_ms"):
         setattr(out, f, sum(getattr(j, f) for j in jobs))
     out.start_time = min(j.start_time for j in jobs)
     out.end_time = max(j.end_time for j in jobs) if out.phase in ENDED else 0

@@ -17,8 +17,9 @@ pandas (which pyarrow would then import lazily into every broker, ~90 MiB each).
   newer tombstone is kept as a delete marker). `merge_latest` merges two such tables (Spark's
   treeReduce runs it on the executors) and `live_positions` keeps the positions of the keys
   whose latest message is not dropped, sorted.
-- `write_survivors` (phase two) reads every column, keeps the rows whose position is in the
-  broadcast sorted set of live positions (and keyless rows when `retain_null_key`), and
+- `write_survivors` (phase two) keeps the rows whose position is in the broadcast sorted
+  set of live positions (and keyless rows when `retain_null_key`): it reads a file's ids
+  (and keys) first, then every column of the row groups holding a row to keep, and
   writes them in format 2 (rows of a format-1 input converted: source/columns.py) to
   `<out_dir>/part-<task>.parquet` in row groups of about `GROUP_BYTES` of messages: a
   task's files are contiguous in id order and each is in id order, so every part is
@@ -26,6 +27,7 @@ pandas (which pyarrow would then import lazily into every broker, ~90 MiB each).
   hidden temp name, fsynced and renamed; on an object store it is one object put when the
   stream closes (deleted again if the task fails). A retried or killed attempt never leaves
   half a part under the final name. Yields `(task, rows written, keyed tombstones written)`.
+- `compact_alone` runs both phases in one task, for a job whose input is one group.
 """
 from __future__ import annotations
 
@@ -185,35 +187,69 @@ class _PartWriter:
                 self.fs.delete_file(self.path)
 
 
+def _survivors(pf: pq.ParquetFile, positions: np.ndarray, retain_null_key: bool
+               ) -> Iterator[pa.Table]:
+    """The rows of one input file to keep, a few row groups at a time: its ids (and keys,
+    for keyless rows) are read first, and of its other columns only the row groups that hold
+    a row to keep. A key's latest message is near the end of the log, so most of an older
+    ledger's row groups hold none and are never read whole."""
+    meta = pf.metadata
+    if meta.num_rows == 0:
+        return
+    probe = pf.read(columns=["ledger_id", "entry_id", *(["key"] if retain_null_key else [])],
+                    use_threads=False)
+    pos = _positions(probe)
+    span = pc.min_max(pos).as_py()  # the live positions in this file's range
+    lo = np.searchsorted(positions, span["min"], side="left")
+    hi = np.searchsorted(positions, span["max"], side="right")
+    keep = pc.is_in(pos, value_set=pa.array(positions[lo:hi]))
+    if retain_null_key:
+        keep = pc.or_(keep, pc.is_null(probe["key"]))
+    mask = keep.to_numpy(zero_copy_only=False)
+    groups: list[int] = []
+    masks: list[np.ndarray] = []
+    rows = start = 0
+    for i in range(meta.num_row_groups):
+        n = meta.row_group(i).num_rows
+        part = mask[start:start + n]
+        start += n
+        if part.any():
+            groups.append(i)
+            masks.append(part)
+            rows += n
+        if groups and (rows >= CHUNK_ROWS or i == meta.num_row_groups - 1):
+            t = pf.read_row_groups(groups, use_threads=False)
+            yield t.filter(pa.array(np.concatenate(masks)))
+            groups, masks, rows = [], [], 0
+
+
 def write_survivors(live, retain_null_key: bool, out_dir: str):
     """Phase two over each group, against `live` (a Spark broadcast of the sorted live
     positions, a numpy int64 array): writes `<out_dir>/part-<task>.parquet`."""
+    return survivors_of(lambda: live.value, retain_null_key, out_dir)
+
+
+def survivors_of(positions_of, retain_null_key: bool, out_dir: str):
+    """Phase two over each group against the sorted live positions `positions_of()` gives
+    (read once per partition)."""
     def run(groups: Iterator[Group]) -> Iterator[tuple[int, int, int]]:
-        positions = live.value
+        positions = positions_of()
         for task, fs, base, files in _groups(groups):
             part = None
             tombstones = 0
             try:
                 for rel in files:
-                    for t in _chunks(fs, f"{base}/{rel}", None):
-                        if not t.num_rows:
-                            continue
-                        pos = _positions(t)
-                        span = pc.min_max(pos).as_py()  # the live positions in this range
-                        lo = np.searchsorted(positions, span["min"], side="left")
-                        hi = np.searchsorted(positions, span["max"], side="right")
-                        keep = pc.is_in(pos, value_set=pa.array(positions[lo:hi]))
-                        if retain_null_key:
-                            keep = pc.or_(keep, pc.is_null(t["key"]))
-                        # format 2 whatever the input's (a format-1 file's rows converted)
-                        kept = upgrade(t.filter(keep)).select(SCHEMA.names).cast(SCHEMA)
-                        tombstones += pc.sum(pc.and_(pc.is_valid(kept["key"]),
-                                                     kept["is_tombstone"])).as_py() or 0
-                        if kept.num_rows:
-                            if part is None:
-                                part = _PartWriter(
-                                    fs, f"{base}/{out_dir}/part-{task:05d}.parquet")
-                            part.write(kept)
+                    with fs.open_input_file(f"{base}/{rel}") as f:
+                        for t in _survivors(pq.ParquetFile(f), positions, retain_null_key):
+                            # format 2 whatever the input's (a format-1 file's rows converted)
+                            kept = upgrade(t).select(SCHEMA.names).cast(SCHEMA)
+                            tombstones += pc.sum(pc.and_(pc.is_valid(kept["key"]),
+                                                         kept["is_tombstone"])).as_py() or 0
+                            if kept.num_rows:
+                                if part is None:
+                                    part = _PartWriter(
+                                        fs, f"{base}/{out_dir}/part-{task:05d}.parquet")
+                                part.write(kept)
                 if part is not None:
                     part.close()
             except BaseException:
@@ -221,4 +257,18 @@ def write_survivors(live, retain_null_key: bool, out_dir: str):
                     part.abort()
                 raise
             yield task, part.rows if part is not None else 0, tombstones
+    return run
+
+
+def compact_alone(tombstone_cutoff_ms: int | None, retain_null_key: bool, out_dir: str):
+    """Both phases in one task, for a job whose input is one group: phase one over the
+    group, its live positions, then phase two against them. Yields `(task, rows written,
+    keyed tombstones written, live positions)`."""
+    def run(groups: Iterator[Group]) -> Iterator[tuple[int, int, int, int]]:
+        for group in groups:
+            (latest,) = latest_per_key(tombstone_cutoff_ms)(iter([group]))
+            positions = live_positions(latest)
+            for task, rows, tombstones in survivors_of(lambda p=positions: p, retain_null_key,
+                                                       out_dir)(iter([group])):
+                yield task, rows, tombstones, len(positions)
     return run

@@ -444,6 +444,7 @@ class Worker:
         manifest = await loop.run_in_executor(
             self._executor, lambda: spark_job.run(self.spark, plan, storage, out_rel, progress))
         t_spark = time.monotonic() - t_spark
+        job.compute_ms = round(t_spark * 1000)
         job.phase = mpb.JOB_COMMITTING
         job.entries_read = manifest.input_entries
         job.entries_written = manifest.entries

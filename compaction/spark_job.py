@@ -13,10 +13,18 @@ long, `ledger_id << 32 | entry_id` (entry ids stay below 2^32 and ledger ids bel
   a newer one stays as a delete marker), the tables are merged pairwise on the executors
   (`treeReduce`; one row per key, never payloads), keys whose latest message is dropped
   are dropped, and the live positions (one long per key) are broadcast, sorted.
-- Phase two (WRITING) reads every column; each task keeps the rows whose position is in the
-  broadcast set, plus keyless rows when `retain_null_key`, and writes them as
-  `part-<task>.parquet`. A group's files are contiguous in id order, so the parts are
-  sorted and their id ranges follow one another: no shuffle and no sort of payloads.
+- Phase two (WRITING): each task keeps the rows whose position is in the broadcast set,
+  plus keyless rows when `retain_null_key`, and writes them as `part-<task>.parquet`. It
+  reads a file's ids first and then every column of only the row groups that hold a row
+  to keep: a key's latest message is near the end of the log, so the older ledgers of a
+  big topic are hardly read twice. A group's files are contiguous in id order, so the
+  parts are sorted and their id ranges follow one another: no shuffle and no sort of
+  payloads.
+- An input of one group (less than twice `MIN_TASK_BYTES`, 8 MiB: about 100,000 messages
+  of 100 bytes) is one task that runs both phases, one Spark job with no merge and no
+  broadcast: on a 2-core machine each Spark job with Python tasks costs ~0.1 s, which
+  was most of a small topic's compaction. Its record enters SCANNING_KEYS and WRITING
+  together as the task starts.
 
 Then the manifest (compaction/ledger.py) lists the parts in id order with their id
 ranges, sizes and checksums, and is written last. The job keeps no state on the driver
@@ -159,14 +167,21 @@ def run(spark, plan: Plan, storage: Storage, out_dir_rel: str,
     sc.setJobGroup(group, f"compaction of {plan.topic}, job {plan.job_id}")
     with _Tracker(spark, progress, group) as tracker:
         tracker.set(mpb.JOB_SCANNING_KEYS)
-        live = _live_positions(tasks, plan.tombstone_cutoff_ms)
-        tracker.set(mpb.JOB_WRITING)
-        broadcast = sc.broadcast(live)
-        try:
-            written = tasks.mapPartitions(arrow_tasks.write_survivors(
-                broadcast, plan.retain_null_key, out_dir_rel)).collect()
-        finally:
-            broadcast.destroy()
+        if len(cut) == 1:  # one task: both phases in it, one Spark job
+            tracker.set(mpb.JOB_WRITING)
+            written = tasks.mapPartitions(arrow_tasks.compact_alone(
+                plan.tombstone_cutoff_ms, plan.retain_null_key, out_dir_rel)).collect()
+            live = sum(n for *_, n in written)
+        else:
+            positions = _live_positions(tasks, plan.tombstone_cutoff_ms)
+            live = len(positions)
+            tracker.set(mpb.JOB_WRITING)
+            broadcast = sc.broadcast(positions)
+            try:
+                written = tasks.mapPartitions(arrow_tasks.write_survivors(
+                    broadcast, plan.retain_null_key, out_dir_rel)).collect()
+            finally:
+                broadcast.destroy()
     described: list[mpb.CompactedFile] = []
     for rel in sorted(storage.list_dir(out_dir_rel)):
         name = rel.rsplit("/", 1)[1]
@@ -177,11 +192,11 @@ def run(spark, plan: Plan, storage: Storage, out_dir_rel: str,
         else:  # a killed attempt's temp file (or a part without rows: nothing to serve)
             storage.delete(rel)
     described.sort(key=lambda f: (f.first.ledger_id, f.first.entry_id))
-    if sum(f.rows for f in described) != sum(rows for _task, rows, _tombs in written):
+    if sum(f.rows for f in described) != sum(w[1] for w in written):
         raise RuntimeError(f"compaction {plan.job_id}: the parts do not hold what the tasks "
                            "wrote")
     manifest.files.extend(described)
-    tombstones = sum(tombs for _task, _rows, tombs in written)
-    finish_manifest(manifest, storage, out_dir_rel, plan.input_entries, len(live) - tombstones,
+    tombstones = sum(w[2] for w in written)
+    finish_manifest(manifest, storage, out_dir_rel, plan.input_entries, live - tombstones,
                     tombstones)
     return manifest

@@ -81,6 +81,8 @@ class CompactionStatus:
     peak_rss_bytes: int = 0
     #: deletes published at or after it (ms since epoch) stay in the compacted ledger (0: none)
     tombstone_cutoff_ms: int = 0
+    #: the Spark job's time (ms): the rest of start_ms..end_ms is etcd and planning
+    compute_ms: int = 0
     error: errors.ShadowTopicError | None = None
 
     @property
@@ -103,7 +105,8 @@ class CompactionStatus:
                    horizon=MessageId.from_pb(pb.horizon) if pb.HasField("horizon") else None,
                    start_ms=pb.start_time, end_ms=pb.end_time, trigger=pb.trigger,
                    previous_job_id=pb.previous_job_id, peak_rss_bytes=pb.peak_rss_bytes,
-                   tombstone_cutoff_ms=pb.tombstone_cutoff_ms, error=err)
+                   tombstone_cutoff_ms=pb.tombstone_cutoff_ms, compute_ms=pb.compute_ms,
+                   error=err)
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "error"}

@@ -20,7 +20,7 @@ def every_field_set() -> apb.CompactionJob:
         horizon=common_pb2.MessageIdData(ledger_id=11, entry_id=12, partition=-1),
         entries_written=12, bytes_read=13, tasks_done=14, tasks_total=15, trigger="threshold",
         worker="w-17", input_ledgers=18, previous_job_id="1600000000000-00000000",
-        peak_rss_bytes=20, tombstone_cutoff_ms=-21)
+        peak_rss_bytes=20, tombstone_cutoff_ms=-21, compute_ms=22)
     unset = [f.name for f in job.DESCRIPTOR.fields
              if not (job.HasField(f.name) if f.message_type else getattr(job, f.name))]
     assert not unset, f"the old record leaves fields unset: {unset}"

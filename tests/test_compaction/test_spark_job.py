@@ -140,13 +140,25 @@ def test_spark_job_keeps_tombstones_from_the_cutoff_on(spark, tmp_path, ledgers)
     assert (m.entries, m.keys, m.tombstones, m.tombstone_cutoff_ms) == (4, 1, 2, 1003)
 
 
+@pytest.fixture(params=["a task per ledger", "one task"])
+def task_bytes(request, spark):
+    """The test session's least bytes per task: 0 (a task per core, each ledger its own:
+    phase one, the merge, the broadcast, phase two) or more than any test's input (one task
+    runs both phases in one Spark job)."""
+    old = spark.conf.get(spark_job.MIN_TASK_BYTES)
+    spark.conf.set(spark_job.MIN_TASK_BYTES, "0" if request.param != "one task" else str(1 << 40))
+    yield request.param
+    spark.conf.set(spark_job.MIN_TASK_BYTES, old)
+
+
 @pytest.mark.parametrize("retain", [True, False])
 def test_randomized_incremental_compactions_equal_reference_and_full(spark, tmp_path, retain,
-                                                                    ledgers):
+                                                                    ledgers, task_bytes):
     """Random puts, deletes and keyless messages over many ledgers, compacted incrementally
     at random points, each job with a tombstone cutoff (moving forward) among its input's
     publish times, so deletes on both sides of it: every result equals the reference over
-    everything so far, and a full run at the same cutoff (K12, K18)."""
+    everything so far, and a full run at the same cutoff (K12, K18); in a task per ledger
+    and in one task."""
     rnd = random.Random(20261124 + retain)
     st = Storage(str(tmp_path))
     led = ledgers(st)
@@ -164,7 +176,13 @@ def test_randomized_incremental_compactions_equal_reference_and_full(spark, tmp_
         # ledger n is published at 1000 + n: keep the tombstones of the newest 0-2 ledgers
         cutoff = max(cutoff, 1000 + led.next_id - rnd.randint(0, 2))
         plan = make_plan(TOPIC, f"j{job}", led.list, h, ptr, retain, tombstone_cutoff_ms=cutoff)
+        tracker = spark.sparkContext.statusTracker()
+        before = set(tracker.getJobIdsForGroup(f"compaction-j{job}"))
         m = spark_job.run(spark, plan, st, f"c/j{job}")
+        spark_jobs = set(tracker.getJobIdsForGroup(f"compaction-j{job}")) - before
+        one = task_bytes == "one task" or len(plan.input_files()) == 1
+        assert len(spark_jobs) == 1 if one else len(spark_jobs) >= 2, (task_bytes, spark_jobs)
+        assert len(m.files) <= 1 if one else True
         want = compact(led.rows, retain, cutoff)
         assert written(st, m) == want, f"job {job}"
         full = spark_job.run(spark, make_plan(TOPIC, f"f{job}", led.list, h, ptr, retain,

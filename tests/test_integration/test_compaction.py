@@ -69,6 +69,8 @@ def test_compact_keeps_the_latest_value_per_key(client, source, etcd_server, top
     assert status.phase == "done", status.error
     assert (status.keys, status.entries_written, status.entries_total) == (3, 4, 10)
     assert status.horizon == ids[-1]
+    # the Spark job's time is recorded, within the job's
+    assert 0 < status.compute_ms <= status.end_ms - status.start_ms
     ptr = pointer(etcd_server, topic)
     assert ptr.job_id == job_id and ptr.horizon.entry_id == ids[-1].entry_id
     rows = compacted_rows(source, ptr)

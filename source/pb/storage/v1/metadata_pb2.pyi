@@ -337,7 +337,7 @@ class CompactionRequest(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., job_id: _Optional[str] = ..., horizon: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., storage_root: _Optional[str] = ..., trigger: _Optional[str] = ..., requested_ms: _Optional[int] = ..., delete_retention_seconds: _Optional[int] = ...) -> None: ...
 
 class CompactionJob(_message.Message):
-    __slots__ = ("job_id", "topic", "phase", "entries_read", "entries_total", "keys", "bytes_written", "error", "start_time", "end_time", "horizon", "entries_written", "bytes_read", "tasks_done", "tasks_total", "trigger", "worker", "input_ledgers", "previous_job_id", "peak_rss_bytes", "tombstone_cutoff_ms")
+    __slots__ = ("job_id", "topic", "phase", "entries_read", "entries_total", "keys", "bytes_written", "error", "start_time", "end_time", "horizon", "entries_written", "bytes_read", "tasks_done", "tasks_total", "trigger", "worker", "input_ledgers", "previous_job_id", "peak_rss_bytes", "tombstone_cutoff_ms", "compute_ms")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
@@ -359,6 +359,7 @@ class CompactionJob(_message.Message):
     PREVIOUS_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PEAK_RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
     TOMBSTONE_CUTOFF_MS_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_MS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     topic: str
     phase: CompactionJobPhase
@@ -380,7 +381,8 @@ class CompactionJob(_message.Message):
     previous_job_id: str
     peak_rss_bytes: int
     tombstone_cutoff_ms: int
-    def __init__(self, job_id: _Optional[str] = ..., topic: _Optional[str] = ..., phase: _Optional[_Union[CompactionJobPhase, str]] = ..., entries_read: _Optional[int] = ..., entries_total: _Optional[int] = ..., keys: _Optional[int] = ..., bytes_written: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., start_time: _Optional[int] = ..., end_time: _Optional[int] = ..., horizon: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., entries_written: _Optional[int] = ..., bytes_read: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_total: _Optional[int] = ..., trigger: _Optional[str] = ..., worker: _Optional[str] = ..., input_ledgers: _Optional[int] = ..., previous_job_id: _Optional[str] = ..., peak_rss_bytes: _Optional[int] = ..., tombstone_cutoff_ms: _Optional[int] = ...) -> None: ...
+    compute_ms: int
+    def __init__(self, job_id: _Optional[str] = ..., topic: _Optional[str] = ..., phase: _Optional[_Union[CompactionJobPhase, str]] = ..., entries_read: _Optional[int] = ..., entries_total: _Optional[int] = ..., keys: _Optional[int] = ..., bytes_written: _Optional[int] = ..., error: _Optional[_Union[_common_pb2.ErrorStatus, _Mapping]] = ..., start_time: _Optional[int] = ..., end_time: _Optional[int] = ..., horizon: _Optional[_Union[_common_pb2.MessageIdData, _Mapping]] = ..., entries_written: _Optional[int] = ..., bytes_read: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_total: _Optional[int] = ..., trigger: _Optional[str] = ..., worker: _Optional[str] = ..., input_ledgers: _Optional[int] = ..., previous_job_id: _Optional[str] = ..., peak_rss_bytes: _Optional[int] = ..., tombstone_cutoff_ms: _Optional[int] = ..., compute_ms: _Optional[int] = ...) -> None: ...
 
 class SubscriptionMeta(_message.Message):
     __slots__ = ("name", "type", "created_ms", "initial_position", "read_compacted")

@@ -1,0 +1,61 @@
+"""The compaction's task code on its own (compaction/arrow_tasks.py): phase two reads a
+file's ids first and then only the row groups that hold a row to keep."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from shadowtopic.columns import SCHEMA
+from shadowtopic.compaction import arrow_tasks
+
+
+def table(n: int) -> pa.Table:
+    """`n` rows of ledger 7; every 13th keyless; key k<i % 50>."""
+    cols = {name: pa.nulls(n, SCHEMA.field(name).type) for name in SCHEMA.names}
+    cols.update(ledger_id=pa.array([7] * n, pa.int64()), entry_id=pa.array(range(n), pa.int64()),
+                key=pa.array([None if i % 13 == 0 else f"k{i % 50}".encode() for i in range(n)],
+                             pa.binary()),
+                is_tombstone=pa.array([False] * n), publish_time=pa.array([1] * n, pa.int64()),
+                payload=pa.array([f"v{i}".encode() for i in range(n)], pa.binary()))
+    return pa.table(cols, schema=SCHEMA)
+
+
+class CountingFile:
+    """A ParquetFile that counts the row groups read whole."""
+
+    def __init__(self, path):
+        self.pf = pq.ParquetFile(path)
+        self.metadata = self.pf.metadata
+        self.groups: list[int] = []
+
+    def read(self, columns, use_threads):
+        return self.pf.read(columns=columns, use_threads=use_threads)
+
+    def read_row_groups(self, groups, use_threads):
+        self.groups += groups
+        return self.pf.read_row_groups(groups, use_threads=use_threads)
+
+
+@pytest.mark.parametrize("retain", [True, False])
+def test_phase_two_reads_only_the_row_groups_that_hold_a_survivor(tmp_path, retain):
+    t = table(1000)
+    path = tmp_path / "in.parquet"
+    pq.write_table(t, path, row_group_size=100)   # 10 groups
+    live = np.array([7 << 32 | e for e in (5, 250, 251, 999)], np.int64)  # groups 0, 2, 9
+    f = CountingFile(path)
+    got = pa.concat_tables(arrow_tasks._survivors(f, live, retain))
+    keep = [e for e in range(1000) if e in (5, 250, 251, 999) or (retain and e % 13 == 0)]
+    assert got.column("entry_id").to_pylist() == keep
+    assert got.column("payload").to_pylist() == [f"v{e}".encode() for e in keep]
+    # keyless rows are in every group: all are read when they are kept, else only three
+    assert f.groups == (list(range(10)) if retain else [0, 2, 9])
+
+
+def test_phase_two_of_a_file_without_survivors_reads_no_row_group(tmp_path):
+    path = tmp_path / "in.parquet"
+    pq.write_table(table(300), path, row_group_size=100)
+    f = CountingFile(path)
+    assert list(arrow_tasks._survivors(f, np.array([8 << 32], np.int64), False)) == []
+    assert f.groups == []
