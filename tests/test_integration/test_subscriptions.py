@@ -6,7 +6,7 @@ import threading
 import time
 
 import pytest
-from support.produce import produce
+from support.produce import produce, send_pipelined
 from support.waiting import drain, nothing_more, wait_cursors_saved, wait_for
 
 from shadowtopic.client import Client, MessageId, Policies
@@ -285,7 +285,8 @@ def test_c7_a_stalled_subscription_does_not_slow_the_others(broker, client, topi
 
         t = threading.Thread(target=consume)
         t.start()
-        produce(client, topic, 5000)
+        with client.create_producer(topic) as p:  # batched: 5,000 sends one at a time
+            send_pipelined(p, [f"m{i}".encode() for i in range(5000)])  # took 10-30 s
         assert done.wait(60)
         t.join()
         assert [m.value() for m in got] == [f"m{i}" for i in range(5000)]
