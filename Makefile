@@ -93,6 +93,7 @@ bench: install
 	$(VPY) bench/ack_latency.py > bench/out/ack-latency.txt  # 4 producer processes, every message timed, fdatasync
 	$(VPY) bench/compacted_fanout.py --shared $(SHARED) > bench/out/compacted-fanout.txt  # 100 read_compacted subs, source + 4 shadows
 	$(VPY) bench/broadcast_core.py --subs 100000 > bench/out/broadcast-core.json  # broadcast per subscription, in process
+	$(VPY) bench/compaction_sizes.py > bench/out/compaction-sizes.txt  # 100k/1M/5M beside DuckDB, the fixed part, +10%
 
 # The chaos runs (docs/CHAOS.md): kill and pause etcd, the brokers and the compaction worker
 # under load, N cycles, then check nothing acknowledged was lost; the second run has the

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -42,11 +43,15 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from shadowtopic.columns import KEY_COLUMNS, SCHEMA, upgrade
+from shadowtopic.compaction.slices import Slice
 from shadowtopic.ledger.object_store import open_root
 from shadowtopic.ledger.sealed import GROUP_BYTES, GROUP_ROWS, WRITER_OPTIONS
 
 PARTIAL = pa.schema([("key", pa.binary()), ("m", pa.int64())])
 Group = tuple[int, str, list[str]]   # (task, root, files)
+#: phase two's: (task, root, row-group slices of files; compaction/slices.py)
+SliceGroup = tuple[int, str, list[Slice]]
+T = TypeVar("T")
 CHUNK_ROWS = 1 << 20        # rows read at a time (whole row groups)
 REDUCE_ROWS = 4 << 20       # partial rows a task holds before it reduces them
 
@@ -78,7 +83,8 @@ def _reduce(parts: list[pa.Table]) -> pa.Table:
     return out.select(["key", "m_max"]).rename_columns(["key", "m"])
 
 
-def _groups(groups: Iterator[Group]) -> Iterator[tuple[int, pafs.FileSystem, str, list[str]]]:
+def _groups(groups: Iterator[tuple[int, str, Sequence[T]]]
+            ) -> Iterator[tuple[int, pafs.FileSystem, str, Sequence[T]]]:
     for task, root, files in groups:
         fs, base = open_root(root)
         yield task, fs, base, files
@@ -187,17 +193,22 @@ class _PartWriter:
                 self.fs.delete_file(self.path)
 
 
-def _survivors(pf: pq.ParquetFile, positions: np.ndarray, retain_null_key: bool
-               ) -> Iterator[pa.Table]:
-    """The rows of one input file to keep, a few row groups at a time: its ids (and keys,
-    for keyless rows) are read first, and of its other columns only the row groups that hold
-    a row to keep. A key's latest message is near the end of the log, so most of an older
-    ledger's row groups hold none and are never read whole."""
+def _survivors(pf: pq.ParquetFile, positions: np.ndarray, retain_null_key: bool,
+               first: int = 0, end: int | None = None) -> Iterator[pa.Table]:
+    """The rows to keep of one input file's row groups `first` to `end` (all by default), a
+    few row groups at a time: their ids (and keys, for keyless rows) are read first, and of
+    the other columns only the row groups that hold a row to keep. A key's latest message is
+    near the end of the log, so most of an older ledger's row groups hold none and are never
+    read whole."""
     meta = pf.metadata
-    if meta.num_rows == 0:
+    numbers = range(first, meta.num_row_groups if end is None else end)
+    if not numbers:
         return
-    probe = pf.read(columns=["ledger_id", "entry_id", *(["key"] if retain_null_key else [])],
-                    use_threads=False)
+    probe = pf.read_row_groups(
+        numbers, columns=["ledger_id", "entry_id", *(["key"] if retain_null_key else [])],
+        use_threads=False)
+    if probe.num_rows == 0:
+        return
     pos = _positions(probe)
     span = pc.min_max(pos).as_py()  # the live positions in this file's range
     lo = np.searchsorted(positions, span["min"], side="left")
@@ -209,7 +220,7 @@ def _survivors(pf: pq.ParquetFile, positions: np.ndarray, retain_null_key: bool
     groups: list[int] = []
     masks: list[np.ndarray] = []
     rows = start = 0
-    for i in range(meta.num_row_groups):
+    for i in numbers:
         n = meta.row_group(i).num_rows
         part = mask[start:start + n]
         start += n
@@ -217,7 +228,7 @@ def _survivors(pf: pq.ParquetFile, positions: np.ndarray, retain_null_key: bool
             groups.append(i)
             masks.append(part)
             rows += n
-        if groups and (rows >= CHUNK_ROWS or i == meta.num_row_groups - 1):
+        if groups and (rows >= CHUNK_ROWS or i == numbers[-1]):
             t = pf.read_row_groups(groups, use_threads=False)
             yield t.filter(pa.array(np.concatenate(masks)))
             groups, masks, rows = [], [], 0
@@ -232,15 +243,18 @@ def write_survivors(live, retain_null_key: bool, out_dir: str):
 def survivors_of(positions_of, retain_null_key: bool, out_dir: str):
     """Phase two over each group against the sorted live positions `positions_of()` gives
     (read once per partition)."""
-    def run(groups: Iterator[Group]) -> Iterator[tuple[int, int, int]]:
+    def run(groups: Iterator[tuple[int, str, Sequence[str | Slice]]]
+            ) -> Iterator[tuple[int, int, int]]:
         positions = positions_of()
-        for task, fs, base, files in _groups(groups):
+        for task, fs, base, items in _groups(groups):
             part = None
             tombstones = 0
             try:
-                for rel in files:
+                for item in items:
+                    rel, first, end = (item, 0, None) if isinstance(item, str) else item
                     with fs.open_input_file(f"{base}/{rel}") as f:
-                        for t in _survivors(pq.ParquetFile(f), positions, retain_null_key):
+                        for t in _survivors(pq.ParquetFile(f), positions, retain_null_key,
+                                            first, end):
                             # format 2 whatever the input's (a format-1 file's rows converted)
                             kept = upgrade(t).select(SCHEMA.names).cast(SCHEMA)
                             tombstones += pc.sum(pc.and_(pc.is_valid(kept["key"]),

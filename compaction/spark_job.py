@@ -17,9 +17,10 @@ long, `ledger_id << 32 | entry_id` (entry ids stay below 2^32 and ledger ids bel
   plus keyless rows when `retain_null_key`, and writes them as `part-<task>.parquet`. It
   reads a file's ids first and then every column of only the row groups that hold a row
   to keep: a key's latest message is near the end of the log, so the older ledgers of a
-  big topic are hardly read twice. A group's files are contiguous in id order, so the
-  parts are sorted and their id ranges follow one another: no shuffle and no sort of
-  payloads.
+  big topic are hardly read twice. Its tasks are not phase one's: the row groups are cut
+  again by the work they hold (compaction/slices.py), or the task with the newest ledgers
+  would do nearly all of it. A task's row groups are contiguous in id order, so the parts
+  are sorted and their id ranges follow one another: no shuffle and no sort of payloads.
 - An input of one group (less than twice `MIN_TASK_BYTES`, 8 MiB: about 100,000 messages
   of 100 bytes) is one task that runs both phases, one Spark job with no merge and no
   broadcast: on a 2-core machine each Spark job with Python tasks costs ~0.1 s, which
@@ -44,7 +45,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from shadowtopic.compaction import arrow_tasks
+from shadowtopic.compaction import arrow_tasks, slices
 from shadowtopic.compaction.ledger import describe_file
 from shadowtopic.compaction.manifest import finish_manifest, new_manifest
 from shadowtopic.compaction.plan import Plan
@@ -130,6 +131,16 @@ def _tasks(spark, root: str, cut: list[list[str]]):
     return spark.sparkContext.parallelize(rows, len(rows))
 
 
+def _phase_two_tasks(spark, plan: Plan, storage: Storage, positions: np.ndarray, tasks: int):
+    """Phase two's tasks: the input's row groups cut by the work they hold
+    (compaction/slices.py), an RDD with one (task, root, slices) per partition."""
+    ledger_of = {info.path: info.ledger_id for info in plan.ledgers}
+    weighed = [(rel, slices.weights(storage.fs, storage.full(rel), ledger_of.get(rel),
+                                    positions)) for rel in plan.input_files()]
+    rows = [(i, storage.root_uri, run) for i, run in enumerate(slices.cut(weighed, tasks))]
+    return spark.sparkContext.parallelize(rows, len(rows))
+
+
 def _live_positions(tasks, tombstone_cutoff_ms: int | None = None) -> np.ndarray:
     """Phase one: the sorted positions of every key's latest message, tombstones older than
     the cutoff dropped (the tasks' partial tables merged on the executors, the last merge
@@ -178,8 +189,9 @@ def run(spark, plan: Plan, storage: Storage, out_dir_rel: str,
             tracker.set(mpb.JOB_WRITING)
             broadcast = sc.broadcast(positions)
             try:
-                written = tasks.mapPartitions(arrow_tasks.write_survivors(
-                    broadcast, plan.retain_null_key, out_dir_rel)).collect()
+                written = _phase_two_tasks(spark, plan, storage, positions, len(cut)) \
+                    .mapPartitions(arrow_tasks.write_survivors(
+                        broadcast, plan.retain_null_key, out_dir_rel)).collect()
             finally:
                 broadcast.destroy()
     described: list[mpb.CompactedFile] = []

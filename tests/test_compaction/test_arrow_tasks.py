@@ -6,36 +6,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.sealed_tables import ledger_table as table
 
-from shadowtopic.columns import SCHEMA
 from shadowtopic.compaction import arrow_tasks
 
 
-def table(n: int) -> pa.Table:
-    """`n` rows of ledger 7; every 13th keyless; key k<i % 50>."""
-    cols = {name: pa.nulls(n, SCHEMA.field(name).type) for name in SCHEMA.names}
-    cols.update(ledger_id=pa.array([7] * n, pa.int64()), entry_id=pa.array(range(n), pa.int64()),
-                key=pa.array([None if i % 13 == 0 else f"k{i % 50}".encode() for i in range(n)],
-                             pa.binary()),
-                is_tombstone=pa.array([False] * n), publish_time=pa.array([1] * n, pa.int64()),
-                payload=pa.array([f"v{i}".encode() for i in range(n)], pa.binary()))
-    return pa.table(cols, schema=SCHEMA)
-
-
 class CountingFile:
-    """A ParquetFile that counts the row groups read whole."""
+    """A ParquetFile that counts the row groups read whole (every column)."""
 
     def __init__(self, path):
         self.pf = pq.ParquetFile(path)
         self.metadata = self.pf.metadata
         self.groups: list[int] = []
 
-    def read(self, columns, use_threads):
-        return self.pf.read(columns=columns, use_threads=use_threads)
-
-    def read_row_groups(self, groups, use_threads):
-        self.groups += groups
-        return self.pf.read_row_groups(groups, use_threads=use_threads)
+    def read_row_groups(self, groups, columns=None, use_threads=True):
+        if columns is None:
+            self.groups += list(groups)
+        return self.pf.read_row_groups(groups, columns=columns, use_threads=use_threads)
 
 
 @pytest.mark.parametrize("retain", [True, False])

@@ -20,8 +20,8 @@ from shadowtopic.ledger.storage import Storage
 def test_the_job_runs_on_a_local_cluster(tmp_path, ledgers):
     st = Storage(str(tmp_path / "storage"))
     led = ledgers(st)
-    for i in range(3):
-        led.seal([(f"k{j % 17}" if j % 11 else None, b"" if j % 7 == 0 else b"v%d" % j)
+    for i in range(3):  # each ledger with keys of its own: survivors in every one
+        led.seal([(f"k{i}-{j % 17}" if j % 11 else None, b"" if j % 7 == 0 else b"v%d" % j)
                   for j in range(i * 300, i * 300 + 300)])
     h = led.list.ledgers[-1]
     (tmp_path / "ledgers.pb").write_bytes(led.list.SerializeToString())
