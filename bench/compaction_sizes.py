@@ -9,9 +9,10 @@ One etcd, a source broker and a warm compaction worker (local[*]) on one storage
 
 - data, per size: `size` keyed messages over size / 20 keys (at most `--max-keys`, 100,000),
   values JSON-like records of ~100 bytes (a symbol, a price, a time, a random note), 0.5%
-  deletes, produced by 4 producer processes into a topic of its own that rolls a ledger every
-  500,000 entries and drops deletes at once (as the baselines do); then the open ledger is
-  rolled and every ledger is sealed before the rounds.
+  deletes, produced by 4 producer processes into a topic of its own with the default ledger
+  size (a ledger rolls at 200,000 entries or 64 MiB) that drops deletes at once (as the
+  baselines do); then the open ledger is rolled and every ledger is sealed before the
+  rounds.
 - rounds (alternating): DuckDB's two-phase semi-join over the sealed files, writing the
   survivors sorted by id to one zstd Parquet file (bench/compaction_baselines.py); then ours:
   the pointer deleted (a full compaction each round), `admin.compact`, until the job record
@@ -58,7 +59,6 @@ from compaction_bench import (  # noqa: E402 - bench/compaction_bench.py
 )
 
 SYMBOLS = ["AAPL", "MSFT", "GOOG", "AMZN", "NVDA", "TSLA", "META", "ORCL", "IBM", "INTC"]
-LEDGER_ENTRIES = 500_000
 
 
 def record(rnd: random.Random, i: int) -> bytes:
@@ -105,8 +105,7 @@ def one_size(cl: Cluster, c, size: int, keys: int, rounds: int, scratch: str) ->
     from shadowtopic.client import Policies
 
     topic = topics.name("compaction-sizes", f"n{size}")
-    c.admin.create_topic(topic, policies=Policies(ledger_max_entries=LEDGER_ENTRIES,
-                                                  delete_retention_seconds=0))
+    c.admin.create_topic(topic, policies=Policies(delete_retention_seconds=0))
     produced = produce(cl.url, topic, size, keys, seed=size % 1000 + 1)
     rolled = c.admin.roll_ledger(topic)["ledgerId"]
     files = sealed_files(c, cl.root, topic, rolled)
