@@ -48,22 +48,28 @@ from shadowtopic.ledger.object_store import open_root
 from shadowtopic.ledger.sealed import GROUP_BYTES, GROUP_ROWS, WRITER_OPTIONS
 
 PARTIAL = pa.schema([("key", pa.binary()), ("m", pa.int64())])
-Group = tuple[int, str, list[str]]   # (task, root, files)
-#: phase two's: (task, root, row-group slices of files; compaction/slices.py)
-SliceGroup = tuple[int, str, list[Slice]]
+#: a task's input: (task, root, files, or row-group slices of files: compaction/slices.py)
+Group = tuple[int, str, Sequence[str | Slice]]
 T = TypeVar("T")
 CHUNK_ROWS = 1 << 20        # rows read at a time (whole row groups)
 REDUCE_ROWS = 4 << 20       # partial rows a task holds before it reduces them
 
 
-def _chunks(fs: pafs.FileSystem, path: str, columns: list[str] | None) -> Iterator[pa.Table]:
-    """The file at `path` a few whole row groups (about CHUNK_ROWS rows) at a time."""
+def _item(item: str | Slice) -> tuple[str, int, int | None]:
+    """A task's input item as (file, first row group, end row group or None: to the end)."""
+    return (item, 0, None) if isinstance(item, str) else item
+
+
+def _chunks(fs: pafs.FileSystem, path: str, columns: list[str] | None, first: int = 0,
+            end: int | None = None) -> Iterator[pa.Table]:
+    """Row groups `first` to `end` (all by default) of the file at `path`, a few whole row
+    groups (about CHUNK_ROWS rows) at a time."""
     with fs.open_input_file(path) as f:
         pf = pq.ParquetFile(f)
         meta = pf.metadata
         groups: list[int] = []
         rows = 0
-        for i in range(meta.num_row_groups):
+        for i in range(first, meta.num_row_groups if end is None else end):
             groups.append(i)
             rows += meta.row_group(i).num_rows
             if rows >= CHUNK_ROWS:
@@ -101,11 +107,12 @@ def _dropped(t: pa.Table, tombstone_cutoff_ms: int | None) -> pa.Array:
 def latest_per_key(tombstone_cutoff_ms: int | None):
     """Phase one over each group: (key, max of position << 1 | dropped)."""
     def run(groups: Iterator[Group]) -> Iterator[pa.Table]:
-        for _task, fs, base, files in _groups(groups):
+        for _task, fs, base, items in _groups(groups):
             parts: list[pa.Table] = [PARTIAL.empty_table()]
             held = 0
-            for rel in files:
-                for t in _chunks(fs, f"{base}/{rel}", KEY_COLUMNS):
+            for item in items:
+                rel, first, end = _item(item)
+                for t in _chunks(fs, f"{base}/{rel}", KEY_COLUMNS, first, end):
                     marked = pc.add(pc.shift_left(_positions(t), 1),
                                     pc.cast(_dropped(t, tombstone_cutoff_ms), pa.int64()))
                     keyed = pa.table({"key": t["key"], "m": marked}).filter(
@@ -243,15 +250,14 @@ def write_survivors(live, retain_null_key: bool, out_dir: str):
 def survivors_of(positions_of, retain_null_key: bool, out_dir: str):
     """Phase two over each group against the sorted live positions `positions_of()` gives
     (read once per partition)."""
-    def run(groups: Iterator[tuple[int, str, Sequence[str | Slice]]]
-            ) -> Iterator[tuple[int, int, int]]:
+    def run(groups: Iterator[Group]) -> Iterator[tuple[int, int, int]]:
         positions = positions_of()
         for task, fs, base, items in _groups(groups):
             part = None
             tombstones = 0
             try:
                 for item in items:
-                    rel, first, end = (item, 0, None) if isinstance(item, str) else item
+                    rel, first, end = _item(item)
                     with fs.open_input_file(f"{base}/{rel}") as f:
                         for t in _survivors(pq.ParquetFile(f), positions, retain_null_key,
                                             first, end):

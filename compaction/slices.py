@@ -1,7 +1,7 @@
 """Phase two's cut (compaction/spark_job.py): the input's row groups, in id order, cut into
 runs of about equal work, one task each.
 
-Phase one's groups are whole files of about equal bytes: every row's key is read. Phase two
+Phase one reads every row's key and ids: its row groups are weighed by their rows. Phase two
 reads a file's ids, then only the row groups that hold a survivor (compaction/arrow_tasks.py),
 and a key's latest message is near the end of the log: cut like phase one, the task with the
 newest ledgers would do nearly all of the work while the others skip theirs. So once the live
@@ -15,6 +15,8 @@ write are still sorted and follow one another.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -25,23 +27,52 @@ Slice = tuple[str, int, int]
 PROBE = 0.05
 
 
-def weights(fs: pafs.FileSystem, path: str, ledger_id: int | None, positions: np.ndarray
-            ) -> list[float]:
-    """Each row group's weight in the file at `path` (`ledger_id`: the one ledger it holds,
-    or None when its groups may span ledgers)."""
+@dataclass(frozen=True)
+class Footer:
+    """What the cut needs of one input file's footer: its row groups' rows and `entry_id`
+    ranges (None where the file keeps no statistics)."""
+    rel: str
+    rows: tuple[int, ...]
+    entries: tuple[tuple[int, int] | None, ...]
+
+
+def footer(fs: pafs.FileSystem, path: str, rel: str) -> Footer:
     with fs.open_input_file(path) as f:
         meta = pq.ParquetFile(f).metadata
     entry = meta.schema.to_arrow_schema().get_field_index("entry_id")
-    out = []
+    rows, entries = [], []
     for i in range(meta.num_row_groups):
         rg = meta.row_group(i)
         stats = rg.column(entry).statistics if entry >= 0 else None
-        if ledger_id is None or stats is None or not stats.has_min_max:
-            out.append(float(rg.num_rows))
-            continue
-        lo = np.searchsorted(positions, ledger_id << 32 | stats.min, side="left")
-        hi = np.searchsorted(positions, ledger_id << 32 | stats.max, side="right")
-        out.append(float(rg.num_rows) * (1.0 if hi > lo else PROBE))
+        rows.append(rg.num_rows)
+        entries.append((stats.min, stats.max) if stats is not None and stats.has_min_max
+                       else None)
+    return Footer(rel, tuple(rows), tuple(entries))
+
+
+def by_rows(footers: list[Footer]) -> list[tuple[str, list[float]]]:
+    """Phase one's weights: every row is read (its key and ids)."""
+    return [(f.rel, [float(n) for n in f.rows]) for f in footers]
+
+
+def by_work(footers: list[Footer], ledger_of: dict[str, int], positions: np.ndarray
+            ) -> list[tuple[str, list[float]]]:
+    """Phase two's weights against the sorted live `positions`: a row group whose id range
+    holds one weighs its rows, one that holds none `PROBE` of them, one whose range is not
+    known (no statistics, or a file not in `ledger_of`, the sealed ledgers' ids by file,
+    whose groups may span ledgers) its rows."""
+    out = []
+    for f in footers:
+        ledger_id = ledger_of.get(f.rel)
+        ws = []
+        for n, span in zip(f.rows, f.entries, strict=True):
+            if ledger_id is None or span is None:
+                ws.append(float(n))
+                continue
+            lo = np.searchsorted(positions, ledger_id << 32 | span[0], side="left")
+            hi = np.searchsorted(positions, ledger_id << 32 | span[1], side="right")
+            ws.append(float(n) * (1.0 if hi > lo else PROBE))
+        out.append((f.rel, ws))
     return out
 
 

@@ -2,17 +2,20 @@
 
 Spark schedules, Arrow computes. The input (the plan's files: the previous compacted ledger,
 then the ledgers sealed since its horizon, in id order; sealed and compacted ledgers have
-the same columns, source/ledger/sealed.py) is cut into groups of contiguous files of about
-equal bytes, one per core Spark has (`defaultParallelism`), and each group is a Spark task
-that reads its files with pyarrow (compaction/arrow_tasks.py). A message's position is one
-long, `ledger_id << 32 | entry_id` (entry ids stay below 2^32 and ledger ids below 2^30).
+the same columns, source/ledger/sealed.py) is read by one Spark task per core Spark has
+(`defaultParallelism`), fewer when a task would get under `MIN_TASK_BYTES`, each computing
+with pyarrow (compaction/arrow_tasks.py). A task's input is a run of row groups contiguous
+in id order (compaction/slices.py: the driver reads the files' footers), cut for each
+phase by the work it holds. A message's position is one long, `ledger_id << 32 |
+entry_id` (entry ids stay below 2^32 and ledger ids below 2^30).
 
-- Phase one (SCANNING_KEYS) reads only `key`, the ids, `is_tombstone` and `publish_time`:
-  each task reduces its rows to a table of the latest `position << 1 | dropped` per key
-  (dropped: a tombstone published before the plan's tombstone cutoff, compaction/plan.py;
-  a newer one stays as a delete marker), the tables are merged pairwise on the executors
-  (`treeReduce`; one row per key, never payloads), keys whose latest message is dropped
-  are dropped, and the live positions (one long per key) are broadcast, sorted.
+- Phase one (SCANNING_KEYS) reads only `key`, the ids, `is_tombstone` and `publish_time`
+  (its runs are of about equal rows): each task reduces its rows to a table of the latest
+  `position << 1 | dropped` per key (dropped: a tombstone published before the plan's
+  tombstone cutoff, compaction/plan.py; a newer one stays as a delete marker), the
+  tables are merged pairwise on the executors (`treeReduce`; one row per key, never
+  payloads), keys whose latest message is dropped are dropped, and the live positions
+  (one long per key) are broadcast, sorted.
 - Phase two (WRITING): each task keeps the rows whose position is in the broadcast set,
   plus keyless rows when `retain_null_key`, and writes them as `part-<task>.parquet`. It
   reads a file's ids first and then every column of only the row groups that hold a row
@@ -21,11 +24,11 @@ long, `ledger_id << 32 | entry_id` (entry ids stay below 2^32 and ledger ids bel
   again by the work they hold (compaction/slices.py), or the task with the newest ledgers
   would do nearly all of it. A task's row groups are contiguous in id order, so the parts
   are sorted and their id ranges follow one another: no shuffle and no sort of payloads.
-- An input of one group (less than twice `MIN_TASK_BYTES`, 8 MiB: about 100,000 messages
-  of 100 bytes) is one task that runs both phases, one Spark job with no merge and no
-  broadcast: on a 2-core machine each Spark job with Python tasks costs ~0.1 s, which
-  was most of a small topic's compaction. Its record enters SCANNING_KEYS and WRITING
-  together as the task starts.
+- An input for one task (less than twice `MIN_TASK_BYTES`, 8 MiB: about 100,000 messages
+  of 100 bytes, or one core) is one task over its whole files that runs both phases, one
+  Spark job with no merge and no broadcast: on a 2-core machine each Spark job with
+  Python tasks costs ~0.1 s, which was most of a small topic's compaction. Its record
+  enters SCANNING_KEYS and WRITING together as the task starts.
 
 Then the manifest (compaction/ledger.py) lists the parts in id order with their id
 ranges, sizes and checksums, and is written last. The job keeps no state on the driver
@@ -131,13 +134,10 @@ def _tasks(spark, root: str, cut: list[list[str]]):
     return spark.sparkContext.parallelize(rows, len(rows))
 
 
-def _phase_two_tasks(spark, plan: Plan, storage: Storage, positions: np.ndarray, tasks: int):
-    """Phase two's tasks: the input's row groups cut by the work they hold
-    (compaction/slices.py), an RDD with one (task, root, slices) per partition."""
-    ledger_of = {info.path: info.ledger_id for info in plan.ledgers}
-    weighed = [(rel, slices.weights(storage.fs, storage.full(rel), ledger_of.get(rel),
-                                    positions)) for rel in plan.input_files()]
-    rows = [(i, storage.root_uri, run) for i, run in enumerate(slices.cut(weighed, tasks))]
+def _slice_tasks(spark, storage: Storage, runs: list[list[slices.Slice]]):
+    """An RDD with one (task, root, slices) per partition (one task of nothing when there
+    are no row groups at all)."""
+    rows = [(i, storage.root_uri, run) for i, run in enumerate(runs or [[]])]
     return spark.sparkContext.parallelize(rows, len(rows))
 
 
@@ -171,7 +171,6 @@ def run(spark, plan: Plan, storage: Storage, out_dir_rel: str,
     sc = spark.sparkContext
     cut = groups(files, plan.input_sizes(), sc.defaultParallelism,
                  int(spark.conf.get(MIN_TASK_BYTES, str(MIN_TASK_BYTES_DEFAULT))))
-    tasks = _tasks(spark, storage.root_uri, cut)
     group = f"compaction-{plan.job_id}"
     # (this thread's Spark jobs: PySpark pins each Python thread to a JVM thread, whose
     # job group this is)
@@ -180,18 +179,24 @@ def run(spark, plan: Plan, storage: Storage, out_dir_rel: str,
         tracker.set(mpb.JOB_SCANNING_KEYS)
         if len(cut) == 1:  # one task: both phases in it, one Spark job
             tracker.set(mpb.JOB_WRITING)
-            written = tasks.mapPartitions(arrow_tasks.compact_alone(
-                plan.tombstone_cutoff_ms, plan.retain_null_key, out_dir_rel)).collect()
+            written = _tasks(spark, storage.root_uri, cut).mapPartitions(
+                arrow_tasks.compact_alone(plan.tombstone_cutoff_ms, plan.retain_null_key,
+                                          out_dir_rel)).collect()
             live = sum(n for *_, n in written)
-        else:
-            positions = _live_positions(tasks, plan.tombstone_cutoff_ms)
+        else:  # row groups cut by rows for phase one, by the work they hold for phase two
+            footers = [slices.footer(storage.fs, storage.full(rel), rel) for rel in files]
+            positions = _live_positions(
+                _slice_tasks(spark, storage, slices.cut(slices.by_rows(footers), len(cut))),
+                plan.tombstone_cutoff_ms)
             live = len(positions)
             tracker.set(mpb.JOB_WRITING)
+            ledger_of = {info.path: info.ledger_id for info in plan.ledgers}
+            runs = slices.cut(slices.by_work(footers, ledger_of, positions), len(cut))
             broadcast = sc.broadcast(positions)
             try:
-                written = _phase_two_tasks(spark, plan, storage, positions, len(cut)) \
-                    .mapPartitions(arrow_tasks.write_survivors(
-                        broadcast, plan.retain_null_key, out_dir_rel)).collect()
+                written = _slice_tasks(spark, storage, runs).mapPartitions(
+                    arrow_tasks.write_survivors(broadcast, plan.retain_null_key,
+                                                out_dir_rel)).collect()
             finally:
                 broadcast.destroy()
     described: list[mpb.CompactedFile] = []

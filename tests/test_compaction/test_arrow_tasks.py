@@ -46,3 +46,24 @@ def test_phase_two_of_a_file_without_survivors_reads_no_row_group(tmp_path):
     f = CountingFile(path)
     assert list(arrow_tasks._survivors(f, np.array([8 << 32], np.int64), False)) == []
     assert f.groups == []
+
+
+def test_phase_one_over_row_group_slices_merges_to_the_whole_files(tmp_path):
+    """A file cut between tasks at a row group: the tasks' tables merge to the one task's."""
+    pq.write_table(table(1000), tmp_path / "7.parquet", row_group_size=100)
+    root = f"file://{tmp_path}"
+    run = arrow_tasks.latest_per_key(None)
+    (whole,) = run(iter([(0, root, ["7.parquet"])]))
+    (a,) = run(iter([(0, root, [("7.parquet", 0, 3)])]))
+    (b,) = run(iter([(1, root, [("7.parquet", 3, 10)])]))
+    assert a.num_rows == b.num_rows == 50  # every key is in both halves
+    entries = [[(r["m"] >> 1) - (7 << 32) for r in t.to_pylist()] for t in (a, b)]
+    assert max(entries[0]) < 300 <= min(entries[1])  # each read its own row groups only
+    merged = arrow_tasks.merge_latest(a, b)
+    assert sorted(merged.to_pylist(), key=lambda r: r["key"]) == \
+        sorted(whole.to_pylist(), key=lambda r: r["key"])
+    latest = {}  # key -> its last keyed row (every 13th row is keyless)
+    for i in range(1000):
+        if i % 13:
+            latest[f"k{i % 50}".encode()] = i
+    assert {r["key"]: (r["m"] >> 1) - (7 << 32) for r in merged.to_pylist()} == latest
