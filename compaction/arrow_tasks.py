@@ -1,12 +1,13 @@
-"""What the compaction job's Spark tasks run: Arrow compute over one group of input files.
+"""What the compaction job's Spark tasks run: Arrow compute over one run of the input.
 
-The Spark job (compaction/spark_job.py) cuts its input files into groups, contiguous in id
-order, and runs one task per group (an RDD partition holding one `(task, root, files)`:
-`root` a URI pyarrow's filesystems open, the same from every executor; `files`
-storage-relative, in id order). Each task reads its files with pyarrow a few row groups at a
-time, single-threaded (Spark runs one task per core). This module imports pyarrow, numpy
-and the sealed format (source/ledger/sealed.py: the columns and writer options parts share
-with sealed ledgers): it is what every Python worker of every executor loads. It needs no
+The Spark job (compaction/spark_job.py) cuts its input into runs, contiguous in id order,
+and runs one task per run (an RDD partition holding one `(task, root, items)`: `root` a URI
+pyarrow's filesystems open, the same from every executor; `items` in id order, each a
+storage-relative file read whole or a `Slice` of its row groups, compaction/slices.py).
+Each task reads its items with pyarrow a few row groups at a time, single-threaded (Spark
+runs one task per core). This module imports pyarrow, numpy and the sealed format
+(source/ledger/sealed.py: the columns and writer options parts share with sealed
+ledgers): it is what every Python worker of every executor loads. It needs no
 pandas (which pyarrow would then import lazily into every broker, ~90 MiB each).
 
 - `latest_per_key(cutoff)` (phase one) reads `key`, the ids, `is_tombstone` and
