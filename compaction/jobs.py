@@ -118,6 +118,10 @@ log = logging.getLogger("shadowtopic.compaction.worker")  # one logger name for 
 KEEP_JOBS = 10          # job records kept per topic
 COLLECT_ATTEMPTS = 10   # collections of a replaced compacted ledger tried (Iceberg away)
 PROGRESS_EVERY = 0.5    # seconds between job-record updates while Spark runs
+#: Spark stops a Python worker idle for a minute (PythonWorkerFactory, not configurable) and
+#: the next job pays for starting new ones (their imports: 0.6-1.5 s on 2 cores, most of a
+#: small compaction): while no job runs, a job over no files this often keeps them
+WARM_EVERY = 30.0
 
 
 def _descendants(pid: int) -> list[int]:
@@ -157,7 +161,9 @@ class Worker:
                  spark_alive: Callable[[], bool] = jvm_alive,
                  metrics: CompactionMetrics | None = None,
                  s3: object_store.S3Options | None = None, scratch_dir: str = ".",
-                 tables: TableKeeper | None = None, max_concurrent_jobs: int = 1):
+                 tables: TableKeeper | None = None, max_concurrent_jobs: int = 1,
+                 warm_every: float | None = WARM_EVERY,
+                 warm: Callable[[], None] | None = None):
         if max_concurrent_jobs < 1:
             raise ValueError(f"max_concurrent_jobs must be at least 1, not {max_concurrent_jobs}")
         self.store = store
@@ -173,6 +179,12 @@ class Worker:
         self.etcd_ok = True
         #: the topics whose jobs run now (a topic runs one job at a time), and when each began
         self._running: dict[TopicName, float] = {}
+        #: when the last job (or keep-warm job) ended; the keep-warm job runs
+        #: `warm` (default: spark_job.warm_up) when none ran for `warm_every` seconds
+        self._last_active = time.monotonic()
+        self.warm_every = warm_every if spark is not None or warm is not None else None
+        self._warm = warm or (lambda: spark_job.warm_up(self.spark))
+        self.warm_runs = 0
         self.spark_alive = spark_alive
         #: set when Spark's JVM is gone (the worker runs no more jobs: its process exits)
         self.lost = asyncio.Event()
@@ -212,6 +224,8 @@ class Worker:
                        loop.create_task(self._relist()),
                        *(loop.create_task(self._run_jobs())
                          for _ in range(self.max_concurrent_jobs))]
+        if self.warm_every is not None:
+            self._tasks.append(loop.create_task(self._keep_warm(self.warm_every)))
         if self.tables is not None:
             await self.tables.start()
 
@@ -227,6 +241,21 @@ class Worker:
         except Exception:  # noqa: BLE001 - it expires anyway
             pass
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _keep_warm(self, every: float) -> None:
+        """While no job runs, a job over no files every `every` seconds (WARM_EVERY)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            # (at least a second, or `every`, between looks: a job may run a long while)
+            await asyncio.sleep(max(min(1.0, every), self._last_active + every - time.monotonic()))
+            if self._running or time.monotonic() - self._last_active < every:
+                continue
+            try:
+                await loop.run_in_executor(self._executor, self._warm)
+                self.warm_runs += 1
+            except Exception as exc:  # noqa: BLE001 - a lost JVM is follow_spark's to see
+                log.debug("keeping Spark's Python workers warm: %s", exc)
+            self._last_active = time.monotonic()
 
     async def _keep_lease(self) -> None:
         while True:
@@ -308,6 +337,7 @@ class Worker:
         finally:
             del self._running[topic]
             self.metrics.running = len(self._running)
+            self._last_active = time.monotonic()
 
     def _elapsed(self, topic: TopicName) -> float:
         return time.monotonic() - self._running.get(topic, time.monotonic())

@@ -152,7 +152,9 @@ def _live_positions(tasks, tombstone_cutoff_ms: int | None = None) -> np.ndarray
 
 def warm_up(spark) -> None:
     """Run phase one over no files in a task per core: the Python workers that run the
-    tasks start and import what they need before the first job, not during it."""
+    tasks start and import what they need before the first job, not during it (and stay
+    started: the worker runs it again while idle, compaction/jobs.py WARM_EVERY)."""
+    spark.sparkContext.setJobGroup("compaction-warm-up", "keeps the Python workers started")
     _live_positions(_tasks(spark, "file:///", [[] for _ in range(
         spark.sparkContext.defaultParallelism)]))
 

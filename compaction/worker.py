@@ -2,7 +2,7 @@
 
     python -m shadowtopic.compaction.worker --etcd HOST:PORT --port N [--spark-master local[*]]
                                 [--spark-conf key=value ...] [--grace SECONDS]
-                                [--max-concurrent-jobs N]
+                                [--max-concurrent-jobs N] [--keep-warm SECONDS]
                                 [--config FILE] [--log-format json] [--spark-log PATH]
                                 [--storage-root URI [--iceberg-catalog-uri URL]
                                  [--iceberg-catalog-property KEY=VALUE ...]]
@@ -18,7 +18,9 @@ log lines are set up by source/logs.py, and Spark's own logging goes to `--spark
 It runs the jobs of its cluster's compaction requests (compaction/jobs.py: claim, plan,
 Spark, commit, collect; a job that loses Spark workers runs again, `JOB_ATTEMPTS` times).
 gRPC health (on --host:--port) says SERVING once Spark is up (its Python
-workers warmed by a job over no files) and etcd answers, and follows Spark from then on:
+workers warmed by a job over no files, run again every `--keep-warm` seconds while no job
+runs: Spark stops a Python worker idle for a minute) and etcd answers, and follows Spark
+from then on:
 when Spark's JVM exits, health says NOT_SERVING and the worker exits (status 1) for its
 supervisor to start a new one (the standalone does); a job it was running is not FAILED but
 left to its request, which the next worker reruns (F15). HTTP on --metrics-port (default
@@ -47,7 +49,7 @@ from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector
 
 from shadowtopic import config_file, logs
 from shadowtopic.compaction import spark_job
-from shadowtopic.compaction.jobs import Worker, spark_gateway
+from shadowtopic.compaction.jobs import WARM_EVERY, Worker, spark_gateway
 from shadowtopic.compaction.metrics import CompactionMetrics, WorkerReadiness
 from shadowtopic.compaction.session import build_session
 from shadowtopic.ledger import object_store
@@ -82,6 +84,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-concurrent-jobs", type=int, default=1, metavar="N",
                    help="compactions run at once, each of its own topic (default 1); with a "
                         "Spark cluster of many cores, several small jobs share its cores")
+    p.add_argument("--keep-warm", type=float, default=WARM_EVERY, metavar="SECONDS",
+                   help="while no job runs, run a Spark job over no files this often: Spark "
+                        "stops a Python worker idle for a minute and the next compaction "
+                        f"pays for starting new ones (default {WARM_EVERY:g}; 0: off)")
     p.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
                    help="HTTP port of /metrics, /healthz and /readyz on --host (default: "
                         "--port + 1000, or a free port when that one is taken; 0: any free "
@@ -104,6 +110,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for item in a.spark_conf:
         if "=" not in item:
             p.error(f"--spark-conf {item!r}: expected KEY=VALUE")
+    if a.keep_warm < 0:
+        p.error(f"--keep-warm must be 0 (off) or more seconds, got {a.keep_warm:g}")
     if a.max_concurrent_jobs < 1:
         p.error(f"--max-concurrent-jobs must be at least 1, got {a.max_concurrent_jobs}")
     a.s3 = object_store.options_from(p, a)
@@ -154,7 +162,8 @@ async def serve(a: argparse.Namespace) -> None:
     worker = Worker(store, spark, a.cluster, a.worker_id or f"{socket.gethostname()}:{a.port}",
                     grace=a.grace, lease_ttl=a.lease_ttl, relist=a.relist, metrics=metrics,
                     s3=a.s3, scratch_dir=a.data_dir, tables=table_keeper(a, store),
-                    max_concurrent_jobs=a.max_concurrent_jobs)
+                    max_concurrent_jobs=a.max_concurrent_jobs,
+                    warm_every=a.keep_warm or None)
     while True:
         try:
             await worker.start()

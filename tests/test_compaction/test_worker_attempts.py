@@ -183,3 +183,41 @@ def test_jobs_run_side_by_side_up_to_the_limit_and_a_topic_once_at_a_time():
     peak, order, gauge = asyncio.run(scenario())
     assert peak == 3 and gauge == 3
     assert sorted(order) == [f"persistent://t/ns/x{i}" for i in range(5)]
+
+
+def test_spark_is_kept_warm_while_no_job_runs_and_not_while_one_does():
+    """Spark stops a Python worker idle for a minute: while no job runs, the worker runs a
+    job over no files every `warm_every` seconds; none while a job runs, nor within
+    `warm_every` of one ending; a failing warm-up leaves the worker going."""
+    async def scenario() -> tuple[int, int, int, int]:
+        calls: list[str] = []
+
+        def warm() -> None:
+            calls.append("warm")
+            if len(calls) == 2:
+                raise RuntimeError("Py4JError: An error occurred while calling o1.runJob")
+        w = worker.Worker(MemoryStore(), None, "c", "w", warm_every=0.2, warm=warm)
+        task = asyncio.create_task(w._keep_warm(0.2))
+        await asyncio.sleep(0.75)   # idle: three or so runs, the second failing
+        idle = len(calls)
+        topic = TopicName.parse("persistent://t/ns/x")
+        release = asyncio.Event()
+
+        async def claim_and_run(t):
+            await release.wait()
+        w._claim_and_run = claim_and_run
+        job = asyncio.create_task(w.run(topic))
+        await asyncio.sleep(0.05)
+        before = len(calls)
+        await asyncio.sleep(1.0)    # a job runs: none
+        during = len(calls) - before
+        release.set()
+        await job
+        after_job = len(calls)
+        await asyncio.sleep(0.1)    # within warm_every of its end: none yet
+        soon = len(calls) - after_job
+        task.cancel()
+        return idle, during, soon, w.warm_runs
+    idle, during, soon, runs = asyncio.run(scenario())
+    assert idle >= 2 and runs == idle - 1   # the failing one is not counted
+    assert (during, soon) == (0, 0)

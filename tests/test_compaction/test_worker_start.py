@@ -43,3 +43,11 @@ def test_a_second_exit_and_other_failures_are_raised(monkeypatch):
     with pytest.raises(ValueError):
         worker.start_spark("nonsense", {})
     assert calls == ["nonsense"]
+
+
+def test_keep_warm_is_30_seconds_by_default_0_turns_it_off_and_a_negative_is_refused(capsys):
+    assert worker.parse_args(["--cluster", "c"]).keep_warm == 30.0
+    assert worker.parse_args(["--keep-warm", "0"]).keep_warm == 0.0
+    with pytest.raises(SystemExit):
+        worker.parse_args(["--keep-warm", "-1"])
+    assert "--keep-warm must be 0 (off) or more seconds, got -1" in capsys.readouterr().err
