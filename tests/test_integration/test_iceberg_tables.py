@@ -267,8 +267,13 @@ def test_the_cli_lists_and_shows_the_tables(client, catalog_uri, catalog, topic,
     produce(client, topic, [("a", "1"), ("b", "2"), ("a", "3")])
     job = client.admin.compact(topic)
     assert wait_done(client, topic, job).phase == "done"
-    wait_for(lambda: table(catalog, topic) is not None and table(catalog, topic, log=True)
-             is not None, timeout=30, what="both tables")
+
+    def both() -> bool:  # the compacted table with the job's snapshot (the keeper adds it
+        t = table(catalog, topic)  # after the job is DONE), and the log table
+        return t is not None and t.current_snapshot() is not None and \
+            t.current_snapshot().summary.get("shadowtopic-job-id") == job and \
+            table(catalog, topic, log=True) is not None
+    wait_for(both, timeout=30, what="both tables, the compaction's snapshot in one")
     flags = ["--iceberg-catalog-uri", catalog_uri]
 
     def cli(*args: str) -> subprocess.CompletedProcess:
