@@ -1,5 +1,5 @@
-"""Phase two's cut (compaction/spark_job.py): the input's row groups, in id order, cut into
-runs of about equal work, one task each.
+"""How the compaction's input is cut into tasks (compaction/spark_job.py): its row groups,
+in id order, cut into runs of about equal work, one task each, for each phase.
 
 Phase one reads every row's key and ids: its row groups are weighed by their rows. Phase two
 reads a file's ids, then only the row groups that hold a survivor (compaction/arrow_tasks.py),
@@ -39,7 +39,10 @@ class Footer:
 def footer(fs: pafs.FileSystem, path: str, rel: str) -> Footer:
     with fs.open_input_file(path) as f:
         meta = pq.ParquetFile(f).metadata
-    entry = meta.schema.to_arrow_schema().get_field_index("entry_id")
+    # (a row group's columns are the leaf columns: a map column before it would shift an
+    # Arrow field index)
+    paths = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    entry = paths.index("entry_id") if "entry_id" in paths else -1
     rows, entries = [], []
     for i in range(meta.num_row_groups):
         rg = meta.row_group(i)
