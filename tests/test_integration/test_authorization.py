@@ -331,9 +331,15 @@ def test_replication_and_storage_reads_need_replicate(admin, keys, cluster, team
     admin.admin.grant_permission(topic, "app2", ["replicate"])
 
     def reads():
+        # Raw gRPC: a denial until the grant arrives is an RpcError, not the client's
+        # PermissionDenied, so it is turned into the retried kind here.
         with grpc.insecure_channel(source.url) as ch:
-            got = list(storage_pb2_grpc.StorageStub(ch).ReadEntries(read, metadata=md,
-                                                                    timeout=10))
+            try:
+                got = list(storage_pb2_grpc.StorageStub(ch).ReadEntries(read, metadata=md,
+                                                                        timeout=10))
+            except grpc.RpcError as e:
+                assert e.code() != grpc.StatusCode.PERMISSION_DENIED, e.details()
+                raise
         assert got
     eventually(reads, timeout=15)
 
