@@ -425,7 +425,7 @@ def seeded(fuzz):
 
 
 @pytest.mark.parametrize("method", METHODS, ids=IDS)
-@settings(max_examples=25, **SETTINGS)
+@settings(max_examples=12, **SETTINGS)
 @given(data=st.data())
 def test_every_rpc_answers_junk_with_typed_errors(seeded, method, data):
     if data.draw(st.booleans(), label="reseed"):
