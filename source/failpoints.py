@@ -70,6 +70,10 @@ POINTS: dict[str, str] = {
         "a source broker, in the executor thread that writes a ledger's Parquet file, before "
         "it writes: `1*sleep(S)` holds that one seal while the broker goes on (a later "
         "ledger's seal finishes first, as a slow object store makes happen)",
+    "ledger.seal_ahead.step":
+        "a source broker, in the executor thread of a step of an open ledger's seal-ahead "
+        "(source/ledger/seal_ahead.py), before it writes: `1*error(TEXT)` ends that "
+        "ledger's seal-ahead, and its seal writes it whole from the WAL",
     "ledger.seal.before_publish":
         "a source broker after a ledger's Parquet file is written and fsynced, before the "
         "ledger list marks the ledger SEALED",

@@ -2,7 +2,8 @@
 WAL, confirmed entries and queue), `LedgerConfig` (when it rolls), the appends queued and
 taken (`Pending`, `Taken`), and a group commit's steps that need no writer: taking a group
 (each sequenced batch checked against the dedup map, entry ids assigned, WAL frames built:
-`take_group`) and failing appends (`fail_pending`, `fail_group`). `InFlight` is a group the
+`take_group`) and failing appends (`fail_pending`, `fail_group`). Its `ahead` writes its
+Parquet file as it fills (source/ledger/seal_ahead.py). `InFlight` is a group the
 pipelined writer (the WAL on object storage) is committing.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from shadowtopic.ledger import wal as walmod
 from shadowtopic.ledger.dedup import DEFAULT_IDLE_S, DedupMap, Duplicate
 from shadowtopic.ledger.entry_cache import TailEntries
 from shadowtopic.ledger.ledger_list import now_ms
+from shadowtopic.ledger.seal_ahead import SealAhead
 
 #: what an append resolves with: (ledger id, first entry id, duplicate)
 AppendResult = tuple[int, int, bool]
@@ -79,6 +81,7 @@ class OpenLedger:
         self.closing = False
         self.writer: asyncio.Task[None] | None = None
         self.commits = 0  # groups committed to WAL objects (0 with the local WAL)
+        self.ahead: SealAhead | None = None  # its Parquet file as it fills (or not)
 
     def full(self, cfg: LedgerConfig) -> bool:
         return (self.queued_entries >= cfg.max_entries or self.queued_bytes >= cfg.max_bytes

@@ -138,46 +138,77 @@ class _Sink:
         self.closed = True
 
 
+class LedgerWriter:
+    """A sealed ledger's Parquet file as it is written to `out`: the entries of runs
+    ((publish_ms, raws) in entry order) cut into row groups (`add`); `cut` writes the row
+    group filling now, short (a seal-ahead cuts at its steps' ends: the runs it read are
+    views of a WAL mapping it closes), `close` the last one and the footer."""
+
+    def __init__(self, out: _Writable, ledger_id: int,
+                 on_write: Callable[[], None] | None = None):
+        self.sink = _Sink(out, on_write)
+        self._writer = pq.ParquetWriter(self.sink, SCHEMA, **WRITER_OPTIONS)
+        self._group = _RowGroup(ledger_id, 0)
+        self._raw_bytes = 0
+        self._first: int | None = None
+        self._last: int | None = None
+
+    @property
+    def entries(self) -> int:
+        return self._group.base + self._group.rows
+
+    def add(self, runs: Iterable[tuple[int, Sequence[Buffer]]]) -> None:
+        group = self._group
+        for publish_ms, run in runs:
+            if not run:
+                continue
+            self._first = publish_ms if self._first is None else self._first
+            self._last = publish_ms
+            sizes = list(itertools.accumulate(map(len, run)))
+            self._raw_bytes += sizes[-1]
+            i = 0
+            while i < len(run):
+                take = group.room(sizes, i)
+                size = sizes[i + take - 1] - (sizes[i - 1] if i else 0)
+                group.extend(publish_ms, run[i:i + take] if take < len(run) else run, size)
+                i += take
+                if group.full:
+                    self._writer.write_table(group.table(), row_group_size=group.rows)
+                    group = self._group = _RowGroup(group.ledger_id, group.base + group.rows)
+            del run  # hold no view of a frame already written
+
+    def cut(self) -> None:
+        group = self._group
+        if group.rows:
+            self._writer.write_table(group.table(), row_group_size=group.rows)
+            self._group = _RowGroup(group.ledger_id, group.base + group.rows)
+
+    def close(self) -> SealResult:
+        self.cut()
+        self._writer.close()
+        return SealResult(self.entries, self._raw_bytes, self.sink.size, self.sink.crc,
+                          self._first or 0, self._last or 0)
+
+    def abort(self) -> None:
+        """Drop what is not written (an error ends the file; the caller removes it)."""
+        self._group = _RowGroup(self._group.ledger_id, self._group.base)
+        try:
+            self._writer.close()
+        except Exception:  # noqa: BLE001 - the first error is the one to report
+            pass
+
+
 def _write(out: _Writable, ledger_id: int, runs: Iterable[tuple[int, Sequence[Buffer]]],
            on_write: Callable[[], None] | None) -> SealResult:
     """Write the Parquet file of the entries in `runs` ((publish_ms, raws) in entry order)
     to `out`, one row group at a time."""
-    sink = _Sink(out, on_write)
-    writer = pq.ParquetWriter(sink, SCHEMA, **WRITER_OPTIONS)
-    group = _RowGroup(ledger_id, 0)
-    raw_bytes = 0
-    first = last = None
+    writer = LedgerWriter(out, ledger_id, on_write)
     try:
-        for publish_ms, raws in runs:
-            if not raws:
-                continue
-            first = publish_ms if first is None else first
-            last = publish_ms
-            sizes = list(itertools.accumulate(map(len, raws)))
-            raw_bytes += sizes[-1]
-            i = 0
-            while i < len(raws):
-                take = group.room(sizes, i)
-                size = sizes[i + take - 1] - (sizes[i - 1] if i else 0)
-                group.extend(publish_ms, raws[i:i + take] if take < len(raws) else raws, size)
-                i += take
-                if group.full:
-                    writer.write_table(group.table(), row_group_size=group.rows)
-                    group = _RowGroup(ledger_id, group.base + group.rows)
-            del raws  # hold no view of a frame already written
-        if group.rows:
-            writer.write_table(group.table(), row_group_size=group.rows)
-        entries = group.base + group.rows
+        writer.add(runs)
     except BaseException:
-        del group
-        try:
-            writer.close()
-        except Exception:  # noqa: BLE001 - the first error is the one to report
-            pass
+        writer.abort()
         raise
-    del group
-    writer.close()
-    return SealResult(entries, raw_bytes, sink.size, sink.crc, first or 0, last or 0)
+    return writer.close()
 
 
 def _check(fs: pafs.FileSystem, path: str, res: SealResult, expect: int | None) -> None:
@@ -194,6 +225,26 @@ def _check(fs: pafs.FileSystem, path: str, res: SealResult, expect: int | None) 
         raise DataLoss(f"{path}: the sealed file does not hold what was written")
 
 
+def temp_path(path: str) -> str:
+    """Where a local seal writes `path` before it is whole: hidden (`.<name>.tmp`), so a
+    dataset reader of the directory never sees a half-written file."""
+    parent, name = path.rsplit("/", 1)
+    return f"{parent}/.{name}.tmp"
+
+
+def publish_local(fs: pafs.FileSystem, tmp: str, path: str, res: SealResult,
+                  expect: int | None) -> None:
+    """A local file written (and fsynced) at `tmp`, checked, becomes `path` durably; it is
+    removed if the check fails."""
+    try:
+        _check(fs, tmp, res, expect)
+    except BaseException:
+        _remove(tmp)
+        raise
+    os.replace(tmp, path)
+    walmod.fsync_dir(path.rsplit("/", 1)[0])
+
+
 def write_runs(fs: pafs.FileSystem, path: str, runs: Iterable[tuple[int, Sequence[Buffer]]],
                expect: int | None = None,
                on_write: Callable[[], None] | None = None, *, ledger_id: int) -> SealResult:
@@ -202,22 +253,19 @@ def write_runs(fs: pafs.FileSystem, path: str, runs: Iterable[tuple[int, Sequenc
     or a whole one; on an object store a failed write's object is deleted (the ledger is not
     SEALED yet: nobody reads it). The temp name is hidden (`.<name>.tmp`), so a dataset
     reader of the directory never sees a half-written file."""
-    parent, name = path.rsplit("/", 1)
-    fs.create_dir(parent, recursive=True)
+    fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
     try:
         if isinstance(fs, pafs.LocalFileSystem):
-            tmp = f"{parent}/.{name}.tmp"
+            tmp = temp_path(path)
             try:
                 with open(tmp, "wb") as f:
                     res = _write(f, ledger_id, runs, on_write)
                     f.flush()
                     os.fsync(f.fileno())
-                _check(fs, tmp, res, expect)
             except BaseException:
                 _remove(tmp)
                 raise
-            os.replace(tmp, path)
-            walmod.fsync_dir(parent)
+            publish_local(fs, tmp, path, res, expect)
         else:  # object stores: the object appears whole when the stream closes
             try:
                 with fs.open_output_stream(path) as out:

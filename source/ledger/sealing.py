@@ -3,9 +3,11 @@ owner's.
 
 - seal: a ledger that takes no more appends (rolled and drained, or left OPEN by a previous
   owner) is written to Parquet from its WAL, streamed a frame at a time (the file format:
-  source/ledger/sealed.py), then marked SEALED in the ledger list (with the snapshot of the
-  producers' sequence ids as of its end: source/ledger/dedup.py); only then are its WAL
-  and its in-memory entries dropped. An empty ledger leaves the list instead.
+  source/ledger/sealed.py; a ledger sealed ahead as it filled has only its last frames
+  written: source/ledger/seal_ahead.py), then marked SEALED in the ledger list (with the
+  snapshot of the producers' sequence ids as of its end: source/ledger/dedup.py); only
+  then are its WAL and its in-memory entries dropped. An empty ledger leaves the list
+  instead.
 - open: every OPEN ledger left by a previous owner is recovered from its WAL (torn tail cut;
   a ledger written with the WAL on object storage has its local WAL rebuilt from its
   commits first: source/ledger/wal_restore.py) and sealed before this owner starts a new
@@ -48,6 +50,7 @@ from shadowtopic.ledger.dedup import DedupMap
 from shadowtopic.ledger.disk import write_failure
 from shadowtopic.ledger.ledger_list import OPEN, Fencing, OwnedLedgerList, now_ms
 from shadowtopic.ledger.ledger_reader import LedgerListReader
+from shadowtopic.ledger.seal_ahead import SealAhead
 from shadowtopic.ledger.sealed import SealResult, mark_sealed, seal_wal
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.tails import Tails
@@ -165,16 +168,17 @@ class Sealer:
     # ---- sealing, or keeping open ----------------------------------------------------------
 
     async def seal_or_keep(self, lid: int, wal_rel: str, frames: walmod.FrameIndex,
-                           count: int, recovered: walmod.Entries | None = None
-                           ) -> mpb.LedgerInfo | None:
+                           count: int, recovered: walmod.Entries | None = None,
+                           ahead: SealAhead | None = None) -> mpb.LedgerInfo | None:
         """`_seal`; when it fails (a full or read-only disk, an object store or etcd that
         does not answer) the ledger stays open and readable, to be sealed by `retry_seals`
         (the error is raised). Not after the topic was fenced: its next owner seals it.
 
         `recovered`: the entries of a ledger recovered from its WAL (no raws), served
-        through its frame index while it stays open."""
+        through its frame index while it stays open. `ahead`: the ledger's file written
+        as it filled (source/ledger/seal_ahead.py), finished instead of a whole seal."""
         try:
-            return await self._seal(lid, wal_rel, frames, count)
+            return await self._seal(lid, wal_rel, frames, count, ahead)
         except UNWRITABLE as exc:
             log.warning("%s: ledger %d stays open (read from its WAL) until the disk takes "
                         "writes: %s", self._topic, lid, exc)
@@ -223,8 +227,8 @@ class Sealer:
             return None
         return await disk.probe(self._executor)
 
-    async def _seal(self, lid: int, wal_rel: str, frames: walmod.FrameIndex, count: int
-                    ) -> mpb.LedgerInfo | None:
+    async def _seal(self, lid: int, wal_rel: str, frames: walmod.FrameIndex, count: int,
+                    ahead: SealAhead | None = None) -> mpb.LedgerInfo | None:
         """Write a ledger that takes no more appends to Parquet from its WAL (the `count`
         entries of `frames`, streamed: source/ledger/sealed.py), then mark it SEALED.
 
@@ -234,6 +238,8 @@ class Sealer:
         known = self._list.info(lid)
         objects = known is not None and known.wal_objects
         if count == 0:
+            if ahead is not None:
+                await ahead.discard()
             self._dedup_snaps.pop(lid, None)
             await self._list.update(lambda lst: retention.remove_ledgers(lst, {lid}))
             self._forget_tail(lid)
@@ -244,10 +250,7 @@ class Sealer:
         storage = self._storage
         rel = storage.sealed_rel(self._topic, lid, self._list.epoch)
         try:
-            res = await asyncio.get_running_loop().run_in_executor(
-                self._executor, functools.partial(
-                    _write_sealed, storage.fs, storage.full(rel), storage.wal_path(wal_rel),
-                    frames, count, lid))
+            res = await self._write(lid, rel, wal_rel, frames, count, ahead)
         except OSError as exc:  # a full or read-only disk: StorageFull / StorageReadOnly
             raise await write_failure(storage.disk, exc, f"{self._topic}: sealing ledger "
                                       f"{lid}", self._executor) from None
@@ -273,6 +276,24 @@ class Sealer:
             raise errors.Internal(f"{self._topic}: sealed ledger {lid} is not in the list")
         self._on_sealed(info)
         return info
+
+    async def _write(self, lid: int, rel: str, wal_rel: str, frames: walmod.FrameIndex,
+                     count: int, ahead: SealAhead | None) -> SealResult:
+        """The ledger's Parquet file at `rel`: its seal-ahead finished, else (none, or it
+        ended or failed) written whole from the WAL."""
+        storage = self._storage
+        if ahead is not None:
+            if ahead.path == storage.full(rel) and not ahead.ended:
+                try:
+                    return await ahead.finish(frames, count)
+                except Exception as exc:  # noqa: BLE001 - sealed whole instead
+                    log.info("%s: ledger %d sealed whole from its WAL (sealing ahead "
+                             "failed: %s)", self._topic, lid, exc)
+            await ahead.discard()
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, functools.partial(
+                _write_sealed, storage.fs, storage.full(rel), storage.wal_path(wal_rel),
+                frames, count, lid))
 
     def _forget_tail(self, lid: int) -> None:
         """Drop an unsealed ledger's in-memory entries and the reader's handle on its WAL."""

@@ -133,6 +133,17 @@ class FrameIndex:
         self.end = offset + length
         self.entries = first + count
 
+    def window(self, start: int, stop: int) -> FrameIndex:
+        """Frames start .. stop-1 as an index of their own, copied (a seal-ahead reads it in
+        another thread while this one grows: source/ledger/seal_ahead.py)."""
+        w = FrameIndex()
+        w.firsts = self.firsts[start:stop]
+        w.offsets = self.offsets[start:stop]
+        w.pubs = self.pubs[start:stop]
+        w.end = self.offsets[stop] if stop < len(self) else self.end
+        w.entries = self.firsts[stop] if stop < len(self) else self.entries
+        return w
+
     def frame_of(self, entry_id: int) -> int:
         """Index of the frame holding `entry_id` (-1 when it is not indexed)."""
         if entry_id >= self.entries:

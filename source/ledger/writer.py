@@ -13,7 +13,10 @@ that need no writer (taking a group, failing appends), are source/ledger/open_le
   ledger rolls after `max_commits` flush windows.
 - rollover (by entries, bytes or age): a new ledger is registered OPEN in etcd before it takes
   writes, the old one drains and is sealed to Parquet in the background (by the `Seals` it
-  was given: source/ledger/sealing.py), then marked SEALED.
+  was given: source/ledger/sealing.py), then marked SEALED. Where sealed ledgers are local
+  files, each open ledger's Parquet file is written as it fills (its `SealAhead`, offered
+  the frames after each group commit: source/ledger/seal_ahead.py), so its seal, a roll's
+  or one a compaction asks for, writes only its last entries.
 - order across a rollover: while the current ledger is full, appends wait in `_blocked` and
   move to the new ledger in arrival order; the new ledger's writer waits for the old one's
   before its first write, so a crash never keeps a later batch of a stream without an
@@ -43,6 +46,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any, Protocol
 
+import pyarrow.fs as pafs
+
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
 from shadowtopic.core.names import TopicName
@@ -61,6 +66,7 @@ from shadowtopic.ledger.open_ledger import (
     fail_pending,
     take_group,
 )
+from shadowtopic.ledger.seal_ahead import SealAhead
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.tails import Tails
 from shadowtopic.ledger.wal_sink import CommitFailed, CommitPipeline, WalSink
@@ -81,7 +87,8 @@ class Seals(Protocol):
     def snapshot_dedup(self, ledger_id: int) -> None: ...
 
     async def seal_or_keep(self, lid: int, wal_rel: str, frames: walmod.FrameIndex,
-                           count: int) -> mpb.LedgerInfo | None: ...
+                           count: int, recovered: walmod.Entries | None = None,
+                           ahead: SealAhead | None = None) -> mpb.LedgerInfo | None: ...
 
     async def retry_seals(self) -> None: ...
 
@@ -100,8 +107,12 @@ class GroupCommitWriter:
                  executor: Executor, config: LedgerConfig, ledger_list: OwnedLedgerList,
                  tails: Tails, dedup: DedupMap, seals: Seals, fencing: Fencing,
                  lease_ok: Callable[[], bool], on_entries: Callable[[], None],
-                 sink: WalSink, pipeline: CommitPipeline | None = None):
+                 sink: WalSink, pipeline: CommitPipeline | None = None,
+                 seal_ahead: bool = True):
         self.config = config
+        # each open ledger's Parquet file written as it fills, where sealed ledgers are
+        # local files (source/ledger/seal_ahead.py)
+        self._seal_ahead = seal_ahead and isinstance(storage.fs, pafs.LocalFileSystem)
         self._sink = sink
         self._pipeline = pipeline  # commits several groups at once (the object WAL)
         self._topic = topic
@@ -141,6 +152,8 @@ class GroupCommitWriter:
             if cur.writer is not None:
                 await asyncio.gather(cur.writer, return_exceptions=True)
             cur.wal.close()
+            if cur.ahead is not None:  # the next owner seals it from the WAL
+                await cur.ahead.discard()
         if self._seal_tasks:
             await asyncio.wait(list(self._seal_tasks), timeout=30)
 
@@ -291,6 +304,8 @@ class GroupCommitWriter:
                 fut.set_result((led.ledger_id, first, False))
         if wrote:
             self._on_entries()
+            if led.ahead is not None:
+                led.ahead.offer(ents.frames)
         if publish_ms - dedup.expired_at_ms >= min(EXPIRE_EVERY_MS, dedup.idle_ms):
             dedup.expire(publish_ms)
 
@@ -420,6 +435,10 @@ class GroupCommitWriter:
             storage.delete_wal(rel)
             raise
         led = OpenLedger(lid, wal, rel, self._tails.add(lid, wal.path))
+        if self._seal_ahead:
+            led.ahead = SealAhead(storage.full(storage.sealed_rel(self._topic, lid,
+                                                                  self._list.epoch)),
+                                  wal.path, lid, self._executor)
         loop_of = (self._write_loop(led) if self._pipeline is None
                    else self._pipelined_loop(led, self._pipeline))
         led.writer = asyncio.create_task(loop_of, name=f"wal-{lid}")
@@ -461,7 +480,7 @@ class GroupCommitWriter:
                 self._draining.remove(old)
         old.wal.close()
         return await self._seals.seal_or_keep(old.ledger_id, old.wal_rel, old.entries.frames,
-                                              len(old.entries))
+                                              len(old.entries), ahead=old.ahead)
 
     def _seal_done(self, task: SealTask) -> None:
         self._seal_tasks.discard(task)

@@ -28,14 +28,14 @@ class Env:
         self.executor = ThreadPoolExecutor(4)
         self.epoch = 0
 
-    async def open(self, lease_ok=lambda: True, **cfg) -> ManagedLedger:
+    async def open(self, lease_ok=lambda: True, seal_ahead=True, **cfg) -> ManagedLedger:
         self.epoch += 1
         own_key = keys.ownership("c", TOPIC)
         value = mpb.Ownership(broker_id="b", epoch=self.epoch).SerializeToString()
         await self.store.put(own_key, value)
         return await ManagedLedger.open(TOPIC, self.store, self.storage, own_key, value,
                                         self.epoch, self.executor, LedgerConfig(**cfg),
-                                        lease_ok=lease_ok)
+                                        lease_ok=lease_ok, seal_ahead=seal_ahead)
 
 
 async def append(ml, n, start=0):

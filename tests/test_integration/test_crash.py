@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -117,6 +118,60 @@ def test_kill9_during_produce_loses_no_acknowledged_message(broker, client, topi
     with Client(broker.url) as c, c.create_producer(topic) as p:
         mid = p.send(b"after-restart")
     assert mid > max(m.message_id for m in messages)
+
+
+def _temp_parquet(broker) -> list[str]:
+    """Parquet files a seal or a seal-ahead is writing (`.<name>.tmp`) under the broker's
+    sealed ledgers."""
+    root = os.path.join(broker.data_dir, "storage", "ledgers")
+    return [os.path.join(d, f) for d, _dirs, files in os.walk(root) for f in files
+            if f.startswith(".") and f.endswith(".tmp")]
+
+
+@pytest.mark.slow
+@pytest.mark.own_broker
+def test_kill9_while_the_open_ledger_is_sealed_ahead_loses_nothing(broker, client, topic):
+    """F1 with sealing ahead (source/ledger/seal_ahead.py): the open ledger's Parquet file
+    is half written when the broker is killed; the restarted broker deletes it, seals the
+    ledger from its WAL and serves every acknowledged message with its id."""
+    client.admin.create_topic(topic)
+    rng = random.Random(5)
+    sent: dict[str, bytes] = {}
+    acked: list[tuple[object, bytes]] = []
+    failed: list[BaseException] = []
+
+    def done(body: bytes):
+        def cb(mid, exc):
+            if exc is None:
+                acked.append((mid, body))
+            else:
+                failed.append(exc)
+        return cb
+
+    with client.create_producer(topic, batch_max_messages=200) as p:
+        for i in range(40_000):
+            body = json.dumps({"i": i, "px": round(rng.uniform(1, 500), 2),
+                               "note": "n" * rng.randrange(0, 90)}).encode()
+            p.send_async(body, key=f"k{i % 700}", callback=done(body))
+        p.flush(timeout=60)
+        assert not failed and len(acked) == 40_000
+        sent.update((str(mid), body) for mid, body in acked)
+        deadline = time.monotonic() + 30
+        while not any(os.path.getsize(f) > 0 for f in _temp_parquet(broker)):
+            assert time.monotonic() < deadline, "the open ledger was not sealed ahead"
+            time.sleep(0.05)
+        for i in range(500):  # and more after the last step
+            body = f"late-{i}".encode()
+            sent[str(p.send(body, key="late"))] = body
+    broker.kill()
+    assert _temp_parquet(broker), "the kill left no half-written file to clean up"
+    broker.start(timeout=60)
+    got = {str(m.message_id): m.payload for m in read_all(broker.url, topic)}
+    assert got == sent
+    with Client(broker.url, timeout=20) as c:  # the topic loaded: its ledger recovered
+        ledgers = c.admin.internal_stats(topic)["ledgers"]
+    assert ledgers[0]["state"] == "SEALED" and int(ledgers[0]["entries"]) == len(sent)
+    assert _temp_parquet(broker) == []
 
 
 def _open_wal(client: Client, broker, topic: str) -> str:

@@ -1,0 +1,245 @@
+"""Sealing ahead: an open ledger's Parquet file written while the ledger fills, so that its
+seal writes only the last entries.
+
+A seal reads the whole ledger back from its WAL and encodes it (~10 us an entry here, most
+of it cutting the columns out of each entry). A roll pays it in the background, but a
+compaction asks for the open ledger sealed on its request path: 100,000 new entries kept a
+recompaction waiting a second before Spark started.
+
+- the file: the one a seal writes (source/ledger/sealed.py), at the same temporary name
+  (`.<name>.tmp` beside the sealed file), its row groups cut at frame boundaries (each
+  holds at most `GROUP_ROWS` entries and `GROUP_BYTES` of WAL, so nearly a full group).
+- steps: after each group commit the writer offers the ledger's frame index (`offer`, on
+  the event loop). Once the confirmed frames not yet written fill a row group, one step in
+  the executor reads them back from the WAL (only confirmed frames: fsynced, or in the
+  local copy of the WAL on object storage) and writes them as whole row groups; one step
+  at a time per ledger, and never more than what has filled whole groups. The file is
+  open only during a step (a broker with many open ledgers holds no descriptor for each),
+  and is fsynced once, by the seal.
+- the seal (`finish`): waits for the step under way, writes the frames left, fsyncs the
+  file, checks its footer and renames it as a seal from the WAL does; the caller then marks
+  the ledger SEALED. Nothing reads the temporary file before that.
+- failure: a step or a finish that fails (a full disk, a damaged frame) ends the ledger's
+  seal-ahead and removes its file; the seal then writes the whole ledger from the WAL, as
+  without it. A crash leaves the temporary file, which the next owner's sweep deletes
+  (source/ledger/sealing.py) before it seals the ledger from its WAL.
+- only where sealed ledgers are local files: an object store's file appears whole when its
+  stream closes, so a seal there writes it at once.
+"""
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import logging
+import os
+from concurrent.futures import Executor
+from typing import BinaryIO
+
+import pyarrow.fs as pafs
+
+from shadowtopic import failpoints
+from shadowtopic.ledger import wal as walmod
+from shadowtopic.ledger.sealed import (
+    GROUP_BYTES,
+    GROUP_ROWS,
+    LedgerWriter,
+    SealResult,
+    publish_local,
+    release_memory,
+    temp_path,
+)
+
+log = logging.getLogger("shadowtopic.ledger.managed")
+
+
+def group_ends(frames: walmod.FrameIndex, start: int) -> list[int]:
+    """From frame `start` on, the ends of the runs of whole frames that each fill a row
+    group: a run stops before the frame that would take it past `GROUP_ROWS` entries or
+    `GROUP_BYTES` of WAL (a frame larger than that is a run of its own). The frames after
+    the last end do not fill a group yet."""
+    n = len(frames)
+    firsts, offsets = frames.firsts, frames.offsets
+
+    def entry(j: int) -> int:  # the first entry of frame j (n: after the last)
+        return firsts[j] if j < n else frames.entries
+
+    def byte(j: int) -> int:
+        return offsets[j] if j < n else frames.end
+
+    ends: list[int] = []
+    k = start
+    while k < n:
+        want_e, want_b = firsts[k] + GROUP_ROWS, offsets[k] + GROUP_BYTES
+        j = bisect.bisect_left(firsts, want_e, k + 1)
+        if j == n and frames.entries < want_e:
+            j = n + 1
+        jb = bisect.bisect_left(offsets, want_b, k + 1)
+        if jb == n and frames.end < want_b:
+            jb = n + 1
+        j = min(j, jb)
+        if j > n:
+            break  # not a group's worth yet
+        if (entry(j) - firsts[k] > GROUP_ROWS or byte(j) - offsets[k] > GROUP_BYTES) \
+                and j - 1 > k:
+            j -= 1  # the frame that reached the limit went past it: it starts the next run
+        ends.append(j)
+        k = j
+    return ends
+
+
+class _AppendFile:
+    """The temporary file, opened for a step's writes and closed after them (a broker with
+    many open ledgers holds no descriptor for each between steps)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._f: BinaryIO | None = None
+
+    def write(self, data: bytes) -> int:
+        if self._f is None:
+            self._f = open(self.path, "ab")  # noqa: SIM115 - closed by `release`
+        return self._f.write(data)
+
+    def fsync(self) -> None:
+        if self._f is not None:
+            self._f.flush()
+            os.fsync(self._f.fileno())
+
+    def release(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+
+class SealAhead:
+    """The seal-ahead of one open ledger: its Parquet file at `temp_path(path)`, written a
+    step at a time in `executor` from the WAL at `wal_path`."""
+
+    def __init__(self, path: str, wal_path: str, ledger_id: int, executor: Executor):
+        self.path = path
+        self._tmp = temp_path(path)
+        self._wal_path = wal_path
+        self._ledger_id = ledger_id
+        self._executor = executor
+        self._file: _AppendFile | None = None
+        self._writer: LedgerWriter | None = None
+        self.frames_written = 0
+        self._step: asyncio.Future[int] | None = None
+        self.ended = False  # failed or discarded: the seal writes the whole ledger
+
+    # ---- on the event loop -------------------------------------------------------------
+
+    def offer(self, frames: walmod.FrameIndex) -> None:
+        """The ledger confirmed entries: write the frames that fill row groups, unless a
+        step is under way (the next offer starts the next one)."""
+        if self.ended or self._step is not None:
+            return
+        ends = group_ends(frames, self.frames_written)
+        if not ends:
+            return
+        window = frames.window(self.frames_written, ends[-1])
+        cuts = [e - self.frames_written for e in ends]
+        self._step = asyncio.get_running_loop().run_in_executor(
+            self._executor, self._write_step, window, cuts, ends[-1])
+        self._step.add_done_callback(self._stepped)
+
+    def _stepped(self, step: asyncio.Future[int]) -> None:
+        self._step = None
+        if step.cancelled():
+            self.ended = True
+            return
+        exc = step.exception()
+        if exc is not None:
+            self.ended = True
+            log.info("ledger %d: sealing ahead stopped (its seal writes it whole): %s",
+                     self._ledger_id, exc)
+            return
+        self.frames_written = step.result()
+
+    async def _settled(self) -> None:
+        while self._step is not None:
+            await asyncio.wait([self._step])
+            await asyncio.sleep(0)  # let the done callback run
+
+    async def finish(self, frames: walmod.FrameIndex, count: int) -> SealResult:
+        """The ledger takes no more appends (`frames` holds its `count` entries): write
+        the rest, fsync, check and rename the file to `path`. Raises (and removes the file)
+        when the seal-ahead ended or this fails: the caller seals from the WAL."""
+        await self._settled()
+        if self.ended:
+            raise RuntimeError("sealing ahead ended")
+        self.ended = True
+        window = frames.window(self.frames_written, len(frames))
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, self._finish, window, count)
+
+    async def discard(self) -> None:
+        """Stop and remove the file (the ledger is sealed whole, or not here)."""
+        await self._settled()
+        self.ended = True
+        if self._file is not None:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._drop)
+
+    # ---- in the executor ---------------------------------------------------------------
+
+    def _open(self) -> LedgerWriter:
+        if self._writer is None:
+            os.makedirs(os.path.dirname(self._tmp), exist_ok=True)
+            with open(self._tmp, "wb"):  # a file left by an earlier try starts over
+                pass
+            self._file = _AppendFile(self._tmp)
+            self._writer = LedgerWriter(self._file, self._ledger_id)
+        return self._writer
+
+    def _write_step(self, window: walmod.FrameIndex, cuts: list[int], end: int) -> int:
+        """Write the frames of `window` as row groups ending at `cuts` (frames into the
+        window); returns the ledger's frames written."""
+        try:
+            failpoints.hit("ledger.seal_ahead.step")
+            writer = self._open()
+            with walmod.MappedWal(self._wal_path, window) as wal:
+                writer.sink.on_write = wal.drop_pages
+                at = 0
+                for run in wal.runs():
+                    writer.add((run,))
+                    at += 1
+                    if at == cuts[0]:  # (a group ends: it holds no view of the mapping)
+                        writer.cut()
+                        cuts.pop(0)
+                writer.sink.on_write = None
+            assert self._file is not None
+            self._file.release()
+        except BaseException:
+            self._drop()
+            raise
+        return end
+
+    def _finish(self, window: walmod.FrameIndex, count: int) -> SealResult:
+        failpoints.hit("ledger.seal.write")  # as a seal from the WAL
+        try:
+            writer = self._open()
+            with walmod.MappedWal(self._wal_path, window) as wal:
+                writer.sink.on_write = wal.drop_pages
+                writer.add(wal.runs())
+                res = writer.close()
+            assert self._file is not None
+            self._file.fsync()
+            self._file.release()
+            self._file = self._writer = None
+        except BaseException:
+            self._drop()
+            raise
+        finally:
+            release_memory()
+        publish_local(pafs.LocalFileSystem(), self._tmp, self.path, res, count)
+        return res
+
+    def _drop(self) -> None:
+        if self._writer is not None:
+            self._writer.abort()
+        if self._file is not None:
+            self._file.release()
+        self._file = self._writer = None
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self._tmp)
