@@ -45,6 +45,7 @@ from shadowtopic.ledger.sealed import (
     GROUP_ROWS,
     LedgerWriter,
     SealResult,
+    page_written,
     publish_local,
     release_memory,
     temp_path,
@@ -199,7 +200,7 @@ class SealAhead:
             failpoints.hit("ledger.seal_ahead.step")
             writer = self._open()
             with walmod.MappedWal(self._wal_path, window) as wal:
-                writer.sink.on_write = wal.drop_pages
+                writer.sink.on_write = page_written(wal)
                 at = 0
                 for run in wal.runs():
                     writer.add((run,))
@@ -213,6 +214,8 @@ class SealAhead:
         except BaseException:
             self._drop()
             raise
+        finally:
+            release_memory()  # as a seal does: the broker's RSS stays where it was
         return end
 
     def _finish(self, window: walmod.FrameIndex, count: int) -> SealResult:
@@ -220,7 +223,7 @@ class SealAhead:
         try:
             writer = self._open()
             with walmod.MappedWal(self._wal_path, window) as wal:
-                writer.sink.on_write = wal.drop_pages
+                writer.sink.on_write = page_written(wal)
                 writer.add(wal.runs())
                 res = writer.close()
             assert self._file is not None

@@ -290,13 +290,18 @@ def seal_wal(fs: pafs.FileSystem, path: str, wal_path: str, frames: walmod.Frame
         wal = walmod.MappedWal(wal_path, frames)
     except FileNotFoundError:
         raise DataLoss(f"WAL {wal_path} is missing") from None
+    with wal:
+        return write_runs(fs, path, wal.runs(), expect, on_write=page_written(wal),
+                          ledger_id=ledger_id)
 
-    def on_write() -> None:  # a page went out: what it was made of can go
+
+def page_written(wal: walmod.MappedWal) -> Callable[[], None]:
+    """What a writer reading `wal` does after each page it writes: what the page was made
+    of can go (the WAL's pages mapped so far, Arrow's freed memory)."""
+    def on_write() -> None:
         wal.drop_pages()
         _release_default()
-
-    with wal:
-        return write_runs(fs, path, wal.runs(), expect, on_write=on_write, ledger_id=ledger_id)
+    return on_write
 
 
 def write_sealed(fs: pafs.FileSystem, path: str, entries: Entries, *, ledger_id: int

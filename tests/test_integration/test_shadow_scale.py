@@ -96,14 +96,21 @@ def test_a_shadow_of_a_million_message_source_writes_no_file_and_reads_all_with_
         c.admin.create_topic(topic, policies=Policies(ledger_max_entries=LEDGER_MAX_ENTRIES))
         acked = produce(c, topic, N)
 
-        # the source at rest: every ledger but the last sealed (seals run in the background)
+        # the source at rest: every ledger but the last sealed (seals run in the background),
+        # and the files as they were at the previous look (the open ledger's Parquet file,
+        # written ahead under its temporary name, no longer growing: seal_ahead.py)
+        last: list[dict[str, str]] = [{}]
+
         def settled():
             ledgers = c.admin.internal_stats(topic)["ledgers"]
             states = [lg["state"] for lg in ledgers]
             on_disk = files(root)
+            open_file = f".{ledgers[-1]['ledgerId']}-"
+            temps = [p for p in on_disk if p.endswith(".tmp")]
+            still, last[0] = on_disk == last[0], on_disk
             if states[:-1] == ["SEALED"] * (len(states) - 1) and states[-1] == "OPEN" and \
-                    not [p for p in on_disk if p.endswith(".tmp")] and \
-                    len([p for p in on_disk if p.endswith(".wal")]) == 1:
+                    all(os.path.basename(p).startswith(open_file) for p in temps) and \
+                    len([p for p in on_disk if p.endswith(".wal")]) == 1 and still:
                 return ledgers
             return None
         ledgers = wait_for(settled, 120, "the source's full ledgers to seal",
