@@ -41,9 +41,10 @@ run: install
 
 # Tests run in parallel processes (pytest-xdist): most of an integration test's time is
 # waiting on its processes. A file runs in one process (its module-scoped processes start
-# once). 3 on the 2-core machine: 4 took 769, 843, 896 and 942 s in four runs (3: 836 s),
-# no faster on the whole, and timing-sensitive tests failed more often under its load.
-TEST_WORKERS ?= 3
+# once). 4 on the 2-core machine: with 3 the suite used 1.35 cores on average and took
+# 795-820 s (2026-11-29), with 4 it took 683 and 722 s; an earlier suite, before its
+# timing-sensitive tests were made to wait on conditions, was no faster with 4.
+TEST_WORKERS ?= 4
 
 test: install lint typecheck
 	$(VPY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not bench_smoke_long and not spark_cluster"
