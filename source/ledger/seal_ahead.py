@@ -23,8 +23,10 @@ recompaction waiting a second before Spark started.
   seal-ahead and removes its file; the seal then writes the whole ledger from the WAL, as
   without it. A crash leaves the temporary file, which the next owner's sweep deletes
   (source/ledger/sealing.py) before it seals the ledger from its WAL.
-- only where sealed ledgers are local files: an object store's file appears whole when its
-  stream closes, so a seal there writes it at once.
+- on an object store the file is written beside the WAL (`.<name>.tmp` in the WAL's
+  directory, on the broker's disk: an object appears whole only when its stream closes)
+  and the seal copies it to the store in one stream, checks it there and removes the local
+  file; the local file of a crashed broker goes with the next sweep of its WAL directory.
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ from shadowtopic.ledger.sealed import (
     SealResult,
     page_written,
     publish_local,
+    publish_remote,
     release_memory,
     temp_path,
 )
@@ -113,13 +116,23 @@ class _AppendFile:
             self._f = None
 
 
-class SealAhead:
-    """The seal-ahead of one open ledger: its Parquet file at `temp_path(path)`, written a
-    step at a time in `executor` from the WAL at `wal_path`."""
+def local_temp(fs: pafs.FileSystem, path: str, wal_path: str) -> str:
+    """Where the seal-ahead of the ledger sealed to `path` on `fs` writes: the temporary
+    name a seal uses on a local root, else the same name beside the ledger's WAL."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        return temp_path(path)
+    return os.path.join(os.path.dirname(wal_path), f".{path.rsplit('/', 1)[1]}.tmp")
 
-    def __init__(self, path: str, wal_path: str, ledger_id: int, executor: Executor):
+
+class SealAhead:
+    """The seal-ahead of one open ledger, sealed to `path` on `fs`: its Parquet file at
+    `local_temp(...)`, written a step at a time in `executor` from the WAL at `wal_path`."""
+
+    def __init__(self, fs: pafs.FileSystem, path: str, wal_path: str, ledger_id: int,
+                 executor: Executor):
         self.path = path
-        self._tmp = temp_path(path)
+        self._fs = fs
+        self._tmp = local_temp(fs, path, wal_path)
         self._wal_path = wal_path
         self._ledger_id = ledger_id
         self._executor = executor
@@ -235,7 +248,10 @@ class SealAhead:
             raise
         finally:
             release_memory()
-        publish_local(pafs.LocalFileSystem(), self._tmp, self.path, res, count)
+        if isinstance(self._fs, pafs.LocalFileSystem):
+            publish_local(self._fs, self._tmp, self.path, res, count)
+        else:
+            publish_remote(self._fs, self._tmp, self.path, res, count)
         return res
 
     def _drop(self) -> None:

@@ -245,6 +245,29 @@ def publish_local(fs: pafs.FileSystem, tmp: str, path: str, res: SealResult,
     walmod.fsync_dir(path.rsplit("/", 1)[0])
 
 
+def publish_remote(fs: pafs.FileSystem, local: str, path: str, res: SealResult,
+                   expect: int | None) -> None:
+    """A file written whole (and fsynced) at the local path `local` becomes the object at
+    `path` on the object store `fs`: copied in one stream (the object appears whole when the
+    stream closes), then checked; a failed copy's object is deleted. The local file is
+    removed either way."""
+    try:
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        try:
+            with open(local, "rb") as src, fs.open_output_stream(path) as out:
+                while chunk := src.read(1 << 20):
+                    out.write(chunk)
+            _check(fs, path, res, expect)
+        except BaseException:
+            try:
+                fs.delete_file(path)
+            except OSError:
+                pass
+            raise
+    finally:
+        _remove(local)
+
+
 def write_runs(fs: pafs.FileSystem, path: str, runs: Iterable[tuple[int, Sequence[Buffer]]],
                expect: int | None = None,
                on_write: Callable[[], None] | None = None, *, ledger_id: int) -> SealResult:

@@ -13,10 +13,10 @@ that need no writer (taking a group, failing appends), are source/ledger/open_le
   ledger rolls after `max_commits` flush windows.
 - rollover (by entries, bytes or age): a new ledger is registered OPEN in etcd before it takes
   writes, the old one drains and is sealed to Parquet in the background (by the `Seals` it
-  was given: source/ledger/sealing.py), then marked SEALED. Where sealed ledgers are local
-  files, each open ledger's Parquet file is written as it fills (its `SealAhead`, offered
-  the frames after each group commit: source/ledger/seal_ahead.py), so its seal, a roll's
-  or one a compaction asks for, writes only its last entries.
+  was given: source/ledger/sealing.py), then marked SEALED. Each open ledger's Parquet
+  file is written as it fills (its `SealAhead`, offered the frames after each group commit:
+  source/ledger/seal_ahead.py), so its seal, a roll's or one a compaction asks for, writes
+  only its last entries.
 - order across a rollover: while the current ledger is full, appends wait in `_blocked` and
   move to the new ledger in arrival order; the new ledger's writer waits for the old one's
   before its first write, so a crash never keeps a later batch of a stream without an
@@ -45,8 +45,6 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any, Protocol
-
-import pyarrow.fs as pafs
 
 from shadowtopic.core import errors
 from shadowtopic.core.message_id import MessageId
@@ -110,9 +108,8 @@ class GroupCommitWriter:
                  sink: WalSink, pipeline: CommitPipeline | None = None,
                  seal_ahead: bool = True):
         self.config = config
-        # each open ledger's Parquet file written as it fills, where sealed ledgers are
-        # local files (source/ledger/seal_ahead.py)
-        self._seal_ahead = seal_ahead and isinstance(storage.fs, pafs.LocalFileSystem)
+        # each open ledger's Parquet file written as it fills (source/ledger/seal_ahead.py)
+        self._seal_ahead = seal_ahead
         self._sink = sink
         self._pipeline = pipeline  # commits several groups at once (the object WAL)
         self._topic = topic
@@ -436,9 +433,8 @@ class GroupCommitWriter:
             raise
         led = OpenLedger(lid, wal, rel, self._tails.add(lid, wal.path))
         if self._seal_ahead:
-            led.ahead = SealAhead(storage.full(storage.sealed_rel(self._topic, lid,
-                                                                  self._list.epoch)),
-                                  wal.path, lid, self._executor)
+            led.ahead = SealAhead(storage.fs, storage.full(storage.sealed_rel(
+                self._topic, lid, self._list.epoch)), wal.path, lid, self._executor)
         loop_of = (self._write_loop(led) if self._pipeline is None
                    else self._pipelined_loop(led, self._pipeline))
         led.writer = asyncio.create_task(loop_of, name=f"wal-{lid}")

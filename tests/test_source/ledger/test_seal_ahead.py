@@ -13,11 +13,14 @@ import pyarrow.parquet as pq
 import pytest
 from support.ledger_env import Env
 from support.ledger_env import read_all as _read_all
+from support.s3_support import REGION, MotoS3
 
 from shadowtopic import failpoints
 from shadowtopic.core import errors
 from shadowtopic.ledger import sealed, wal
+from shadowtopic.ledger.object_store import S3Options
 from shadowtopic.ledger.seal_ahead import group_ends
+from shadowtopic.ledger.storage import Storage
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
 from shadowtopic.pb.v1 import common_pb2
 
@@ -197,3 +200,38 @@ def test_an_owner_that_ends_leaves_no_file_and_loses_nothing(tmp_path, arun, end
                 await ml.roll()
 
     arun(main())
+
+
+def test_on_an_object_store_the_file_is_written_beside_the_wal_and_copied_by_the_seal(
+        tmp_path, arun, monkeypatch):
+    """A real S3 API (moto's server): the steps write the file on the broker's disk next to
+    the WAL; the seal copies it to the bucket whole and removes it."""
+    batches = _batches(4, 20_000)
+    sent = [raw for b in batches for raw in b]
+    with MotoS3(str(tmp_path)) as moto:
+        for name, value in moto.env.items():
+            monkeypatch.setenv(name, value)
+        bucket = moto.new_bucket()
+        env = Env(tmp_path)
+        env.storage = Storage(f"s3://{bucket}/root", wal_dir=str(tmp_path / "wal"),
+                              s3=S3Options(endpoint=moto.endpoint, region=REGION))
+
+        def local_temps() -> list[str]:
+            return [os.path.join(d, f) for d, _dirs, files in os.walk(tmp_path / "wal")
+                    for f in files if f.endswith(".parquet.tmp")]
+
+        async def main():
+            ml = await env.open()
+            await _append_all(ml, batches)
+            await _until(lambda: any(os.path.getsize(p) > 0 for p in local_temps()))
+            assert not [k for k in moto.keys(bucket) if k.endswith(".tmp")]
+            info = await ml.roll()
+            assert local_temps() == []
+            assert f"root/{info.path}" in moto.keys(bucket)
+            assert info.entries == len(sent)
+            assert [e.raw for e in await _read_all(ml)] == sent  # checked against its crc32c
+            table = pq.read_table(f"{bucket}/root/{info.path}", filesystem=moto.filesystem())
+            assert table.num_rows == len(sent)
+            await ml.close()
+
+        arun(main())
