@@ -100,15 +100,18 @@ class _AppendFile:
         self.path = path
         self._f: BinaryIO | None = None
 
-    def write(self, data: bytes) -> int:
+    def _open(self) -> BinaryIO:
         if self._f is None:
             self._f = open(self.path, "ab")  # noqa: SIM115 - closed by `release`
-        return self._f.write(data)
+        return self._f
+
+    def write(self, data: bytes) -> int:
+        return self._open().write(data)
 
     def fsync(self) -> None:
-        if self._f is not None:
-            self._f.flush()
-            os.fsync(self._f.fileno())
+        f = self._open()
+        f.flush()
+        os.fsync(f.fileno())
 
     def release(self) -> None:
         if self._f is not None:
