@@ -69,7 +69,9 @@ POINTS: dict[str, str] = {
     "ledger.seal.write":
         "a source broker, in the executor thread that writes a ledger's Parquet file, before "
         "it writes: `1*sleep(S)` holds that one seal while the broker goes on (a later "
-        "ledger's seal finishes first, as a slow object store makes happen)",
+        "ledger's seal finishes first, as a slow object store makes happen). A ledger sealed "
+        "ahead (source/ledger/seal_ahead.py) hits it as its seal finishes the file, and "
+        "again if that fails and the seal writes the file whole",
     "ledger.seal_ahead.step":
         "a source broker, in the executor thread of a step of an open ledger's seal-ahead "
         "(source/ledger/seal_ahead.py), before it writes: `1*error(TEXT)` ends that "

@@ -103,11 +103,13 @@ class TopicBuilder:
                  cursor_flush_interval: float, features: list[BrokerFeature],
                  dedup_idle_seconds: float = DEDUP_IDLE_S,
                  encodings: EncodingsPool | None = None,
-                 wal_objects: ObjectWal | None = None):
+                 wal_objects: ObjectWal | None = None,
+                 ahead_executor: Executor | None = None):
         self.store = store
         self.storage = storage
         self.session = session
         self.executor = executor
+        self.ahead_executor = ahead_executor  # open ledgers' seal-ahead steps
         self.entry_cache = entry_cache
         self.cursors = cursors
         self.cursor_flush_interval = cursor_flush_interval
@@ -203,4 +205,5 @@ class TopicBuilder:
                                         lease_ok=self.session.lease_ok,
                                         entry_cache=self.entry_cache,
                                         wal_objects=self.wal_objects,
-                                        open_object=self.open_object)
+                                        open_object=self.open_object,
+                                        ahead_executor=self.ahead_executor)

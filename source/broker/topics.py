@@ -112,6 +112,9 @@ class TopicManager:
         self.storage = storage
         self.session = session
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="ledger-io")
+        # the open ledgers' seal-ahead steps (source/ledger/seal_ahead.py): threads of their
+        # own, so steps of busy topics never queue the WAL's fsyncs behind them
+        self.ahead_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="seal-ahead")
         self.cursors = SnapshotCursorStore(store, storage, self.executor)
         self.cursor_flush_interval = cursor_flush_interval
         # one memory budget for the entries of every topic (source/ledger/entry_cache.py)
@@ -122,7 +125,8 @@ class TopicManager:
         self.features = list(features or ())
         self.builder = TopicBuilder(store, storage, session, self.executor, self.entry_cache,
                                     self.cursors, cursor_flush_interval, self.features,
-                                    dedup_idle_seconds, self.encodings, wal_objects)
+                                    dedup_idle_seconds, self.encodings, wal_objects,
+                                    self.ahead_executor)
         self.builder.on_fenced = self._on_fenced
         self.builder.on_retired = self._on_retired
         self._retiring: set[asyncio.Task] = set()
@@ -341,4 +345,5 @@ class TopicManager:
         for topic in list(self._loaded):
             await self.unload(topic)
         self.executor.shutdown(wait=True)
+        self.ahead_executor.shutdown(wait=True)
         log.info("entry cache: %s", self.entry_cache.describe())

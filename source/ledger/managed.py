@@ -82,7 +82,8 @@ class ManagedLedger:
                  lease_ok: Callable[[], bool] = lambda: True,
                  entry_cache: EntryCache | None = None,
                  wal_objects: ObjectWal | None = None,
-                 open_object: ObjectOpener | None = None, seal_ahead: bool = True):
+                 open_object: ObjectOpener | None = None, seal_ahead: bool = True,
+                 ahead_executor: Executor | None = None):
         self.topic = topic
         self.ledgers_of = topic  # a source reads its own ledgers
         self.store = store
@@ -116,7 +117,7 @@ class ManagedLedger:
         self._writer = GroupCommitWriter(topic, store, storage, executor, config,
                                          self.ledger_list, self.tails, self.dedup,
                                          self._sealer, self, lease_ok, self._notify, sink,
-                                         pipeline, seal_ahead)
+                                         pipeline, seal_ahead, ahead_executor)
 
     @property
     def config(self) -> LedgerConfig:

@@ -7,15 +7,19 @@ compaction asks for the open ledger sealed on its request path: 100,000 new entr
 recompaction waiting a second before Spark started.
 
 - the file: the one a seal writes (source/ledger/sealed.py), at the same temporary name
-  (`.<name>.tmp` beside the sealed file), its row groups cut at frame boundaries (each
-  holds at most `GROUP_ROWS` entries and `GROUP_BYTES` of WAL, so nearly a full group).
+  (`.<name>.tmp` beside the sealed file), the same columns and entries, its row groups
+  cut at frame boundaries: a group ends before the frame that would take it past
+  `GROUP_ROWS` entries or `GROUP_BYTES` of WAL (a larger frame is cut as a seal cuts it),
+  so with the usual batches a group is nearly full, and with batches of very uneven sizes
+  some are small.
 - steps: after each group commit the writer offers the ledger's frame index (`offer`, on
-  the event loop). Once the confirmed frames not yet written fill a row group, one step in
-  the executor reads them back from the WAL (only confirmed frames: fsynced, or in the
-  local copy of the WAL on object storage) and writes them as whole row groups; one step
-  at a time per ledger, and never more than what has filled whole groups. The file is
-  open only during a step (a broker with many open ledgers holds no descriptor for each),
-  and is fsynced once, by the seal.
+  the event loop), and a step that ends offers it again. Once the confirmed frames not yet
+  written fill a row group, one step in the executor it was given (the broker's
+  `seal-ahead` threads, apart from the WAL's fsyncs) reads them back from the WAL (only
+  confirmed frames: fsynced, or in the local copy of the WAL on object storage) and writes
+  them as whole row groups; one step at a time per ledger, and never more than what has
+  filled whole groups. The file is open only during a step (a broker with many open
+  ledgers holds no descriptor for each), and is fsynced once, by the seal.
 - the seal (`finish`): waits for the step under way, writes the frames left, fsyncs the
   file, checks its footer and renames it as a seal from the WAL does; the caller then marks
   the ledger SEALED. Nothing reads the temporary file before that.
@@ -26,7 +30,8 @@ recompaction waiting a second before Spark started.
 - on an object store the file is written beside the WAL (`.<name>.tmp` in the WAL's
   directory, on the broker's disk: an object appears whole only when its stream closes)
   and the seal copies it to the store in one stream, checks it there and removes the local
-  file; the local file of a crashed broker goes with the next sweep of its WAL directory.
+  file. A crashed broker's local file stays on its disk until that broker sweeps the
+  topic's WAL directory, as it owns the topic again (as its WALs do).
 """
 from __future__ import annotations
 
@@ -101,8 +106,10 @@ class _AppendFile:
         self._f: BinaryIO | None = None
 
     def _open(self) -> BinaryIO:
-        if self._f is None:
-            self._f = open(self.path, "ab")  # noqa: SIM115 - closed by `release`
+        if self._f is None:  # never created again here: one a sweep removed fails the step
+            f = open(self.path, "r+b")  # noqa: SIM115 - closed by `release`
+            f.seek(0, os.SEEK_END)
+            self._f = f
         return self._f
 
     def write(self, data: bytes) -> int:
@@ -143,6 +150,8 @@ class SealAhead:
         self._writer: LedgerWriter | None = None
         self.frames_written = 0
         self._step: asyncio.Future[int] | None = None
+        self._frames: walmod.FrameIndex | None = None  # the ledger's, as last offered
+        self._stopping = False  # finish or discard began: no step starts
         self.ended = False  # failed or discarded: the seal writes the whole ledger
 
     # ---- on the event loop -------------------------------------------------------------
@@ -150,7 +159,8 @@ class SealAhead:
     def offer(self, frames: walmod.FrameIndex) -> None:
         """The ledger confirmed entries: write the frames that fill row groups, unless a
         step is under way (the next offer starts the next one)."""
-        if self.ended or self._step is not None:
+        self._frames = frames
+        if self.ended or self._stopping or self._step is not None:
             return
         ends = group_ends(frames, self.frames_written)
         if not ends:
@@ -173,6 +183,8 @@ class SealAhead:
                      self._ledger_id, exc)
             return
         self.frames_written = step.result()
+        if self._frames is not None:  # what filled meanwhile, without waiting for a commit
+            self.offer(self._frames)
 
     async def _settled(self) -> None:
         while self._step is not None:
@@ -183,6 +195,7 @@ class SealAhead:
         """The ledger takes no more appends (`frames` holds its `count` entries): write
         the rest, fsync, check and rename the file to `path`. Raises (and removes the file)
         when the seal-ahead ended or this fails: the caller seals from the WAL."""
+        self._stopping = True
         await self._settled()
         if self.ended:
             raise RuntimeError("sealing ahead ended")
@@ -192,11 +205,16 @@ class SealAhead:
             self._executor, self._finish, window, count)
 
     async def discard(self) -> None:
-        """Stop and remove the file (the ledger is sealed whole, or not here)."""
+        """Stop and remove the file (the ledger is sealed whole, or not here). Never raises."""
+        self._stopping = True
         await self._settled()
         self.ended = True
         if self._file is not None:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._drop)
+            try:
+                await asyncio.get_running_loop().run_in_executor(self._executor, self._drop)
+            except Exception as exc:  # noqa: BLE001 - the sweep of the next owner removes it
+                log.warning("ledger %d: could not remove its file sealed ahead: %s",
+                            self._ledger_id, exc)
 
     # ---- in the executor ---------------------------------------------------------------
 
@@ -258,10 +276,15 @@ class SealAhead:
         return res
 
     def _drop(self) -> None:
-        if self._writer is not None:
-            self._writer.abort()
-        if self._file is not None:
-            self._file.release()
-        self._file = self._writer = None
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(self._tmp)
+        """Forget the file and remove it; never raises (a full disk may have failed the
+        writes that brought us here, the removal still happens)."""
+        try:
+            if self._writer is not None:
+                self._writer.abort()
+            if self._file is not None:
+                with contextlib.suppress(OSError):
+                    self._file.release()
+        finally:
+            self._file = self._writer = None
+            with contextlib.suppress(OSError):
+                os.remove(self._tmp)

@@ -7,7 +7,8 @@ the same columns. A row group closes at `GROUP_BYTES` of raw or `GROUP_ROWS` ent
 whichever comes first (8,000 entries of 130 bytes; a few of 1 MiB): a read by id touches
 one row group of about a MiB, found from the footer's row counts, and a scan (Spark,
 pyarrow, DuckDB) pays the per-group cost once per MiB, not once per 1,024 entries. Files
-sealed with 1,024-entry groups read the same way. Spark reads only the columns it needs.
+sealed with 1,024-entry groups, and files sealed ahead (their groups close at frame
+boundaries: source/ledger/seal_ahead.py), read the same way. Spark reads only the columns it needs.
 Integrity: Parquet page checksums, plus the crc32c of the whole file recorded in the ledger
 list (streamed through when a broker first opens the file; a mismatch is `ChecksumError`);
 row groups are then read from the file on demand, so an open reader holds a file handle,
@@ -138,6 +139,13 @@ class _Sink:
         self.closed = True
 
 
+class _Nowhere:
+    """Where an aborted file's last bytes go."""
+
+    def write(self, data: bytes, /) -> int:
+        return len(data)
+
+
 class LedgerWriter:
     """A sealed ledger's Parquet file as it is written to `out`: the entries of runs
     ((publish_ms, raws) in entry order) cut into row groups (`add`); `cut` writes the row
@@ -190,12 +198,24 @@ class LedgerWriter:
                           self._first or 0, self._last or 0)
 
     def abort(self) -> None:
-        """Drop what is not written (an error ends the file; the caller removes it)."""
+        """Drop what is not written (an error ends the file; the caller removes it). The
+        writer's close still emits its last column chunks and footer: they go nowhere, so
+        an abort never writes (a full disk cannot fail it)."""
         self._group = _RowGroup(self._group.ledger_id, self._group.base)
+        self._detach()
         try:
             self._writer.close()
         except Exception:  # noqa: BLE001 - the first error is the one to report
             pass
+
+    def _detach(self) -> None:
+        self.sink.out = _Nowhere()
+        self.sink.on_write = None
+
+    def __del__(self) -> None:
+        # abandoned (its owner gone without close or abort: a fenced broker's seal-ahead):
+        # pyarrow's writer closes itself when collected, and writes nothing anywhere
+        self._detach()
 
 
 def _write(out: _Writable, ledger_id: int, runs: Iterable[tuple[int, Sequence[Buffer]]],

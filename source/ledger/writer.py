@@ -106,10 +106,12 @@ class GroupCommitWriter:
                  tails: Tails, dedup: DedupMap, seals: Seals, fencing: Fencing,
                  lease_ok: Callable[[], bool], on_entries: Callable[[], None],
                  sink: WalSink, pipeline: CommitPipeline | None = None,
-                 seal_ahead: bool = True):
+                 seal_ahead: bool = True, ahead_executor: Executor | None = None):
         self.config = config
-        # each open ledger's Parquet file written as it fills (source/ledger/seal_ahead.py)
+        # each open ledger's Parquet file written as it fills (source/ledger/seal_ahead.py),
+        # in threads of its own where the broker gives them (not the WAL's fsync threads)
         self._seal_ahead = seal_ahead
+        self._ahead_executor = ahead_executor or executor
         self._sink = sink
         self._pipeline = pipeline  # commits several groups at once (the object WAL)
         self._topic = topic
@@ -434,7 +436,7 @@ class GroupCommitWriter:
         led = OpenLedger(lid, wal, rel, self._tails.add(lid, wal.path))
         if self._seal_ahead:
             led.ahead = SealAhead(storage.fs, storage.full(storage.sealed_rel(
-                self._topic, lid, self._list.epoch)), wal.path, lid, self._executor)
+                self._topic, lid, self._list.epoch)), wal.path, lid, self._ahead_executor)
         loop_of = (self._write_loop(led) if self._pipeline is None
                    else self._pipelined_loop(led, self._pipeline))
         led.writer = asyncio.create_task(loop_of, name=f"wal-{lid}")

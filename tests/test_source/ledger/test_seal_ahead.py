@@ -1,6 +1,7 @@
 """Sealing ahead (source/ledger/seal_ahead.py): an open ledger's Parquet file is written as
-the ledger fills, and its seal writes only the rest. The file it seals is the one a seal
-from the WAL writes; a failed step, a crash or a close leaves nothing behind."""
+the ledger fills, and its seal writes only the rest. The file it seals holds the columns and
+entries a seal from the WAL writes (its row groups cut at frame boundaries); a failed step,
+a crash or a close leaves nothing behind."""
 from __future__ import annotations
 
 import asyncio
@@ -116,7 +117,7 @@ def test_group_ends_cut_whole_frames_into_row_groups():
         assert entry(n) - entry(k) < sealed.GROUP_ROWS and byte(n) - byte(k) < sealed.GROUP_BYTES
 
 
-def test_a_ledger_sealed_ahead_is_the_file_a_whole_seal_writes(tmp_path, arun, caplog):
+def test_a_ledger_sealed_ahead_holds_what_a_whole_seal_writes(tmp_path, arun, caplog):
     caplog.set_level(logging.INFO, "shadowtopic.ledger.managed")
     batches = _batches(1, 30_000)
     sent = [raw for b in batches for raw in b]
@@ -235,3 +236,26 @@ def test_on_an_object_store_the_file_is_written_beside_the_wal_and_copied_by_the
             await ml.close()
 
         arun(main())
+
+
+def test_an_aborted_file_writes_nothing_more():
+    """A seal-ahead dropped on a full disk must not write again (its close would raise and
+    leave the file): the writer's abort sends its last column chunks and footer nowhere."""
+    class Recording:
+        def __init__(self):
+            self.writes = 0
+
+        def write(self, data):
+            self.writes += 1
+            return len(data)
+
+    out = Recording()
+    writer = sealed.LedgerWriter(out, 7)
+    raws = _records(random.Random(9), 3_000)
+    writer.add([(100, raws)])
+    writer.cut()
+    writer.add([(101, raws[:50])])  # a group filling, not written
+    before = out.writes
+    assert before > 0
+    writer.abort()
+    assert out.writes == before
