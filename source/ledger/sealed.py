@@ -279,13 +279,18 @@ def publish_remote(fs: pafs.FileSystem, local: str, path: str, res: SealResult,
                     out.write(chunk)
             _check(fs, path, res, expect)
         except BaseException:
-            try:
-                fs.delete_file(path)
-            except OSError:
-                pass
+            _delete_object(fs, path)
             raise
     finally:
         _remove(local)
+
+
+def _delete_object(fs: pafs.FileSystem, path: str) -> None:
+    """A failed write's object goes (the ledger is not SEALED: nobody reads it)."""
+    try:
+        fs.delete_file(path)
+    except OSError:
+        pass
 
 
 def write_runs(fs: pafs.FileSystem, path: str, runs: Iterable[tuple[int, Sequence[Buffer]]],
@@ -315,10 +320,7 @@ def write_runs(fs: pafs.FileSystem, path: str, runs: Iterable[tuple[int, Sequenc
                     res = _write(out, ledger_id, runs, on_write)
                 _check(fs, path, res, expect)
             except BaseException:
-                try:
-                    fs.delete_file(path)
-                except OSError:
-                    pass
+                _delete_object(fs, path)
                 raise
     finally:
         release_memory()
