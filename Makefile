@@ -46,8 +46,13 @@ run: install
 # timing-sensitive tests were made to wait on conditions, was no faster with 4.
 TEST_WORKERS ?= 4
 
-test: install lint typecheck
-	$(VPY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not bench_smoke_long and not spark_cluster"
+# mypy (about 30 s cold, as on a clean clone) runs beside the tests, its output printed after
+# theirs; `make test` fails when either does.
+test: install lint
+	@$(VENV)/bin/mypy -p shadowtopic > $(VENV)/typecheck.log 2>&1 & types=$$!; \
+	$(VPY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not bench_smoke_long and not spark_cluster"; tests=$$?; \
+	wait $$types; typed=$$?; echo "mypy -p shadowtopic:"; cat $(VENV)/typecheck.log; \
+	test $$tests -eq 0 && test $$typed -eq 0
 
 # Compaction on Spark with executors apart from the driver: a real standalone cluster (a
 # master and two workers by spark-class, an S3 root on moto) and `local-cluster[2,1,1024]`:
