@@ -50,16 +50,17 @@ TEST_WORKERS ?= 4
 # theirs; `make test` fails when either does.
 test: install lint
 	@$(VENV)/bin/mypy -p shadowtopic > $(VENV)/typecheck.log 2>&1 & types=$$!; \
-	$(VPY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not bench_smoke_long and not spark_cluster"; tests=$$?; \
+	$(VPY) -m pytest -q tests -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not bench_smoke_long and not spark_cluster and not worker_restarts"; tests=$$?; \
 	wait $$types; typed=$$?; echo "mypy -p shadowtopic:"; cat $(VENV)/typecheck.log; \
 	test $$tests -eq 0 && test $$typed -eq 0
 
 # Compaction on Spark with executors apart from the driver: a real standalone cluster (a
 # master and two workers by spark-class, an S3 root on moto) and `local-cluster[2,1,1024]`:
 # about 1.5 minutes alone, but their JVMs slowed the whole of `make test` on 2 cores by
-# minutes, so they run here.
+# minutes, so they run here. So do the tests that kill compaction workers and start the next
+# ones (K16, F15 in tests/test_integration/test_compaction_failpoints.py): 150 s of a worker.
 test-cluster: install
-	$(VPY) -m pytest -q tests -m spark_cluster
+	$(VPY) -m pytest -q tests -m "spark_cluster or worker_restarts"
 
 # Every part of `make bench` at a tiny size, the long ones included (tests/test_bench/): minutes.
 bench-smoke: install

@@ -88,6 +88,7 @@ def _rerun_finished(etcd, c, b: BrokerProcess, topic: str, job: str, items: list
 
 
 @pytest.mark.slow
+@pytest.mark.worker_restarts
 def test_killed_workers_leave_the_old_view_and_a_rerun_finishes(etcd_server, tmp_path,
                                                                 paused_cluster, topic):
     """K16, both crashes, one after the other on one topic: kill -9 the worker while Spark
@@ -266,6 +267,7 @@ def _jvm_of(pid: int) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.worker_restarts
 def test_f15_a_worker_whose_spark_jvm_dies_exits_and_its_job_runs_on_the_next(etcd_server,
                                                                              tmp_path, paused,
                                                                              topic):
