@@ -102,7 +102,7 @@ def pytest_collection_modifyitems(config, items):
 #: last, and two test processes waited for the third (~50 s of a 966 s run). Rough figures
 #: are enough; a file not listed counts 2 s per test in tests/test_integration, 0.1 else.
 SLOW_FILES = {
-    "tests/test_integration/test_compaction_failpoints.py": 158,
+    "tests/test_integration/test_compaction_failpoints.py": 45,
     "tests/test_integration/test_iceberg_tables.py": 104,
     "tests/test_bench/test_bench_smoke.py": 99,
     "tests/test_integration/test_standalone.py": 89,
