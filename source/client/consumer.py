@@ -26,6 +26,9 @@ as they arrive, so events act at once and in stream order:
 
 A partition whose stream breaks, or that the broker ends with a retriable error, subscribes
 again by itself (consumer_resume.py; the design and the at-least-once window: reconnect.py).
+Acknowledgements leave through the consumer's `AckSender` (consumer_acks.py), which waits for
+receipts and remembers acks for a reconnect; its partitions and their handles are its
+`Handles` (consumer_handles.py).
 
 Frames wait in an `Inbox` (inbox.py), decoded one at a time, fields parsed on access
 (message.py); `receive` takes a message of the current frame without the lock.
@@ -44,25 +47,26 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Unpack
 
 from shadowtopic.client.ack_timeout import AckTimer, check_ack_timeout
-from shadowtopic.client.acks import AckReceipts, ReceiptCallback, wait_for_receipt
+from shadowtopic.client.acks import ReceiptCallback, wait_for_receipt
 from shadowtopic.client.admin import position_pb
 from shadowtopic.client.connection import Connection
-from shadowtopic.client.consumer_part import Command, Part
-from shadowtopic.client.consumer_resume import ConsumerResume
+from shadowtopic.client.consumer_acks import AckSender
+from shadowtopic.client.consumer_handles import Handles
+from shadowtopic.client.consumer_part import WAIT_SLICE_S, Command, Part, wait_answers
+from shadowtopic.client.consumer_resume import ResumeHooks, Resumer
 from shadowtopic.client.dead_letter import DeadLetters
 from shadowtopic.client.inbox import Batch, Inbox
 from shadowtopic.client.listener import Listeners
 from shadowtopic.client.message import Message
 from shadowtopic.client.options import check_max_messages, check_options, parse_consumer_type
 from shadowtopic.client.read_position import ReadPosition
-from shadowtopic.client.reconnect import Owner, Reconnector
+from shadowtopic.client.reconnect import Reconnector
 from shadowtopic.client.redelivery import Redelivery
 from shadowtopic.client.retry_letter import RetryLetters
 from shadowtopic.client.seek import SeekResult, seek_targets
@@ -73,8 +77,6 @@ from shadowtopic.core.names import TopicName
 from shadowtopic.pb.v1 import common_pb2, consumer_pb2
 
 log = logging.getLogger(__name__)
-
-WAIT_SLICE_S = 0.2  # a blocked receive wakes this often, so Ctrl-C interrupts it promptly
 
 
 def _call_active_change(callback: Callable[[bool], None], active: bool) -> None:
@@ -126,7 +128,7 @@ class ConsumerControl:
     finish_close: Callable[[list[Part] | None, float], None]
 
 
-class Consumer(ConsumerResume):
+class Consumer:
     def __init__(self, conn: Connection, mux: Multiplexer, topic: str, partitions: int,
                  subscription_name: str, consumer_type: str = "exclusive",
                  initial_position: str | MessageId | int = "latest", consumer_name: str = "",
@@ -162,7 +164,7 @@ class Consumer(ConsumerResume):
         if not isinstance(ack_receipt, bool):
             raise errors.InvalidArgument(f"ack_receipt must be True or False, got {ack_receipt!r}")
         self._ack_receipt = ack_receipt
-        self._receipts = AckReceipts()
+        self._acks = AckSender(remember=reconnector is not None)
         self.topic = topic
         self.subscription_name = subscription_name
         self.consumer_name = consumer_name
@@ -181,9 +183,6 @@ class Consumer(ConsumerResume):
         self._flow_at = max(1, receiver_queue_size // 2)  # permits go up again past this
         self._error: errors.ShadowTopicError | None = None  # once set, receive raises it
         self._reconnector = reconnector
-        self._owner = Owner(topic, self._resume, self._give_up)
-        # remembered acks, oldest first (consumer_resume)
-        self._acked: OrderedDict[tuple[int, int, int], None] = OrderedDict()
         self._redelivery = (None if not ack_timeout_ms and dead_letters is None else Redelivery(
             ack_timeout_ms, dead_letters, ack_timer or AckTimer(), again=self._ask_again,
             current=self._current, retry=self._renack,
@@ -197,34 +196,29 @@ class Consumer(ConsumerResume):
             if durable else consumer_pb2.Subscribe(start=start, start_inclusive=inclusive,
                                                    read_compacted=read_compacted))
         # keeps `_closed` (see there)
-        self._sink = sink = _Sink(self, receiver_queue_size, self._on_item)
+        self._sink = _Sink(self, receiver_queue_size, self._on_item)
+        self._handles = Handles(self._sink, message_listener)
+        self._resumer = Resumer(topic, self._cond, self._handles, self._acks, reconnector,
+                                ResumeHooks(
+                                    closed=lambda: self._closed,
+                                    ended=lambda: self._closed or self._error is not None,
+                                    fail=self._fail, subscribe_pb=self._subscribe_pb,
+                                    reopened=lambda p: self._flow(p, self._queue_size),
+                                    notify=self._notify,
+                                    sync_position=self._inbox.sync_position))
         names = [topic] if partitions == 0 else [f"{topic}-partition-{i}"
                                                    for i in range(partitions)]
-        self._parts: dict[int, Part] = {}
         with self._cond:
             try:
                 for i, name in enumerate(names):
-                    handle = mux.register(sink if message_listener is None else message_listener,
-                                           name)
                     index = i if partitions else TopicName.parse(name).partition_index
-                    self._parts[handle] = part = Part(name, index, handle, mux)
-                    if not durable:
-                        part.position = ReadPosition()
-                    if message_listener is not None:
-                        message_listener.add(sink, part)
-            except BaseException:
-                self._closed = True
-                self._abandon(list(self._parts.values()))
-                raise
-            self._by_index = {p.index: p for p in self._parts.values()}
-            try:
-                for p in self._parts.values():
+                    self._handles.open(mux, name, index, reader=not durable)
+                for p in self._handles:
                     p.waits["subscribe"] = None
-                    mux.send(consumer_pb2.ClientCommand(handle=p.handle,
-                                                        subscribe=self._subscribe_pb(p)))
+                    p.send(subscribe=self._subscribe_pb(p))
             except BaseException:
                 self._closed = True
-                self._abandon(list(self._parts.values()))
+                self._abandon(list(self._handles))
                 raise
         if controls is not None:
             controls.append(ConsumerControl(self, self._await_subscribed, self._start_close,
@@ -254,7 +248,7 @@ class Consumer(ConsumerResume):
         """Wait (until `deadline`, a monotonic time) for the broker's answers to the
         subscribes, then flow; on a refusal leave every partition and raise it."""
         with self._cond:
-            parts = list(self._parts.values())
+            parts = list(self._handles)
             try:
                 answers = self._wait_answers(parts, "subscribe",
                                              max(0.0, deadline - time.monotonic()),
@@ -288,17 +282,22 @@ class Consumer(ConsumerResume):
     def _closed(self, value: bool) -> None:
         self._sink.closed = value
 
+    def _fail(self, err: errors.ShadowTopicError) -> None:
+        """`receive` raises `err` from now on, unless closed or failed already."""
+        if not self._closed and self._error is None:
+            self._error = err
+
     # ---- the stream's receive thread ---------------------------------------------------
 
     def _on_item(self, handle: int, item: Delivery | Exception) -> None:
         with self._cond:
-            p = self._parts.get(handle)
+            p = self._handles.get(handle)
             if p is None:
                 return
             if isinstance(item, Exception):  # the stream ended: every handle with it
                 err = (item if isinstance(item, errors.ShadowTopicError)
                        else errors.ConnectError(str(item)))
-                if not self._broken(p, err):
+                if not self._resumer.broken(p, err):
                     self._end(p, err)
                 self._notify()
                 return
@@ -319,7 +318,7 @@ class Consumer(ConsumerResume):
             p.consumed = 0
             if p.position is not None:
                 p.position.seeked(MessageId.from_pb(sd.position))
-            self._forget_acks(p)
+            self._acks.forget(p)
             if self._redelivery is not None:
                 self._redelivery.dropped(p.index)
             if p.state == "open" and not self._closed:
@@ -344,9 +343,9 @@ class Consumer(ConsumerResume):
             if command in ("seek", "unsubscribe"):
                 p.answer(command, err)
             elif command == "ack" and ev.warning.details.get("request_id", "").isdigit():
-                self._receipts.answer(int(ev.warning.details["request_id"]), err)
+                self._acks.receipts.answer(int(ev.warning.details["request_id"]), err)
         elif kind == "ack_receipt":
-            self._receipts.answer(ev.ack_receipt.request_id, None)
+            self._acks.receipts.answer(ev.ack_receipt.request_id, None)
         elif kind == "error":
             err = _typed(ev.error)
             if isinstance(err, errors.SubscriptionNotFound) and p.answer(
@@ -356,7 +355,7 @@ class Consumer(ConsumerResume):
             # a refused seek or unsubscribe (ConsumerBusy, ...): that command fails and the
             # consumer goes on; any other error ends the handle
             if not (p.answer("unsubscribe", err) or p.answer("seek", err)
-                    or self._broken(p, err)):
+                    or self._resumer.broken(p, err)):
                 self._end(p, err)
         elif kind == "closed":
             answered = [k for k in ("unsubscribe", "close") if p.answer(k, ev.closed)]
@@ -372,12 +371,12 @@ class Consumer(ConsumerResume):
         # marked the partition open (it then leaves it ended); unanswered, the error answers
         # the subscribe below and the waiting thread decides (a resume tries again)
         answered = p.state == "subscribing" and p.waits.get("subscribe", 0) is not None
-        if (p.state == "open" or answered) and not self._closed and self._error is None:
-            self._error = err
+        if p.state == "open" or answered:
+            self._fail(err)
         p.state = "ended"
         for kind in p.waits:
             p.answer(kind, err)
-        self._receipts.fail(err, p.handle)
+        self._acks.receipts.fail(err, p.handle)
 
     # ---- helpers (called with the condition held) ----------------------------------------
 
@@ -391,45 +390,19 @@ class Consumer(ConsumerResume):
                 wake()
 
     def _flow(self, p: Part, permits: int) -> None:
-        try:
-            p.mux.send(consumer_pb2.ClientCommand(handle=p.handle,
-                                                  flow=consumer_pb2.Flow(permits=permits)))
-        except errors.ShadowTopicError:  # the stream is gone; the sink hears it too
-            pass
+        p.send_quietly(flow=consumer_pb2.Flow(permits=permits))
 
     def _wait_answers(self, parts: list[Part], kind: str, timeout: float | None,
                       what: str) -> list[object]:
-        """Wait (condition held) until the broker answered `kind` on each of `parts` (their
-        `waits[kind]` is set); return the answers. `Timeout` after `timeout` seconds,
-        `AlreadyClosed` when the consumer is closed meanwhile (unless this is the close)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            while any(p.waits.get(kind) is None for p in parts):
-                if self._closed and kind != "close":
-                    raise errors.AlreadyClosed("consumer is closed")
-                remaining = WAIT_SLICE_S
-                if deadline is not None:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise errors.Timeout(f"{what} timed out after {timeout:g}s")
-                    remaining = min(left, WAIT_SLICE_S)
-                self._cond.wait(remaining)
-            return [p.waits[kind] for p in parts]
-        finally:
-            for p in parts:
-                p.waits.pop(kind, None)
+        return wait_answers(self._cond, parts, kind, timeout, what, lambda: self._closed)
 
     def _abandon(self, parts: list[Part]) -> None:
         """Leave `parts` without waiting (a subscribe that failed)."""
         for p in parts:
             if p.state != "ended":
-                try:
-                    p.mux.send(consumer_pb2.ClientCommand(handle=p.handle,
-                                                          close=consumer_pb2.CloseHandle()))
-                except errors.ShadowTopicError:
-                    pass
+                p.send_quietly(close=consumer_pb2.CloseHandle())
             p.state = "ended"
-            p.mux.unregister(p.handle)
+            self._handles.unregister(p)
         if self._events is not None:
             self._events.shutdown(wait=False)
 
@@ -492,7 +465,7 @@ class Consumer(ConsumerResume):
 
     def _keep(self, b: Batch, msg: Message) -> bool:
         """A message of a batch that is not plain: whether it is returned."""
-        if self._acked_already(b.part, msg):
+        if self._acks.acked_already(b.part, msg):
             return False  # came again after a reconnect: acknowledged again instead
         if self._redelivery is not None:
             self._redelivery.received(msg, b.epoch)
@@ -501,7 +474,7 @@ class Consumer(ConsumerResume):
     def _part_for(self, message: Message | MessageId | str) -> tuple[Part, MessageId]:
         if isinstance(message, Message):  # received: its id needs no checking
             mid = message.message_id
-            p = self._by_index.get(mid.partition)
+            p = self._handles.by_index.get(mid.partition)
             if p is not None:
                 return p, MessageId(mid.ledger_id, mid.entry_id)
         elif isinstance(message, MessageId):
@@ -510,10 +483,10 @@ class Consumer(ConsumerResume):
             mid = MessageId.parse(message)
         else:
             raise errors.InvalidArgument(f"expected a Message or a MessageId, got {message!r}")
-        p = self._by_index.get(mid.partition)
+        p = self._handles.by_index.get(mid.partition)
         if p is None:
-            if mid.partition < 0 and len(self._parts) == 1:
-                p = next(iter(self._parts.values()))
+            if mid.partition < 0 and len(self._handles) == 1:
+                p = next(iter(self._handles))
             elif mid.partition < 0:
                 raise errors.InvalidArgument(f"message id {mid} names no partition of "
                                              f"{self.topic} (use the id of a received message)")
@@ -522,9 +495,6 @@ class Consumer(ConsumerResume):
                                              f"not one this consumer reads")
         return p, MessageId.checked(mid.ledger_id, mid.entry_id)
 
-    def _send(self, p: Part, **command: Unpack[Command]) -> None:
-        p.mux.send(consumer_pb2.ClientCommand(handle=p.handle, **command))
-
     def _command(self, parts: list[Part], kind: str,
                  **command: Unpack[Command]) -> list[object]:
         """Send a command that the broker answers to each of `parts`, wait for the answers
@@ -532,7 +502,7 @@ class Consumer(ConsumerResume):
         try:
             for p in parts:
                 p.waits[kind] = None
-                self._send(p, **command)
+                p.send(**command)
             answers = self._wait_answers(parts, kind, self._conn.timeout, kind)
         finally:
             for p in parts:
@@ -562,7 +532,7 @@ class Consumer(ConsumerResume):
     def is_active(self) -> bool | None:
         """Exclusive / Failover: whether this consumer gets the messages (of at least one of
         its partitions); None until the broker said."""
-        states = [p.active for p in self._parts.values() if p.active is not None]
+        states = [p.active for p in self._handles if p.active is not None]
         return None if not states else any(states)
 
     def receive(self, timeout: float | None = None) -> Message:
@@ -620,7 +590,7 @@ class Consumer(ConsumerResume):
         `receive` does."""
         with self._cond:
             self._check()
-            return sorted(((p.topic, p.index) for p in self._parts.values()),
+            return sorted(((p.topic, p.index) for p in self._handles),
                           key=lambda t: t[1])
 
     def read_positions(self) -> list[tuple[str, ReadPosition]]:
@@ -628,8 +598,7 @@ class Consumer(ConsumerResume):
         with self._cond:
             self._check()
             self._inbox.sync_position()
-            return [(p.topic, p.position) for p in self._parts.values()
-                    if p.position is not None]
+            return [(p.topic, p.position) for p in self._handles if p.position is not None]
 
     def poll_batch(self, max_messages: int) -> list[Message]:
         """Up to `max_messages` messages that are here now, without waiting (an empty list
@@ -677,14 +646,14 @@ class Consumer(ConsumerResume):
             self._check()
             if message.__class__ is Message:  # received: its id needs no checking
                 mid = message.message_id
-                p = self._by_index.get(mid[2])
+                p = self._handles.by_index.get(mid[2])
                 if p is None:
                     p, mid = self._part_for(message)
             else:
                 p, mid = self._part_for(message)
             if self._redelivery is not None:
                 self._redelivery.acked(p.index, mid)
-            self._send_ack(p, mid[0], mid[1])
+            self._acks.send(p, mid[0], mid[1])
 
     def acknowledge_async(self, message: Message | MessageId,
                           callback: ReceiptCallback | None) -> None:
@@ -701,9 +670,9 @@ class Consumer(ConsumerResume):
             if self._redelivery is not None:
                 self._redelivery.acked(p.index, mid)
             if self._ack_receipt and callback is not None:
-                self._send_ack_receipt(p, mid.ledger_id, mid.entry_id, False, callback)
+                self._acks.send_with_receipt(p, mid.ledger_id, mid.entry_id, False, callback)
                 return
-            self._send_ack(p, mid.ledger_id, mid.entry_id)
+            self._acks.send(p, mid.ledger_id, mid.entry_id)
         if callback is not None:
             callback(None)
 
@@ -735,10 +704,10 @@ class Consumer(ConsumerResume):
             if self._reconnector is not None:  # sent again after a reconnect
                 p.cum_acked = max(p.cum_acked or (0, 0), (mid.ledger_id, mid.entry_id))
             if self._ack_receipt and callback is not None:
-                self._send_ack_receipt(p, mid.ledger_id, mid.entry_id, True, callback)
+                self._acks.send_with_receipt(p, mid.ledger_id, mid.entry_id, True, callback)
                 return
             if p.state != "reconnecting":
-                self._resend(p, ack=consumer_pb2.Ack(ids=[mid.to_pb()], cumulative=True))
+                p.send_quietly(ack=consumer_pb2.Ack(ids=[mid.to_pb()], cumulative=True))
         if callback is not None:
             callback(None)
 
@@ -758,7 +727,7 @@ class Consumer(ConsumerResume):
     def _nack(self, p: Part, mid: MessageId, delay_ms: int) -> None:
         if p.state == "reconnecting":
             return  # not acknowledged: it comes again after the reconnect anyway
-        self._send(p, nack=consumer_pb2.Nack(ids=[mid.to_pb()], delay_ms=delay_ms))
+        p.send(nack=consumer_pb2.Nack(ids=[mid.to_pb()], delay_ms=delay_ms))
 
     def reconsume_later(self, message: Message, delay_s: float,
                         properties: dict[str, str] | None = None) -> None:
@@ -782,7 +751,7 @@ class Consumer(ConsumerResume):
     def _current(self, msg: Message, epoch: int) -> bool:
         """`msg` (received in the partition's `epoch`) was not dropped since."""
         with self._cond:
-            p = self._by_index.get(msg.message_id.partition)
+            p = self._handles.by_index.get(msg.message_id.partition)
             return (not self._closed and p is not None and p.epoch == epoch
                     and p.state == "open")
 
@@ -814,9 +783,9 @@ class Consumer(ConsumerResume):
                 self._redelivery.dropped()
             dropped = self._inbox.drop()  # what was buffered: its permits go back
             shared = self.consumer_type in ("shared", "key_shared")
-            for p in self._parts.values():
+            for p in self._handles:
                 if p.state == "open":
-                    self._send(p, redeliver=consumer_pb2.RedeliverUnacknowledged())
+                    p.send(redeliver=consumer_pb2.RedeliverUnacknowledged())
                     if shared and dropped.get(p.handle):
                         # (Exclusive / Failover rewind: the broker's seek_done re-flows)
                         self._flow(p, dropped[p.handle])
@@ -830,7 +799,7 @@ class Consumer(ConsumerResume):
         any was). Messages received before the seek are dropped."""
         with self._seek_lock, self._cond:
             self._check()
-            pos, targets = seek_targets(position, self._by_index)
+            pos, targets = seek_targets(position, self._handles.by_index)
             self._check_open(targets)
             answers = self._command(targets, "seek", seek=consumer_pb2.Seek(position=pos))
             landed = []
@@ -846,8 +815,8 @@ class Consumer(ConsumerResume):
         open."""
         with self._seek_lock, self._cond:
             self._check()
-            self._check_open([p for p in self._parts.values() if p.state != "ended"])
-            parts = [p for p in self._parts.values() if p.state == "open"]
+            self._check_open([p for p in self._handles if p.state != "ended"])
+            parts = [p for p in self._handles if p.state == "open"]
             self._command(parts, "unsubscribe", unsubscribe=consumer_pb2.Unsubscribe())
         if self._retry is not None:  # the retry topic's subscription goes too
             self._retry.unsubscribe()
@@ -873,11 +842,11 @@ class Consumer(ConsumerResume):
             self._closed = True
             self._notify()
             sent = []
-            for p in self._parts.values():
+            for p in self._handles:
                 if p.state in ("ended", "reconnecting"):  # nothing on a broker to close
                     continue
                 try:
-                    self._send(p, close=consumer_pb2.CloseHandle())
+                    p.send(close=consumer_pb2.CloseHandle())
                 except errors.ShadowTopicError:  # the stream is gone: nothing to close there
                     continue
                 p.waits["close"] = None
@@ -894,12 +863,12 @@ class Consumer(ConsumerResume):
             except errors.Timeout:
                 pass
             finally:
-                for p in self._parts.values():
+                for p in self._handles:
                     p.state = "ended"
                 self._inbox.drop()
-        for p in list(self._parts.values()):
-            p.mux.unregister(p.handle)
-        self._receipts.fail(errors.AlreadyClosed("the consumer closed before the broker's ack "
+        for p in self._handles:
+            self._handles.unregister(p)
+        self._acks.receipts.fail(errors.AlreadyClosed("the consumer closed before the broker's ack "
                                                  "receipt came (the ack may be applied)"))
         if self._events is not None:
             self._events.shutdown(wait=False)

@@ -14,7 +14,7 @@ from shadowtopic.pb.v1 import consumer_pb2
 
 
 def handle_of(consumer) -> int:
-    return next(iter(consumer._parts))
+    return next(iter(consumer._handles.by_handle))
 
 
 def receipt(cmd) -> list:

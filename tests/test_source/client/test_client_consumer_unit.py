@@ -34,7 +34,7 @@ TOPIC = "persistent://public/default/t"
 
 
 def handle_of(consumer: Consumer, index: int = -1) -> int:
-    return consumer._by_index[index].handle
+    return consumer._handles.by_index[index].handle
 
 
 # ---- argument parsing, no network ----------------------------------------------------------

@@ -20,7 +20,7 @@ def fake(fake: FakeBroker) -> FakeBroker:
 
 def test_a_frame_naming_every_partition_of_a_consumer_reaches_each_partition(fake, client):
     c = client.subscribe("t", "sub")
-    handles = [c._by_index[i].handle for i in (0, 1)]
+    handles = [c._handles.by_index[i].handle for i in (0, 1)]
     fake.push(consumer_pb2.ServerFrame(handles=handles, entries=[entry(1, 0)]))
     got = sorted(c.receive(timeout=5).topic for _ in range(2))
     assert got == [f"{TOPIC}-partition-0", f"{TOPIC}-partition-1"]

@@ -185,7 +185,7 @@ def test_past_its_count_a_nack_or_an_ack_timeout_forwards_instead():
 def test_a_consumer_forwards_a_message_nacked_past_its_count_then_acknowledges_it(fake,
                                                                                   client):
     c = client.subscribe("t", "sub", "shared", dead_letter_policy=DeadLetterPolicy(2))
-    h = c._by_index[-1].handle
+    h = c._handles.by_index[-1].handle
     fake.entries(h, entry(1, 0, redelivery_count=2), entry(1, 1, redelivery_count=1))
     m0, m1 = c.receive(timeout=5), c.receive(timeout=5)
     c.negative_acknowledge(m1)                            # count 1 < 2: asked for again
@@ -207,7 +207,7 @@ def test_a_consumer_forwards_a_message_nacked_past_its_count_then_acknowledges_i
 
 def test_the_ack_timeout_nacks_what_was_received_and_not_acknowledged(fake, client):
     c = client.subscribe("t", "sub", ack_timeout_ms=1000)
-    h = c._by_index[-1].handle
+    h = c._handles.by_index[-1].handle
     fake.entries(h, entry(1, 0), entry(1, 1))
     m0, m1 = c.receive(timeout=5), c.receive(timeout=5)
     c.acknowledge(m1)

@@ -397,7 +397,7 @@ def test_a_consumer_reads_its_retry_topic_and_holds_a_letter_until_due(fake, cli
     subs = {s.subscribe.topic: s for s in fake.commands("subscribe")}
     retry = subs["persistent://public/default/t-sub-RETRY"]
     assert retry.subscribe.subscription == "sub" and retry.subscribe.start.HasField("earliest")
-    h = c._by_index[-1].handle
+    h = c._handles.by_index[-1].handle
     rh = retry.handle
     fake.entries(h, entry(1, 0))
     m = c.receive(timeout=5)
