@@ -52,6 +52,7 @@ from shadowtopic.ledger.ledger_list import OPEN, OwnedLedgerList
 from shadowtopic.ledger.ledger_reader import LedgerListReader
 from shadowtopic.ledger.object_wal import ObjectWal
 from shadowtopic.ledger.open_ledger import LedgerConfig
+from shadowtopic.ledger.seal_ahead import SealAheadMode
 from shadowtopic.ledger.sealing import UNWRITABLE, Sealer
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.ledger.tails import Tails
@@ -82,7 +83,8 @@ class ManagedLedger:
                  lease_ok: Callable[[], bool] = lambda: True,
                  entry_cache: EntryCache | None = None,
                  wal_objects: ObjectWal | None = None,
-                 open_object: ObjectOpener | None = None, seal_ahead: bool = True,
+                 open_object: ObjectOpener | None = None,
+                 seal_ahead: SealAheadMode = "after_roll",
                  ahead_executor: Executor | None = None):
         self.topic = topic
         self.ledgers_of = topic  # a source reads its own ledgers

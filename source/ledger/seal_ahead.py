@@ -12,6 +12,11 @@ recompaction waiting a second before Spark started.
   `GROUP_ROWS` entries or `GROUP_BYTES` of WAL (a larger frame is cut as a seal cuts it),
   so with the usual batches a group is nearly full, and with batches of very uneven sizes
   some are small.
+- when: the broker seals ahead once a roll was asked for on the topic (`SealAheadMode`
+  "after_roll", source/ledger/writer.py): a compaction asks for one each time, so a
+  compacted topic's ledgers are sealed ahead from its first compaction on, and a topic
+  only produced to never pays for steps (~100 ms of Python a row group) in its produce
+  latency.
 - steps: after each group commit the writer offers the ledger's frame index (`offer`, on
   the event loop), and a step that ends offers it again. Once the confirmed frames not yet
   written fill a row group, one step in the executor it was given (the broker's
@@ -41,7 +46,7 @@ import contextlib
 import logging
 import os
 from concurrent.futures import Executor
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 
 import pyarrow.fs as pafs
 
@@ -60,6 +65,10 @@ from shadowtopic.ledger.sealed import (
 )
 
 log = logging.getLogger("shadowtopic.ledger.managed")
+
+#: When a topic's open ledgers are sealed ahead (source/ledger/writer.py): from the start,
+#: once a roll was asked for (a compaction, `topics roll`, `truncate`: the broker's), never
+SealAheadMode = Literal["always", "after_roll", "never"]
 
 
 def group_ends(frames: walmod.FrameIndex, start: int) -> list[int]:

@@ -28,7 +28,7 @@ class Env:
         self.executor = ThreadPoolExecutor(4)
         self.epoch = 0
 
-    async def open(self, lease_ok=lambda: True, seal_ahead=True, **cfg) -> ManagedLedger:
+    async def open(self, lease_ok=lambda: True, seal_ahead="always", **cfg) -> ManagedLedger:
         self.epoch += 1
         own_key = keys.ownership("c", TOPIC)
         value = mpb.Ownership(broker_id="b", epoch=self.epoch).SerializeToString()

@@ -133,8 +133,10 @@ def _temp_parquet(broker) -> list[str]:
 def test_kill9_while_the_open_ledger_is_sealed_ahead_loses_nothing(broker, client, topic):
     """F1 with sealing ahead (source/ledger/seal_ahead.py): the open ledger's Parquet file
     is half written when the broker is killed; the restarted broker deletes it, seals the
-    ledger from its WAL and serves every acknowledged message with its id."""
+    ledger from its WAL and serves every acknowledged message with its id. (A broker seals
+    ahead once a roll was asked for, as a compaction does: `roll_ledger` first.)"""
     client.admin.create_topic(topic)
+    client.admin.roll_ledger(topic)
     rng = random.Random(5)
     sent: dict[str, bytes] = {}
     acked: list[tuple[object, bytes]] = []

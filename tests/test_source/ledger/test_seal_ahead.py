@@ -124,8 +124,8 @@ def test_a_ledger_sealed_ahead_holds_what_a_whole_seal_writes(tmp_path, arun, ca
 
     async def main():
         ahead, whole = Env(tmp_path / "ahead"), Env(tmp_path / "whole")
-        ml_a = await ahead.open(seal_ahead=True)
-        ml_w = await whole.open(seal_ahead=False)
+        ml_a = await ahead.open(seal_ahead="always")
+        ml_w = await whole.open(seal_ahead="never")
         await _append_all(ml_a, batches)
         await _append_all(ml_w, batches)
         # the open ledger's file is being written before anything asks for a seal
@@ -151,6 +151,40 @@ def test_a_ledger_sealed_ahead_holds_what_a_whole_seal_writes(tmp_path, arun, ca
         assert "sealing ahead" not in caplog.text  # finished, not sealed whole
         await ml_a.close()
         await ml_w.close()
+
+    arun(main())
+
+
+def test_a_broker_seals_ahead_only_once_a_roll_was_asked_for(tmp_path, arun):
+    """The broker's mode ("after_roll"): a topic only produced to writes no file ahead (a
+    step's ~100 ms of GIL raised produce latency); the first roll asked for (a compaction
+    files one) turns it on, for the empty open ledger at once and for every later one."""
+    first, second = _batches(4, 20_000), _batches(5, 20_000)
+    sent = [raw for b in first + second for raw in b]
+
+    async def main():
+        env = Env(tmp_path)
+        ml = await env.open(seal_ahead="after_roll")
+        await _append_all(ml, first)
+        await asyncio.sleep(0.5)  # (time for a step, were one to start)
+        assert _temp_files(env) == []
+        info = await ml.roll()  # sealed whole; the next ledger is sealed ahead
+        assert info.entries == sum(map(len, first))
+        await _append_all(ml, second)
+        await _until(lambda: any(os.path.getsize(p) > 0 for p in _temp_files(env)))
+        await ml.roll()
+        assert [e.raw for e in await _read_all(ml)] == sent
+        await ml.close()
+
+        fresh = Env(tmp_path / "fresh")  # a roll of an empty ledger turns it on for that one
+        ml = await fresh.open(seal_ahead="after_roll")
+        (opened,) = ml.ledgers()
+        assert opened.state == mpb.OPEN
+        assert await ml.roll() is None  # (empty: nothing rolls, nothing is sealed yet)
+        await _append_all(ml, second)
+        await _until(lambda: any(os.path.getsize(p) > 0 for p in _temp_files(fresh)))
+        assert [i.ledger_id for i in ml.ledgers()] == [opened.ledger_id]  # the same ledger
+        await ml.close()
 
     arun(main())
 
