@@ -502,17 +502,20 @@ class GroupCommitWriter:
                         "next owner seals it): %s", self._topic, task.exception())
 
     async def roll(self) -> mpb.LedgerInfo | None:
-        """Seal the current ledger now (RollLedger); returns the sealed ledger's info, or the
-        newest sealed ledger when the current one is empty."""
-        refused = self._fencing.fenced
-        if refused is not None:
-            raise refused
-        if self._ahead_on_roll and not self._seal_ahead:
-            # asked once, asked again (a compacted topic): seal ahead from now on
+        """Seal the current ledger now, as asked (RollLedger, a compaction, truncate);
+        returns the sealed ledger's info, or the newest sealed ledger when the current one
+        is empty. Asked once, asked again (a compacted topic): seal ahead from now on."""
+        if self._ahead_on_roll and not self._seal_ahead and self._fencing.fenced is None:
             self._seal_ahead = True
             cur = self._current
             if cur is not None and cur.ahead is None and cur.queued_entries == 0:
                 self._attach_ahead(cur)  # (one with entries is sealed whole now)
+        return await self._roll_now()
+
+    async def _roll_now(self) -> mpb.LedgerInfo | None:
+        refused = self._fencing.fenced
+        if refused is not None:
+            raise refused
         while self._roll_task is not None:  # a roll may start another (blocked appends)
             await asyncio.gather(self._roll_task, return_exceptions=True)
         refused = self._fencing.fenced
@@ -535,7 +538,7 @@ class GroupCommitWriter:
         if (self._fencing.fenced is None and self._roll_task is None and cur is not None
                 and cur.queued_entries
                 and time.monotonic() - cur.created >= self.config.max_age_s):
-            await self.roll()
+            await self._roll_now()  # (not asked for: it turns no sealing ahead on)
             return True
         return False
 

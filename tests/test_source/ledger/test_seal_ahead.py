@@ -20,6 +20,7 @@ from shadowtopic import failpoints
 from shadowtopic.core import errors
 from shadowtopic.ledger import sealed, wal
 from shadowtopic.ledger.object_store import S3Options
+from shadowtopic.ledger.open_ledger import LedgerConfig
 from shadowtopic.ledger.seal_ahead import group_ends
 from shadowtopic.ledger.storage import Storage
 from shadowtopic.pb.storage.v1 import metadata_pb2 as mpb
@@ -174,6 +175,17 @@ def test_a_broker_seals_ahead_only_once_a_roll_was_asked_for(tmp_path, arun):
         await _until(lambda: any(os.path.getsize(p) > 0 for p in _temp_files(env)))
         await ml.roll()
         assert [e.raw for e in await _read_all(ml)] == sent
+        await ml.close()
+
+        aged = Env(tmp_path / "aged")  # a roll by age was asked for by nobody
+        ml = await aged.open(seal_ahead="after_roll", max_age_s=0.2)
+        await _append_all(ml, first[:1])
+        await asyncio.sleep(0.3)
+        assert await ml.roll_if_aged()
+        ml.config = LedgerConfig()  # (no more rolls by age)
+        await _append_all(ml, second)
+        await asyncio.sleep(0.5)
+        assert _temp_files(aged) == []
         await ml.close()
 
         fresh = Env(tmp_path / "fresh")  # a roll of an empty ledger turns it on for that one
