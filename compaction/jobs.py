@@ -520,13 +520,15 @@ class Worker:
         after the Iceberg tables expired every snapshot that refers to them (raises, and
         deletes nothing, when they could not)."""
         keep = set()
-        ptr = await self.store.get(keys.compaction(topic))
-        if ptr is not None:
-            keep.add(mpb.CompactionPointer.FromString(ptr.value).manifest_path.rsplit("/", 1)[0])
+        # the request before the pointer: a job that publishes between the two reads (its
+        # pointer put and its request deleted in one transaction) is kept by one of them
         req = await self.store.get(keys.compaction_request(self.cluster, topic))
         if req is not None:
             job_id = mpb.CompactionRequest.FromString(req.value).job_id
             keep.add(Storage.compacted_rel(topic, job_id))
+        ptr = await self.store.get(keys.compaction(topic))
+        if ptr is not None:
+            keep.add(mpb.CompactionPointer.FromString(ptr.value).manifest_path.rsplit("/", 1)[0])
         loop = asyncio.get_running_loop()
         rels = await loop.run_in_executor(self._executor, commit.collectable, storage, topic,
                                           keep, grace)
